@@ -1,0 +1,31 @@
+# hilnas_cc_library(NAME name SRCS ... DEPS ... [TORCH])
+# hilnas_cc_test(NAME name SRCS ... DEPS ... [TORCH] [LABELS ...])
+# Modelled on Abseil's absl_cc_library / absl_cc_test. TORCH reuses the one
+# libtorch precompiled header so <torch/torch.h> is parsed once per build.
+
+function(hilnas_cc_library)
+  cmake_parse_arguments(A "TORCH" "NAME" "SRCS;DEPS" ${ARGN})
+  add_library(${A_NAME} STATIC ${A_SRCS})
+  target_link_libraries(${A_NAME} PUBLIC ${A_DEPS})
+  if(A_TORCH)
+    target_link_libraries(${A_NAME} PUBLIC ${TORCH_LIBRARIES})
+    target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_pch)
+  endif()
+endfunction()
+
+function(hilnas_cc_test)
+  cmake_parse_arguments(A "TORCH" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} hilnas_testing GTest::gmock GTest::gtest_main)
+  if(A_TORCH)
+    target_link_libraries(${A_NAME} PRIVATE ${TORCH_LIBRARIES})
+    target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_pch)
+  endif()
+  set(props ENVIRONMENT "HILNAS_SOURCE_DIR=${CMAKE_SOURCE_DIR};HILNAS_BINARY_DIR=${CMAKE_BINARY_DIR}")
+  if(A_LABELS)
+    list(APPEND props LABELS "${A_LABELS}")
+  endif()
+  gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
+endfunction()
+
+include(GoogleTest)

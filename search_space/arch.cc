@@ -1,0 +1,351 @@
+#include "search_space/arch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+
+int Arch::num_attention_layers() const {
+  return static_cast<int>(std::count_if(attention.begin(), attention.end(),
+                                        [](Attention a) { return a != Attention::kSkip; }));
+}
+
+const char* AttentionName(Attention a) {
+  switch (a) {
+    case Attention::kFull: return "full";
+    case Attention::kSlidingWindow: return "swa";
+    case Attention::kSkip: return "skip";
+  }
+  return "?";
+}
+
+std::string PatternString(const std::vector<Attention>& pattern) {
+  std::string s;
+  for (Attention a : pattern) {
+    s += a == Attention::kFull ? 'F' : a == Attention::kSlidingWindow ? 'W' : 'S';
+  }
+  return s;
+}
+
+absl::StatusOr<std::vector<Attention>> ParsePattern(const std::string& pattern) {
+  std::vector<Attention> out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    switch (pattern[i]) {
+      case 'F': out.push_back(Attention::kFull); break;
+      case 'W': out.push_back(Attention::kSlidingWindow); break;
+      case 'S': out.push_back(Attention::kSkip); break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("pattern \"", pattern, "\": character ", i,
+                                                       " '", std::string(1, pattern[i]),
+                                                       "' is not F (full), W (SWA) or S (skip)"));
+    }
+  }
+  return out;
+}
+
+int LongestEfficientRun(const std::vector<Attention>& pattern) {
+  int longest = 0, run = 0;
+  for (Attention a : pattern) {
+    run = a == Attention::kFull ? 0 : run + 1;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+
+absl::StatusOr<std::vector<int>> LayerPrunedKeptLayers(int num_layers, double ratio) {
+  if (!(ratio > 0 && ratio < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_prediction.layer_pruned_ratio ", ratio, " is not in (0, 1)"));
+  }
+  // Smallest q with ratio * q integral: ratios are simple fractions (Tab. 4).
+  int p = 0, q = 0;
+  for (int cand = 1; cand <= 64; ++cand) {
+    const double scaled = ratio * cand;
+    if (std::abs(scaled - std::round(scaled)) < 1e-9) {
+      p = static_cast<int>(std::round(scaled));
+      q = cand;
+      break;
+    }
+  }
+  if (q == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_prediction.layer_pruned_ratio ", ratio, " is not a fraction p/q with q <= 64"));
+  }
+  std::vector<int> kept;
+  for (int i = 0; i < num_layers; ++i) {
+    if (i % q < p) kept.push_back(i);
+  }
+  if (kept.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_prediction.layer_pruned_ratio ", ratio,
+                                                   " keeps no layer of ", num_layers));
+  }
+  return kept;
+}
+
+absl::StatusOr<std::vector<int>> KvPredictionLayerMap(const Arch& base) {
+  const KvPredictionSpec& kvp = base.kv_prediction;
+  if (!kvp.layer_map.empty()) return kvp.layer_map;
+  std::vector<int> map;
+  map.reserve(base.num_layers);
+  switch (kvp.kind) {
+    case KvPredictionSpec::Kind::kNone:
+      return absl::FailedPreconditionError(
+          absl::StrCat("arch ", base.name, " has no KV-prediction auxiliary model"));
+    case KvPredictionSpec::Kind::kLayerPruned: {
+      HILNAS_ASSIGN_OR_RETURN(std::vector<int> kept,
+                              LayerPrunedKeptLayers(base.num_layers, kvp.layer_pruned_ratio));
+      int aux = -1;
+      for (int i = 0; i < base.num_layers; ++i) {
+        if (aux + 1 < static_cast<int>(kept.size()) && kept[aux + 1] <= i) ++aux;
+        map.push_back(std::max(aux, 0));
+      }
+      return map;
+    }
+    case KvPredictionSpec::Kind::kCanonical: {
+      const int n_b = base.num_layers;
+      const int n_a = kvp.canonical.at(0).num_layers;
+      const int q = n_b / n_a, r = n_b % n_a;
+      for (int a = 0; a < n_a; ++a) {
+        for (int k = 0; k < (a < r ? q + 1 : q); ++k) map.push_back(a);
+      }
+      return map;
+    }
+  }
+  return map;
+}
+
+absl::StatusOr<Arch> AuxiliaryArch(const Arch& base) {
+  const KvPredictionSpec& kvp = base.kv_prediction;
+  switch (kvp.kind) {
+    case KvPredictionSpec::Kind::kNone:
+      break;
+    case KvPredictionSpec::Kind::kCanonical:
+      return kvp.canonical.at(0);
+    case KvPredictionSpec::Kind::kLayerPruned: {
+      HILNAS_ASSIGN_OR_RETURN(std::vector<int> kept,
+                              LayerPrunedKeptLayers(base.num_layers, kvp.layer_pruned_ratio));
+      Arch aux = base;
+      aux.name = absl::StrCat(base.name, base.name.empty() ? "" : "-", "aux-lp-",
+                              kvp.layer_pruned_ratio);
+      aux.kv_prediction = KvPredictionSpec{};
+      aux.num_layers = static_cast<int>(kept.size());
+      aux.attention.clear();
+      for (int i : kept) aux.attention.push_back(base.attention[i]);
+      return aux;
+    }
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("arch ", base.name, " has no KV-prediction auxiliary model"));
+}
+
+namespace {
+
+void CheckPositive(const char* field, double value, std::vector<std::string>* errors) {
+  if (!(value > 0)) errors->push_back(absl::StrCat(field, " ", value, " must be positive"));
+}
+
+void ValidateKvPrediction(const Arch& arch, std::vector<std::string>* errors) {
+  const KvPredictionSpec& kvp = arch.kv_prediction;
+  if (kvp.kind == KvPredictionSpec::Kind::kNone) {
+    if (!kvp.layer_map.empty()) {
+      errors->push_back("kv_prediction.layer_map is set but no auxiliary model is chosen");
+    }
+    return;
+  }
+  int aux_layers = 0;
+  if (kvp.kind == KvPredictionSpec::Kind::kLayerPruned) {
+    auto kept = LayerPrunedKeptLayers(arch.num_layers, kvp.layer_pruned_ratio);
+    if (!kept.ok()) {
+      errors->push_back(std::string(kept.status().message()));
+      return;
+    }
+    aux_layers = static_cast<int>(kept->size());
+  } else {
+    if (kvp.canonical.size() != 1) {
+      errors->push_back("kv_prediction.canonical must hold exactly one auxiliary arch");
+      return;
+    }
+    const Arch& aux = kvp.canonical[0];
+    absl::Status s = ValidateArch(aux);
+    if (!s.ok()) errors->push_back(absl::StrCat("kv_prediction.canonical: ", s.message()));
+    if (aux.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+      errors->push_back("kv_prediction.canonical must not itself have an auxiliary model");
+    }
+    if (aux.vocab_size != arch.vocab_size) {
+      errors->push_back(absl::StrCat("kv_prediction.canonical.vocab_size ", aux.vocab_size,
+                                     " differs from the base's ", arch.vocab_size));
+    }
+    if (aux.num_layers > arch.num_layers) {
+      errors->push_back(absl::StrCat("kv_prediction.canonical.num_layers ", aux.num_layers,
+                                     " exceeds the base's ", arch.num_layers));
+    }
+    aux_layers = aux.num_layers;
+  }
+  if (!kvp.layer_map.empty()) {
+    if (static_cast<int>(kvp.layer_map.size()) != arch.num_layers) {
+      errors->push_back(absl::StrCat("kv_prediction.layer_map has ", kvp.layer_map.size(),
+                                     " entries, expected num_layers ", arch.num_layers));
+    }
+    for (size_t i = 0; i < kvp.layer_map.size(); ++i) {
+      if (kvp.layer_map[i] < 0 || kvp.layer_map[i] >= aux_layers) {
+        errors->push_back(absl::StrCat("kv_prediction.layer_map[", i, "] ", kvp.layer_map[i],
+                                       " is not an auxiliary layer (0..", aux_layers - 1, ")"));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
+  std::vector<std::string> errors;
+  CheckPositive("num_layers", a.num_layers, &errors);
+  CheckPositive("d_model", a.d_model, &errors);
+  CheckPositive("d_ffn", a.d_ffn, &errors);
+  CheckPositive("num_heads", a.num_heads, &errors);
+  CheckPositive("num_kv_heads", a.num_kv_heads, &errors);
+  CheckPositive("head_dim", a.head_dim, &errors);
+  CheckPositive("vocab_size", a.vocab_size, &errors);
+  CheckPositive("rope_theta", a.rope_theta, &errors);
+  CheckPositive("norm_eps", a.norm_eps, &errors);
+  if (a.head_dim > 0 && a.head_dim % 2 != 0) {
+    errors.push_back(absl::StrCat("head_dim ", a.head_dim, " must be even for rotary embeddings"));
+  }
+  if (a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads != 0) {
+    errors.push_back(absl::StrCat("num_kv_heads ", a.num_kv_heads, " does not divide num_heads ",
+                                  a.num_heads));
+  }
+  if (options.block_size > 0) {
+    if (a.d_model % options.block_size != 0) {
+      errors.push_back(absl::StrCat("d_model ", a.d_model, " is not a multiple of block size ",
+                                    options.block_size));
+    }
+    if (a.d_ffn % options.block_size != 0) {
+      errors.push_back(absl::StrCat("d_ffn ", a.d_ffn, " is not a multiple of block size ",
+                                    options.block_size));
+    }
+  }
+  if (static_cast<int>(a.attention.size()) != a.num_layers) {
+    errors.push_back(absl::StrCat("attention pattern has ", a.attention.size(),
+                                  " entries, expected num_layers ", a.num_layers));
+  }
+  const bool any_swa = std::count(a.attention.begin(), a.attention.end(),
+                                  Attention::kSlidingWindow) > 0;
+  if (any_swa && a.sliding_window <= 0) {
+    errors.push_back(absl::StrCat("sliding_window ", a.sliding_window,
+                                  " must be positive when a layer uses SLIDING_WINDOW"));
+  }
+  if (a.kv_cache == KvCache::kSlim &&
+      (a.num_kv_heads != a.num_heads || a.q_width() != a.d_model)) {
+    errors.push_back(absl::StrCat(
+        "kv_cache SLIM needs multi-head attention (num_kv_heads == num_heads and num_heads * "
+        "head_dim == d_model); got ",
+        a.num_heads, "/", a.num_kv_heads, " heads of ", a.head_dim, " with d_model ", a.d_model));
+  }
+  ValidateKvPrediction(a, &errors);
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(a.name.empty() ? "arch" : a.name, ": ", absl::StrJoin(errors, "; ")));
+}
+
+namespace {
+
+absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
+  Arch a;
+  a.name = p.name();
+  a.num_layers = p.num_layers();
+  a.d_model = p.d_model();
+  a.d_ffn = p.d_ffn();
+  a.num_heads = p.num_heads();
+  a.num_kv_heads = p.num_kv_heads();
+  a.head_dim = p.head_dim();
+  if (a.head_dim == 0 && a.num_heads > 0) {
+    if (a.d_model % a.num_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          p.name().empty() ? "arch" : p.name(), ": head_dim is unset and d_model ", a.d_model,
+          " is not divisible by num_heads ", a.num_heads));
+    }
+    a.head_dim = a.d_model / a.num_heads;
+  }
+  a.vocab_size = p.vocab_size();
+  a.tie_embeddings = p.tie_embeddings();
+  a.rope_theta = p.rope_theta();
+  a.norm_eps = p.norm_eps();
+  a.qk_norm = p.qk_norm();
+  a.sliding_window = p.sliding_window();
+  for (int i = 0; i < p.attention_size(); ++i) {
+    switch (p.attention(i)) {
+      case FULL: a.attention.push_back(Attention::kFull); break;
+      case SLIDING_WINDOW: a.attention.push_back(Attention::kSlidingWindow); break;
+      case SKIP: a.attention.push_back(Attention::kSkip); break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(p.name().empty() ? "arch" : p.name(), ": attention[", i, "] ",
+                         AttentionType_Name(p.attention(i)), " is not FULL, SLIDING_WINDOW or SKIP"));
+    }
+  }
+  a.kv_cache = p.kv_cache() == SLIM ? KvCache::kSlim : KvCache::kStandard;
+  if (p.has_kv_prediction()) {
+    const KvPrediction& k = p.kv_prediction();
+    if (k.has_layer_pruned_ratio()) {
+      a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+      a.kv_prediction.layer_pruned_ratio = k.layer_pruned_ratio();
+    } else if (k.has_canonical()) {
+      a.kv_prediction.kind = KvPredictionSpec::Kind::kCanonical;
+      HILNAS_ASSIGN_OR_RETURN(Arch aux, ConvertArch(k.canonical()));
+      a.kv_prediction.canonical.push_back(std::move(aux));
+    }
+    a.kv_prediction.layer_map.assign(k.layer_map().aux_layer().begin(),
+                                     k.layer_map().aux_layer().end());
+  }
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<Arch> ArchFromProto(const ArchSpec& proto, const ValidateOptions& options) {
+  HILNAS_ASSIGN_OR_RETURN(Arch a, ConvertArch(proto));
+  HILNAS_RETURN_IF_ERROR(ValidateArch(a, options));
+  return a;
+}
+
+ArchSpec ArchToProto(const Arch& a) {
+  ArchSpec p;
+  p.set_name(a.name);
+  p.set_num_layers(a.num_layers);
+  p.set_d_model(a.d_model);
+  p.set_d_ffn(a.d_ffn);
+  p.set_num_heads(a.num_heads);
+  p.set_num_kv_heads(a.num_kv_heads);
+  p.set_head_dim(a.head_dim);
+  p.set_vocab_size(a.vocab_size);
+  p.set_tie_embeddings(a.tie_embeddings);
+  p.set_rope_theta(a.rope_theta);
+  p.set_norm_eps(a.norm_eps);
+  p.set_qk_norm(a.qk_norm);
+  for (Attention at : a.attention) {
+    p.add_attention(at == Attention::kFull            ? FULL
+                    : at == Attention::kSlidingWindow ? SLIDING_WINDOW
+                                                      : SKIP);
+  }
+  p.set_sliding_window(a.sliding_window);
+  p.set_kv_cache(a.kv_cache == KvCache::kSlim ? SLIM : STANDARD);
+  const KvPredictionSpec& k = a.kv_prediction;
+  if (k.kind != KvPredictionSpec::Kind::kNone) {
+    KvPrediction* kp = p.mutable_kv_prediction();
+    if (k.kind == KvPredictionSpec::Kind::kLayerPruned) {
+      kp->set_layer_pruned_ratio(k.layer_pruned_ratio);
+    } else {
+      *kp->mutable_canonical() = ArchToProto(k.canonical.at(0));
+    }
+    for (int j : k.layer_map) kp->mutable_layer_map()->add_aux_layer(j);
+  }
+  return p;
+}
+
+}  // namespace hilnas

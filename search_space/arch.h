@@ -1,0 +1,96 @@
+// Arch: the plain-struct form of an ArchSpec that the rest of hilnas works
+// with. Protos are converted once, at the edge, by ArchFromProto, which also
+// validates; an Arch obtained that way is always buildable.
+#ifndef HILNAS_SEARCH_SPACE_ARCH_H_
+#define HILNAS_SEARCH_SPACE_ARCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/arch.pb.h"
+
+namespace hilnas {
+
+enum class Attention { kFull, kSlidingWindow, kSkip };
+enum class KvCache { kStandard, kSlim };
+
+struct Arch;
+
+// KV Prediction Sec. 4: an auxiliary model whose KV cache predicts the base's.
+struct KvPredictionSpec {
+  enum class Kind { kNone, kLayerPruned, kCanonical };
+  Kind kind = Kind::kNone;
+  double layer_pruned_ratio = 0;  // KVP-LP keep ratio, in (0, 1)
+  std::vector<Arch> canonical;    // KVP-C: exactly one element
+  std::vector<int> layer_map;     // explicit aux layer per base layer, or empty
+};
+
+struct Arch {
+  std::string name;
+  int num_layers = 0;
+  int d_model = 0;
+  int d_ffn = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  bool tie_embeddings = true;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool qk_norm = false;
+  std::vector<Attention> attention;  // one per layer
+  int sliding_window = 0;            // tokens
+  KvPredictionSpec kv_prediction;
+  KvCache kv_cache = KvCache::kStandard;
+
+  int q_width() const { return num_heads * head_dim; }
+  int kv_width() const { return num_kv_heads * head_dim; }
+  int num_attention_layers() const;  // layers whose attention is not kSkip
+};
+
+struct ValidateOptions {
+  // When > 0, d_model and d_ffn must be multiples of it (MobileLLM-Flash
+  // Sec. 3.3 prunes widths in blocks of 128).
+  int block_size = 0;
+};
+
+// Checks every rule and reports all violations at once, one per line, each
+// naming the field and value ("d_ffn 3000 is not a multiple of block size
+// 128"). INVALID_ARGUMENT when any rule fails.
+absl::Status ValidateArch(const Arch& arch, const ValidateOptions& options = {});
+
+// Converts and validates. A proto with head_dim 0 takes d_model / num_heads
+// (Hugging Face's convention) when that divides.
+absl::StatusOr<Arch> ArchFromProto(const ArchSpec& proto, const ValidateOptions& options = {});
+ArchSpec ArchToProto(const Arch& arch);
+
+const char* AttentionName(Attention a);  // "full", "swa", "skip"
+// Compact pattern string, one letter per layer: F (full), W (SWA), S (skip).
+std::string PatternString(const std::vector<Attention>& pattern);
+absl::StatusOr<std::vector<Attention>> ParsePattern(const std::string& pattern);
+
+// Longest run of consecutive efficient-attention layers (SWA or skip); the
+// MobileLLM-Flash Sec. 3.5 constraint bounds it at 2.
+int LongestEfficientRun(const std::vector<Attention>& pattern);
+
+// Layers the KVP-LP auxiliary model keeps from an n-layer base (KV Prediction
+// App. A, Tab. 4): with ratio p/q in lowest terms, layer i is kept when
+// i mod q < p (0.5 keeps 0,2,4,...; 0.75 drops 3,7,11,...).
+absl::StatusOr<std::vector<int>> LayerPrunedKeptLayers(int num_layers, double ratio);
+
+// Aux layer feeding each base layer (KV Prediction Sec. 4.1, Tab. 1):
+// KVP-LP maps base layer i to the latest kept layer at or before i; KVP-C
+// gives aux layer a q+1 base layers if a < r else q, q = n_B div n_A,
+// r = n_B mod n_A. An explicit layer_map wins over both.
+absl::StatusOr<std::vector<int>> KvPredictionLayerMap(const Arch& base);
+
+// The auxiliary model of a KVP architecture (LP: the base with layers
+// removed; C: the canonical model). FAILED_PRECONDITION when there is none.
+absl::StatusOr<Arch> AuxiliaryArch(const Arch& base);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_SEARCH_SPACE_ARCH_H_

@@ -1,0 +1,339 @@
+#include "search_space/space.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+namespace {
+
+constexpr uint64_t kSaturated = std::numeric_limits<uint64_t>::max();
+
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  if (a != 0 && b > kSaturated / a) return kSaturated;
+  return a * b;
+}
+uint64_t SatAdd(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
+
+std::vector<int> Expand(const IntChoices& c) {
+  if (c.values_size() > 0) return {c.values().begin(), c.values().end()};
+  std::vector<int> out;
+  const int step = c.step() > 0 ? c.step() : 1;
+  for (int v = c.min(); v <= c.max() && c.max() > 0; v += step) out.push_back(v);
+  return out;
+}
+
+void CheckChoices(const char* field, const std::vector<int>& values, int block,
+                  std::vector<std::string>* errors) {
+  if (values.empty()) errors->push_back(absl::StrCat(field, ": no choices"));
+  for (int v : values) {
+    if (v <= 0) errors->push_back(absl::StrCat(field, ": choice ", v, " must be positive"));
+    if (block > 0 && v % block != 0) {
+      errors->push_back(absl::StrCat(field, ": choice ", v, " is not a multiple of block size ",
+                                     block));
+    }
+  }
+  std::vector<int> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    errors->push_back(absl::StrCat(field, ": duplicate choices"));
+  }
+}
+
+double BinCentre(int index, int n) { return (index + 0.5) / n; }
+
+absl::StatusOr<int> Bin(double x, int n, const std::string& name) {
+  if (!(x >= 0.0 && x <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinate ", name, " = ", x, " is outside [0, 1]"));
+  }
+  return std::min(n - 1, static_cast<int>(std::floor(x * n)));
+}
+
+template <typename T>
+int IndexOf(const std::vector<T>& v, const T& x) {
+  auto it = std::find(v.begin(), v.end(), x);
+  return it == v.end() ? -1 : static_cast<int>(it - v.begin());
+}
+
+bool SameAux(const KvPredictionSpec& a, const KvPredictionSpec& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case KvPredictionSpec::Kind::kNone: return true;
+    case KvPredictionSpec::Kind::kLayerPruned:
+      return a.layer_pruned_ratio == b.layer_pruned_ratio && a.layer_map == b.layer_map;
+    case KvPredictionSpec::Kind::kCanonical:
+      return ArchToProto(a.canonical.at(0)).SerializeAsString() ==
+                 ArchToProto(b.canonical.at(0)).SerializeAsString() &&
+             a.layer_map == b.layer_map;
+  }
+  return false;
+}
+
+// Patterns of length `layers` over `full` full-attention and `efficient`
+// efficient choices with no efficient run longer than `max_run` (0: no bound).
+uint64_t CountPatterns(int layers, uint64_t full, uint64_t efficient, int max_run) {
+  if (max_run <= 0) {
+    uint64_t n = 1;
+    for (int i = 0; i < layers; ++i) n = SatMul(n, full + efficient);
+    return n;
+  }
+  std::vector<uint64_t> run(max_run + 1, 0);  // run[k]: patterns ending in k efficient layers
+  run[0] = 1;
+  for (int i = 0; i < layers; ++i) {
+    std::vector<uint64_t> next(max_run + 1, 0);
+    uint64_t all = 0;
+    for (uint64_t r : run) all = SatAdd(all, r);
+    next[0] = SatMul(all, full);
+    for (int k = 1; k <= max_run; ++k) next[k] = SatMul(run[k - 1], efficient);
+    run = next;
+  }
+  uint64_t total = 0;
+  for (uint64_t r : run) total = SatAdd(total, r);
+  return total;
+}
+
+}  // namespace
+
+SearchSpace DefaultSearchSpace() {
+  SearchSpace s;
+  ArchSpec* base = s.mutable_base();
+  base->set_name("mobilellm-flash-space");
+  base->set_num_heads(32);
+  base->set_num_kv_heads(8);
+  base->set_head_dim(64);
+  base->set_vocab_size(202048);
+  base->set_tie_embeddings(true);
+  base->set_rope_theta(500000.0);
+  base->set_norm_eps(1e-5);
+  base->set_qk_norm(true);
+  base->set_sliding_window(256);
+  s.mutable_num_layers()->set_min(10);
+  s.mutable_num_layers()->set_max(16);
+  s.mutable_num_layers()->set_step(1);
+  s.mutable_d_ffn()->set_min(2048);
+  s.mutable_d_ffn()->set_max(8192);
+  s.mutable_d_ffn()->set_step(256);
+  s.mutable_d_model()->set_min(1024);
+  s.mutable_d_model()->set_max(2048);
+  s.mutable_d_model()->set_step(128);
+  s.add_attention_choices(FULL);
+  s.add_attention_choices(SLIDING_WINDOW);
+  s.add_attention_choices(SKIP);
+  s.set_block_size(128);
+  s.set_max_consecutive_efficient(2);
+  return s;
+}
+
+absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
+  Space sp;
+  sp.proto_ = proto;
+  std::vector<std::string> errors;
+  sp.layers_ = Expand(proto.num_layers());
+  sp.ffn_ = Expand(proto.d_ffn());
+  sp.model_ = Expand(proto.d_model());
+  CheckChoices("num_layers", sp.layers_, 0, &errors);
+  CheckChoices("d_ffn", sp.ffn_, proto.block_size(), &errors);
+  CheckChoices("d_model", sp.model_, proto.block_size(), &errors);
+  if (proto.block_size() < 0) {
+    errors.push_back(absl::StrCat("block_size ", proto.block_size(), " must not be negative"));
+  }
+  if (proto.max_consecutive_efficient() < 0) {
+    errors.push_back(absl::StrCat("max_consecutive_efficient ", proto.max_consecutive_efficient(),
+                                  " must not be negative"));
+  }
+  for (int a : proto.attention_choices()) {
+    switch (a) {
+      case FULL: sp.attention_.push_back(Attention::kFull); break;
+      case SLIDING_WINDOW: sp.attention_.push_back(Attention::kSlidingWindow); break;
+      case SKIP: sp.attention_.push_back(Attention::kSkip); break;
+      default:
+        errors.push_back(absl::StrCat("attention_choices: ", AttentionType_Name(
+                                          static_cast<AttentionType>(a)), " is not a layer type"));
+    }
+  }
+  if (sp.attention_.empty()) errors.push_back("attention_choices: no choices");
+  if (!errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("search space: ", absl::StrJoin(errors, "; ")));
+  }
+  // The base: fill the searched fields with first choices so it validates.
+  ArchSpec base = proto.base();
+  base.set_num_layers(sp.layers_[0]);
+  base.set_d_ffn(sp.ffn_[0]);
+  base.set_d_model(sp.model_[0]);
+  base.clear_attention();
+  base.clear_kv_prediction();
+  for (int i = 0; i < sp.layers_[0]; ++i) base.add_attention(proto.attention_choices(0));
+  if (base.sliding_window() <= 0 &&
+      IndexOf(sp.attention_, Attention::kSlidingWindow) >= 0) {
+    return absl::InvalidArgumentError(
+        "search space: attention_choices has SLIDING_WINDOW but base.sliding_window is unset");
+  }
+  auto base_arch = ArchFromProto(base);
+  if (!base_arch.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search space: base: ", base_arch.status().message()));
+  }
+  sp.base_ = *std::move(base_arch);
+
+  for (int i = 0; i < proto.aux_choices_size(); ++i) {
+    const AuxChoice& c = proto.aux_choices(i);
+    KvPredictionSpec k;
+    if (c.has_layer_pruned_ratio()) {
+      k.kind = KvPredictionSpec::Kind::kLayerPruned;
+      k.layer_pruned_ratio = c.layer_pruned_ratio();
+      HILNAS_RETURN_IF_ERROR(
+          LayerPrunedKeptLayers(*std::min_element(sp.layers_.begin(), sp.layers_.end()),
+                                c.layer_pruned_ratio())
+              .status());
+    } else if (c.has_canonical()) {
+      k.kind = KvPredictionSpec::Kind::kCanonical;
+      auto aux = ArchFromProto(c.canonical());
+      if (!aux.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("search space: aux_choices[", i, "]: ", aux.status().message()));
+      }
+      k.canonical.push_back(*std::move(aux));
+    }
+    sp.aux_.push_back(std::move(k));
+  }
+  if (sp.aux_.empty()) sp.aux_.push_back(KvPredictionSpec{});
+
+  // Coordinate names, in encoding order.
+  const int max_layers = *std::max_element(sp.layers_.begin(), sp.layers_.end());
+  if (sp.layers_.size() > 1) sp.names_.push_back("num_layers");
+  if (sp.ffn_.size() > 1) sp.names_.push_back("d_ffn");
+  if (sp.model_.size() > 1) sp.names_.push_back("d_model");
+  if (sp.attention_.size() > 1) {
+    for (int i = 0; i < max_layers; ++i) sp.names_.push_back(absl::StrCat("attention[", i, "]"));
+  }
+  if (sp.aux_.size() > 1) sp.names_.push_back("kv_prediction");
+  return sp;
+}
+
+Arch Space::Base(int layers) const {
+  Arch a = base_;
+  a.num_layers = layers;
+  a.attention.assign(layers, attention_[0]);
+  return a;
+}
+
+absl::Status Space::Contains(const Arch& arch) const {
+  std::vector<std::string> errors;
+  if (IndexOf(layers_, arch.num_layers) < 0) {
+    errors.push_back(absl::StrCat("num_layers ", arch.num_layers, " is not a choice"));
+  }
+  if (IndexOf(ffn_, arch.d_ffn) < 0) {
+    errors.push_back(absl::StrCat("d_ffn ", arch.d_ffn, " is not a choice"));
+  }
+  if (IndexOf(model_, arch.d_model) < 0) {
+    errors.push_back(absl::StrCat("d_model ", arch.d_model, " is not a choice"));
+  }
+  for (size_t i = 0; i < arch.attention.size(); ++i) {
+    if (IndexOf(attention_, arch.attention[i]) < 0) {
+      errors.push_back(absl::StrCat("attention[", i, "] ", AttentionName(arch.attention[i]),
+                                    " is not a choice"));
+    }
+  }
+  const int run = LongestEfficientRun(arch.attention);
+  if (max_consecutive_efficient() > 0 && run > max_consecutive_efficient()) {
+    errors.push_back(absl::StrCat("pattern ", PatternString(arch.attention), " has ", run,
+                                  " consecutive efficient-attention layers; at most ",
+                                  max_consecutive_efficient(), " allowed (MobileLLM-Flash Sec. 3.5)"));
+  }
+  // Fixed fields must equal the base's.
+  const Arch& b = base_;
+  auto fixed = [&](const char* field, double got, double want) {
+    if (got != want) errors.push_back(absl::StrCat(field, " ", got, " differs from the space's ", want));
+  };
+  fixed("num_heads", arch.num_heads, b.num_heads);
+  fixed("num_kv_heads", arch.num_kv_heads, b.num_kv_heads);
+  fixed("head_dim", arch.head_dim, b.head_dim);
+  fixed("vocab_size", arch.vocab_size, b.vocab_size);
+  fixed("tie_embeddings", arch.tie_embeddings, b.tie_embeddings);
+  fixed("qk_norm", arch.qk_norm, b.qk_norm);
+  fixed("rope_theta", arch.rope_theta, b.rope_theta);
+  fixed("norm_eps", arch.norm_eps, b.norm_eps);
+  fixed("sliding_window", arch.sliding_window, b.sliding_window);
+  bool aux_found = false;
+  for (const auto& k : aux_) aux_found = aux_found || SameAux(k, arch.kv_prediction);
+  if (!aux_found) errors.push_back("kv_prediction is not one of the space's auxiliary choices");
+  ValidateOptions options;
+  options.block_size = block_size();
+  HILNAS_RETURN_IF_ERROR(ValidateArch(arch, options));
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(arch.name.empty() ? "arch" : arch.name,
+                                                 " is not in the search space: ",
+                                                 absl::StrJoin(errors, "; ")));
+}
+
+absl::StatusOr<std::vector<double>> Space::Encode(const Arch& arch) const {
+  HILNAS_RETURN_IF_ERROR(Contains(arch));
+  std::vector<double> x;
+  x.reserve(names_.size());
+  auto put = [&x](int index, size_t n) {
+    if (n > 1) x.push_back(BinCentre(index, static_cast<int>(n)));
+  };
+  put(IndexOf(layers_, arch.num_layers), layers_.size());
+  put(IndexOf(ffn_, arch.d_ffn), ffn_.size());
+  put(IndexOf(model_, arch.d_model), model_.size());
+  if (attention_.size() > 1) {
+    const int max_layers = *std::max_element(layers_.begin(), layers_.end());
+    for (int i = 0; i < max_layers; ++i) {
+      put(i < arch.num_layers ? IndexOf(attention_, arch.attention[i]) : 0, attention_.size());
+    }
+  }
+  int aux_index = 0;
+  for (size_t i = 0; i < aux_.size(); ++i) {
+    if (SameAux(aux_[i], arch.kv_prediction)) aux_index = static_cast<int>(i);
+  }
+  put(aux_index, aux_.size());
+  return x;
+}
+
+absl::StatusOr<Arch> Space::Decode(absl::Span<const double> x) const {
+  if (static_cast<int>(x.size()) != dimensions()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("point has ", x.size(), " coordinates, the space has ", dimensions()));
+  }
+  size_t next = 0;
+  auto take = [&](size_t n) -> absl::StatusOr<int> {
+    if (n <= 1) return 0;
+    const std::string& name = names_[next];
+    return Bin(x[next++], static_cast<int>(n), name);
+  };
+  HILNAS_ASSIGN_OR_RETURN(int li, take(layers_.size()));
+  HILNAS_ASSIGN_OR_RETURN(int fi, take(ffn_.size()));
+  HILNAS_ASSIGN_OR_RETURN(int mi, take(model_.size()));
+  Arch a = Base(layers_[li]);
+  a.name.clear();
+  a.d_ffn = ffn_[fi];
+  a.d_model = model_[mi];
+  if (attention_.size() > 1) {
+    const int max_layers = *std::max_element(layers_.begin(), layers_.end());
+    for (int i = 0; i < max_layers; ++i) {
+      HILNAS_ASSIGN_OR_RETURN(int ai, take(attention_.size()));
+      if (i < a.num_layers) a.attention[i] = attention_[ai];
+    }
+  }
+  HILNAS_ASSIGN_OR_RETURN(int xi, take(aux_.size()));
+  a.kv_prediction = aux_[xi];
+  return a;
+}
+
+uint64_t Space::Size(bool constrained) const {
+  uint64_t full = IndexOf(attention_, Attention::kFull) >= 0 ? 1 : 0;
+  uint64_t efficient = attention_.size() - full;
+  const int max_run = constrained ? max_consecutive_efficient() : 0;
+  uint64_t patterns = 0;
+  for (int l : layers_) patterns = SatAdd(patterns, CountPatterns(l, full, efficient, max_run));
+  uint64_t n = SatMul(patterns, ffn_.size());
+  n = SatMul(n, model_.size());
+  return SatMul(n, aux_.size());
+}
+
+}  // namespace hilnas
