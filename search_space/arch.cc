@@ -240,7 +240,7 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
     errors.push_back(absl::StrCat("sliding_window ", a.sliding_window,
                                   " must be positive when a layer uses SLIDING_WINDOW"));
   }
-  if (a.kv_cache == KvCache::kSlim &&
+  if (a.kv_cache == KvLayout::kSlim &&
       (a.num_kv_heads != a.num_heads || a.q_width() != a.d_model)) {
     errors.push_back(absl::StrCat(
         "kv_cache SLIM needs multi-head attention (num_kv_heads == num_heads and num_heads * "
@@ -289,7 +289,7 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
                          AttentionType_Name(p.attention(i)), " is not FULL, SLIDING_WINDOW or SKIP"));
     }
   }
-  a.kv_cache = p.kv_cache() == SLIM ? KvCache::kSlim : KvCache::kStandard;
+  a.kv_cache = p.kv_cache() == SLIM ? KvLayout::kSlim : KvLayout::kStandard;
   if (p.has_kv_prediction()) {
     const KvPrediction& k = p.kv_prediction();
     if (k.has_layer_pruned_ratio()) {
@@ -334,7 +334,7 @@ ArchSpec ArchToProto(const Arch& a) {
                                                       : SKIP);
   }
   p.set_sliding_window(a.sliding_window);
-  p.set_kv_cache(a.kv_cache == KvCache::kSlim ? SLIM : STANDARD);
+  p.set_kv_cache(a.kv_cache == KvLayout::kSlim ? SLIM : STANDARD);
   const KvPredictionSpec& k = a.kv_prediction;
   if (k.kind != KvPredictionSpec::Kind::kNone) {
     KvPrediction* kp = p.mutable_kv_prediction();

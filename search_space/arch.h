@@ -15,7 +15,7 @@
 namespace hilnas {
 
 enum class Attention { kFull, kSlidingWindow, kSkip };
-enum class KvCache { kStandard, kSlim };
+enum class KvLayout { kStandard, kSlim };
 
 struct Arch;
 
@@ -44,7 +44,7 @@ struct Arch {
   std::vector<Attention> attention;  // one per layer
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;
-  KvCache kv_cache = KvCache::kStandard;
+  KvLayout kv_cache = KvLayout::kStandard;
 
   int q_width() const { return num_heads * head_dim; }
   int kv_width() const { return num_kv_heads * head_dim; }

@@ -83,7 +83,7 @@ TEST(ValidateArchTest, RejectsOddHeadDim) {
 
 TEST(ValidateArchTest, RejectsSlimCacheOnGroupedQueryAttention) {
   Arch a = Tiny();
-  a.kv_cache = KvCache::kSlim;
+  a.kv_cache = KvLayout::kSlim;
   EXPECT_THAT(Check(a), StatusIs(absl::StatusCode::kInvalidArgument,
                                  HasSubstr("kv_cache SLIM needs multi-head attention")));
   a.num_kv_heads = 4;

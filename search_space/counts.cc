@@ -96,7 +96,7 @@ double DecodeFlops(const Arch& a, int64_t context_tokens) {
 }
 
 int64_t KvCacheBytes(const Arch& a, int64_t context_tokens, int bytes_per_element) {
-  const int64_t tensors = a.kv_cache == KvCache::kSlim ? 1 : 2;
+  const int64_t tensors = a.kv_cache == KvLayout::kSlim ? 1 : 2;
   int64_t elements = 0;
   for (Attention at : a.attention) {
     if (at == Attention::kSkip) continue;

@@ -79,7 +79,7 @@ TEST(KvCacheBytesTest, SlimCacheHalvesTheBytes) {
   Arch a = Tiny();
   a.num_kv_heads = 2;
   const int64_t standard = KvCacheBytes(a, 100, 2);
-  a.kv_cache = KvCache::kSlim;
+  a.kv_cache = KvLayout::kSlim;
   EXPECT_EQ(KvCacheBytes(a, 100, 2) * 2, standard);
 }
 

@@ -1,0 +1,371 @@
+#include "model/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using json = nlohmann::json;
+
+struct DtypeInfo {
+  const char* name;
+  torch::Dtype torch_dtype;
+  int64_t bytes;
+};
+
+const DtypeInfo* FindDtype(const std::string& name) {
+  static const DtypeInfo kInfos[] = {{"F32", torch::kFloat, 4},
+                                     {"F16", torch::kHalf, 2},
+                                     {"BF16", torch::kBFloat16, 2},
+                                     {"F64", torch::kDouble, 8}};
+  for (const auto& i : kInfos) {
+    if (name == i.name) return &i;
+  }
+  return nullptr;
+}
+
+const char* SafetensorsName(StorageDtype d) {
+  switch (d) {
+    case StorageDtype::kF32: return "F32";
+    case StorageDtype::kF16: return "F16";
+    case StorageDtype::kBF16: return "BF16";
+  }
+  return "F32";
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+const char* LayerTypeName(Attention a) {
+  switch (a) {
+    case Attention::kFull: return "full_attention";
+    case Attention::kSlidingWindow: return "sliding_attention";
+    case Attention::kSkip: return "skip_attention";
+  }
+  return "full_attention";
+}
+
+// Typed field access that names the file and field on a mismatch.
+template <typename T>
+absl::StatusOr<T> Field(const json& j, const std::string& path, const char* key,
+                        std::optional<T> fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat(path, ": missing field \"", key, "\""));
+  }
+  const bool ok = std::is_same_v<T, bool> ? it->is_boolean()
+                  : std::is_integral_v<T> ? it->is_number_integer()
+                                          : it->is_number();
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": field \"", key, "\" has the wrong type: ",
+                                                   it->dump()));
+  }
+  return it->get<T>();
+}
+
+}  // namespace
+
+absl::StatusOr<StorageDtype> ParseStorageDtype(const std::string& name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "f32" || n == "float32") return StorageDtype::kF32;
+  if (n == "f16" || n == "float16") return StorageDtype::kF16;
+  if (n == "bf16" || n == "bfloat16") return StorageDtype::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("storage dtype \"", name, "\" is not one of f32, f16, bf16"));
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                              StorageDtype dtype) {
+  const DtypeInfo* info = FindDtype(SafetensorsName(dtype));
+  try {
+    json header = json::object();
+    header["__metadata__"] = {{"format", "pt"}, {"writer", "hilnas"}};
+    std::vector<torch::Tensor> data;
+    int64_t offset = 0;
+    for (const auto& [name, t] : tensors) {
+      torch::Tensor c = t.detach().to(torch::kCPU).to(info->torch_dtype).contiguous();
+      const int64_t n = c.numel() * info->bytes;
+      header[name] = {{"dtype", info->name},
+                      {"shape", std::vector<int64_t>(c.sizes().begin(), c.sizes().end())},
+                      {"data_offsets", {offset, offset + n}}};
+      offset += n;
+      data.push_back(std::move(c));
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // align the buffer, as the spec allows
+    std::string out;
+    out.reserve(8 + text.size() + offset);
+    uint64_t len = text.size();
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+    out += text;
+    for (const auto& c : data) {
+      out.append(static_cast<const char*>(c.data_ptr()), c.numel() * info->bytes);
+    }
+    return WriteFileAtomically(path, out);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
+  in.seekg(0, std::ios::end);
+  const int64_t file_size = in.tellg();
+  in.seekg(0);
+  if (file_size < 8) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated: ", file_size,
+                                            " bytes, shorter than the 8-byte header length"));
+  }
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > static_cast<uint64_t>(file_size - 8)) {
+    return absl::DataLossError(absl::StrCat(path, ": header length ", header_len,
+                                            " exceeds the file's remaining ", file_size - 8,
+                                            " bytes (truncated or not safetensors)"));
+  }
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return absl::DataLossError(absl::StrCat(path, ": header is not valid JSON: ", e.what()));
+  }
+  if (!header.is_object()) return absl::DataLossError(absl::StrCat(path, ": header is not an object"));
+  const int64_t data_start = 8 + static_cast<int64_t>(header_len);
+  const int64_t data_size = file_size - data_start;
+
+  struct Entry {
+    std::string name;
+    const DtypeInfo* dtype;
+    std::vector<int64_t> shape;
+    int64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const json& v = it.value();
+    auto bad = [&](const std::string& why) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", it.key(), ": ", why));
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      return bad("entry needs dtype, shape and data_offsets");
+    }
+    if (!v["dtype"].is_string()) return bad("dtype is not a string");
+    Entry e{it.key(), FindDtype(v["dtype"].get<std::string>()), {}, 0, 0};
+    if (e.dtype == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", it.key(), ": dtype ",
+                                                     v["dtype"].dump(),
+                                                     " is not supported (F32, F16, BF16, F64)"));
+    }
+    int64_t numel = 1;
+    if (!v["shape"].is_array()) return bad("shape is not an array");
+    for (const json& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape has a bad dimension");
+      e.shape.push_back(d.get<int64_t>());
+      numel *= e.shape.back();
+    }
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() ||
+        !off[1].is_number_integer()) {
+      return bad("data_offsets is not [begin, end]");
+    }
+    e.begin = off[0].get<int64_t>();
+    e.end = off[1].get<int64_t>();
+    if (e.begin < 0 || e.end < e.begin) return bad("data_offsets are not increasing");
+    if (e.end - e.begin != numel * e.dtype->bytes) {
+      return bad(absl::StrCat("data_offsets span ", e.end - e.begin, " bytes but ", e.dtype->name,
+                              " ", ShapeString(e.shape), " needs ", numel * e.dtype->bytes));
+    }
+    if (e.end > data_size) {
+      return bad(absl::StrCat("data ends at byte ", e.end, " past the ", data_size,
+                              "-byte buffer (file truncated)"));
+    }
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  int64_t expect = 0;
+  for (const Entry& e : entries) {
+    if (e.begin != expect) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", e.name, " starts at byte ", e.begin,
+                                              ", expected ", expect,
+                                              e.begin < expect ? " (overlap)" : " (hole)"));
+    }
+    expect = e.end;
+  }
+  if (expect != data_size) {
+    return absl::DataLossError(absl::StrCat(path, ": data buffer has ", data_size,
+                                            " bytes but tensors cover ", expect));
+  }
+  std::map<std::string, torch::Tensor> out;
+  try {
+    for (const Entry& e : entries) {
+      torch::Tensor t = torch::empty(e.shape, e.dtype->torch_dtype);
+      in.seekg(data_start + e.begin);
+      in.read(static_cast<char*>(t.data_ptr()), e.end - e.begin);
+      if (!in) return absl::DataLossError(absl::StrCat(path, ": tensor ", e.name, ": read failed"));
+      out.emplace(e.name, std::move(t));
+    }
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+  }
+  return out;
+}
+
+absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
+  if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": checkpoints of KV-prediction architectures are not supported yet"));
+  }
+  json j = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", a.d_model},
+            {"intermediate_size", a.d_ffn},
+            {"num_hidden_layers", a.num_layers},
+            {"num_attention_heads", a.num_heads},
+            {"num_key_value_heads", a.num_kv_heads},
+            {"head_dim", a.head_dim},
+            {"vocab_size", a.vocab_size},
+            {"rms_norm_eps", a.norm_eps},
+            {"rope_theta", a.rope_theta},
+            {"tie_word_embeddings", a.tie_embeddings},
+            {"hidden_act", "silu"},
+            {"qk_norm", a.qk_norm},
+            {"sliding_window", a.sliding_window},
+            {"kv_cache", a.kv_cache == KvLayout::kSlim ? "slim" : "standard"},
+            {"hilnas_name", a.name}};
+  json types = json::array();
+  for (Attention at : a.attention) types.push_back(LayerTypeName(at));
+  j["layer_types"] = types;
+  return WriteFileAtomically(path, j.dump(2) + "\n");
+}
+
+absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
+  std::string text;
+  HILNAS_RETURN_IF_ERROR(ReadFileToString(path, &text));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  Arch a;
+  HILNAS_ASSIGN_OR_RETURN(a.d_model, Field<int>(j, path, "hidden_size", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.d_ffn, Field<int>(j, path, "intermediate_size", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.num_layers, Field<int>(j, path, "num_hidden_layers", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.num_heads, Field<int>(j, path, "num_attention_heads", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.vocab_size, Field<int>(j, path, "vocab_size", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.num_kv_heads, Field<int>(j, path, "num_key_value_heads", a.num_heads));
+  const int derived_head_dim = a.num_heads > 0 ? a.d_model / a.num_heads : 0;
+  HILNAS_ASSIGN_OR_RETURN(a.head_dim, Field<int>(j, path, "head_dim", derived_head_dim));
+  HILNAS_ASSIGN_OR_RETURN(a.norm_eps, Field<double>(j, path, "rms_norm_eps", 1e-6));
+  HILNAS_ASSIGN_OR_RETURN(a.rope_theta, Field<double>(j, path, "rope_theta", 10000.0));
+  HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "tie_word_embeddings", false));
+  HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", false));
+  HILNAS_ASSIGN_OR_RETURN(a.sliding_window, Field<int>(j, path, "sliding_window", 0));
+  if (j.contains("hilnas_name") && j["hilnas_name"].is_string()) a.name = j["hilnas_name"];
+  if (j.contains("kv_cache") && j["kv_cache"] == "slim") a.kv_cache = KvLayout::kSlim;
+  if (j.contains("layer_types")) {
+    if (!j["layer_types"].is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": field \"layer_types\" is not an array"));
+    }
+    for (size_t i = 0; i < j["layer_types"].size(); ++i) {
+      const json& t = j["layer_types"][i];
+      if (t == "full_attention") a.attention.push_back(Attention::kFull);
+      else if (t == "sliding_attention") a.attention.push_back(Attention::kSlidingWindow);
+      else if (t == "skip_attention") a.attention.push_back(Attention::kSkip);
+      else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": layer_types[", i, "] ", t.dump(),
+            " is not full_attention, sliding_attention or skip_attention"));
+      }
+    }
+  } else {
+    a.attention.assign(std::max(a.num_layers, 0), Attention::kFull);
+  }
+  absl::Status valid = ValidateArch(a);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));
+  return a;
+}
+
+absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, StorageDtype dtype) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  HILNAS_RETURN_IF_ERROR(
+      WriteSafetensors(dir + "/model.safetensors", decoder.NamedTensors(), dtype));
+  return WriteConfigJson(decoder.arch(), dir + "/config.json");
+}
+
+absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtype) {
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(dir + "/config.json"));
+  const std::string st_path = dir + "/model.safetensors";
+  HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(st_path));
+  if (arch.tie_embeddings) {
+    // Some writers store the tied head too; accept it only when it is the
+    // embedding, bit for bit.
+    auto head = tensors.find("lm_head.weight");
+    auto emb = tensors.find("model.embed_tokens.weight");
+    if (head != tensors.end() && emb != tensors.end()) {
+      if (!head->second.equal(emb->second)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            st_path, ": lm_head.weight differs from model.embed_tokens.weight but config.json "
+                     "says tie_word_embeddings"));
+      }
+      tensors.erase(head);
+    }
+  }
+  for (const auto& [name, shape] : ExpectedTensorShapes(arch)) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(st_path, ": missing tensor ", name));
+    }
+    const std::vector<int64_t> got(it->second.sizes().begin(), it->second.sizes().end());
+    if (got != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(st_path, ": tensor ", name, " has shape ",
+                                                     ShapeString(got), ", config.json implies ",
+                                                     ShapeString(shape)));
+    }
+  }
+  if (tensors.size() != ExpectedTensorShapes(arch).size()) {
+    std::map<std::string, bool> expected;
+    for (const auto& [name, shape] : ExpectedTensorShapes(arch)) expected[name] = true;
+    for (const auto& [name, t] : tensors) {
+      if (!expected.count(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(st_path, ": unexpected tensor ", name, " (not implied by config.json)"));
+      }
+    }
+  }
+  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::Create(arch, /*seed=*/0, dtype));
+  try {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, param] : decoder.NamedTensors()) param.copy_(tensors.at(name));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(st_path, ": ", e.what_without_backtrace()));
+  }
+  return decoder;
+}
+
+}  // namespace hilnas

@@ -1,0 +1,45 @@
+// Checkpoint folders: Hugging-Face-style config.json plus model.safetensors,
+// so pruned models load in the tools people already use (DESIGN.md,
+// "Checkpoints"). Readers check everything a file could get wrong and name
+// the file, tensor and value; nothing is half-written (writes are atomic).
+#ifndef HILNAS_MODEL_CHECKPOINT_H_
+#define HILNAS_MODEL_CHECKPOINT_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/decoder.h"
+
+namespace hilnas {
+
+// On-disk element type of a safetensors file.
+enum class StorageDtype { kF32, kF16, kBF16 };
+absl::StatusOr<StorageDtype> ParseStorageDtype(const std::string& name);  // "f32", "F16", "bf16"
+
+// Safetensors (https://huggingface.co/docs/safetensors): 8-byte little-endian
+// header length, JSON header, one contiguous data buffer with no holes.
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                              StorageDtype dtype);
+// DATA_LOSS for a truncated file, a header that lies about sizes or offsets,
+// overlapping or holey buffers; INVALID_ARGUMENT for an unknown dtype.
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path);
+
+// config.json with Hugging Face Llama field names plus `layer_types`
+// ("full_attention", "sliding_attention", "skip_attention"), `qk_norm` and
+// `sliding_window`.
+absl::Status WriteConfigJson(const Arch& arch, const std::string& path);
+absl::StatusOr<Arch> ReadConfigJson(const std::string& path);
+
+// Writes dir/config.json and dir/model.safetensors (creating dir).
+absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, StorageDtype dtype);
+
+// Loads a checkpoint into a Decoder computing in `dtype`. Every tensor the
+// config implies must be present with its shape; extra tensors are an error.
+absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtype = torch::kFloat);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_CHECKPOINT_H_

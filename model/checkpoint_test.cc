@@ -1,0 +1,194 @@
+#include "model/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/test_archs.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/ckpt_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Read(const std::string& path) {
+    std::string s;
+    EXPECT_OK(ReadFileToString(path, &s));
+    return s;
+  }
+  void Write(const std::string& path, const std::string& s) {
+    ASSERT_OK(WriteFileAtomically(path, s));
+  }
+  // Returns the header JSON and the data buffer of a safetensors file.
+  std::pair<nlohmann::json, std::string> Split(const std::string& path) {
+    std::string s = Read(path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(s[i]);
+    return {nlohmann::json::parse(s.substr(8, n)), s.substr(8 + n)};
+  }
+  std::string Join(const nlohmann::json& header, const std::string& data) {
+    std::string h = header.dump();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    return out + h + data;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, RoundTripIsBitExactInEveryStorageDtype) {
+  const std::pair<StorageDtype, torch::Dtype> cases[] = {{StorageDtype::kF32, torch::kFloat},
+                                                         {StorageDtype::kF16, torch::kHalf},
+                                                         {StorageDtype::kBF16, torch::kBFloat16}};
+  for (const auto& [storage, dtype] : cases) {
+    ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5, dtype));
+    ASSERT_OK(SaveCheckpoint(d, dir_, storage));
+    ASSERT_OK_AND_ASSIGN(Decoder back, LoadCheckpoint(dir_, dtype));
+    EXPECT_EQ(ArchToProto(back.arch()).SerializeAsString(),
+              ArchToProto(d.arch()).SerializeAsString());
+    auto a = d.NamedTensors(), b = back.NamedTensors();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+    }
+  }
+}
+
+TEST_F(CheckpointTest, ConfigUsesHuggingFaceFieldNames) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto j = nlohmann::json::parse(Read(dir_ + "/config.json"));
+  EXPECT_EQ(j["hidden_size"], 32);
+  EXPECT_EQ(j["intermediate_size"], 64);
+  EXPECT_EQ(j["num_key_value_heads"], 2);
+  EXPECT_EQ(j["layer_types"][1], "sliding_attention");
+  EXPECT_EQ(j["layer_types"][2], "skip_attention");
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsDataLoss) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  const std::string path = dir_ + "/model.safetensors";
+  const std::string full = Read(path);
+  Write(path, full.substr(0, full.size() - 100));
+  EXPECT_THAT(LoadCheckpoint(dir_), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated")));
+  Write(path, full.substr(0, 5));
+  EXPECT_THAT(ReadSafetensors(path),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("shorter than the 8-byte header")));
+  Write(path, full.substr(0, 40));
+  EXPECT_THAT(ReadSafetensors(path),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("exceeds the file's remaining")));
+}
+
+TEST_F(CheckpointTest, HeaderThatLiesAboutSizesIsDataLoss) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  const std::string path = dir_ + "/model.safetensors";
+  auto [header, data] = Split(path);
+  header["model.norm.weight"]["shape"] = {33};  // 33 floats in a 32-float span
+  Write(path, Join(header, data));
+  EXPECT_THAT(ReadSafetensors(path),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("tensor model.norm.weight: data_offsets span 128 bytes but F32 "
+                                 "[33] needs 132")));
+}
+
+TEST_F(CheckpointTest, OverlappingTensorsAreDataLoss) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  const std::string path = dir_ + "/model.safetensors";
+  auto [header, data] = Split(path);
+  header["model.norm.weight"]["data_offsets"] = {0, 128};
+  Write(path, Join(header, data));
+  EXPECT_THAT(ReadSafetensors(path), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("overlap")));
+}
+
+TEST_F(CheckpointTest, GarbageHeaderIsDataLoss) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = dir_ + "/model.safetensors";
+  std::string s(8, '\0');
+  s[0] = 4;
+  Write(path, s + "{{{x");
+  EXPECT_THAT(ReadSafetensors(path),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("header is not valid JSON")));
+}
+
+TEST_F(CheckpointTest, MissingTensorIsNamed) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto named = d.NamedTensors();
+  named.erase(named.begin() + 3);  // model.layers.0.self_attn.k_proj.weight
+  ASSERT_OK(WriteSafetensors(dir_ + "/model.safetensors", named, StorageDtype::kF32));
+  EXPECT_THAT(LoadCheckpoint(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("missing tensor model.layers.0.self_attn.k_proj.weight")));
+}
+
+TEST_F(CheckpointTest, ShapeThatDisagreesWithConfigIsNamed) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto j = nlohmann::json::parse(Read(dir_ + "/config.json"));
+  j["intermediate_size"] = 128;
+  Write(dir_ + "/config.json", j.dump());
+  EXPECT_THAT(LoadCheckpoint(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor model.layers.0.mlp.gate_proj.weight has shape [64, 32], "
+                                 "config.json implies [128, 32]")));
+}
+
+TEST_F(CheckpointTest, ExtraTensorIsNamed) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto named = d.NamedTensors();
+  named.push_back({"model.layers.9.mlp.up_proj.weight", torch::zeros({2, 2})});
+  ASSERT_OK(WriteSafetensors(dir_ + "/model.safetensors", named, StorageDtype::kF32));
+  EXPECT_THAT(LoadCheckpoint(dir_), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("unexpected tensor model.layers.9")));
+}
+
+TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = dir_ + "/config.json";
+  Write(path, R"({"hidden_size": "wide", "intermediate_size": 64})");
+  EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("field \"hidden_size\" has the wrong type")));
+  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                  "vocab_size": 10, "layer_types": ["full_attention", "linear_attention"]})");
+  EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("missing field \"num_hidden_layers\"")));
+  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                  "num_hidden_layers": 2, "vocab_size": 10,
+                  "layer_types": ["full_attention", "linear_attention"]})");
+  EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("layer_types[1] \"linear_attention\"")));
+  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                  "num_key_value_heads": 3, "num_hidden_layers": 2, "vocab_size": 10})");
+  EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("num_kv_heads 3 does not divide")));
+  Write(path, "not json");
+  EXPECT_THAT(ReadConfigJson(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
+}
+
+TEST_F(CheckpointTest, MissingFolderIsNotFound) {
+  EXPECT_THAT(LoadCheckpoint(dir_ + "/nope"), StatusIs(absl::StatusCode::kNotFound,
+                                                       HasSubstr("config.json")));
+}
+
+}  // namespace
+}  // namespace hilnas

@@ -1,0 +1,85 @@
+// Decoder: the libtorch decoder-only transformer family that every hilnas
+// candidate is an instance of (MobileLLM-Flash Sec. 3.3): token embedding,
+// RMSNorm, rotary embeddings, grouped-query attention with optional QK-norm,
+// per-layer full / sliding-window / skip attention, SwiGLU FFN, tied or
+// separate output head. Parameter names follow Hugging Face Llama
+// ("model.layers.3.self_attn.q_proj.weight") so checkpoints load elsewhere.
+//
+// Not thread-safe: one Decoder (and its KvCache) per thread.
+#ifndef HILNAS_MODEL_DECODER_H_
+#define HILNAS_MODEL_DECODER_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "search_space/arch.h"
+
+namespace hilnas {
+
+// Preallocated key/value cache for one sequence batch: per attention layer,
+// K and V of shape [batch, kv_heads, capacity, head_dim]. Appending writes
+// into the preallocated storage, so decoding allocates no cache memory per
+// token. Keys are stored after RoPE. Skip layers hold nothing.
+class KvCache {
+ public:
+  KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype);
+
+  int64_t length() const { return length_; }      // tokens cached
+  int64_t capacity() const { return capacity_; }  // tokens that fit
+  int64_t bytes() const;                          // allocated bytes
+
+  // Internal to the decoder: layer storage and the commit of new tokens.
+  torch::Tensor& keys(int layer) { return keys_[layer]; }
+  torch::Tensor& values(int layer) { return values_[layer]; }
+  void Advance(int64_t tokens) { length_ += tokens; }
+
+ private:
+  int64_t capacity_;
+  int64_t length_ = 0;
+  std::vector<torch::Tensor> keys_, values_;  // undefined for skip layers
+};
+
+class DecoderImpl;
+
+// Owns the module tree; cheap to move.
+class Decoder {
+ public:
+  // Builds the architecture with deterministic random weights from `seed`
+  // (latency does not depend on weight values). REQUIRES: ValidateArch ok.
+  static absl::StatusOr<Decoder> Create(const Arch& arch, uint64_t seed,
+                                        torch::Dtype dtype = torch::kFloat);
+
+  const Arch& arch() const;
+  torch::Dtype dtype() const;
+
+  // Full causal forward over tokens [batch, T] without a cache; logits
+  // [batch, T, vocab].
+  torch::Tensor Forward(const torch::Tensor& tokens);
+
+  // Appends tokens [batch, T] to `cache` (positions cache.length() onward)
+  // and returns logits [batch, T, vocab], or [batch, 1, vocab] for the last
+  // position only when `last_only`. REQUIRES: cache.length() + T <= capacity.
+  torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only);
+
+  KvCache NewCache(int64_t batch, int64_t capacity) const;
+
+  // Hugging Face names -> tensors (tied heads appear once, as the embedding).
+  std::vector<std::pair<std::string, torch::Tensor>> NamedTensors() const;
+  std::vector<torch::Tensor> Parameters() const;
+  torch::nn::Module& module();
+
+ private:
+  explicit Decoder(std::shared_ptr<DecoderImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<DecoderImpl> impl_;
+};
+
+// The parameter names and shapes an architecture implies, in a fixed order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(const Arch& arch);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_DECODER_H_

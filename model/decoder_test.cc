@@ -1,0 +1,162 @@
+#include "model/decoder.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/generate.h"
+#include "model/test_archs.h"
+#include "search_space/counts.h"
+#include "util/status_matchers.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+torch::Tensor Tokens(int64_t n, int64_t vocab, int64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return torch::randint(vocab, {1, n}, gen, torch::kLong);
+}
+
+// Float64 so that differences between code paths are rounding-level only.
+Decoder MakeDouble(const Arch& a, uint64_t seed = 1) {
+  auto d = Decoder::Create(a, seed, torch::kDouble);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return *std::move(d);
+}
+
+TEST(DecoderTest, ParameterCountEqualsStaticCount) {
+  for (bool tied : {true, false}) {
+    Arch a = TinyMixedArch();
+    a.tie_embeddings = tied;
+    Decoder d = MakeDouble(a);
+    int64_t n = 0;
+    for (const auto& p : d.Parameters()) n += p.numel();
+    EXPECT_EQ(n, CountParameters(a).model()) << "tied=" << tied;
+  }
+}
+
+TEST(DecoderTest, ChunkedPrefillEqualsOneFullForward) {
+  Decoder d = MakeDouble(TinyMixedArch());
+  torch::NoGradGuard no_grad;
+  auto tokens = Tokens(11, 50, 3);
+  auto full = d.Forward(tokens);
+  for (int64_t chunk : {1, 2, 4, 11}) {
+    KvCache cache = d.NewCache(1, 11);
+    std::vector<torch::Tensor> parts;
+    for (int64_t p = 0; p < 11; p += chunk) {
+      parts.push_back(d.ForwardCached(tokens.narrow(1, p, std::min<int64_t>(chunk, 11 - p)), cache,
+                                      /*last_only=*/false));
+    }
+    auto chunked = torch::cat(parts, 1);
+    EXPECT_TRUE(torch::allclose(chunked, full, /*rtol=*/0, /*atol=*/1e-12)) << "chunk " << chunk;
+  }
+}
+
+TEST(DecoderTest, DecodeAfterPrefillEqualsFullForwardOverLongerSequence) {
+  Decoder d = MakeDouble(TinyMixedArch());
+  torch::NoGradGuard no_grad;
+  auto tokens = Tokens(12, 50, 4);
+  auto full = d.Forward(tokens);
+  KvCache cache = d.NewCache(1, 12);
+  d.ForwardCached(tokens.narrow(1, 0, 7), cache, /*last_only=*/true);
+  for (int64_t p = 7; p < 12; ++p) {
+    auto step = d.ForwardCached(tokens.narrow(1, p, 1), cache, /*last_only=*/true);
+    EXPECT_TRUE(torch::allclose(step[0][0], full[0][p], 0, 1e-12)) << "position " << p;
+  }
+  EXPECT_EQ(cache.length(), 12);
+}
+
+TEST(DecoderTest, SlidingWindowIgnoresTokensOutsideTheWindow) {
+  Arch a = TinyMixedArch();
+  a.num_layers = 1;
+  a.attention = {Attention::kSlidingWindow};
+  Decoder d = MakeDouble(a);
+  torch::NoGradGuard no_grad;
+  auto tokens = Tokens(8, 50, 5);
+  auto changed = tokens.clone();
+  changed[0][0] = (tokens[0][0].item<int64_t>() + 1) % 50;  // 7 positions back, window 3
+  auto l1 = d.Forward(tokens), l2 = d.Forward(changed);
+  EXPECT_TRUE(torch::equal(l1[0][7], l2[0][7]));
+  EXPECT_FALSE(torch::allclose(l1[0][2], l2[0][2]));  // inside the window it matters
+}
+
+TEST(DecoderTest, SkipLayersDoNotMixPositions) {
+  Arch a = TinyMixedArch();
+  a.attention = {Attention::kSkip, Attention::kSkip, Attention::kSkip, Attention::kSkip};
+  Decoder d = MakeDouble(a);
+  torch::NoGradGuard no_grad;
+  auto tokens = Tokens(6, 50, 6);
+  auto changed = tokens.clone();
+  changed[0][0] = (tokens[0][0].item<int64_t>() + 1) % 50;
+  EXPECT_TRUE(torch::equal(d.Forward(tokens)[0][5], d.Forward(changed)[0][5]));
+}
+
+TEST(DecoderTest, InitialisationIsDeterministicInTheSeed) {
+  Decoder a = MakeDouble(TinyMixedArch(), 9), b = MakeDouble(TinyMixedArch(), 9);
+  Decoder c = MakeDouble(TinyMixedArch(), 10);
+  auto ta = a.NamedTensors(), tb = b.NamedTensors(), tc = c.NamedTensors();
+  ASSERT_EQ(ta.size(), tb.size());
+  for (size_t i = 0; i < ta.size(); ++i) EXPECT_TRUE(torch::equal(ta[i].second, tb[i].second));
+  EXPECT_FALSE(torch::equal(ta[0].second, tc[0].second));
+}
+
+TEST(DecoderTest, NamesFollowHuggingFaceLlama) {
+  Decoder d = MakeDouble(TinyMixedArch());
+  auto named = d.NamedTensors();
+  auto expected = ExpectedTensorShapes(TinyMixedArch());
+  ASSERT_EQ(named.size(), expected.size());
+  for (size_t i = 0; i < named.size(); ++i) {
+    EXPECT_EQ(named[i].first, expected[i].first);
+    EXPECT_EQ(std::vector<int64_t>(named[i].second.sizes().begin(), named[i].second.sizes().end()),
+              expected[i].second);
+  }
+  EXPECT_EQ(named[1].first, "model.layers.0.input_layernorm.weight");
+}
+
+TEST(DecoderTest, CreateRejectsInvalidArch) {
+  Arch a = TinyMixedArch();
+  a.num_kv_heads = 3;
+  EXPECT_THAT(Decoder::Create(a, 1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("num_kv_heads 3 does not divide")));
+}
+
+TEST(GenerateTest, GreedyTokensEqualArgmaxOfFullRecomputation) {
+  Decoder d = MakeDouble(TinyMixedArch());
+  std::vector<int64_t> prompt = {1, 7, 3, 9, 4, 4, 2};
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  o.prefill_chunk = 3;
+  ASSERT_OK_AND_ASSIGN(Generation g, GreedyGenerate(d, prompt, o));
+  ASSERT_EQ(g.tokens.size(), 6u);
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> seq = prompt;
+  for (int64_t tok : g.tokens) {
+    auto logits = d.Forward(torch::tensor(seq, torch::kLong).view({1, -1}));
+    EXPECT_EQ(logits[0][-1].argmax().item<int64_t>(), tok);
+    seq.push_back(tok);
+  }
+  EXPECT_GT(g.stats.ttft_ms(), 0);
+  EXPECT_GE(g.stats.inference_end_ms, g.stats.first_token_ms);
+  EXPECT_EQ(g.stats.generated_tokens, 6);
+  EXPECT_THAT(g.stats.ToJson(), HasSubstr("\"ttft_ms\""));
+}
+
+TEST(GenerateTest, RejectsTokensOutsideTheVocabulary) {
+  Decoder d = MakeDouble(TinyMixedArch());
+  EXPECT_THAT(GreedyGenerate(d, {1, 50}, GenerateOptions{}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("prompt token 1 id 50 is outside vocabulary 0..49")));
+  EXPECT_THAT(GreedyGenerate(d, {}, GenerateOptions{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("prompt is empty")));
+}
+
+TEST(KvCacheTest, PreallocatesOnlyAttentionLayers) {
+  Arch a = TinyMixedArch();  // 3 attention layers, 2 KV heads of 8
+  Decoder d = MakeDouble(a);
+  KvCache c = d.NewCache(1, 10);
+  EXPECT_EQ(c.bytes(), 3 * 2 * 2 * 10 * 8 * 8);  // layers x (K,V) x heads x tokens x dim x f64
+}
+
+}  // namespace
+}  // namespace hilnas

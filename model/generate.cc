@@ -1,0 +1,81 @@
+#include "model/generate.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace hilnas {
+
+double Stats::decode_ms_per_token() const {
+  return generated_tokens > 1 ? (inference_end_ms - first_token_ms) / double(generated_tokens - 1)
+                              : 0.0;
+}
+
+double Stats::decode_tokens_per_s() const {
+  const double ms = decode_ms_per_token();
+  return ms > 0 ? 1000.0 / ms : 0.0;
+}
+
+std::string Stats::ToJson() const {
+  return absl::StrFormat(
+      "{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"prefill_chunk\": %d, "
+      "\"prompt_eval_end_ms\": %.3f, \"ttft_ms\": %.3f, \"inference_end_ms\": %.3f, "
+      "\"decode_ms_per_token\": %.3f, \"decode_tokens_per_s\": %.2f, \"kv_cache_bytes\": %d}",
+      prompt_tokens, generated_tokens, prefill_chunk, prompt_eval_end_ms, first_token_ms,
+      inference_end_ms, decode_ms_per_token(), decode_tokens_per_s(), kv_cache_bytes);
+}
+
+absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
+                                          const GenerateOptions& options) {
+  if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (options.prefill_chunk <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_chunk ", options.prefill_chunk, " must be positive"));
+  }
+  const int64_t vocab = decoder.arch().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token ", i, " id ", prompt[i], " is outside vocabulary 0..", vocab - 1));
+    }
+  }
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  try {
+    torch::NoGradGuard no_grad;
+    Generation g;
+    Stats& s = g.stats;
+    s.prompt_tokens = static_cast<int64_t>(prompt.size());
+    s.prefill_chunk = options.prefill_chunk;
+    const int64_t n = s.prompt_tokens;
+    auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
+    const auto t0 = Clock::now();
+    KvCache cache = decoder.NewCache(1, n + std::max<int64_t>(options.max_new_tokens, 1));
+    s.kv_cache_bytes = cache.bytes();
+    torch::Tensor logits;
+    for (int64_t pos = 0; pos < n; pos += options.prefill_chunk) {
+      const int64_t len = std::min(options.prefill_chunk, n - pos);
+      logits = decoder.ForwardCached(prompt_t.narrow(1, pos, len), cache, /*last_only=*/true);
+    }
+    s.prompt_eval_end_ms = ms_since(t0);
+    auto next = logits.view({-1}).argmax();
+    g.tokens.push_back(next.item<int64_t>());
+    s.first_token_ms = ms_since(t0);
+    for (int64_t i = 1; i < options.max_new_tokens; ++i) {
+      logits = decoder.ForwardCached(next.view({1, 1}), cache, /*last_only=*/true);
+      next = logits.view({-1}).argmax();
+      g.tokens.push_back(next.item<int64_t>());
+    }
+    s.inference_end_ms = ms_since(t0);
+    s.generated_tokens = static_cast<int64_t>(g.tokens.size());
+    return g;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("generating with ", decoder.arch().name, ": ",
+                                            e.what_without_backtrace()));
+  }
+}
+
+}  // namespace hilnas
