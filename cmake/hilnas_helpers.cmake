@@ -21,11 +21,14 @@ function(hilnas_cc_test)
     target_link_libraries(${A_NAME} PRIVATE ${TORCH_LIBRARIES})
     target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_pch)
   endif()
-  set(props ENVIRONMENT "HILNAS_SOURCE_DIR=${CMAKE_SOURCE_DIR};HILNAS_BINARY_DIR=${CMAKE_BINARY_DIR}")
+  # Tests find the source tree (configs/) and the built binaries through these.
+  target_compile_definitions(${A_NAME} PRIVATE HILNAS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                                               HILNAS_BINARY_DIR="${CMAKE_BINARY_DIR}")
   if(A_LABELS)
-    list(APPEND props LABELS "${A_LABELS}")
+    gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${A_LABELS}")
+  else()
+    gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60)
   endif()
-  gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
 endfunction()
 
 include(GoogleTest)

@@ -1,0 +1,138 @@
+// Runs the real `hilnas` binary as a separate process and checks what a user
+// sees: exact counts, a generation with timings, clear errors for bad input.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Result Hilnas(const std::string& args) {
+  const std::string cmd = std::string(HILNAS_BINARY_DIR) + "/tools/hilnas " + args + " 2>&1";
+  Result r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string SourceDir() { return HILNAS_SOURCE_DIR; }
+
+TEST(CliTest, ShapesShowPrintsTheExactFlash350mCount) {
+  Result r = Hilnas("shapes show mobilellm-flash-350m");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("parameters: 394,613,632"));
+  EXPECT_THAT(r.output, HasSubstr("FSFSFSFSFSFF"));
+}
+
+TEST(CliTest, ShapesListHasEveryFamily) {
+  Result r = Hilnas("shapes list");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* name : {"mobilellm-pro-1b", "mobilellm-pro-shallow-1.8b", "mobilellm-flash-650m",
+                           "mobilellm-flash-1.4b", "openelm-3b-kvp-c-270m"}) {
+    EXPECT_THAT(r.output, HasSubstr(name));
+  }
+}
+
+TEST(CliTest, ShapesShowPrintsTheKvPredictionMap) {
+  Result r = Hilnas("shapes show openelm-1.1b-kvp-c-450m");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("0 0 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 9 10 11 12"));
+}
+
+TEST(CliTest, UnknownShapeIsAClearError) {
+  Result r = Hilnas("shapes show mobilellm-flash-9b");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("no published shape named \"mobilellm-flash-9b\""));
+}
+
+TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
+  Result r = Hilnas("run --arch " + SourceDir() +
+                    "/configs/tiny-arch.textproto --prompt-tokens 64 --max-new-tokens 4 "
+                    "--prefill-chunk 16 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("prompt 64 tokens (prefill chunk 16): TTFT"));
+  EXPECT_THAT(r.output, HasSubstr("tokens/s"));
+  EXPECT_THAT(r.output, HasSubstr("\"generated_tokens\": 4"));
+}
+
+TEST(CliTest, MalformedArchFileNamesFileLineAndField) {
+  const std::string path = ::testing::TempDir() + "/bad-arch.textproto";
+  ASSERT_OK(WriteFileAtomically(path, "num_layers: 2\nd_modle: 64\n"));
+  Result r = Hilnas("run --arch " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr(path + ":2:"));
+  EXPECT_THAT(r.output, HasSubstr("d_modle"));
+}
+
+TEST(CliTest, ImpossibleArchitectureIsRejectedWithTheRule) {
+  const std::string path = ::testing::TempDir() + "/impossible.textproto";
+  ASSERT_OK(WriteFileAtomically(path, R"pb(num_layers: 2 d_model: 64 d_ffn: 64 num_heads: 4
+                                           num_kv_heads: 3 head_dim: 16 vocab_size: 10
+                                           rope_theta: 10000 norm_eps: 1e-5
+                                           attention: FULL attention: SKIP)pb"));
+  Result r = Hilnas("run --arch " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("num_kv_heads 3 does not divide num_heads 4"));
+}
+
+TEST(CliTest, CheckpointInitCheckAndRunFromIt) {
+  const std::string dir = ::testing::TempDir() + "/cli_ckpt";
+  std::filesystem::remove_all(dir);
+  Result init = Hilnas("checkpoint init --arch " + SourceDir() +
+                       "/configs/tiny-arch.textproto --dtype bf16 --out " + dir);
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  Result check = Hilnas("checkpoint check " + dir);
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_THAT(check.output, HasSubstr("pattern FWSFSF"));
+  Result run = Hilnas("run --ckpt " + dir + " --prompt-tokens 8 --max-new-tokens 2");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  // A truncated weight file is reported, not loaded.
+  std::string data;
+  ASSERT_OK(ReadFileToString(dir + "/model.safetensors", &data));
+  ASSERT_OK(WriteFileAtomically(dir + "/model.safetensors", data.substr(0, data.size() / 2)));
+  Result bad = Hilnas("checkpoint check " + dir);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("truncated"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, SpaceShowAndSampleUseTheGivenSpace) {
+  Result show = Hilnas("space show --space " + SourceDir() + "/configs/small-space.textproto");
+  EXPECT_EQ(show.exit_code, 0) << show.output;
+  EXPECT_THAT(show.output, HasSubstr("num_layers: 4 5 6 7 8"));
+  Result sample = Hilnas("space sample --n 5 --seed 3 --space " + SourceDir() +
+                         "/configs/small-space.textproto");
+  EXPECT_EQ(sample.exit_code, 0) << sample.output;
+  EXPECT_THAT(sample.output, HasSubstr("5 feasible of"));
+  EXPECT_THAT(sample.output, Not(HasSubstr("SSS")));
+}
+
+TEST(CliTest, UnknownCommandShowsUsage) {
+  Result r = Hilnas("frobnicate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("usage: hilnas COMMAND"));
+}
+
+}  // namespace
+}  // namespace hilnas

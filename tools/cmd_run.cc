@@ -1,0 +1,183 @@
+// `hilnas run`, `hilnas checkpoint init|check` and the interim `hilnas demo`.
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/decoder.h"
+#include "model/generate.h"
+#include "search_space/counts.h"
+#include "search_space/shapes.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+namespace hilnas::tools {
+namespace {
+
+absl::StatusOr<torch::Dtype> ComputeDtype(const std::string& name) {
+  if (name == "f32") return torch::kFloat;
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "f16") return torch::kHalf;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype ", name, " is not one of f32, bf16, f16"));
+}
+
+struct Built {
+  Decoder decoder;
+  double build_ms;
+  std::string how;
+};
+
+absl::StatusOr<Built> BuildFromFlags(torch::Dtype dtype) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
+  std::string how;
+  absl::StatusOr<Decoder> decoder = absl::UnknownError("unset");
+  if (!ckpt.empty()) {
+    if (!absl::GetFlag(FLAGS_shape).empty() || !absl::GetFlag(FLAGS_arch).empty()) {
+      return absl::InvalidArgumentError("give --ckpt or one of --shape/--arch, not both");
+    }
+    decoder = LoadCheckpoint(ckpt, dtype);
+    how = absl::StrCat("weights from ", ckpt);
+  } else {
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromFlags());
+    decoder = Decoder::Create(arch, absl::GetFlag(FLAGS_seed), dtype);
+    how = absl::StrCat("random weights, seed ", absl::GetFlag(FLAGS_seed));
+  }
+  if (!decoder.ok()) return decoder.status();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return Built{*std::move(decoder), ms, how};
+}
+
+std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
+  auto t = torch::randint(vocab, {n}, gen, torch::kLong);
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+int RunOnce(Decoder& decoder, const std::string& how, double build_ms) {
+  const Arch& a = decoder.arch();
+  std::printf("model: %s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
+              a.name.empty() ? "(unnamed)" : a.name.c_str(), a.num_layers, a.d_model, a.d_ffn,
+              PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
+  std::printf("built in %.0f ms (%s, dtype %s, %d threads)\n", build_ms, how.c_str(),
+              absl::GetFlag(FLAGS_dtype).c_str(), at::get_num_threads());
+  GenerateOptions o;
+  o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  const int64_t n = absl::GetFlag(FLAGS_prompt_tokens);
+  if (n <= 0) return Fail(absl::InvalidArgumentError(absl::StrCat("--prompt-tokens ", n, " must be positive")));
+  auto g = GreedyGenerate(decoder, RandomPrompt(n, a.vocab_size, absl::GetFlag(FLAGS_seed)), o);
+  if (!g.ok()) return Fail(g.status());
+  const Stats& s = g->stats;
+  std::printf("prompt %lld tokens (prefill chunk %lld): TTFT %.1f ms\n",
+              static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.prefill_chunk),
+              s.ttft_ms());
+  std::printf("decode %lld tokens: %.2f ms/token, %.2f tokens/s\n",
+              static_cast<long long>(s.generated_tokens), s.decode_ms_per_token(),
+              s.decode_tokens_per_s());
+  std::printf("stats: %s\n", s.ToJson().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
+  if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  auto dtype = ComputeDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return Fail(dtype.status());
+  auto built = BuildFromFlags(*dtype);
+  if (!built.ok()) return Fail(built.status());
+  return RunOnce(built->decoder, built->how, built->build_ms);
+}
+
+int CheckpointCommand(const std::vector<std::string>& args) {
+  if (args.size() == 1 && args[0] == "init") {
+    const std::string out = absl::GetFlag(FLAGS_out);
+    if (out.empty()) return Fail(absl::InvalidArgumentError("checkpoint init needs --out DIR"));
+    auto storage = ParseStorageDtype(absl::GetFlag(FLAGS_dtype));
+    if (!storage.ok()) return Fail(storage.status());
+    auto arch = ArchFromFlags();
+    if (!arch.ok()) return Fail(arch.status());
+    auto decoder = Decoder::Create(*arch, absl::GetFlag(FLAGS_seed));
+    if (!decoder.ok()) return Fail(decoder.status());
+    absl::Status s = SaveCheckpoint(*decoder, out, *storage);
+    if (!s.ok()) return Fail(s);
+    std::printf("wrote %s (config.json, model.safetensors; %s parameters, %s)\n", out.c_str(),
+                WithCommas(CountParameters(*arch).model()).c_str(), absl::GetFlag(FLAGS_dtype).c_str());
+    return 0;
+  }
+  if (args.size() == 2 && args[0] == "check") {
+    auto decoder = LoadCheckpoint(args[1]);
+    if (!decoder.ok()) return Fail(decoder.status());
+    const Arch& a = decoder->arch();
+    std::printf("%s: ok: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
+                args[1].c_str(), a.num_layers, a.d_model, a.d_ffn, PatternString(a.attention).c_str(),
+                WithCommas(CountParameters(a).model()).c_str());
+    return 0;
+  }
+  return Fail(absl::InvalidArgumentError(
+      "usage: hilnas checkpoint init --shape NAME|--arch FILE --out DIR | hilnas checkpoint check DIR"));
+}
+
+// Until the search lands (issue 6), the demo shows the registry, the search
+// space, one published shape built and run end to end, and a small
+// architecture taken through .textproto -> checkpoint -> run.
+int DemoCommand(const std::vector<std::string>& args) {
+  (void)args;
+  std::printf("== published shapes (MobileLLM-Flash Tab. 5, KV Prediction Tab. 1)\n");
+  if (int rc = ShapesCommand({"list"}); rc != 0) return rc;
+  std::printf("\n== the default search space (MobileLLM-Flash Tab. 3)\n");
+  if (int rc = SpaceCommand({"show"}); rc != 0) return rc;
+  std::printf("\n== 6 Sobol draws of feasible candidates\n");
+  absl::SetFlag(&FLAGS_n, 6);
+  if (int rc = SpaceCommand({"sample"}); rc != 0) return rc;
+  std::printf("\n== mobilellm-flash-350m, random weights, scaled-down prompt\n");
+  absl::SetFlag(&FLAGS_shape, "mobilellm-flash-350m");
+  absl::SetFlag(&FLAGS_prompt_tokens, std::min<int64_t>(absl::GetFlag(FLAGS_prompt_tokens), 256));
+  if (int rc = RunCommand({}); rc != 0) return rc;
+  std::printf("\n== a small arch from a .textproto: checkpoint (bf16), check, run from it\n");
+  const auto tmp = std::filesystem::temp_directory_path();
+  const std::string arch_file = (tmp / "hilnas_demo_arch.textproto").string();
+  const std::string dir = (tmp / "hilnas_demo_ckpt").string();
+  ArchSpec tiny;
+  tiny.set_name("demo-tiny");
+  for (AttentionType t : {FULL, SLIDING_WINDOW, SKIP, FULL}) tiny.add_attention(t);
+  tiny.set_num_layers(4);
+  tiny.set_d_model(256);
+  tiny.set_d_ffn(512);
+  tiny.set_num_heads(8);
+  tiny.set_num_kv_heads(2);
+  tiny.set_head_dim(32);
+  tiny.set_vocab_size(4096);
+  tiny.set_tie_embeddings(true);
+  tiny.set_rope_theta(10000);
+  tiny.set_norm_eps(1e-5);
+  tiny.set_qk_norm(true);
+  tiny.set_sliding_window(64);
+  if (absl::Status s = WriteTextProtoFile(arch_file, tiny); !s.ok()) return Fail(s);
+  absl::SetFlag(&FLAGS_shape, "");
+  absl::SetFlag(&FLAGS_arch, arch_file);
+  absl::SetFlag(&FLAGS_out, dir);
+  absl::SetFlag(&FLAGS_dtype, "bf16");
+  if (int rc = CheckpointCommand({"init"}); rc != 0) return rc;
+  if (int rc = CheckpointCommand({"check", dir}); rc != 0) return rc;
+  absl::SetFlag(&FLAGS_arch, "");
+  absl::SetFlag(&FLAGS_ckpt, dir);
+  if (int rc = RunCommand({}); rc != 0) return rc;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(arch_file);
+  return 0;
+}
+
+}  // namespace hilnas::tools

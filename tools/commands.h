@@ -1,0 +1,32 @@
+// Subcommands of the `hilnas` binary. Each takes the positional arguments
+// after its name (flags are parsed in main) and returns a process exit code.
+#ifndef HILNAS_TOOLS_COMMANDS_H_
+#define HILNAS_TOOLS_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "search_space/arch.h"
+
+namespace hilnas::tools {
+
+int ShapesCommand(const std::vector<std::string>& args);
+int SpaceCommand(const std::vector<std::string>& args);
+int RunCommand(const std::vector<std::string>& args);
+int CheckpointCommand(const std::vector<std::string>& args);
+int DemoCommand(const std::vector<std::string>& args);
+
+// The architecture named by --shape or read from --arch (a .textproto
+// ArchSpec); exactly one must be given.
+absl::StatusOr<Arch> ArchFromFlags();
+
+// 394613632 -> "394,613,632".
+std::string WithCommas(int64_t n);
+
+// Prints the error to stderr and returns exit code 1.
+int Fail(const absl::Status& status);
+
+}  // namespace hilnas::tools
+
+#endif  // HILNAS_TOOLS_COMMANDS_H_

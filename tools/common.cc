@@ -1,0 +1,46 @@
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "proto/arch.pb.h"
+#include "search_space/shapes.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+namespace hilnas::tools {
+
+absl::StatusOr<Arch> ArchFromFlags() {
+  const std::string shape = absl::GetFlag(FLAGS_shape);
+  const std::string file = absl::GetFlag(FLAGS_arch);
+  if (shape.empty() == file.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --shape NAME or --arch FILE");
+  }
+  if (!shape.empty()) {
+    HILNAS_ASSIGN_OR_RETURN(Shape s, FindShape(shape));
+    return s.arch;
+  }
+  ArchSpec spec;
+  HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(file, &spec));
+  auto arch = ArchFromProto(spec);
+  if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", arch.status().message()));
+  return arch;
+}
+
+std::string WithCommas(int64_t n) {
+  std::string digits = absl::StrCat(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "hilnas: error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace hilnas::tools

@@ -1,0 +1,82 @@
+// hilnas: one binary, subcommands (DESIGN.md, "The command").
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "tools/commands.h"
+
+ABSL_FLAG(std::string, shape, "", "published shape name (see `hilnas shapes list`)");
+ABSL_FLAG(std::string, arch, "", "ArchSpec .textproto file");
+ABSL_FLAG(std::string, ckpt, "", "checkpoint folder (config.json + model.safetensors)");
+ABSL_FLAG(std::string, space, "", "SearchSpace .textproto file; default: MobileLLM-Flash Tab. 3");
+ABSL_FLAG(std::string, out, "", "output path");
+ABSL_FLAG(std::string, dtype, "f32", "f32 | bf16 | f16 (compute dtype, or storage for checkpoints)");
+ABSL_FLAG(int64_t, prompt_tokens, 256, "prompt length in tokens");
+ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate");
+ABSL_FLAG(int64_t, prefill_chunk, 1024, "prefill chunk in tokens (MobileLLM-Flash Sec. 4.2.2)");
+ABSL_FLAG(int32_t, threads, 0, "intra-op threads; 0 = libtorch's default");
+ABSL_FLAG(uint64_t, seed, 0, "random seed (weights, prompts, Sobol)");
+ABSL_FLAG(int32_t, n, 8, "how many (space sample)");
+ABSL_FLAG(bool, json, false, "machine-readable output where supported");
+
+namespace {
+
+constexpr char kUsage[] = R"(hilnas: hardware-in-the-loop architecture search for on-device LLMs
+
+usage: hilnas COMMAND [ARGS] [--flags]
+
+  shapes list                      published shapes with exact parameter counts
+  shapes show NAME                 one shape: fields, pattern, counts, KVP map
+  space show [--space FILE]        search-space dimensions and size
+  space sample [--n N --seed S]    Sobol draws of feasible architectures
+  run --shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M
+      --prefill-chunk C --threads T --dtype f32|bf16 --seed S]
+                                   build, prefill and decode once; print TTFT and decode speed
+  checkpoint init --shape NAME|--arch FILE --out DIR [--dtype f32|f16|bf16 --seed S]
+                                   write a random-weight checkpoint
+  checkpoint check DIR             validate a checkpoint folder and summarise it
+  demo                             the README's main job
+)";
+
+// Accept --prompt-tokens as well as Abseil's --prompt_tokens.
+std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (std::string& a : out) {
+    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+    const size_t end = std::min(a.find('='), a.size());
+    for (size_t i = 2; i < end; ++i) {
+      if (a[i] == '-') a[i] = '_';
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> normalised = NormaliseFlagNames(argc, argv);
+  std::vector<char*> cargv;
+  for (std::string& a : normalised) cargv.push_back(a.data());
+  std::vector<char*> rest = absl::ParseCommandLine(argc, cargv.data());
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  if (args.empty() || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  using namespace hilnas::tools;
+  if (command == "shapes") return ShapesCommand(args);
+  if (command == "space") return SpaceCommand(args);
+  if (command == "run") return RunCommand(args);
+  if (command == "checkpoint") return CheckpointCommand(args);
+  if (command == "demo") return DemoCommand(args);
+  std::fprintf(stderr, "hilnas: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
+  return 2;
+}
