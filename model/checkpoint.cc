@@ -38,9 +38,12 @@ const DtypeInfo* FindDtype(const std::string& name) {
 
 const char* SafetensorsName(StorageDtype d) {
   switch (d) {
-    case StorageDtype::kF32: return "F32";
-    case StorageDtype::kF16: return "F16";
-    case StorageDtype::kBF16: return "BF16";
+    case StorageDtype::kF32:
+      return "F32";
+    case StorageDtype::kF16:
+      return "F16";
+    case StorageDtype::kBF16:
+      return "BF16";
   }
   return "F32";
 }
@@ -51,9 +54,12 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 const char* LayerTypeName(Attention a) {
   switch (a) {
-    case Attention::kFull: return "full_attention";
-    case Attention::kSlidingWindow: return "sliding_attention";
-    case Attention::kSkip: return "skip_attention";
+    case Attention::kFull:
+      return "full_attention";
+    case Attention::kSlidingWindow:
+      return "sliding_attention";
+    case Attention::kSkip:
+      return "skip_attention";
   }
   return "full_attention";
 }
@@ -71,8 +77,8 @@ absl::StatusOr<T> Field(const json& j, const std::string& path, const char* key,
                   : std::is_integral_v<T> ? it->is_number_integer()
                                           : it->is_number();
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": field \"", key, "\" has the wrong type: ",
-                                                   it->dump()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": field \"", key, "\" has the wrong type: ", it->dump()));
   }
   return it->get<T>();
 }
@@ -149,7 +155,8 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
   } catch (const json::parse_error& e) {
     return absl::DataLossError(absl::StrCat(path, ": header is not valid JSON: ", e.what()));
   }
-  if (!header.is_object()) return absl::DataLossError(absl::StrCat(path, ": header is not an object"));
+  if (!header.is_object())
+    return absl::DataLossError(absl::StrCat(path, ": header is not an object"));
   const int64_t data_start = 8 + static_cast<int64_t>(header_len);
   const int64_t data_size = file_size - data_start;
 
@@ -207,15 +214,15 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
   int64_t expect = 0;
   for (const Entry& e : entries) {
     if (e.begin != expect) {
-      return absl::DataLossError(absl::StrCat(path, ": tensor ", e.name, " starts at byte ", e.begin,
-                                              ", expected ", expect,
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", e.name, " starts at byte ",
+                                              e.begin, ", expected ", expect,
                                               e.begin < expect ? " (overlap)" : " (hole)"));
     }
     expect = e.end;
   }
   if (expect != data_size) {
-    return absl::DataLossError(absl::StrCat(path, ": data buffer has ", data_size,
-                                            " bytes but tensors cover ", expect));
+    return absl::DataLossError(
+        absl::StrCat(path, ": data buffer has ", data_size, " bytes but tensors cover ", expect));
   }
   std::map<std::string, torch::Tensor> out;
   try {
@@ -234,8 +241,8 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
 
 absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": checkpoints of KV-prediction architectures are not supported yet"));
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": checkpoints of KV-prediction architectures are not supported yet"));
   }
   json j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
@@ -288,17 +295,21 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
   if (j.contains("kv_cache") && j["kv_cache"] == "slim") a.kv_cache = KvLayout::kSlim;
   if (j.contains("layer_types")) {
     if (!j["layer_types"].is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": field \"layer_types\" is not an array"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field \"layer_types\" is not an array"));
     }
     for (size_t i = 0; i < j["layer_types"].size(); ++i) {
       const json& t = j["layer_types"][i];
-      if (t == "full_attention") a.attention.push_back(Attention::kFull);
-      else if (t == "sliding_attention") a.attention.push_back(Attention::kSlidingWindow);
-      else if (t == "skip_attention") a.attention.push_back(Attention::kSkip);
+      if (t == "full_attention")
+        a.attention.push_back(Attention::kFull);
+      else if (t == "sliding_attention")
+        a.attention.push_back(Attention::kSlidingWindow);
+      else if (t == "skip_attention")
+        a.attention.push_back(Attention::kSkip);
       else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": layer_types[", i, "] ", t.dump(),
-            " is not full_attention, sliding_attention or skip_attention"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": layer_types[", i, "] ", t.dump(),
+                         " is not full_attention, sliding_attention or skip_attention"));
       }
     }
   } else {
@@ -329,9 +340,10 @@ absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtyp
     auto emb = tensors.find("model.embed_tokens.weight");
     if (head != tensors.end() && emb != tensors.end()) {
       if (!head->second.equal(emb->second)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            st_path, ": lm_head.weight differs from model.embed_tokens.weight but config.json "
-                     "says tie_word_embeddings"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(st_path,
+                         ": lm_head.weight differs from model.embed_tokens.weight but config.json "
+                         "says tie_word_embeddings"));
       }
       tensors.erase(head);
     }

@@ -165,8 +165,9 @@ TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
   std::filesystem::create_directories(dir_);
   const std::string path = dir_ + "/config.json";
   Write(path, R"({"hidden_size": "wide", "intermediate_size": 64})");
-  EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
-                                             HasSubstr("field \"hidden_size\" has the wrong type")));
+  EXPECT_THAT(ReadConfigJson(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("field \"hidden_size\" has the wrong type")));
   Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
                   "vocab_size": 10, "layer_types": ["full_attention", "linear_attention"]})");
   EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -186,8 +187,8 @@ TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
 }
 
 TEST_F(CheckpointTest, MissingFolderIsNotFound) {
-  EXPECT_THAT(LoadCheckpoint(dir_ + "/nope"), StatusIs(absl::StatusCode::kNotFound,
-                                                       HasSubstr("config.json")));
+  EXPECT_THAT(LoadCheckpoint(dir_ + "/nope"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("config.json")));
 }
 
 }  // namespace

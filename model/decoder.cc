@@ -31,7 +31,8 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
 
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
 // paired with i + head_dim/2.
-torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
+                        const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);
@@ -168,7 +169,8 @@ class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const Arch& a, torch::Dtype dtype) : arch_(a), dtype_(dtype) {
     model_ = register_module("model", Backbone(a));
-    if (!a.tie_embeddings) lm_head_ = register_module("lm_head", MakeLinear(a.d_model, a.vocab_size));
+    if (!a.tie_embeddings)
+      lm_head_ = register_module("lm_head", MakeLinear(a.d_model, a.vocab_size));
     // RoPE inverse frequencies: theta^(-2i/hd), i < hd/2.
     inv_freq_ = torch::pow(a.rope_theta, -torch::arange(0, a.head_dim, 2, torch::kDouble) /
                                              static_cast<double>(a.head_dim));
@@ -233,8 +235,8 @@ absl::StatusOr<Decoder> Decoder::Create(const Arch& arch, uint64_t seed, torch::
     Decoder d(impl);
     for (auto& [name, t] : d.NamedTensors()) {
       if (t.dim() == 1) continue;
-      const bool residual_out = name.find("o_proj") != std::string::npos ||
-                                name.find("down_proj") != std::string::npos;
+      const bool residual_out =
+          name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
       const double std = 0.02 / (residual_out ? std::sqrt(2.0 * arch.num_layers) : 1.0);
       t.normal_(0.0, std, gen);
     }

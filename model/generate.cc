@@ -36,8 +36,8 @@ absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<in
   const int64_t vocab = decoder.arch().vocab_size;
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt token ", i, " id ", prompt[i], " is outside vocabulary 0..", vocab - 1));
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " id ", prompt[i],
+                                                     " is outside vocabulary 0..", vocab - 1));
     }
   }
   using Clock = std::chrono::steady_clock;
@@ -73,8 +73,8 @@ absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<in
     s.generated_tokens = static_cast<int64_t>(g.tokens.size());
     return g;
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("generating with ", decoder.arch().name, ": ",
-                                            e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("generating with ", decoder.arch().name, ": ", e.what_without_backtrace()));
   }
 }
 

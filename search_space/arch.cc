@@ -17,9 +17,12 @@ int Arch::num_attention_layers() const {
 
 const char* AttentionName(Attention a) {
   switch (a) {
-    case Attention::kFull: return "full";
-    case Attention::kSlidingWindow: return "swa";
-    case Attention::kSkip: return "skip";
+    case Attention::kFull:
+      return "full";
+    case Attention::kSlidingWindow:
+      return "swa";
+    case Attention::kSkip:
+      return "skip";
   }
   return "?";
 }
@@ -36,9 +39,15 @@ absl::StatusOr<std::vector<Attention>> ParsePattern(const std::string& pattern) 
   std::vector<Attention> out;
   for (size_t i = 0; i < pattern.size(); ++i) {
     switch (pattern[i]) {
-      case 'F': out.push_back(Attention::kFull); break;
-      case 'W': out.push_back(Attention::kSlidingWindow); break;
-      case 'S': out.push_back(Attention::kSkip); break;
+      case 'F':
+        out.push_back(Attention::kFull);
+        break;
+      case 'W':
+        out.push_back(Attention::kSlidingWindow);
+        break;
+      case 'S':
+        out.push_back(Attention::kSkip);
+        break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("pattern \"", pattern, "\": character ", i,
                                                        " '", std::string(1, pattern[i]),
@@ -73,8 +82,8 @@ absl::StatusOr<std::vector<int>> LayerPrunedKeptLayers(int num_layers, double ra
     }
   }
   if (q == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv_prediction.layer_pruned_ratio ", ratio, " is not a fraction p/q with q <= 64"));
+    return absl::InvalidArgumentError(absl::StrCat("kv_prediction.layer_pruned_ratio ", ratio,
+                                                   " is not a fraction p/q with q <= 64"));
   }
   std::vector<int> kept;
   for (int i = 0; i < num_layers; ++i) {
@@ -130,8 +139,8 @@ absl::StatusOr<Arch> AuxiliaryArch(const Arch& base) {
       HILNAS_ASSIGN_OR_RETURN(std::vector<int> kept,
                               LayerPrunedKeptLayers(base.num_layers, kvp.layer_pruned_ratio));
       Arch aux = base;
-      aux.name = absl::StrCat(base.name, base.name.empty() ? "" : "-", "aux-lp-",
-                              kvp.layer_pruned_ratio);
+      aux.name =
+          absl::StrCat(base.name, base.name.empty() ? "" : "-", "aux-lp-", kvp.layer_pruned_ratio);
       aux.kv_prediction = KvPredictionSpec{};
       aux.num_layers = static_cast<int>(kept.size());
       aux.attention.clear();
@@ -217,8 +226,8 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
     errors.push_back(absl::StrCat("head_dim ", a.head_dim, " must be even for rotary embeddings"));
   }
   if (a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads != 0) {
-    errors.push_back(absl::StrCat("num_kv_heads ", a.num_kv_heads, " does not divide num_heads ",
-                                  a.num_heads));
+    errors.push_back(
+        absl::StrCat("num_kv_heads ", a.num_kv_heads, " does not divide num_heads ", a.num_heads));
   }
   if (options.block_size > 0) {
     if (a.d_model % options.block_size != 0) {
@@ -226,16 +235,16 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
                                     options.block_size));
     }
     if (a.d_ffn % options.block_size != 0) {
-      errors.push_back(absl::StrCat("d_ffn ", a.d_ffn, " is not a multiple of block size ",
-                                    options.block_size));
+      errors.push_back(
+          absl::StrCat("d_ffn ", a.d_ffn, " is not a multiple of block size ", options.block_size));
     }
   }
   if (static_cast<int>(a.attention.size()) != a.num_layers) {
     errors.push_back(absl::StrCat("attention pattern has ", a.attention.size(),
                                   " entries, expected num_layers ", a.num_layers));
   }
-  const bool any_swa = std::count(a.attention.begin(), a.attention.end(),
-                                  Attention::kSlidingWindow) > 0;
+  const bool any_swa =
+      std::count(a.attention.begin(), a.attention.end(), Attention::kSlidingWindow) > 0;
   if (any_swa && a.sliding_window <= 0) {
     errors.push_back(absl::StrCat("sliding_window ", a.sliding_window,
                                   " must be positive when a layer uses SLIDING_WINDOW"));
@@ -266,9 +275,9 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.head_dim = p.head_dim();
   if (a.head_dim == 0 && a.num_heads > 0) {
     if (a.d_model % a.num_heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          p.name().empty() ? "arch" : p.name(), ": head_dim is unset and d_model ", a.d_model,
-          " is not divisible by num_heads ", a.num_heads));
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.name().empty() ? "arch" : p.name(), ": head_dim is unset and d_model ",
+                       a.d_model, " is not divisible by num_heads ", a.num_heads));
     }
     a.head_dim = a.d_model / a.num_heads;
   }
@@ -280,13 +289,19 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.sliding_window = p.sliding_window();
   for (int i = 0; i < p.attention_size(); ++i) {
     switch (p.attention(i)) {
-      case FULL: a.attention.push_back(Attention::kFull); break;
-      case SLIDING_WINDOW: a.attention.push_back(Attention::kSlidingWindow); break;
-      case SKIP: a.attention.push_back(Attention::kSkip); break;
+      case FULL:
+        a.attention.push_back(Attention::kFull);
+        break;
+      case SLIDING_WINDOW:
+        a.attention.push_back(Attention::kSlidingWindow);
+        break;
+      case SKIP:
+        a.attention.push_back(Attention::kSkip);
+        break;
       default:
-        return absl::InvalidArgumentError(
-            absl::StrCat(p.name().empty() ? "arch" : p.name(), ": attention[", i, "] ",
-                         AttentionType_Name(p.attention(i)), " is not FULL, SLIDING_WINDOW or SKIP"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            p.name().empty() ? "arch" : p.name(), ": attention[", i, "] ",
+            AttentionType_Name(p.attention(i)), " is not FULL, SLIDING_WINDOW or SKIP"));
     }
   }
   a.kv_cache = p.kv_cache() == SLIM ? KvLayout::kSlim : KvLayout::kStandard;

@@ -45,17 +45,19 @@ TEST(ValidateArchTest, RejectsWidthsOffTheBlockGrid) {
   Arch a = Tiny();
   a.d_ffn = 3000;
   a.d_model = 200;
-  EXPECT_THAT(Check(a, 128),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr("d_ffn 3000 is not a multiple of block size 128"),
-                                        HasSubstr("d_model 200 is not a multiple of block size 128"))));
+  EXPECT_THAT(
+      Check(a, 128),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::AllOf(HasSubstr("d_ffn 3000 is not a multiple of block size 128"),
+                                HasSubstr("d_model 200 is not a multiple of block size 128"))));
 }
 
 TEST(ValidateArchTest, RejectsPatternOfWrongLength) {
   Arch a = Tiny();
   a.attention.pop_back();
-  EXPECT_THAT(Check(a), StatusIs(absl::StatusCode::kInvalidArgument,
-                                 HasSubstr("attention pattern has 2 entries, expected num_layers 3")));
+  EXPECT_THAT(Check(a),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attention pattern has 2 entries, expected num_layers 3")));
 }
 
 TEST(ValidateArchTest, RejectsSlidingWindowLayerWithoutWindow) {
@@ -77,8 +79,8 @@ TEST(ValidateArchTest, RejectsNonPositiveSizes) {
 TEST(ValidateArchTest, RejectsOddHeadDim) {
   Arch a = Tiny();
   a.head_dim = 33;
-  EXPECT_THAT(Check(a), StatusIs(absl::StatusCode::kInvalidArgument,
-                                 HasSubstr("head_dim 33 must be even")));
+  EXPECT_THAT(Check(a),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("head_dim 33 must be even")));
 }
 
 TEST(ValidateArchTest, RejectsSlimCacheOnGroupedQueryAttention) {
@@ -148,8 +150,8 @@ TEST(ArchFromProtoTest, ProtoRoundTripIsExact) {
 TEST(PatternTest, ParsesAndPrints) {
   ASSERT_OK_AND_ASSIGN(auto p, ParsePattern("FWSF"));
   EXPECT_EQ(PatternString(p), "FWSF");
-  EXPECT_THAT(ParsePattern("FXF"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("character 1 'X'")));
+  EXPECT_THAT(ParsePattern("FXF"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("character 1 'X'")));
 }
 
 TEST(PatternTest, LongestEfficientRunCountsSwaAndSkipTogether) {
@@ -160,8 +162,8 @@ TEST(PatternTest, LongestEfficientRunCountsSwaAndSkipTogether) {
 // KV Prediction App. A, Tab. 4 (OpenELM 1.1B has 28 layers).
 TEST(KvPredictionTest, LayerPrunedKeepsEveryKthLayer) {
   ASSERT_OK_AND_ASSIGN(auto k75, LayerPrunedKeptLayers(28, 0.75));
-  EXPECT_THAT(k75, ElementsAre(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18, 20, 21, 22, 24,
-                               25, 26));
+  EXPECT_THAT(
+      k75, ElementsAre(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18, 20, 21, 22, 24, 25, 26));
   ASSERT_OK_AND_ASSIGN(auto k25, LayerPrunedKeptLayers(36, 0.25));
   EXPECT_THAT(k25, ElementsAre(0, 4, 8, 12, 16, 20, 24, 28, 32));
 }

@@ -48,8 +48,7 @@ double HeadFlops(const Arch& a) { return 2.0 * a.vocab_size * a.d_model; }
 // KVP predictor: one linear map with bias per base layer for K and one for V.
 // Every aux layer has the same KV width here, so the map does not change it.
 int64_t PredictorParams(const Arch& base, const Arch& aux) {
-  return int64_t{base.num_attention_layers()} * 2 * (int64_t{aux.kv_width()} + 1) *
-         base.kv_width();
+  return int64_t{base.num_attention_layers()} * 2 * (int64_t{aux.kv_width()} + 1) * base.kv_width();
 }
 
 }  // namespace

@@ -25,11 +25,11 @@ Arch Tiny() {
 
 TEST(CountParametersTest, MatchesHandCount) {
   const ParameterCount c = CountParameters(Tiny());
-  EXPECT_EQ(c.embedding, 80);        // 10 x 8
-  EXPECT_EQ(c.output_head, 0);       // tied
-  EXPECT_EQ(c.attention, 192);       // q 64 + k 32 + v 32 + o 64, one layer
-  EXPECT_EQ(c.ffn, 768);             // 2 layers x 3 x 8 x 16
-  EXPECT_EQ(c.norms, 40);            // final 8 + FFN 2x8 + attention 8 + QK 2x4
+  EXPECT_EQ(c.embedding, 80);   // 10 x 8
+  EXPECT_EQ(c.output_head, 0);  // tied
+  EXPECT_EQ(c.attention, 192);  // q 64 + k 32 + v 32 + o 64, one layer
+  EXPECT_EQ(c.ffn, 768);        // 2 layers x 3 x 8 x 16
+  EXPECT_EQ(c.norms, 40);       // final 8 + FFN 2x8 + attention 8 + QK 2x4
   EXPECT_EQ(c.model(), 1080);
 }
 

@@ -61,8 +61,8 @@ absl::StatusOr<Shape> FindShape(absl::string_view name) {
     if (s.name == name) return std::move(s);
     names.push_back(s.name);
   }
-  return absl::NotFoundError(absl::StrCat("no published shape named \"", name,
-                                          "\"; known: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("no published shape named \"", name, "\"; known: ", absl::StrJoin(names, ", ")));
 }
 
 }  // namespace hilnas

@@ -37,23 +37,27 @@ TEST(ShapesTest, FlashShapesMatchTable5) {
 }
 
 TEST(ShapesTest, UnknownNameListsKnownOnes) {
-  EXPECT_THAT(FindShape("gpt-5"), StatusIs(absl::StatusCode::kNotFound,
-                                           HasSubstr("mobilellm-flash-350m")));
+  EXPECT_THAT(FindShape("gpt-5"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("mobilellm-flash-350m")));
 }
 
 // KV Prediction Tab. 1b rows, read off the paper.
 TEST(ShapesTest, OpenElm3bLayerMapsEqualTable1) {
   const std::vector<std::pair<const char*, std::vector<int>>> rows = {
-      {"openelm-3b-kvp-c-1.1b", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 9,
-                                 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27}},
-      {"openelm-3b-kvp-c-450m", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8,
-                                 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 17, 18, 19}},
-      {"openelm-3b-kvp-c-270m", {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 5, 5, 6, 6,
+      {"openelm-3b-kvp-c-1.1b",
+       {0,  0,  1,  1,  2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,  8,  9,
+        10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27}},
+      {"openelm-3b-kvp-c-450m",
+       {0, 0, 1,  1,  2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,  8,  8,
+        9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 17, 18, 19}},
+      {"openelm-3b-kvp-c-270m", {0, 0, 0, 1, 1, 1, 2,  2,  2,  3,  3,  3,  4,  4,  5,  5,  6,  6,
                                  7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15}},
-      {"openelm-3b-kvp-lp-0.75", {0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11, 12, 13,
-                                  14, 14, 15, 16, 17, 17, 18, 19, 20, 20, 21, 22, 23, 23, 24, 25, 26, 26}},
-      {"openelm-3b-kvp-lp-0.50", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8,
-                                  9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 16, 17, 17}},
+      {"openelm-3b-kvp-lp-0.75",
+       {0,  1,  2,  2,  3,  4,  5,  5,  6,  7,  8,  8,  9,  10, 11, 11, 12, 13,
+        14, 14, 15, 16, 17, 17, 18, 19, 20, 20, 21, 22, 23, 23, 24, 25, 26, 26}},
+      {"openelm-3b-kvp-lp-0.50",
+       {0, 0, 1,  1,  2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,  8,  8,
+        9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 16, 17, 17}},
   };
   for (const auto& [name, want] : rows) {
     ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
@@ -65,13 +69,13 @@ TEST(ShapesTest, OpenElm3bLayerMapsEqualTable1) {
 // KV Prediction Tab. 1a rows.
 TEST(ShapesTest, OpenElm11bLayerMapsEqualTable1) {
   const std::vector<std::pair<const char*, std::vector<int>>> rows = {
-      {"openelm-1.1b-kvp-c-450m", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6,
+      {"openelm-1.1b-kvp-c-450m", {0, 0, 1, 1, 2,  2,  3,  3,  4,  4,  5,  5,  6,  6,
                                    7, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}},
-      {"openelm-1.1b-kvp-c-270m", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6,
+      {"openelm-1.1b-kvp-c-270m", {0, 0, 1, 1, 2, 2, 3,  3,  4,  4,  5,  5,  6,  6,
                                    7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 13, 14, 15}},
-      {"openelm-1.1b-kvp-lp-0.75", {0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10,
+      {"openelm-1.1b-kvp-lp-0.75", {0,  1,  2,  2,  3,  4,  5,  5,  6,  7,  8,  8,  9,  10,
                                     11, 11, 12, 13, 14, 14, 15, 16, 17, 17, 18, 19, 20, 20}},
-      {"openelm-1.1b-kvp-lp-0.50", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6,
+      {"openelm-1.1b-kvp-lp-0.50", {0, 0, 1, 1, 2, 2, 3,  3,  4,  4,  5,  5,  6,  6,
                                     7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13}},
   };
   for (const auto& [name, want] : rows) {
@@ -88,15 +92,25 @@ TEST(ShapeRegistryTest, ReportsUndefinedAuxShape) {
 }
 
 TEST(ShapeRegistryTest, ReportsInvalidArchWithShapeName) {
-  EXPECT_THAT(ParseShapeRegistry(R"pb(shape {
-                                        name: "bad"
-                                        arch { num_layers: 1 d_model: 64 d_ffn: 64 num_heads: 3
-                                               num_kv_heads: 2 head_dim: 8 vocab_size: 10
-                                               rope_theta: 1 norm_eps: 1e-5 attention: FULL }
-                                      })pb",
-                                 "r.textproto"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("shape \"bad\": arch: num_kv_heads 2 does not divide num_heads 3")));
+  EXPECT_THAT(
+      ParseShapeRegistry(R"pb(shape {
+                                name: "bad"
+                                arch {
+                                  num_layers: 1
+                                  d_model: 64
+                                  d_ffn: 64
+                                  num_heads: 3
+                                  num_kv_heads: 2
+                                  head_dim: 8
+                                  vocab_size: 10
+                                  rope_theta: 1
+                                  norm_eps: 1e-5
+                                  attention: FULL
+                                }
+                              })pb",
+                         "r.textproto"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("shape \"bad\": arch: num_kv_heads 2 does not divide num_heads 3")));
 }
 
 }  // namespace

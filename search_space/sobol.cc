@@ -1,7 +1,7 @@
 #include "search_space/sobol.h"
 
-#include <torch/torch.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
 
 #include <set>
 
@@ -65,7 +65,8 @@ absl::StatusOr<std::vector<std::vector<double>>> SobolPoints(int dimension, int6
     torch::Tensor t = engine.Draw(n).contiguous();
     std::vector<std::vector<double>> out(n, std::vector<double>(dimension));
     const double* p = t.data_ptr<double>();
-    for (int64_t i = 0; i < n; ++i) std::copy(p + i * dimension, p + (i + 1) * dimension, out[i].begin());
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(p + i * dimension, p + (i + 1) * dimension, out[i].begin());
     return out;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("Sobol engine: ", e.what_without_backtrace()));

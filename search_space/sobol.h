@@ -13,8 +13,8 @@
 namespace hilnas {
 
 struct SobolSample {
-  std::vector<Arch> archs;                   // distinct members of the space
-  std::vector<std::vector<double>> points;   // their encodings (bin centres)
+  std::vector<Arch> archs;                  // distinct members of the space
+  std::vector<std::vector<double>> points;  // their encodings (bin centres)
   int64_t drawn = 0;  // Sobol points drawn; archs.size() / drawn is the acceptance rate
 };
 

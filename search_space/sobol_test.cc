@@ -54,8 +54,8 @@ TEST(SobolTest, TooSmallASpaceIsReported) {
   p.mutable_d_model()->Clear();
   p.mutable_d_model()->add_values(128);
   ASSERT_OK_AND_ASSIGN(Space space, Space::FromProto(p));  // 3 architectures
-  EXPECT_THAT(SampleSobol(space, 5, 1, 4096), StatusIs(absl::StatusCode::kResourceExhausted,
-                                                       HasSubstr("found only 3")));
+  EXPECT_THAT(SampleSobol(space, 5, 1, 4096),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("found only 3")));
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ void CheckChoices(const char* field, const std::vector<int>& values, int block,
   for (int v : values) {
     if (v <= 0) errors->push_back(absl::StrCat(field, ": choice ", v, " must be positive"));
     if (block > 0 && v % block != 0) {
-      errors->push_back(absl::StrCat(field, ": choice ", v, " is not a multiple of block size ",
-                                     block));
+      errors->push_back(
+          absl::StrCat(field, ": choice ", v, " is not a multiple of block size ", block));
     }
   }
   std::vector<int> sorted = values;
@@ -63,7 +63,8 @@ int IndexOf(const std::vector<T>& v, const T& x) {
 bool SameAux(const KvPredictionSpec& a, const KvPredictionSpec& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case KvPredictionSpec::Kind::kNone: return true;
+    case KvPredictionSpec::Kind::kNone:
+      return true;
     case KvPredictionSpec::Kind::kLayerPruned:
       return a.layer_pruned_ratio == b.layer_pruned_ratio && a.layer_map == b.layer_map;
     case KvPredictionSpec::Kind::kCanonical:
@@ -148,12 +149,19 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
   }
   for (int a : proto.attention_choices()) {
     switch (a) {
-      case FULL: sp.attention_.push_back(Attention::kFull); break;
-      case SLIDING_WINDOW: sp.attention_.push_back(Attention::kSlidingWindow); break;
-      case SKIP: sp.attention_.push_back(Attention::kSkip); break;
+      case FULL:
+        sp.attention_.push_back(Attention::kFull);
+        break;
+      case SLIDING_WINDOW:
+        sp.attention_.push_back(Attention::kSlidingWindow);
+        break;
+      case SKIP:
+        sp.attention_.push_back(Attention::kSkip);
+        break;
       default:
-        errors.push_back(absl::StrCat("attention_choices: ", AttentionType_Name(
-                                          static_cast<AttentionType>(a)), " is not a layer type"));
+        errors.push_back(
+            absl::StrCat("attention_choices: ", AttentionType_Name(static_cast<AttentionType>(a)),
+                         " is not a layer type"));
     }
   }
   if (sp.attention_.empty()) errors.push_back("attention_choices: no choices");
@@ -168,8 +176,7 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
   base.clear_attention();
   base.clear_kv_prediction();
   for (int i = 0; i < sp.layers_[0]; ++i) base.add_attention(proto.attention_choices(0));
-  if (base.sliding_window() <= 0 &&
-      IndexOf(sp.attention_, Attention::kSlidingWindow) >= 0) {
+  if (base.sliding_window() <= 0 && IndexOf(sp.attention_, Attention::kSlidingWindow) >= 0) {
     return absl::InvalidArgumentError(
         "search space: attention_choices has SLIDING_WINDOW but base.sliding_window is unset");
   }
@@ -243,12 +250,14 @@ absl::Status Space::Contains(const Arch& arch) const {
   if (max_consecutive_efficient() > 0 && run > max_consecutive_efficient()) {
     errors.push_back(absl::StrCat("pattern ", PatternString(arch.attention), " has ", run,
                                   " consecutive efficient-attention layers; at most ",
-                                  max_consecutive_efficient(), " allowed (MobileLLM-Flash Sec. 3.5)"));
+                                  max_consecutive_efficient(),
+                                  " allowed (MobileLLM-Flash Sec. 3.5)"));
   }
   // Fixed fields must equal the base's.
   const Arch& b = base_;
   auto fixed = [&](const char* field, double got, double want) {
-    if (got != want) errors.push_back(absl::StrCat(field, " ", got, " differs from the space's ", want));
+    if (got != want)
+      errors.push_back(absl::StrCat(field, " ", got, " differs from the space's ", want));
   };
   fixed("num_heads", arch.num_heads, b.num_heads);
   fixed("num_kv_heads", arch.num_kv_heads, b.num_kv_heads);
@@ -266,9 +275,9 @@ absl::Status Space::Contains(const Arch& arch) const {
   options.block_size = block_size();
   HILNAS_RETURN_IF_ERROR(ValidateArch(arch, options));
   if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(arch.name.empty() ? "arch" : arch.name,
-                                                 " is not in the search space: ",
-                                                 absl::StrJoin(errors, "; ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat(arch.name.empty() ? "arch" : arch.name,
+                   " is not in the search space: ", absl::StrJoin(errors, "; ")));
 }
 
 absl::StatusOr<std::vector<double>> Space::Encode(const Arch& arch) const {

@@ -60,9 +60,9 @@ std::vector<Arch> Enumerate(const Space& space) {
 
 TEST(SpaceTest, DefaultSpaceIsTable3) {
   ASSERT_OK_AND_ASSIGN(Space s, Space::FromProto(DefaultSearchSpace()));
-  EXPECT_EQ(s.layer_choices().size(), 7u);   // 10..16
-  EXPECT_EQ(s.ffn_choices().size(), 25u);    // 2048..8192 step 256
-  EXPECT_EQ(s.model_choices().size(), 9u);   // 1024..2048 step 128
+  EXPECT_EQ(s.layer_choices().size(), 7u);  // 10..16
+  EXPECT_EQ(s.ffn_choices().size(), 25u);   // 2048..8192 step 256
+  EXPECT_EQ(s.model_choices().size(), 9u);  // 1024..2048 step 128
   EXPECT_EQ(s.attention_choices().size(), 3u);
   EXPECT_EQ(s.dimensions(), 3 + 16);
   // Unconstrained: 25 * 9 * sum_{L=10}^{16} 3^L.
@@ -121,8 +121,8 @@ TEST(SpaceTest, DecodeRejectsPointsOutsideTheCube) {
   x[1] = 1.5;
   EXPECT_THAT(s.Decode(x), StatusIs(absl::StatusCode::kInvalidArgument,
                                     HasSubstr("coordinate d_ffn = 1.5 is outside [0, 1]")));
-  EXPECT_THAT(s.Decode({0.5}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                        HasSubstr("point has 1 coordinates")));
+  EXPECT_THAT(s.Decode({0.5}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point has 1 coordinates")));
 }
 
 TEST(SpaceTest, FromProtoNamesTheBadField) {
@@ -133,8 +133,8 @@ TEST(SpaceTest, FromProtoNamesTheBadField) {
                        HasSubstr("d_ffn: choice 300 is not a multiple of block size 128")));
   p = SmallProto();
   p.mutable_base()->set_num_kv_heads(5);
-  EXPECT_THAT(Space::FromProto(p), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("base: ")));
+  EXPECT_THAT(Space::FromProto(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("base: ")));
 }
 
 TEST(SpaceTest, AuxiliaryChoicesAddADimension) {
@@ -143,10 +143,11 @@ TEST(SpaceTest, AuxiliaryChoicesAddADimension) {
   p.add_aux_choices()->set_layer_pruned_ratio(0.5);
   ASSERT_OK_AND_ASSIGN(Space s, Space::FromProto(p));
   EXPECT_EQ(s.dimension_names().back(), "kv_prediction");
-  EXPECT_EQ(s.Size(), 2 * [&] {
-    SearchSpace q = SmallProto();
-    return Space::FromProto(q)->Size();
-  }());
+  EXPECT_EQ(
+      s.Size(), 2 * [&] {
+        SearchSpace q = SmallProto();
+        return Space::FromProto(q)->Size();
+      }());
   std::vector<double> x(s.dimensions(), 0.1);
   x.back() = 0.9;
   ASSERT_OK_AND_ASSIGN(Arch a, s.Decode(x));

@@ -87,10 +87,17 @@ TEST(CliTest, MalformedArchFileNamesFileLineAndField) {
 
 TEST(CliTest, ImpossibleArchitectureIsRejectedWithTheRule) {
   const std::string path = ::testing::TempDir() + "/impossible.textproto";
-  ASSERT_OK(WriteFileAtomically(path, R"pb(num_layers: 2 d_model: 64 d_ffn: 64 num_heads: 4
-                                           num_kv_heads: 3 head_dim: 16 vocab_size: 10
-                                           rope_theta: 10000 norm_eps: 1e-5
-                                           attention: FULL attention: SKIP)pb"));
+  ASSERT_OK(WriteFileAtomically(path, R"pb(num_layers: 2
+                                           d_model: 64
+                                           d_ffn: 64
+                                           num_heads: 4
+                                           num_kv_heads: 3
+                                           head_dim: 16
+                                           vocab_size: 10
+                                           rope_theta: 10000
+                                           norm_eps: 1e-5
+                                           attention: FULL
+                                           attention: SKIP)pb"));
   Result r = Hilnas("run --arch " + path);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("num_kv_heads 3 does not divide num_heads 4"));

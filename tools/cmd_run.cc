@@ -75,7 +75,9 @@ int RunOnce(Decoder& decoder, const std::string& how, double build_ms) {
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   const int64_t n = absl::GetFlag(FLAGS_prompt_tokens);
-  if (n <= 0) return Fail(absl::InvalidArgumentError(absl::StrCat("--prompt-tokens ", n, " must be positive")));
+  if (n <= 0)
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("--prompt-tokens ", n, " must be positive")));
   auto g = GreedyGenerate(decoder, RandomPrompt(n, a.vocab_size, absl::GetFlag(FLAGS_seed)), o);
   if (!g.ok()) return Fail(g.status());
   const Stats& s = g->stats;
@@ -92,7 +94,8 @@ int RunOnce(Decoder& decoder, const std::string& how, double build_ms) {
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
-  if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
+  if (!args.empty())
+    return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
   if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
   auto dtype = ComputeDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return Fail(dtype.status());
@@ -114,7 +117,8 @@ int CheckpointCommand(const std::vector<std::string>& args) {
     absl::Status s = SaveCheckpoint(*decoder, out, *storage);
     if (!s.ok()) return Fail(s);
     std::printf("wrote %s (config.json, model.safetensors; %s parameters, %s)\n", out.c_str(),
-                WithCommas(CountParameters(*arch).model()).c_str(), absl::GetFlag(FLAGS_dtype).c_str());
+                WithCommas(CountParameters(*arch).model()).c_str(),
+                absl::GetFlag(FLAGS_dtype).c_str());
     return 0;
   }
   if (args.size() == 2 && args[0] == "check") {
@@ -122,12 +126,13 @@ int CheckpointCommand(const std::vector<std::string>& args) {
     if (!decoder.ok()) return Fail(decoder.status());
     const Arch& a = decoder->arch();
     std::printf("%s: ok: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
-                args[1].c_str(), a.num_layers, a.d_model, a.d_ffn, PatternString(a.attention).c_str(),
-                WithCommas(CountParameters(a).model()).c_str());
+                args[1].c_str(), a.num_layers, a.d_model, a.d_ffn,
+                PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
     return 0;
   }
-  return Fail(absl::InvalidArgumentError(
-      "usage: hilnas checkpoint init --shape NAME|--arch FILE --out DIR | hilnas checkpoint check DIR"));
+  return Fail(
+      absl::InvalidArgumentError("usage: hilnas checkpoint init --shape NAME|--arch FILE --out DIR "
+                                 "| hilnas checkpoint check DIR"));
 }
 
 // Until the search lands (issue 6), the demo shows the registry, the search

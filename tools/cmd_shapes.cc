@@ -22,7 +22,8 @@ std::string HeadsString(const Arch& a) {
 
 std::string AuxString(const Arch& a) {
   switch (a.kv_prediction.kind) {
-    case KvPredictionSpec::Kind::kNone: return "-";
+    case KvPredictionSpec::Kind::kNone:
+      return "-";
     case KvPredictionSpec::Kind::kLayerPruned:
       return absl::StrCat("KVP-LP ", a.kv_prediction.layer_pruned_ratio);
     case KvPredictionSpec::Kind::kCanonical:
@@ -46,10 +47,11 @@ int List() {
 }
 
 void PrintArch(const Arch& a, const std::string& indent) {
-  std::printf("%slayers %d, d_model %d, d_ffn %d, heads %s (H/KV/head_dim), vocab %s, %s embeddings%s\n",
-              indent.c_str(), a.num_layers, a.d_model, a.d_ffn, HeadsString(a).c_str(),
-              WithCommas(a.vocab_size).c_str(), a.tie_embeddings ? "tied" : "separate",
-              a.qk_norm ? ", QK-norm" : "");
+  std::printf(
+      "%slayers %d, d_model %d, d_ffn %d, heads %s (H/KV/head_dim), vocab %s, %s embeddings%s\n",
+      indent.c_str(), a.num_layers, a.d_model, a.d_ffn, HeadsString(a).c_str(),
+      WithCommas(a.vocab_size).c_str(), a.tie_embeddings ? "tied" : "separate",
+      a.qk_norm ? ", QK-norm" : "");
   std::printf("%sattention pattern %s (F full, W SWA window %d, S skip): %d attention blocks\n",
               indent.c_str(), PatternString(a.attention).c_str(), a.sliding_window,
               a.num_attention_layers());
@@ -77,13 +79,15 @@ int Show(const std::string& name) {
                 WithCommas(c.auxiliary).c_str(), WithCommas(c.predictor).c_str(),
                 WithCommas(c.total()).c_str());
     PrintArch(*aux, "    ");
-    std::printf("  aux-to-base layer map (KV Prediction Tab. 1), base layer i <- aux layer j_i:\n    %s\n",
-                absl::StrJoin(*map, " ").c_str());
+    std::printf(
+        "  aux-to-base layer map (KV Prediction Tab. 1), base layer i <- aux layer j_i:\n    %s\n",
+        absl::StrJoin(*map, " ").c_str());
   }
   std::printf("  prefill FLOPs: 1k %.3g, 2k %.3g, 4k %.3g\n", PrefillFlops(a, 1024),
               PrefillFlops(a, 2048), PrefillFlops(a, 4096));
   std::printf("  decode FLOPs per token at context 2k: %.3g\n", DecodeFlops(a, 2048));
-  std::printf("  KV cache at 2k tokens (bf16): %s bytes\n", WithCommas(KvCacheBytes(a, 2048, 2)).c_str());
+  std::printf("  KV cache at 2k tokens (bf16): %s bytes\n",
+              WithCommas(KvCacheBytes(a, 2048, 2)).c_str());
   return 0;
 }
 
@@ -136,8 +140,8 @@ int SpaceCommand(const std::vector<std::string>& args) {
                 "parameters", "prefill@2k");
     for (const Arch& a : sample->archs) {
       std::printf("%6d %7d %6d %-18s %15s %12.4g\n", a.num_layers, a.d_model, a.d_ffn,
-                  PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str(),
-                  PrefillFlops(a, 2048));
+                  PatternString(a.attention).c_str(),
+                  WithCommas(CountParameters(a).model()).c_str(), PrefillFlops(a, 2048));
     }
     return 0;
   }

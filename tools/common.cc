@@ -24,7 +24,8 @@ absl::StatusOr<Arch> ArchFromFlags() {
   ArchSpec spec;
   HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(file, &spec));
   auto arch = ArchFromProto(spec);
-  if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", arch.status().message()));
+  if (!arch.ok())
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", arch.status().message()));
   return arch;
 }
 

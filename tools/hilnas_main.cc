@@ -15,7 +15,8 @@ ABSL_FLAG(std::string, arch, "", "ArchSpec .textproto file");
 ABSL_FLAG(std::string, ckpt, "", "checkpoint folder (config.json + model.safetensors)");
 ABSL_FLAG(std::string, space, "", "SearchSpace .textproto file; default: MobileLLM-Flash Tab. 3");
 ABSL_FLAG(std::string, out, "", "output path");
-ABSL_FLAG(std::string, dtype, "f32", "f32 | bf16 | f16 (compute dtype, or storage for checkpoints)");
+ABSL_FLAG(std::string, dtype, "f32",
+          "f32 | bf16 | f16 (compute dtype, or storage for checkpoints)");
 ABSL_FLAG(int64_t, prompt_tokens, 256, "prompt length in tokens");
 ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate");
 ABSL_FLAG(int64_t, prefill_chunk, 1024, "prefill chunk in tokens (MobileLLM-Flash Sec. 4.2.2)");

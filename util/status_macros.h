@@ -10,9 +10,9 @@
 #define HILNAS_CONCAT_(a, b) HILNAS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define HILNAS_RETURN_IF_ERROR(expr)               \
-  do {                                             \
-    ::absl::Status hilnas_status_ = (expr);        \
+#define HILNAS_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status hilnas_status_ = (expr);          \
     if (!hilnas_status_.ok()) return hilnas_status_; \
   } while (0)
 

@@ -29,15 +29,14 @@ MATCHER_P2(StatusIs, code, message_matcher,
            "has code " + std::string(absl::StatusCodeToString(code)) + " and a matching message") {
   const absl::Status& s = GetStatus(arg);
   *result_listener << "status is " << s;
-  return s.code() == code &&
-         ::testing::Matches(::testing::Matcher<const std::string&>(message_matcher))(
-             std::string(s.message()));
+  return s.code() == code && ::testing::Matches(::testing::Matcher<const std::string&>(
+                                 message_matcher))(std::string(s.message()));
 }
 
 }  // namespace hilnas::testing
 
 // Tests: ASSERT_OK_AND_ASSIGN(auto x, Foo());
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                          \
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
   ASSERT_OK_AND_ASSIGN_IMPL_(HILNAS_TEST_CONCAT_(hilnas_sor_, __LINE__), lhs, expr)
 #define HILNAS_TEST_CONCAT_INNER_(a, b) a##b
 #define HILNAS_TEST_CONCAT_(a, b) HILNAS_TEST_CONCAT_INNER_(a, b)

@@ -44,8 +44,8 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view origin,
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(std::string(text), msg) || !errors.errors().empty()) {
     if (errors.errors().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, ": cannot parse as ",
-                                                     msg->GetDescriptor()->full_name()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": cannot parse as ", msg->GetDescriptor()->full_name()));
     }
     return absl::InvalidArgumentError(absl::StrJoin(errors.errors(), "\n"));
   }
@@ -88,7 +88,8 @@ absl::Status ReadTextProtoFile(const std::string& path, google::protobuf::Messag
 absl::Status WriteTextProtoFile(const std::string& path, const google::protobuf::Message& msg) {
   std::string text;
   if (!google::protobuf::TextFormat::PrintToString(msg, &text)) {
-    return absl::InternalError(absl::StrCat(path, ": cannot print ", msg.GetDescriptor()->full_name()));
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot print ", msg.GetDescriptor()->full_name()));
   }
   return WriteFileAtomically(path, text);
 }

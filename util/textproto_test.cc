@@ -32,11 +32,11 @@ TEST(TextProtoTest, UnknownFieldNamesFileLineAndField) {
 
 TEST(TextProtoTest, BadEnumValueNamesTheValue) {
   SearchSpace space;
-  EXPECT_THAT(ParseTextProto("attention_choices: FULL\nattention_choices: LINEAR\n", "s.textproto",
-                             &space),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("s.textproto:"), HasSubstr("\"LINEAR\""),
-                             HasSubstr("attention_choices"))));
+  EXPECT_THAT(
+      ParseTextProto("attention_choices: FULL\nattention_choices: LINEAR\n", "s.textproto", &space),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("s.textproto:"), HasSubstr("\"LINEAR\""),
+                     HasSubstr("attention_choices"))));
 }
 
 TEST(TextProtoTest, MissingFileIsNotFound) {
