@@ -27,6 +27,34 @@ const char* AttentionName(Attention a) {
   return "?";
 }
 
+bool AttentionFromProto(int proto_value, Attention* out) {
+  switch (proto_value) {
+    case FULL:
+      *out = Attention::kFull;
+      return true;
+    case SLIDING_WINDOW:
+      *out = Attention::kSlidingWindow;
+      return true;
+    case SKIP:
+      *out = Attention::kSkip;
+      return true;
+    default:
+      return false;
+  }
+}
+
+AttentionType AttentionToProto(Attention a) {
+  switch (a) {
+    case Attention::kFull:
+      return FULL;
+    case Attention::kSlidingWindow:
+      return SLIDING_WINDOW;
+    case Attention::kSkip:
+      return SKIP;
+  }
+  return ATTENTION_UNSPECIFIED;
+}
+
 std::string PatternString(const std::vector<Attention>& pattern) {
   std::string s;
   for (Attention a : pattern) {
@@ -288,20 +316,13 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.qk_norm = p.qk_norm();
   a.sliding_window = p.sliding_window();
   for (int i = 0; i < p.attention_size(); ++i) {
-    switch (p.attention(i)) {
-      case FULL:
-        a.attention.push_back(Attention::kFull);
-        break;
-      case SLIDING_WINDOW:
-        a.attention.push_back(Attention::kSlidingWindow);
-        break;
-      case SKIP:
-        a.attention.push_back(Attention::kSkip);
-        break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            p.name().empty() ? "arch" : p.name(), ": attention[", i, "] ",
-            AttentionType_Name(p.attention(i)), " is not FULL, SLIDING_WINDOW or SKIP"));
+    Attention at;
+    if (AttentionFromProto(p.attention(i), &at)) {
+      a.attention.push_back(at);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.name().empty() ? "arch" : p.name(), ": attention[", i, "] ",
+                       AttentionType_Name(p.attention(i)), " is not FULL, SLIDING_WINDOW or SKIP"));
     }
   }
   a.kv_cache = p.kv_cache() == SLIM ? KvLayout::kSlim : KvLayout::kStandard;
@@ -344,9 +365,7 @@ ArchSpec ArchToProto(const Arch& a) {
   p.set_norm_eps(a.norm_eps);
   p.set_qk_norm(a.qk_norm);
   for (Attention at : a.attention) {
-    p.add_attention(at == Attention::kFull            ? FULL
-                    : at == Attention::kSlidingWindow ? SLIDING_WINDOW
-                                                      : SKIP);
+    p.add_attention(AttentionToProto(at));
   }
   p.set_sliding_window(a.sliding_window);
   p.set_kv_cache(a.kv_cache == KvLayout::kSlim ? SLIM : STANDARD);

@@ -68,6 +68,10 @@ absl::StatusOr<Arch> ArchFromProto(const ArchSpec& proto, const ValidateOptions&
 ArchSpec ArchToProto(const Arch& arch);
 
 const char* AttentionName(Attention a);  // "full", "swa", "skip"
+// The proto enum as an Attention; false for ATTENTION_UNSPECIFIED and
+// values this build does not know.
+bool AttentionFromProto(int proto_value, Attention* out);
+AttentionType AttentionToProto(Attention a);
 // Compact pattern string, one letter per layer: F (full), W (SWA), S (skip).
 std::string PatternString(const std::vector<Attention>& pattern);
 absl::StatusOr<std::vector<Attention>> ParsePattern(const std::string& pattern);

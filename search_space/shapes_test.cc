@@ -41,9 +41,19 @@ TEST(ShapesTest, UnknownNameListsKnownOnes) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("mobilellm-flash-350m")));
 }
 
+using LayerMapRows = std::vector<std::pair<const char*, std::vector<int>>>;
+
+void ExpectLayerMaps(const LayerMapRows& rows) {
+  for (const auto& [name, want] : rows) {
+    ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
+    ASSERT_OK_AND_ASSIGN(auto map, KvPredictionLayerMap(s.arch));
+    EXPECT_THAT(map, ElementsAreArray(want)) << name;
+  }
+}
+
 // KV Prediction Tab. 1b rows, read off the paper.
 TEST(ShapesTest, OpenElm3bLayerMapsEqualTable1) {
-  const std::vector<std::pair<const char*, std::vector<int>>> rows = {
+  const LayerMapRows rows = {
       {"openelm-3b-kvp-c-1.1b",
        {0,  0,  1,  1,  2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,  8,  9,
         10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27}},
@@ -59,16 +69,12 @@ TEST(ShapesTest, OpenElm3bLayerMapsEqualTable1) {
        {0, 0, 1,  1,  2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,  8,  8,
         9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 16, 17, 17}},
   };
-  for (const auto& [name, want] : rows) {
-    ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
-    ASSERT_OK_AND_ASSIGN(auto map, KvPredictionLayerMap(s.arch));
-    EXPECT_THAT(map, ElementsAreArray(want)) << name;
-  }
+  ExpectLayerMaps(rows);
 }
 
 // KV Prediction Tab. 1a rows.
 TEST(ShapesTest, OpenElm11bLayerMapsEqualTable1) {
-  const std::vector<std::pair<const char*, std::vector<int>>> rows = {
+  const LayerMapRows rows = {
       {"openelm-1.1b-kvp-c-450m", {0, 0, 1, 1, 2,  2,  3,  3,  4,  4,  5,  5,  6,  6,
                                    7, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}},
       {"openelm-1.1b-kvp-c-270m", {0, 0, 1, 1, 2, 2, 3,  3,  4,  4,  5,  5,  6,  6,
@@ -78,11 +84,7 @@ TEST(ShapesTest, OpenElm11bLayerMapsEqualTable1) {
       {"openelm-1.1b-kvp-lp-0.50", {0, 0, 1, 1, 2, 2, 3,  3,  4,  4,  5,  5,  6,  6,
                                     7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13}},
   };
-  for (const auto& [name, want] : rows) {
-    ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
-    ASSERT_OK_AND_ASSIGN(auto map, KvPredictionLayerMap(s.arch));
-    EXPECT_THAT(map, ElementsAreArray(want)) << name;
-  }
+  ExpectLayerMaps(rows);
 }
 
 TEST(ShapeRegistryTest, ReportsUndefinedAuxShape) {

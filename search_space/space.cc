@@ -148,20 +148,13 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
                                   " must not be negative"));
   }
   for (int a : proto.attention_choices()) {
-    switch (a) {
-      case FULL:
-        sp.attention_.push_back(Attention::kFull);
-        break;
-      case SLIDING_WINDOW:
-        sp.attention_.push_back(Attention::kSlidingWindow);
-        break;
-      case SKIP:
-        sp.attention_.push_back(Attention::kSkip);
-        break;
-      default:
-        errors.push_back(
-            absl::StrCat("attention_choices: ", AttentionType_Name(static_cast<AttentionType>(a)),
-                         " is not a layer type"));
+    Attention at;
+    if (AttentionFromProto(a, &at)) {
+      sp.attention_.push_back(at);
+    } else {
+      errors.push_back(
+          absl::StrCat("attention_choices: ", AttentionType_Name(static_cast<AttentionType>(a)),
+                       " is not a layer type"));
     }
   }
   if (sp.attention_.empty()) errors.push_back("attention_choices: no choices");
