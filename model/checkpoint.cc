@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -348,7 +349,8 @@ absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtyp
       tensors.erase(head);
     }
   }
-  for (const auto& [name, shape] : ExpectedTensorShapes(arch)) {
+  const auto expected_shapes = ExpectedTensorShapes(arch);
+  for (const auto& [name, shape] : expected_shapes) {
     auto it = tensors.find(name);
     if (it == tensors.end()) {
       return absl::InvalidArgumentError(absl::StrCat(st_path, ": missing tensor ", name));
@@ -360,9 +362,10 @@ absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtyp
                                                      ShapeString(shape)));
     }
   }
-  if (tensors.size() != ExpectedTensorShapes(arch).size()) {
-    std::map<std::string, bool> expected;
-    for (const auto& [name, shape] : ExpectedTensorShapes(arch)) expected[name] = true;
+  if (tensors.size() != expected_shapes.size()) {
+    // Every expected tensor is present, so the surplus names are extras.
+    std::set<std::string> expected;
+    for (const auto& [name, shape] : expected_shapes) expected.insert(name);
     for (const auto& [name, t] : tensors) {
       if (!expected.count(name)) {
         return absl::InvalidArgumentError(
