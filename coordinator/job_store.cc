@@ -1,0 +1,435 @@
+#include "coordinator/job_store.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "device_agent/protocol.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS agents(
+  agent_id TEXT PRIMARY KEY,
+  name TEXT UNIQUE NOT NULL,
+  device BLOB NOT NULL,            -- DeviceIdentity
+  registered_ms INTEGER NOT NULL,
+  last_heartbeat_ms INTEGER NOT NULL,
+  jobs_done INTEGER NOT NULL DEFAULT 0,
+  jobs_failed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS jobs(
+  job_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  request BLOB NOT NULL,           -- BenchmarkRequest
+  device TEXT NOT NULL DEFAULT '',
+  pool TEXT NOT NULL DEFAULT '',
+  state INTEGER NOT NULL,          -- JobState
+  attempts INTEGER NOT NULL DEFAULT 0,
+  agent_id TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL DEFAULT 0,
+  result BLOB,                     -- BenchmarkResult
+  message TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, job_id);
+CREATE TABLE IF NOT EXISTS leases(
+  lease_id TEXT PRIMARY KEY,
+  job_id INTEGER NOT NULL REFERENCES jobs(job_id),
+  agent_id TEXT NOT NULL,
+  state TEXT NOT NULL,             -- active | reported | expired
+  granted_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL,
+  reported_ms INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS leases_by_state ON leases(state, expires_ms);
+)sql";
+
+std::string RandomId(const char* prefix) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("%s%016x%08x", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back unless committed.
+class Transaction {
+ public:
+  explicit Transaction(SqliteDb* db) : db_(db) { begun_ = db_->Exec("BEGIN IMMEDIATE"); }
+  ~Transaction() {
+    if (begun_.ok() && !done_) db_->Exec("ROLLBACK").IgnoreError();
+  }
+  absl::Status begun() const { return begun_; }
+  absl::Status Commit() {
+    done_ = true;
+    return db_->Exec("COMMIT");
+  }
+
+ private:
+  SqliteDb* db_;
+  absl::Status begun_;
+  bool done_ = false;
+};
+
+bool ServesPool(const DeviceIdentity& d, const std::string& pool) {
+  if (pool.empty()) return true;
+  for (const std::string& p : d.pools()) {
+    if (p == pool) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path,
+                                                         const Clock* clock,
+                                                         const JobStoreOptions& options) {
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path));
+  std::unique_ptr<JobStore> store(new JobStore(std::move(db), clock, options));
+  HILNAS_RETURN_IF_ERROR(store->CreateSchema());
+  return store;
+}
+
+absl::Status JobStore::CreateSchema() {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement v, db_->Prepare("PRAGMA user_version"));
+  HILNAS_ASSIGN_OR_RETURN(bool row, v.Step());
+  const int64_t version = row ? v.Int(0) : 0;
+  if (version > kSchemaVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("database ", db_->path(), " has schema version ",
+                                                   version, "; this hilnas reads up to ",
+                                                   kSchemaVersion));
+  }
+  HILNAS_RETURN_IF_ERROR(db_->Exec(kSchema));
+  return db_->Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
+}
+
+absl::StatusOr<AgentRecord> JobStore::AgentLocked(const std::string& agent_id) {
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT device, registered_ms, last_heartbeat_ms, jobs_done, jobs_failed, "
+                   "(SELECT COUNT(*) FROM leases WHERE agent_id = a.agent_id AND "
+                   "state = 'active') FROM agents a WHERE agent_id = ?"));
+  q.Bind(1, agent_id);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) {
+    return absl::NotFoundError(absl::StrCat("unknown agent \"", agent_id, "\"; register first"));
+  }
+  AgentRecord a;
+  a.agent_id = agent_id;
+  a.device.ParseFromString(q.Blob(0));
+  a.registered_ms = q.Int(1);
+  a.last_heartbeat_ms = q.Int(2);
+  a.jobs_done = q.Int(3);
+  a.jobs_failed = q.Int(4);
+  if (clock_->NowMs() - a.last_heartbeat_ms > options_.offline_after_ms) {
+    a.state = "offline";
+  } else {
+    a.state = q.Int(5) > 0 ? "busy" : "idle";
+  }
+  return a;
+}
+
+absl::Status JobStore::TouchLocked(const std::string& agent_id, int64_t now) {
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
+                          db_->Prepare("UPDATE agents SET last_heartbeat_ms = ? WHERE agent_id = ?"));
+  HILNAS_RETURN_IF_ERROR(u.Bind(1, now).Bind(2, agent_id).Run());
+  if (db_->Changes() == 0) {
+    return absl::NotFoundError(absl::StrCat("unknown agent \"", agent_id, "\"; register first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device) {
+  if (device.name().empty()) return absl::InvalidArgumentError("device name is empty");
+  absl::MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  Transaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("SELECT agent_id FROM agents WHERE name = ?"));
+  q.Bind(1, device.name());
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  std::string id;
+  if (row) {
+    id = q.Text(0);
+    HILNAS_ASSIGN_OR_RETURN(
+        SqliteStatement u,
+        db_->Prepare("UPDATE agents SET device = ?, last_heartbeat_ms = ? WHERE agent_id = ?"));
+    HILNAS_RETURN_IF_ERROR(u.BindBlob(1, device.SerializeAsString()).Bind(2, now).Bind(3, id).Run());
+  } else {
+    id = RandomId("agent-");
+    HILNAS_ASSIGN_OR_RETURN(
+        SqliteStatement ins,
+        db_->Prepare("INSERT INTO agents(agent_id, name, device, registered_ms, "
+                     "last_heartbeat_ms) VALUES(?, ?, ?, ?, ?)"));
+    HILNAS_RETURN_IF_ERROR(ins.Bind(1, id)
+                               .Bind(2, device.name())
+                               .BindBlob(3, device.SerializeAsString())
+                               .Bind(4, now)
+                               .Bind(5, now)
+                               .Run());
+  }
+  HILNAS_RETURN_IF_ERROR(tx.Commit());
+  return id;
+}
+
+absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id,
+                                         const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  Transaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
+  HILNAS_RETURN_IF_ERROR(ExpireLocked(now).status());
+  bool valid = false;
+  if (!lease_id.empty()) {
+    HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
+                            db_->Prepare("UPDATE leases SET expires_ms = ? WHERE lease_id = ? "
+                                         "AND agent_id = ? AND state = 'active'"));
+    HILNAS_RETURN_IF_ERROR(
+        u.Bind(1, now + options_.lease_ttl_ms).Bind(2, lease_id).Bind(3, agent_id).Run());
+    valid = db_->Changes() > 0;
+  }
+  HILNAS_RETURN_IF_ERROR(tx.Commit());
+  return valid;
+}
+
+absl::StatusOr<int64_t> JobStore::SubmitJob(const BenchmarkRequest& request,
+                                            const std::string& device, const std::string& pool) {
+  HILNAS_RETURN_IF_ERROR(ValidateBenchmarkRequest(request));
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement ins,
+      db_->Prepare("INSERT INTO jobs(request, device, pool, state, created_ms) "
+                   "VALUES(?, ?, ?, ?, ?)"));
+  HILNAS_RETURN_IF_ERROR(ins.BindBlob(1, request.SerializeAsString())
+                             .Bind(2, device)
+                             .Bind(3, pool)
+                             .Bind(4, static_cast<int64_t>(QUEUED))
+                             .Bind(5, clock_->NowMs())
+                             .Run());
+  return db_->LastInsertRowId();
+}
+
+absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT l.lease_id, l.job_id, j.attempts FROM leases l JOIN jobs j "
+                   "ON l.job_id = j.job_id WHERE l.state = 'active' AND l.expires_ms < ?"));
+  q.Bind(1, now);
+  struct Expired {
+    std::string lease_id;
+    int64_t job_id;
+    int64_t attempts;
+  };
+  std::vector<Expired> expired;
+  while (true) {
+    HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    expired.push_back({q.Text(0), q.Int(1), q.Int(2)});
+  }
+  for (const Expired& e : expired) {
+    HILNAS_ASSIGN_OR_RETURN(SqliteStatement ul,
+                            db_->Prepare("UPDATE leases SET state = 'expired' WHERE lease_id = ?"));
+    HILNAS_RETURN_IF_ERROR(ul.Bind(1, e.lease_id).Run());
+    const bool give_up = e.attempts >= options_.max_attempts;
+    HILNAS_ASSIGN_OR_RETURN(
+        SqliteStatement uj,
+        db_->Prepare("UPDATE jobs SET state = ?, message = ?, finished_ms = ? WHERE job_id = ?"));
+    HILNAS_RETURN_IF_ERROR(
+        uj.Bind(1, static_cast<int64_t>(give_up ? JOB_FAILED : STALE))
+            .Bind(2, give_up ? absl::StrCat("lease expired ", e.attempts,
+                                            " times without a report; giving up")
+                             : absl::StrCat("lease ", e.lease_id, " expired; back in the queue"))
+            .Bind(3, give_up ? now : 0)
+            .Bind(4, e.job_id)
+            .Run());
+  }
+  return static_cast<int>(expired.size());
+}
+
+absl::StatusOr<int> JobStore::ExpireLeases() {
+  absl::MutexLock lock(&mu_);
+  Transaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  HILNAS_ASSIGN_OR_RETURN(int n, ExpireLocked(clock_->NowMs()));
+  HILNAS_RETURN_IF_ERROR(tx.Commit());
+  return n;
+}
+
+absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent_id) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  Transaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
+  HILNAS_RETURN_IF_ERROR(ExpireLocked(now).status());
+  HILNAS_ASSIGN_OR_RETURN(AgentRecord agent, AgentLocked(agent_id));
+  Lease lease;
+  lease.expires_ms = now + options_.lease_ttl_ms;
+  // A restarted agent first gets back the lease it held (OSS Vizier does the
+  // same for a client id), so its half-done job is not left to expire.
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement own,
+      db_->Prepare("SELECT l.lease_id, l.job_id, j.request FROM leases l JOIN jobs j ON "
+                   "l.job_id = j.job_id WHERE l.agent_id = ? AND l.state = 'active' LIMIT 1"));
+  own.Bind(1, agent_id);
+  HILNAS_ASSIGN_OR_RETURN(bool has_own, own.Step());
+  if (has_own) {
+    lease.lease_id = own.Text(0);
+    lease.job_id = own.Int(1);
+    lease.request.ParseFromString(own.Blob(2));
+    HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
+                            db_->Prepare("UPDATE leases SET expires_ms = ? WHERE lease_id = ?"));
+    HILNAS_RETURN_IF_ERROR(u.Bind(1, lease.expires_ms).Bind(2, lease.lease_id).Run());
+    HILNAS_RETURN_IF_ERROR(tx.Commit());
+    return std::optional<Lease>(lease);
+  }
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT job_id, request, pool FROM jobs WHERE state IN (?, ?) AND "
+                   "(device = '' OR device = ?) ORDER BY job_id"));
+  q.Bind(1, static_cast<int64_t>(QUEUED)).Bind(2, static_cast<int64_t>(STALE));
+  q.Bind(3, agent.device.name());
+  bool found = false;
+  while (!found) {
+    HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    if (!ServesPool(agent.device, q.Text(2))) continue;
+    lease.job_id = q.Int(0);
+    lease.request.ParseFromString(q.Blob(1));
+    found = true;
+  }
+  if (!found) {
+    HILNAS_RETURN_IF_ERROR(tx.Commit());  // keeps the heartbeat and expiries
+    return std::optional<Lease>();
+  }
+  lease.lease_id = RandomId("lease-");
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement ins,
+      db_->Prepare("INSERT INTO leases(lease_id, job_id, agent_id, state, granted_ms, expires_ms) "
+                   "VALUES(?, ?, ?, 'active', ?, ?)"));
+  HILNAS_RETURN_IF_ERROR(ins.Bind(1, lease.lease_id)
+                             .Bind(2, lease.job_id)
+                             .Bind(3, agent_id)
+                             .Bind(4, now)
+                             .Bind(5, lease.expires_ms)
+                             .Run());
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement uj, db_->Prepare("UPDATE jobs SET state = ?, attempts = attempts + 1, "
+                                       "agent_id = ? WHERE job_id = ?"));
+  HILNAS_RETURN_IF_ERROR(
+      uj.Bind(1, static_cast<int64_t>(LEASED)).Bind(2, agent_id).Bind(3, lease.job_id).Run());
+  HILNAS_RETURN_IF_ERROR(tx.Commit());
+  return std::optional<Lease>(lease);
+}
+
+absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id, int64_t job_id,
+                                                     const std::string& lease_id,
+                                                     const BenchmarkResult& result) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  Transaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
+  HILNAS_RETURN_IF_ERROR(ExpireLocked(now).status());
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT job_id, agent_id, state, expires_ms FROM leases WHERE lease_id = ?"));
+  q.Bind(1, lease_id);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("unknown lease \"", lease_id, "\""));
+  if (q.Int(0) != job_id || q.Text(1) != agent_id) {
+    return absl::FailedPreconditionError(absl::StrCat("lease ", lease_id, " is not agent ",
+                                                      agent_id, "'s lease for job ", job_id));
+  }
+  const std::string state = q.Text(2);
+  if (state == "reported") return ReportOutcome::kDuplicate;
+  if (state == "expired") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease_id, " for job ", job_id, " expired at ", q.Int(3),
+                     " ms (now ", now, "); the job went back to the queue; result rejected"));
+  }
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement ul,
+      db_->Prepare("UPDATE leases SET state = 'reported', reported_ms = ? WHERE lease_id = ?"));
+  HILNAS_RETURN_IF_ERROR(ul.Bind(1, now).Bind(2, lease_id).Run());
+  const bool ok = result.failure() == FAILURE_NONE;
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement uj,
+                          db_->Prepare("UPDATE jobs SET state = ?, result = ?, finished_ms = ?, "
+                                       "message = ? WHERE job_id = ?"));
+  HILNAS_RETURN_IF_ERROR(uj.Bind(1, static_cast<int64_t>(ok ? JOB_DONE : JOB_FAILED))
+                             .BindBlob(2, result.SerializeAsString())
+                             .Bind(3, now)
+                             .Bind(4, ok ? std::string() : result.failure_message())
+                             .Bind(5, job_id)
+                             .Run());
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement ua,
+      db_->Prepare(ok ? "UPDATE agents SET jobs_done = jobs_done + 1 WHERE agent_id = ?"
+                      : "UPDATE agents SET jobs_failed = jobs_failed + 1 WHERE agent_id = ?"));
+  HILNAS_RETURN_IF_ERROR(ua.Bind(1, agent_id).Run());
+  HILNAS_RETURN_IF_ERROR(tx.Commit());
+  return ReportOutcome::kAccepted;
+}
+
+absl::StatusOr<JobRecord> JobStore::GetJob(int64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT request, device, pool, state, attempts, agent_id, created_ms, "
+                   "finished_ms, result, message FROM jobs WHERE job_id = ?"));
+  q.Bind(1, job_id);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  JobRecord j;
+  j.job_id = job_id;
+  j.request.ParseFromString(q.Blob(0));
+  j.device = q.Text(1);
+  j.pool = q.Text(2);
+  j.state = static_cast<JobState>(q.Int(3));
+  j.attempts = static_cast<int>(q.Int(4));
+  j.agent_id = q.Text(5);
+  j.created_ms = q.Int(6);
+  j.finished_ms = q.Int(7);
+  if (!q.IsNull(8)) {
+    j.result.emplace();
+    if (!j.result->ParseFromString(q.Blob(8))) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": stored result does not parse"));
+    }
+  }
+  j.message = q.Text(9);
+  return j;
+}
+
+absl::StatusOr<std::vector<AgentRecord>> JobStore::ListAgents() {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("SELECT agent_id FROM agents ORDER BY name"));
+  std::vector<std::string> ids;
+  while (true) {
+    HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ids.push_back(q.Text(0));
+  }
+  std::vector<AgentRecord> out;
+  for (const std::string& id : ids) {
+    HILNAS_ASSIGN_OR_RETURN(AgentRecord a, AgentLocked(id));
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+absl::StatusOr<int> JobStore::AcceptedReports(int64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT COUNT(*) FROM leases WHERE job_id = ? AND state = 'reported'"));
+  q.Bind(1, job_id);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  return row ? static_cast<int>(q.Int(0)) : 0;
+}
+
+}  // namespace hilnas

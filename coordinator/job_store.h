@@ -1,0 +1,124 @@
+// The coordinator's durable state for benchmarking: registered agents,
+// benchmark jobs and their leases, and results, in one SQLite file.
+//
+// A job is QUEUED until an agent leases it (LEASED). The agent renews the
+// lease by heartbeats; a lease not renewed within lease_ttl_ms expires, the
+// job becomes STALE (leasable again, by any agent) and after max_attempts
+// expiries FAILED. A report is accepted only on the lease's active lease:
+// a late report on an expired lease is rejected, a repeated report on an
+// accepted lease is acknowledged without being counted again. So every job
+// completes at most once, and exactly once while agents keep coming back.
+//
+// Thread-safe: one mutex serialises all access; every mutation is one
+// SQLite transaction, so a killed coordinator loses nothing it acknowledged.
+#ifndef HILNAS_COORDINATOR_JOB_STORE_H_
+#define HILNAS_COORDINATOR_JOB_STORE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/sqlite.h"
+#include "proto/benchmark.pb.h"
+#include "proto/service.pb.h"
+#include "util/clock.h"
+
+namespace hilnas {
+
+struct JobStoreOptions {
+  int64_t lease_ttl_ms = 30'000;      // a lease lives this long past its last renewal
+  int max_attempts = 3;               // lease expiries before a job FAILS
+  int64_t offline_after_ms = 30'000;  // no heartbeat for this long: agent "offline"
+};
+
+struct AgentRecord {
+  std::string agent_id;
+  DeviceIdentity device;
+  int64_t registered_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+  int64_t jobs_done = 0;
+  int64_t jobs_failed = 0;
+  std::string state;  // "idle", "busy" (holds a lease), "offline"
+};
+
+struct Lease {
+  std::string lease_id;
+  int64_t job_id = 0;
+  int64_t expires_ms = 0;
+  BenchmarkRequest request;
+};
+
+struct JobRecord {
+  int64_t job_id = 0;
+  JobState state = QUEUED;
+  BenchmarkRequest request;
+  std::string device;  // required agent name, or empty
+  std::string pool;    // required pool, or empty
+  int attempts = 0;    // leases granted
+  std::string agent_id;  // the last agent that leased it
+  int64_t created_ms = 0;
+  int64_t finished_ms = 0;
+  std::optional<BenchmarkResult> result;
+  std::string message;  // why it FAILED without a result
+};
+
+enum class ReportOutcome { kAccepted, kDuplicate };
+
+class JobStore {
+ public:
+  // Opens or creates the store in `path`. `clock` is not owned and must
+  // outlive the store. INVALID_ARGUMENT for a file that is not a hilnas
+  // database or was written by a newer schema.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path, const Clock* clock,
+                                                        const JobStoreOptions& options = {});
+
+  // Registers a device, or re-registers one with the same name (same id, so
+  // a restarted agent finds its unfinished lease). Returns the agent id.
+  absl::StatusOr<std::string> RegisterAgent(const DeviceIdentity& device);
+  // Records liveness and renews `lease_id` when given. Returns whether the
+  // lease is still this agent's. NOT_FOUND for an unknown agent.
+  absl::StatusOr<bool> Heartbeat(const std::string& agent_id, const std::string& lease_id);
+  // INVALID_ARGUMENT for a request that cannot run anywhere.
+  absl::StatusOr<int64_t> SubmitJob(const BenchmarkRequest& request, const std::string& device,
+                                    const std::string& pool);
+  // The agent's own active lease if it has one (renewed), else the oldest
+  // queued or stale job it may run, else nullopt. NOT_FOUND for an unknown agent.
+  absl::StatusOr<std::optional<Lease>> LeaseJob(const std::string& agent_id);
+  // FAILED_PRECONDITION when the lease expired or is not this agent's lease
+  // for this job; NOT_FOUND for unknown agent or lease.
+  absl::StatusOr<ReportOutcome> ReportResult(const std::string& agent_id, int64_t job_id,
+                                             const std::string& lease_id,
+                                             const BenchmarkResult& result);
+  // Expires leases past their deadline; returns how many.
+  absl::StatusOr<int> ExpireLeases();
+
+  absl::StatusOr<JobRecord> GetJob(int64_t job_id);
+  absl::StatusOr<std::vector<AgentRecord>> ListAgents();
+  // Reports accepted for `job_id` over all its leases; 1 for a finished job.
+  absl::StatusOr<int> AcceptedReports(int64_t job_id);
+
+  const JobStoreOptions& options() const { return options_; }
+
+ private:
+  JobStore(std::unique_ptr<SqliteDb> db, const Clock* clock, const JobStoreOptions& options)
+      : db_(std::move(db)), clock_(clock), options_(options) {}
+  absl::Status CreateSchema();
+  absl::StatusOr<int> ExpireLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<AgentRecord> AgentLocked(const std::string& agent_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status TouchLocked(const std::string& agent_id, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);
+  const Clock* clock_;  // not owned
+  const JobStoreOptions options_;
+};
+
+}  // namespace hilnas
+
+#endif  // HILNAS_COORDINATOR_JOB_STORE_H_

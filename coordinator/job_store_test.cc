@@ -1,0 +1,213 @@
+#include "coordinator/job_store.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "util/status_matchers.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "/" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
+    std::filesystem::remove(path_);
+    Reopen();
+  }
+  void Reopen() {
+    store_.reset();
+    JobStoreOptions o;
+    o.lease_ttl_ms = 1000;
+    o.max_attempts = 2;
+    auto s = JobStore::Open(path_, &clock_, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = *std::move(s);
+  }
+  std::string Register(const std::string& name, std::vector<std::string> pools = {}) {
+    DeviceIdentity d;
+    d.set_name(name);
+    for (auto& p : pools) d.add_pools(p);
+    auto id = store_->RegisterAgent(d);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or("");
+  }
+  int64_t Submit(const std::string& device = "", const std::string& pool = "") {
+    BenchmarkRequest r;
+    r.set_checkpoint_dir("/ckpt");
+    r.add_prompt_lengths(256);
+    auto id = store_->SubmitJob(r, device, pool);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+  Lease MustLease(const std::string& agent) {
+    auto l = store_->LeaseJob(agent);
+    EXPECT_TRUE(l.ok() && l->has_value()) << l.status();
+    return l.ok() && l->has_value() ? **l : Lease();
+  }
+  BenchmarkResult Done() {
+    BenchmarkResult r;
+    r.add_samples()->set_ttft_ms(12);
+    return r;
+  }
+
+  std::string path_;
+  ManualClock clock_;
+  std::unique_ptr<JobStore> store_;
+};
+
+TEST_F(JobStoreTest, LeaseThenReportCompletesJobOnce) {
+  const std::string a = Register("phone-a");
+  const int64_t job = Submit();
+  Lease l = MustLease(a);
+  EXPECT_EQ(l.job_id, job);
+  ASSERT_OK_AND_ASSIGN(JobRecord leased, store_->GetJob(job));
+  EXPECT_EQ(leased.state, LEASED);
+  ASSERT_OK_AND_ASSIGN(ReportOutcome o, store_->ReportResult(a, job, l.lease_id, Done()));
+  EXPECT_EQ(o, ReportOutcome::kAccepted);
+  ASSERT_OK_AND_ASSIGN(ReportOutcome again, store_->ReportResult(a, job, l.lease_id, Done()));
+  EXPECT_EQ(again, ReportOutcome::kDuplicate);
+  ASSERT_OK_AND_ASSIGN(JobRecord done, store_->GetJob(job));
+  EXPECT_EQ(done.state, JOB_DONE);
+  ASSERT_TRUE(done.result.has_value());
+  EXPECT_EQ(done.result->samples(0).ttft_ms(), 12);
+  EXPECT_EQ(store_->AcceptedReports(job).value_or(-1), 1);
+  ASSERT_OK_AND_ASSIGN(auto agents, store_->ListAgents());
+  EXPECT_EQ(agents[0].jobs_done, 1);  // the duplicate was not counted
+}
+
+TEST_F(JobStoreTest, ExpiredLeaseMakesJobStaleAndLateReportIsRejected) {
+  const std::string a = Register("phone-a"), b = Register("phone-b");
+  const int64_t job = Submit();
+  Lease la = MustLease(a);
+  clock_.AdvanceMs(1500);
+  ASSERT_OK_AND_ASSIGN(int expired, store_->ExpireLeases());
+  EXPECT_EQ(expired, 1);
+  ASSERT_OK_AND_ASSIGN(JobRecord stale, store_->GetJob(job));
+  EXPECT_EQ(stale.state, STALE);
+  Lease lb = MustLease(b);
+  EXPECT_EQ(lb.job_id, job);
+  EXPECT_THAT(store_->ReportResult(a, job, la.lease_id, Done()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("expired")));
+  ASSERT_OK(store_->ReportResult(b, job, lb.lease_id, Done()).status());
+  EXPECT_EQ(store_->AcceptedReports(job).value_or(-1), 1);
+}
+
+TEST_F(JobStoreTest, HeartbeatKeepsLeaseAlive) {
+  const std::string a = Register("phone-a");
+  const int64_t job = Submit();
+  Lease l = MustLease(a);
+  for (int i = 0; i < 5; ++i) {
+    clock_.AdvanceMs(800);
+    ASSERT_OK_AND_ASSIGN(bool valid, store_->Heartbeat(a, l.lease_id));
+    EXPECT_TRUE(valid);
+  }
+  ASSERT_OK(store_->ReportResult(a, job, l.lease_id, Done()).status());
+}
+
+TEST_F(JobStoreTest, RestartedAgentGetsItsOwnLeaseBack) {
+  const std::string a = Register("phone-a");
+  Submit();
+  Submit();
+  Lease first = MustLease(a);
+  const std::string again = Register("phone-a");  // the process restarted
+  EXPECT_EQ(again, a);
+  Lease second = MustLease(again);
+  EXPECT_EQ(second.lease_id, first.lease_id);
+  EXPECT_EQ(second.job_id, first.job_id);
+}
+
+TEST_F(JobStoreTest, JobFailsAfterMaxAttemptsOfExpiry) {
+  const std::string a = Register("phone-a");
+  const int64_t job = Submit();
+  for (int i = 0; i < 2; ++i) {
+    MustLease(a);
+    clock_.AdvanceMs(1500);
+    ASSERT_OK(store_->ExpireLeases().status());
+  }
+  ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+  EXPECT_EQ(j.state, JOB_FAILED);
+  EXPECT_THAT(j.message, HasSubstr("expired 2 times"));
+  ASSERT_OK_AND_ASSIGN(auto none, store_->LeaseJob(a));
+  EXPECT_FALSE(none.has_value());
+}
+
+TEST_F(JobStoreTest, StructuredFailureEndsJobAsFailed) {
+  const std::string a = Register("phone-a");
+  const int64_t job = Submit();
+  Lease l = MustLease(a);
+  BenchmarkResult oom;
+  oom.set_failure(OUT_OF_MEMORY);
+  oom.set_failure_message("needs 9 GiB");
+  ASSERT_OK(store_->ReportResult(a, job, l.lease_id, oom).status());
+  ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+  EXPECT_EQ(j.state, JOB_FAILED);
+  EXPECT_EQ(j.result->failure(), OUT_OF_MEMORY);
+}
+
+TEST_F(JobStoreTest, JobsGoOnlyToTheNamedDeviceOrPool) {
+  const std::string a = Register("phone-a", {"s25"}), b = Register("phone-b", {"pixel"});
+  const int64_t for_b = Submit("phone-b");
+  const int64_t for_s25 = Submit("", "s25");
+  EXPECT_EQ(MustLease(a).job_id, for_s25);
+  EXPECT_EQ(MustLease(b).job_id, for_b);
+}
+
+TEST_F(JobStoreTest, UnknownAgentAndForeignLeaseAreRejected) {
+  EXPECT_THAT(store_->LeaseJob("agent-nobody"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown agent")));
+  const std::string a = Register("phone-a"), b = Register("phone-b");
+  const int64_t job = Submit();
+  Lease l = MustLease(a);
+  EXPECT_THAT(store_->ReportResult(b, job, l.lease_id, Done()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not agent")));
+  EXPECT_THAT(store_->ReportResult(a, job, "lease-bogus", Done()),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("lease-bogus")));
+}
+
+TEST_F(JobStoreTest, InvalidRequestIsRejectedAtSubmit) {
+  BenchmarkRequest r;
+  EXPECT_THAT(store_->SubmitJob(r, "", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("arch or checkpoint_dir")));
+}
+
+TEST_F(JobStoreTest, StateSurvivesReopen) {
+  const std::string a = Register("phone-a");
+  const int64_t job = Submit();
+  Lease l = MustLease(a);
+  Reopen();  // the coordinator restarted
+  ASSERT_OK(store_->ReportResult(a, job, l.lease_id, Done()).status());
+  ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+  EXPECT_EQ(j.state, JOB_DONE);
+}
+
+TEST_F(JobStoreTest, NonDatabaseFileIsRejectedWithItsName) {
+  const std::string bad = ::testing::TempDir() + "/not_a_db.db";
+  {
+    std::ofstream(bad) << "this is not sqlite, just text that is long enough to look like a header";
+  }
+  EXPECT_THAT(JobStore::Open(bad, &clock_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not_a_db.db")));
+}
+
+TEST_F(JobStoreTest, AgentStateReflectsLeasesAndHeartbeats) {
+  const std::string a = Register("phone-a");
+  Submit();
+  ASSERT_OK_AND_ASSIGN(auto agents, store_->ListAgents());
+  EXPECT_EQ(agents[0].state, "idle");
+  MustLease(a);
+  ASSERT_OK_AND_ASSIGN(agents, store_->ListAgents());
+  EXPECT_EQ(agents[0].state, "busy");
+  clock_.AdvanceMs(60'000);
+  ASSERT_OK_AND_ASSIGN(agents, store_->ListAgents());
+  EXPECT_EQ(agents[0].state, "offline");
+}
+
+}  // namespace
+}  // namespace hilnas

@@ -1,0 +1,69 @@
+// A thin RAII layer over the SQLite C API: a connection and prepared
+// statements whose errors come back as absl::Status naming the database file
+// and the SQL. Not thread-safe; callers serialise access.
+#ifndef HILNAS_COORDINATOR_SQLITE_H_
+#define HILNAS_COORDINATOR_SQLITE_H_
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace hilnas {
+
+class SqliteStatement;
+
+class SqliteDb {
+ public:
+  // Opens (creating if needed) `path` in WAL mode with a busy timeout.
+  // INVALID_ARGUMENT when the file is not a SQLite database.
+  static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path);
+  ~SqliteDb();
+
+  absl::Status Exec(const std::string& sql);
+  absl::StatusOr<SqliteStatement> Prepare(const std::string& sql);
+  int64_t LastInsertRowId() const;
+  int Changes() const;
+  const std::string& path() const { return path_; }
+  absl::Status Error(const std::string& what) const;
+
+ private:
+  SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  sqlite3* db_;
+  std::string path_;
+};
+
+// Bind parameters are 1-based, columns 0-based, as in SQLite.
+class SqliteStatement {
+ public:
+  SqliteStatement(SqliteStatement&& other) noexcept;
+  ~SqliteStatement();
+
+  SqliteStatement& Bind(int i, int64_t v);
+  SqliteStatement& Bind(int i, const std::string& v);  // bound as text
+  SqliteStatement& BindBlob(int i, const std::string& bytes);
+  // True while a row is available; false when done. Errors name the SQL.
+  absl::StatusOr<bool> Step();
+  // Runs to completion.
+  absl::Status Run();
+
+  int64_t Int(int col) const;
+  std::string Text(int col) const;
+  std::string Blob(int col) const;
+  bool IsNull(int col) const;
+
+ private:
+  friend class SqliteDb;
+  SqliteStatement(const SqliteDb* db, sqlite3_stmt* stmt, std::string sql)
+      : db_(db), stmt_(stmt), sql_(std::move(sql)) {}
+  const SqliteDb* db_;
+  sqlite3_stmt* stmt_;
+  std::string sql_;
+};
+
+}  // namespace hilnas
+
+#endif  // HILNAS_COORDINATOR_SQLITE_H_

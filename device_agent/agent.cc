@@ -1,0 +1,212 @@
+#include "device_agent/agent.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "proto/service.grpc.pb.h"
+
+namespace hilnas {
+namespace {
+
+std::chrono::system_clock::time_point Deadline(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+bool Transient(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         s.error_code() == grpc::StatusCode::CANCELLED ||
+         s.error_code() == grpc::StatusCode::INTERNAL;
+}
+
+}  // namespace
+
+class Agent::Impl {
+ public:
+  Impl(AgentOptions o, std::unique_ptr<Runtime> runtime)
+      : options_(std::move(o)), runtime_(std::move(runtime)), rng_(std::random_device{}()) {
+    grpc::ChannelArguments args;
+    // Reconnect quickly once the coordinator is back; our own backoff
+    // spaces the retries (gRPC's default can wait two minutes).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.backoff_max_ms));
+    channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
+                                         args);
+    stub_ = AgentService::NewStub(channel_);
+    options_.device.set_runtime(runtime_->name());
+    options_.device.set_runtime_version(runtime_->version());
+  }
+
+  absl::Status Run(const std::atomic<bool>& stop, int* jobs_done) {
+    while (!stop.load() && (options_.max_jobs == 0 || *jobs_done < options_.max_jobs)) {
+      if (agent_id_.empty()) {
+        grpc::Status s = Register();
+        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+          return absl::UnauthenticatedError(s.error_message());
+        }
+        if (!s.ok()) {
+          Backoff(stop, absl::StrCat("register: ", s.error_message()));
+          continue;
+        }
+      }
+      LeaseJobRequest req;
+      req.set_agent_id(agent_id_);
+      req.set_wait_ms(options_.lease_wait_ms);
+      LeaseJobResponse lease;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(options_.lease_wait_ms + options_.rpc_deadline_ms));
+      grpc::Status s = stub_->LeaseJob(&ctx, req, &lease);
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {  // coordinator lost us: register again
+        Log(absl::StrCat("lease: ", s.error_message(), "; registering again"));
+        agent_id_.clear();
+        continue;
+      }
+      if (!s.ok()) {
+        Backoff(stop, absl::StrCat("lease: ", s.error_message()));
+        continue;
+      }
+      backoff_ms_ = 0;
+      if (!lease.has_job()) continue;
+      RunJob(lease, stop);
+      ++*jobs_done;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  grpc::Status Register() {
+    RegisterRequest req;
+    *req.mutable_device() = options_.device;
+    req.set_enrollment_token(options_.enrollment_token);
+    RegisterResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
+    grpc::Status s = stub_->Register(&ctx, req, &resp);
+    if (s.ok()) {
+      agent_id_ = resp.agent_id();
+      heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 2000;
+      backoff_ms_ = 0;
+      Log(absl::StrCat("registered with ", options_.coordinator, " as ", agent_id_));
+    }
+    return s;
+  }
+
+  // Exponential backoff with jitter, interruptible by `stop`.
+  void Backoff(const std::atomic<bool>& stop, const std::string& why) {
+    backoff_ms_ = backoff_ms_ == 0 ? options_.backoff_initial_ms
+                                   : std::min(backoff_ms_ * 2, options_.backoff_max_ms);
+    const int64_t wait = std::uniform_int_distribution<int64_t>(backoff_ms_ / 2, backoff_ms_)(rng_);
+    Log(absl::StrCat(why, "; retrying in ", wait, " ms"));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
+    while (!stop.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Renews the lease every heartbeat interval until `done`; sets `lost`
+  // when the coordinator says the lease is no longer ours.
+  void HeartbeatLoop(const std::string& lease_id, std::mutex& mu, std::condition_variable& cv,
+                     const bool& done, std::atomic<bool>& lost) {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_), [&] { return done; })) {
+      lock.unlock();
+      HeartbeatRequest req;
+      req.set_agent_id(agent_id_);
+      req.set_lease_id(lease_id);
+      HeartbeatResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
+      grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+      if (s.ok() && !resp.lease_valid()) {
+        Log(absl::StrCat("lease ", lease_id, " is no longer ours; stopping the measurement"));
+        lost = true;
+      }
+      lock.lock();
+    }
+  }
+
+  void RunJob(const LeaseJobResponse& lease, const std::atomic<bool>& stop) {
+    Log(absl::StrCat("job ", lease.job_id(), ": leased (", lease.lease_id(), ")"));
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::atomic<bool> lost{false};
+    std::thread heartbeat(
+        [&] { HeartbeatLoop(lease.lease_id(), mu, cv, done, lost); });
+    ProtocolOptions protocol = options_.protocol;
+    protocol.cancel = &lost;
+    auto user_progress = protocol.progress;
+    protocol.progress = [&](const std::string& line) {
+      if (user_progress) user_progress(line);
+      Log(absl::StrCat("job ", lease.job_id(), ": ", line));
+    };
+    BenchmarkResult result = MeasureBenchmark(*runtime_, lease.request(), options_.device, protocol);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_one();
+    heartbeat.join();
+    if (lost.load()) return;  // another agent has the job now; a report would be rejected
+    Report(lease, result, stop);
+  }
+
+  // Retries transient failures (a restarting coordinator) until the report
+  // is accepted, rejected, or the agent is stopped.
+  void Report(const LeaseJobResponse& lease, const BenchmarkResult& result,
+              const std::atomic<bool>& stop) {
+    ReportResultRequest req;
+    req.set_job_id(lease.job_id());
+    req.set_lease_id(lease.lease_id());
+    *req.mutable_result() = result;
+    while (!stop.load()) {
+      req.set_agent_id(agent_id_);
+      ReportResultResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
+      grpc::Status s = stub_->ReportResult(&ctx, req, &resp);
+      if (s.ok()) {
+        backoff_ms_ = 0;
+        Log(absl::StrCat("job ", lease.job_id(), ": reported",
+                         result.failure() == FAILURE_NONE
+                             ? ""
+                             : absl::StrCat(" failure ", FailureKind_Name(result.failure()), ": ",
+                                            result.failure_message())));
+        return;
+      }
+      if (!Transient(s)) {
+        Log(absl::StrCat("job ", lease.job_id(), ": report rejected: ", s.error_message()));
+        return;
+      }
+      Backoff(stop, absl::StrCat("report: ", s.error_message()));
+    }
+  }
+
+  void Log(const std::string& line) {
+    if (options_.log) options_.log(absl::StrCat(options_.device.name(), ": ", line));
+  }
+
+  AgentOptions options_;
+  std::unique_ptr<Runtime> runtime_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<AgentService::Stub> stub_;
+  std::string agent_id_;
+  int64_t heartbeat_ms_ = 2000;
+  int64_t backoff_ms_ = 0;
+  std::mt19937_64 rng_;
+};
+
+Agent::Agent(AgentOptions options, std::unique_ptr<Runtime> runtime)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(runtime))) {}
+Agent::~Agent() = default;
+
+absl::Status Agent::Run(const std::atomic<bool>& stop) { return impl_->Run(stop, &jobs_done_); }
+
+}  // namespace hilnas

@@ -1,0 +1,57 @@
+// The device agent: dials out to the coordinator (pull model, so a phone
+// behind NAT works), registers, leases one benchmark job at a time, keeps
+// the lease alive with heartbeats while the measurement protocol runs, and
+// reports a result or a structured failure. Survives coordinator restarts by
+// retrying with exponential backoff and re-registering under the same name.
+//
+// It executes nothing it receives except building and running an ArchSpec
+// (or a local checkpoint folder) in its Runtime.
+#ifndef HILNAS_DEVICE_AGENT_AGENT_H_
+#define HILNAS_DEVICE_AGENT_AGENT_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "device_agent/protocol.h"
+#include "device_agent/runtime.h"
+#include "proto/benchmark.pb.h"
+
+namespace hilnas {
+
+struct AgentOptions {
+  std::string coordinator = "127.0.0.1:50051";
+  std::string enrollment_token;
+  DeviceIdentity device;       // name, threads, cpu_set and pools set by the caller
+  int64_t lease_wait_ms = 10'000;   // long-poll length for LeaseJob
+  int64_t rpc_deadline_ms = 10'000;  // added to every call's own wait
+  int64_t backoff_initial_ms = 100;
+  int64_t backoff_max_ms = 5'000;
+  int max_jobs = 0;  // stop after this many jobs; 0 = run until stopped
+  ProtocolOptions protocol;
+  std::function<void(const std::string&)> log;  // one line per event; may be empty
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, std::unique_ptr<Runtime> runtime);
+  ~Agent();
+
+  // Runs until `stop` becomes true or max_jobs jobs are done. Returns OK
+  // then; UNAUTHENTICATED when the coordinator rejects the token (retrying
+  // cannot help). Transient errors never end the loop.
+  absl::Status Run(const std::atomic<bool>& stop);
+
+  int jobs_done() const { return jobs_done_; }
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  int jobs_done_ = 0;
+};
+
+}  // namespace hilnas
+
+#endif  // HILNAS_DEVICE_AGENT_AGENT_H_

@@ -1,0 +1,134 @@
+#include "device_agent/external_runtime.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "device_agent/protocol.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/test_archs.h"
+#include "search_space/arch.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+const std::string kData = std::string(HILNAS_SOURCE_DIR) + "/device_agent/testdata/";
+
+std::string Read(const std::string& name) {
+  std::string out;
+  const absl::Status s = ReadFileToString(kData + name, &out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+TEST(LlamaBenchParserTest, PromptTestGivesTtftAndGenTestGivesDecode) {
+  ASSERT_OK_AND_ASSIGN(RunTiming t, ParseLlamaBenchOutput(Read("llama_bench.json"), 1024, 32));
+  EXPECT_NEAR(t.ttft_ms, 1843.211, 1e-9);
+  EXPECT_NEAR(t.decode_ms_per_token, 1520.0 / 32, 1e-9);
+  EXPECT_EQ(t.decode_tokens, 32);
+}
+
+TEST(LlamaBenchParserTest, AcceptsJsonLines) {
+  const std::string jsonl =
+      "{\"n_prompt\": 256, \"n_gen\": 0, \"avg_ns\": 4000000}\n"
+      "{\"n_prompt\": 0, \"n_gen\": 8, \"avg_ns\": 80000000}\n";
+  ASSERT_OK_AND_ASSIGN(RunTiming t, ParseLlamaBenchOutput(jsonl, 256, 8));
+  EXPECT_DOUBLE_EQ(t.ttft_ms, 4.0);
+  EXPECT_DOUBLE_EQ(t.decode_ms_per_token, 10.0);
+}
+
+TEST(LlamaBenchParserTest, WrongTokenCountsOrMissingTestsAreErrors) {
+  EXPECT_THAT(ParseLlamaBenchOutput(Read("llama_bench.json"), 2048, 32),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n_prompt 1024")));
+  EXPECT_THAT(ParseLlamaBenchOutput("[{\"n_prompt\": 0, \"n_gen\": 32, \"avg_ns\": 5}]", 1024, 32),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no prompt-processing")));
+  EXPECT_THAT(ParseLlamaBenchOutput("error: failed to load model", 1024, 32),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("neither a JSON array")));
+}
+
+TEST(ExecuTorchParserTest, StatsLineGivesTtftAndDecode) {
+  ASSERT_OK_AND_ASSIGN(RunTiming t, ParseExecuTorchOutput(Read("executorch_runner.txt")));
+  EXPECT_DOUBLE_EQ(t.ttft_ms, 1380.0);  // first_token_ms - inference_start_ms
+  EXPECT_EQ(t.decode_tokens, 31);
+  EXPECT_DOUBLE_EQ(t.decode_ms_per_token, (1732098004100.0 - 1732098002910.0) / 31);
+}
+
+TEST(ExecuTorchParserTest, MissingOrInconsistentStatsAreErrors) {
+  EXPECT_THAT(ParseExecuTorchOutput("Segmentation fault"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no \"PyTorchObserver\"")));
+  EXPECT_THAT(
+      ParseExecuTorchOutput("PyTorchObserver {\"inference_start_ms\":10,\"first_token_ms\":5,"
+                            "\"inference_end_ms\":20,\"generated_tokens\":3}"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("consistent")));
+}
+
+TEST(ExpandCommandTest, FillsPlaceholdersAndRejectsUnknownOnes) {
+  ASSERT_OK_AND_ASSIGN(std::string c, ExpandCommand("bench -m {model} -p {prompt_tokens}",
+                                                    {{"model", "/m"}, {"prompt_tokens", "8"}}));
+  EXPECT_EQ(c, "bench -m /m -p 8");
+  EXPECT_THAT(ExpandCommand("bench {oops}", {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("{oops}")));
+}
+
+TEST(RunShellCommandTest, CapturesOutputReportsExitCodeAndTimesOut) {
+  ASSERT_OK_AND_ASSIGN(std::string out, RunShellCommand("echo hello; echo noise >&2", 10));
+  EXPECT_EQ(out, "hello\n");
+  EXPECT_THAT(RunShellCommand("echo bad >&2; exit 3", 10),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("exited with 3")));
+  EXPECT_THAT(RunShellCommand("sleep 30", 0.3), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("timed out")));
+}
+
+// The whole external path in real processes: an "export" command that
+// records its config and a "bench" command that replays recorded
+// llama-bench output, as adb would relay it from a phone.
+TEST(ExternalRuntimeTest, DrivesExportAndBenchCommandsThroughTheProtocol) {
+  const std::string work = ::testing::TempDir() + "/hilnas_external";
+  std::filesystem::remove_all(work);
+  ExternalRuntimeOptions o;
+  o.name = "llama.cpp";
+  o.version = "b4521";
+  o.format = ExternalFormat::kLlamaBench;
+  o.work_dir = work;
+  o.export_command = "cp {config} {model}";
+  o.bench_command = absl::StrCat("test -s {model} && test {prompt_tokens} = 1024 && cat ", kData,
+                                 "llama_bench.json");
+  std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
+  BenchmarkRequest req;
+  *req.mutable_arch() = ArchToProto(TinyMixedArch());
+  req.add_prompt_lengths(1024);
+  req.set_decode_tokens(32);
+  req.set_repeats(2);
+  req.set_max_repeats(2);
+  ProtocolOptions po;
+  po.cooldown_ms = 0;
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  EXPECT_EQ(r.samples_size(), 2);
+  EXPECT_NEAR(r.summaries(0).ttft_median_ms(), 1843.211, 1e-9);
+  EXPECT_EQ(r.device().runtime(), "llama.cpp");
+  EXPECT_EQ(r.device().runtime_version(), "b4521");
+}
+
+TEST(ExternalRuntimeTest, FailingExportIsUnsupportedArch) {
+  ExternalRuntimeOptions o;
+  o.work_dir = ::testing::TempDir() + "/hilnas_external_fail";
+  o.export_command = "echo 'cannot lower skip layers' >&2; exit 1";
+  o.bench_command = "true";
+  std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
+  BenchmarkRequest req;
+  *req.mutable_arch() = ArchToProto(TinyMixedArch());
+  req.add_prompt_lengths(8);
+  ProtocolOptions po;
+  po.cooldown_ms = 0;
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
+  EXPECT_THAT(r.failure_message(), HasSubstr("cannot lower skip layers"));
+}
+
+}  // namespace
+}  // namespace hilnas

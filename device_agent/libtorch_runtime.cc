@@ -1,0 +1,149 @@
+#include "device_agent/libtorch_runtime.h"
+
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/decoder.h"
+#include "model/generate.h"
+#include "search_space/arch.h"
+#include "search_space/counts.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+namespace {
+
+// MemAvailable from /proc/meminfo, bytes; 0 when unreadable.
+int64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+absl::StatusOr<torch::Dtype> DtypeFor(Precision p) {
+  switch (p) {
+    case PRECISION_UNSPECIFIED:
+    case FP32:
+      return torch::kFloat;
+    case BF16:
+      return torch::kBFloat16;
+    case FP16:
+      return torch::kHalf;
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          "precision ", Precision_Name(p), " is not supported by the libtorch-cpu runtime"));
+  }
+}
+
+// Allocation failures surface from libtorch as c10::Error text.
+absl::Status Classify(const absl::Status& s) {
+  if (absl::StrContains(s.message(), "alloc")) {
+    return absl::ResourceExhaustedError(s.message());
+  }
+  return s;
+}
+
+class LibtorchModel : public PreparedModel {
+ public:
+  LibtorchModel(Decoder decoder, int64_t prefill_chunk, uint64_t seed)
+      : decoder_(std::move(decoder)), prefill_chunk_(prefill_chunk), seed_(seed) {}
+
+  absl::StatusOr<RunTiming> Run(int prompt_tokens, int decode_tokens) override {
+    if (prompt_tokens <= 0 || decode_tokens < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt_tokens ", prompt_tokens,
+                                                     " and decode_tokens ", decode_tokens,
+                                                     " must be positive / non-negative"));
+    }
+    std::vector<int64_t> prompt;
+    try {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + prompt_tokens);
+      auto t = torch::randint(decoder_.arch().vocab_size, {prompt_tokens}, gen, torch::kLong);
+      prompt.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + prompt_tokens);
+    } catch (const c10::Error& e) {
+      return Classify(absl::InternalError(absl::StrCat("prompt: ", e.what_without_backtrace())));
+    }
+    GenerateOptions o;
+    o.max_new_tokens = decode_tokens + 1;  // the first token closes TTFT
+    o.prefill_chunk = prefill_chunk_;
+    absl::StatusOr<Generation> g = GreedyGenerate(decoder_, prompt, o);
+    if (!g.ok()) return Classify(g.status());
+    RunTiming r;
+    r.ttft_ms = g->stats.ttft_ms();
+    r.decode_tokens = decode_tokens;
+    r.decode_ms_per_token = decode_tokens > 0 ? g->stats.decode_ms_per_token() : 0.0;
+    return r;
+  }
+
+ private:
+  Decoder decoder_;
+  int64_t prefill_chunk_;
+  uint64_t seed_;
+};
+
+class LibtorchRuntime : public Runtime {
+ public:
+  explicit LibtorchRuntime(const LibtorchRuntimeOptions& o) : options_(o) {}
+  std::string name() const override { return "libtorch-cpu"; }
+  std::string version() const override { return TORCH_VERSION; }
+
+  absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(const BenchmarkRequest& req) override {
+    HILNAS_ASSIGN_OR_RETURN(torch::Dtype dtype, DtypeFor(req.precision()));
+    if (req.threads() > 0) at::set_num_threads(req.threads());
+    int max_context = 0;
+    for (int p : req.prompt_lengths()) max_context = std::max(max_context, p);
+    max_context += req.decode_tokens() + 1;
+    absl::StatusOr<Decoder> decoder = absl::UnknownError("unset");
+    if (req.has_arch()) {
+      HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(req.arch()));
+      HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
+      decoder = Decoder::Create(arch, req.seed(), dtype);
+    } else if (!req.checkpoint_dir().empty()) {
+      HILNAS_ASSIGN_OR_RETURN(
+          Arch arch, ReadConfigJson(absl::StrCat(req.checkpoint_dir(), "/config.json")));
+      HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
+      decoder = LoadCheckpoint(req.checkpoint_dir(), dtype);
+    } else {
+      return absl::InvalidArgumentError("benchmark request names neither arch nor checkpoint_dir");
+    }
+    if (!decoder.ok()) return Classify(decoder.status());
+    const int64_t chunk = req.prefill_chunk() > 0 ? req.prefill_chunk() : 1024;
+    return std::unique_ptr<PreparedModel>(
+        new LibtorchModel(*std::move(decoder), chunk, req.seed()));
+  }
+
+ private:
+  absl::Status CheckFits(const Arch& arch, torch::Dtype dtype, int64_t context) const {
+    const int64_t elem = torch::elementSize(dtype);
+    const int64_t need =
+        CountParameters(arch).total() * elem + KvCacheBytes(arch, context, static_cast<int>(elem));
+    const int64_t limit =
+        options_.memory_limit_bytes > 0 ? options_.memory_limit_bytes : MemAvailableBytes();
+    if (limit > 0 && need > limit) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model needs ", need / (1 << 20), " MiB for weights and KV cache at ",
+                       context, " tokens; this device allows ", limit / (1 << 20), " MiB"));
+    }
+    return absl::OkStatus();
+  }
+
+  LibtorchRuntimeOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runtime> NewLibtorchRuntime(const LibtorchRuntimeOptions& options) {
+  return std::make_unique<LibtorchRuntime>(options);
+}
+
+}  // namespace hilnas

@@ -1,0 +1,191 @@
+#include "device_agent/protocol.h"
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "device_agent/environment.h"
+#include "device_agent/sample_stats.h"
+
+namespace hilnas {
+namespace {
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void Say(const ProtocolOptions& o, const std::string& line) {
+  if (o.progress) o.progress(line);
+}
+
+bool Cancelled(const ProtocolOptions& o) { return o.cancel != nullptr && o.cancel->load(); }
+
+void Fail(BenchmarkResult& r, const absl::Status& s) {
+  r.set_failure(FailureKindFor(s));
+  r.set_failure_message(std::string(s.message()));
+}
+
+std::vector<double> Ttfts(const BenchmarkResult& r, int prompt_tokens) {
+  std::vector<double> v;
+  for (const LatencySample& s : r.samples()) {
+    if (s.prompt_tokens() == prompt_tokens) v.push_back(s.ttft_ms());
+  }
+  return v;
+}
+
+// Warm-ups, then timed runs until the TTFT spread is below the threshold
+// (after the minimum repeats) or the cap is reached.
+absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& req, int prompt,
+                                 const ProtocolOptions& o, BenchmarkResult& result) {
+  const auto cooldown = std::chrono::duration<double, std::milli>(o.cooldown_ms);
+  for (int w = 0; w < req.warmup_runs(); ++w) {
+    absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
+    if (!t.ok()) return t.status();
+    Say(o, absl::StrFormat("prompt %d: warm-up %d/%d TTFT %.1f ms", prompt, w + 1,
+                           req.warmup_runs(), t->ttft_ms));
+    std::this_thread::sleep_for(cooldown);
+  }
+  for (int i = 0; i < req.max_repeats(); ++i) {
+    if (Cancelled(o)) return absl::CancelledError("measurement cancelled: lease lost");
+    ResetPeakRss();
+    absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
+    if (!t.ok()) return t.status();
+    LatencySample* s = result.add_samples();
+    s->set_prompt_tokens(prompt);
+    s->set_ttft_ms(t->ttft_ms);
+    s->set_decode_ms_per_token(t->decode_ms_per_token);
+    s->set_decode_tokens(t->decode_tokens);
+    s->set_peak_rss_bytes(PeakRssBytes());
+    result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), s->peak_rss_bytes()));
+    const std::vector<double> ttfts = Ttfts(result, prompt);
+    const double spread = RelativeSpread(ttfts);
+    Say(o, absl::StrFormat("prompt %d: run %d TTFT %.1f ms, decode %.2f ms/token (spread %.3f)",
+                           prompt, i + 1, t->ttft_ms, t->decode_ms_per_token, spread));
+    if (i + 1 >= req.repeats() && spread <= req.max_rel_spread()) break;
+    std::this_thread::sleep_for(cooldown);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+BenchmarkRequest WithDefaults(BenchmarkRequest r) {
+  if (r.prompt_lengths().empty()) {
+    for (int p : {1024, 2048, 4096}) r.add_prompt_lengths(p);  // MobileLLM-Flash Sec. 4.2.2
+  }
+  if (r.decode_tokens() <= 0) r.set_decode_tokens(16);
+  if (r.prefill_chunk() <= 0) r.set_prefill_chunk(1024);
+  if (r.warmup_runs() <= 0) r.set_warmup_runs(1);
+  if (r.repeats() <= 0) r.set_repeats(3);
+  if (r.max_repeats() < r.repeats()) r.set_max_repeats(std::max(10, r.repeats()));
+  if (r.max_rel_spread() <= 0) r.set_max_rel_spread(0.05);
+  if (r.precision() == PRECISION_UNSPECIFIED) r.set_precision(FP32);
+  return r;
+}
+
+absl::Status ValidateBenchmarkRequest(const BenchmarkRequest& r) {
+  if (!r.has_arch() && r.checkpoint_dir().empty()) {
+    return absl::InvalidArgumentError("benchmark request: set arch or checkpoint_dir");
+  }
+  for (int p : r.prompt_lengths()) {
+    if (p <= 0 || p > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("benchmark request: prompt_lengths value ", p, " is not in 1..1048576"));
+    }
+  }
+  if (r.decode_tokens() < 0 || r.repeats() < 0 || r.max_repeats() < 0 || r.threads() < 0 ||
+      r.warmup_runs() < 0 || r.prefill_chunk() < 0) {
+    return absl::InvalidArgumentError(
+        "benchmark request: decode_tokens, repeats, max_repeats, threads, warmup_runs and "
+        "prefill_chunk must not be negative");
+  }
+  if (r.max_repeats() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("benchmark request: max_repeats ", r.max_repeats(), " exceeds 1000"));
+  }
+  return absl::OkStatus();
+}
+
+FailureKind FailureKindFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return FAILURE_NONE;
+    case absl::StatusCode::kResourceExhausted:
+      return OUT_OF_MEMORY;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented:
+      return UNSUPPORTED_ARCH;
+    case absl::StatusCode::kDeadlineExceeded:
+      return TIMEOUT;
+    default:
+      return RUNTIME_ERROR;
+  }
+}
+
+void Summarise(BenchmarkResult& r) {
+  r.clear_summaries();
+  std::map<int, std::vector<const LatencySample*>> by_prompt;
+  for (const LatencySample& s : r.samples()) by_prompt[s.prompt_tokens()].push_back(&s);
+  bool throttled = false;
+  for (const auto& [prompt, samples] : by_prompt) {
+    std::vector<double> ttft, decode;
+    for (const LatencySample* s : samples) {
+      ttft.push_back(s->ttft_ms());
+      decode.push_back(s->decode_ms_per_token());
+    }
+    LatencySummary* m = r.add_summaries();
+    m->set_prompt_tokens(prompt);
+    m->set_ttft_median_ms(Median(ttft));
+    m->set_ttft_stderr_ms(MedianStandardError(ttft));
+    m->set_ttft_rel_spread(RelativeSpread(ttft));
+    m->set_decode_median_ms_per_token(Median(decode));
+    m->set_decode_stderr_ms_per_token(MedianStandardError(decode));
+    const double d = m->decode_median_ms_per_token();
+    m->set_decode_tokens_per_s(d > 0 ? 1000.0 / d : 0.0);
+    throttled = throttled || ThrottlingSuspected(ttft) || ThrottlingSuspected(decode);
+  }
+  r.set_throttling_suspected(throttled);
+}
+
+BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& request,
+                                 const DeviceIdentity& device, const ProtocolOptions& o) {
+  BenchmarkResult result;
+  const BenchmarkRequest req = WithDefaults(request);
+  *result.mutable_device() = device;
+  result.mutable_device()->set_runtime(runtime.name());
+  result.mutable_device()->set_runtime_version(runtime.version());
+  if (req.threads() > 0) result.mutable_device()->set_threads(req.threads());
+  *result.mutable_request() = req;
+  result.set_started_unix_ms(UnixMs());
+  absl::Status status = ValidateBenchmarkRequest(req);
+  if (status.ok()) {
+    ResetPeakRss();
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<PreparedModel>> model = runtime.Prepare(req);
+    if (model.ok()) {
+      result.set_peak_rss_bytes(PeakRssBytes());  // weights and build temporaries
+      Say(o, absl::StrFormat("built in %.0f ms",
+                             std::chrono::duration<double, std::milli>(
+                                 std::chrono::steady_clock::now() - t0)
+                                 .count()));
+      for (int prompt : req.prompt_lengths()) {
+        status = MeasurePromptLength(**model, req, prompt, o, result);
+        if (!status.ok()) break;
+      }
+    } else {
+      status = model.status();
+    }
+  }
+  if (!status.ok()) Fail(result, status);
+  result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));
+  result.set_cpu_temperature_c(CpuTemperatureC());
+  result.set_finished_unix_ms(UnixMs());
+  Summarise(result);
+  return result;
+}
+
+}  // namespace hilnas

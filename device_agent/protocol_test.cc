@@ -1,0 +1,193 @@
+#include "device_agent/protocol.h"
+
+#include <deque>
+
+#include "device_agent/libtorch_runtime.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/test_archs.h"
+#include "search_space/arch.h"
+
+namespace hilnas {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Replays scripted TTFTs, or fails at Prepare or at a given run.
+class ScriptedRuntime : public Runtime {
+ public:
+  std::deque<double> ttfts;
+  absl::Status prepare_status;
+  absl::Status run_status;  // returned once ttfts run out
+  int runs = 0;
+
+  std::string name() const override { return "scripted"; }
+  std::string version() const override { return "1"; }
+  absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(const BenchmarkRequest&) override {
+    if (!prepare_status.ok()) return prepare_status;
+    return std::unique_ptr<PreparedModel>(new Model(this));
+  }
+
+ private:
+  struct Model : PreparedModel {
+    explicit Model(ScriptedRuntime* r) : r(r) {}
+    absl::StatusOr<RunTiming> Run(int, int decode_tokens) override {
+      ++r->runs;
+      if (r->ttfts.empty()) return r->run_status;
+      RunTiming t{r->ttfts.front(), 10.0, decode_tokens};
+      r->ttfts.pop_front();
+      return t;
+    }
+    ScriptedRuntime* r;
+  };
+};
+
+BenchmarkRequest Request(int repeats, int max_repeats, double spread) {
+  BenchmarkRequest r;
+  *r.mutable_arch() = ArchToProto(TinyMixedArch());
+  r.add_prompt_lengths(8);
+  r.set_decode_tokens(2);
+  r.set_warmup_runs(1);
+  r.set_repeats(repeats);
+  r.set_max_repeats(max_repeats);
+  r.set_max_rel_spread(spread);
+  return r;
+}
+
+ProtocolOptions NoCooldown() {
+  ProtocolOptions o;
+  o.cooldown_ms = 0;
+  return o;
+}
+
+TEST(ProtocolTest, StopsAtMinimumRepeatsWhenSpreadIsSmall) {
+  ScriptedRuntime rt;
+  rt.ttfts = {500 /*warm-up*/, 100, 101, 100, 300, 300};
+  BenchmarkResult r = MeasureBenchmark(rt, Request(3, 10, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), FAILURE_NONE);
+  ASSERT_EQ(r.samples_size(), 3);  // the warm-up is not a sample
+  ASSERT_EQ(r.summaries_size(), 1);
+  EXPECT_DOUBLE_EQ(r.summaries(0).ttft_median_ms(), 100);
+  EXPECT_DOUBLE_EQ(r.summaries(0).decode_tokens_per_s(), 100);
+  EXPECT_GT(r.summaries(0).ttft_stderr_ms(), 0);
+  EXPECT_EQ(r.device().runtime(), "scripted");
+}
+
+TEST(ProtocolTest, RepeatsUntilSpreadFallsOrCapIsHit) {
+  ScriptedRuntime rt;
+  rt.ttfts = {1, 100, 150, 100, 100, 100, 100, 100, 100};
+  BenchmarkResult r = MeasureBenchmark(rt, Request(3, 6, 0.05), DeviceIdentity(), NoCooldown());
+  // Spread after 3: MAD/median = 0; 100,150,100 -> MAD 0 -> stops at 3.
+  EXPECT_EQ(r.samples_size(), 3);
+
+  ScriptedRuntime noisy;
+  noisy.ttfts = {1, 100, 150, 200, 100, 150, 200, 100, 150, 200};
+  r = MeasureBenchmark(noisy, Request(3, 6, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.samples_size(), 6);  // never settles: the cap stops it
+  EXPECT_GT(r.summaries(0).ttft_rel_spread(), 0.05);
+}
+
+TEST(ProtocolTest, SteadySlowdownIsFlaggedAsThrottling) {
+  ScriptedRuntime rt;
+  rt.ttfts = {1, 100, 110, 121, 133, 146, 161};
+  BenchmarkResult r = MeasureBenchmark(rt, Request(6, 6, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_TRUE(r.throttling_suspected());
+}
+
+TEST(ProtocolTest, PrepareFailureBecomesStructuredFailure) {
+  ScriptedRuntime rt;
+  rt.prepare_status = absl::ResourceExhaustedError("needs 9 GiB; device allows 4 GiB");
+  BenchmarkResult r = MeasureBenchmark(rt, Request(3, 3, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), OUT_OF_MEMORY);
+  EXPECT_THAT(r.failure_message(), HasSubstr("9 GiB"));
+
+  rt.prepare_status = absl::UnimplementedError("precision INT8_DYNAMIC");
+  EXPECT_EQ(MeasureBenchmark(rt, Request(3, 3, 0.05), DeviceIdentity(), NoCooldown()).failure(),
+            UNSUPPORTED_ARCH);
+}
+
+TEST(ProtocolTest, RunFailureKeepsSamplesMeasuredSoFar) {
+  ScriptedRuntime rt;
+  rt.ttfts = {1, 100, 100};
+  rt.run_status = absl::InternalError("runner crashed");
+  BenchmarkResult r = MeasureBenchmark(rt, Request(5, 5, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), RUNTIME_ERROR);
+  EXPECT_EQ(r.samples_size(), 2);
+  EXPECT_THAT(r.failure_message(), HasSubstr("runner crashed"));
+}
+
+TEST(ProtocolTest, CancelStopsMeasurement) {
+  ScriptedRuntime rt;
+  rt.ttfts = {1, 100, 100, 100};
+  std::atomic<bool> cancel{true};
+  ProtocolOptions o = NoCooldown();
+  o.cancel = &cancel;
+  BenchmarkResult r = MeasureBenchmark(rt, Request(3, 3, 0.05), DeviceIdentity(), o);
+  EXPECT_EQ(r.failure(), RUNTIME_ERROR);
+  EXPECT_THAT(r.failure_message(), HasSubstr("cancelled"));
+}
+
+TEST(ProtocolTest, InvalidRequestIsRejectedWithFieldName) {
+  ScriptedRuntime rt;
+  BenchmarkRequest req = Request(3, 3, 0.05);
+  req.set_prompt_lengths(0, -4);
+  BenchmarkResult r = MeasureBenchmark(rt, req, DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
+  EXPECT_THAT(r.failure_message(), HasSubstr("prompt_lengths value -4"));
+  EXPECT_EQ(rt.runs, 0);
+}
+
+TEST(ProtocolTest, DefaultsFollowThePaper) {
+  BenchmarkRequest r = WithDefaults(BenchmarkRequest());
+  EXPECT_THAT(r.prompt_lengths(), ::testing::ElementsAre(1024, 2048, 4096));
+  EXPECT_EQ(r.prefill_chunk(), 1024);
+  EXPECT_EQ(r.repeats(), 3);
+  EXPECT_EQ(r.precision(), FP32);
+}
+
+TEST(LibtorchRuntimeTest, MeasuresTinyModelForEveryPromptLength) {
+  std::unique_ptr<Runtime> rt = NewLibtorchRuntime();
+  BenchmarkRequest req = Request(2, 3, 1.0);
+  req.add_prompt_lengths(16);
+  req.set_prefill_chunk(4);
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), NoCooldown());
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  EXPECT_EQ(r.samples_size(), 4);
+  ASSERT_EQ(r.summaries_size(), 2);
+  for (const LatencySample& s : r.samples()) {
+    EXPECT_GT(s.ttft_ms(), 0);
+    EXPECT_GT(s.decode_ms_per_token(), 0);
+    EXPECT_EQ(s.decode_tokens(), 2);
+    EXPECT_GT(s.peak_rss_bytes(), 0);
+  }
+  EXPECT_EQ(r.device().runtime(), "libtorch-cpu");
+}
+
+TEST(LibtorchRuntimeTest, RunsInBf16) {
+  std::unique_ptr<Runtime> rt = NewLibtorchRuntime();
+  BenchmarkRequest req = Request(1, 1, 1.0);
+  req.set_precision(BF16);
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), NoCooldown());
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  EXPECT_EQ(r.request().precision(), BF16);
+}
+
+TEST(LibtorchRuntimeTest, ModelLargerThanMemoryLimitIsOutOfMemory) {
+  LibtorchRuntimeOptions o;
+  o.memory_limit_bytes = 1000;  // the tiny model needs ~60 kB
+  std::unique_ptr<Runtime> rt = NewLibtorchRuntime(o);
+  BenchmarkResult r = MeasureBenchmark(*rt, Request(1, 1, 1.0), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), OUT_OF_MEMORY);
+  EXPECT_THAT(r.failure_message(), HasSubstr("device allows"));
+}
+
+TEST(LibtorchRuntimeTest, ImpossibleArchIsUnsupported) {
+  std::unique_ptr<Runtime> rt = NewLibtorchRuntime();
+  BenchmarkRequest req = Request(1, 1, 1.0);
+  req.mutable_arch()->set_num_heads(3);  // 3 heads cannot share 2 KV heads
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
+}
+
+}  // namespace
+}  // namespace hilnas

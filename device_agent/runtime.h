@@ -1,0 +1,46 @@
+// A Runtime builds an architecture on this device and times single runs of
+// it. The measurement protocol (protocol.h) decides how many runs, warm-ups
+// and cool-downs; a Runtime only knows how to execute one.
+#ifndef HILNAS_DEVICE_AGENT_RUNTIME_H_
+#define HILNAS_DEVICE_AGENT_RUNTIME_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/benchmark.pb.h"
+
+namespace hilnas {
+
+// One timed run: prefill `prompt_tokens`, then decode.
+struct RunTiming {
+  double ttft_ms = 0;              // prompt submitted -> first token chosen
+  double decode_ms_per_token = 0;  // over the tokens after the first
+  int decode_tokens = 0;           // tokens generated after the first
+};
+
+// A model built and ready to run. Not thread-safe.
+class PreparedModel {
+ public:
+  virtual ~PreparedModel() = default;
+  // Errors: RESOURCE_EXHAUSTED when memory runs out, DEADLINE_EXCEEDED when
+  // an external command times out, INTERNAL for anything else.
+  virtual absl::StatusOr<RunTiming> Run(int prompt_tokens, int decode_tokens) = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string name() const = 0;     // "libtorch-cpu", "llama.cpp", "executorch"
+  virtual std::string version() const = 0;
+  // Builds what `request` names (its arch, or checkpoint_dir on this device),
+  // at its precision and thread count. Errors: INVALID_ARGUMENT or
+  // UNIMPLEMENTED for an architecture or precision this runtime cannot run
+  // (reported as UNSUPPORTED_ARCH), RESOURCE_EXHAUSTED when it does not fit.
+  virtual absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(
+      const BenchmarkRequest& request) = 0;
+};
+
+}  // namespace hilnas
+
+#endif  // HILNAS_DEVICE_AGENT_RUNTIME_H_
