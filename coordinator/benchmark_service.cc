@@ -83,8 +83,8 @@ class LongPolls {
     }
     thread_.join();
     for (auto& w : leases_) w.reactor->Finish(grpc::Status::OK);
-    for (auto& w : jobs_) w.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                                         "coordinator shutting down"));
+    for (auto& w : jobs_)
+      w.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down"));
     leases_.clear();
     jobs_.clear();
   }
@@ -108,7 +108,8 @@ class LongPolls {
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopped_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(tick_ms_), [this] { return poked_ || stopped_; });
+      cv_.wait_for(lock, std::chrono::milliseconds(tick_ms_),
+                   [this] { return poked_ || stopped_; });
       if (stopped_) break;
       poked_ = false;
       store_->ExpireLeases().IgnoreError();  // a failure here is retried next tick
@@ -183,10 +184,11 @@ class AgentServiceImpl : public AgentService::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
                                      RegisterResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    if (!options_.enrollment_token.empty() && req->enrollment_token() != options_.enrollment_token) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                   absl::StrCat("agent \"", req->device().name(),
-                                                "\": enrollment token rejected")));
+    if (!options_.enrollment_token.empty() &&
+        req->enrollment_token() != options_.enrollment_token) {
+      reactor->Finish(grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          absl::StrCat("agent \"", req->device().name(), "\": enrollment token rejected")));
       return reactor;
     }
     absl::StatusOr<std::string> id = store_->RegisterAgent(req->device());
@@ -198,8 +200,7 @@ class AgentServiceImpl : public AgentService::CallbackService {
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const HeartbeatRequest* req,
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
                                       HeartbeatResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
     absl::StatusOr<bool> valid = store_->Heartbeat(req->agent_id(), req->lease_id());

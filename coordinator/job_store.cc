@@ -132,8 +132,9 @@ absl::StatusOr<AgentRecord> JobStore::AgentLocked(const std::string& agent_id) {
 }
 
 absl::Status JobStore::TouchLocked(const std::string& agent_id, int64_t now) {
-  HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
-                          db_->Prepare("UPDATE agents SET last_heartbeat_ms = ? WHERE agent_id = ?"));
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement u,
+      db_->Prepare("UPDATE agents SET last_heartbeat_ms = ? WHERE agent_id = ?"));
   HILNAS_RETURN_IF_ERROR(u.Bind(1, now).Bind(2, agent_id).Run());
   if (db_->Changes() == 0) {
     return absl::NotFoundError(absl::StrCat("unknown agent \"", agent_id, "\"; register first"));
@@ -157,7 +158,8 @@ absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device
     HILNAS_ASSIGN_OR_RETURN(
         SqliteStatement u,
         db_->Prepare("UPDATE agents SET device = ?, last_heartbeat_ms = ? WHERE agent_id = ?"));
-    HILNAS_RETURN_IF_ERROR(u.BindBlob(1, device.SerializeAsString()).Bind(2, now).Bind(3, id).Run());
+    HILNAS_RETURN_IF_ERROR(
+        u.BindBlob(1, device.SerializeAsString()).Bind(2, now).Bind(3, id).Run());
   } else {
     id = RandomId("agent-");
     HILNAS_ASSIGN_OR_RETURN(
@@ -175,8 +177,7 @@ absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device
   return id;
 }
 
-absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id,
-                                         const std::string& lease_id) {
+absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id, const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
   Transaction tx(db_.get());
@@ -200,10 +201,9 @@ absl::StatusOr<int64_t> JobStore::SubmitJob(const BenchmarkRequest& request,
                                             const std::string& device, const std::string& pool) {
   HILNAS_RETURN_IF_ERROR(ValidateBenchmarkRequest(request));
   absl::MutexLock lock(&mu_);
-  HILNAS_ASSIGN_OR_RETURN(
-      SqliteStatement ins,
-      db_->Prepare("INSERT INTO jobs(request, device, pool, state, created_ms) "
-                   "VALUES(?, ?, ?, ?, ?)"));
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement ins,
+                          db_->Prepare("INSERT INTO jobs(request, device, pool, state, created_ms) "
+                                       "VALUES(?, ?, ?, ?, ?)"));
   HILNAS_RETURN_IF_ERROR(ins.BindBlob(1, request.SerializeAsString())
                              .Bind(2, device)
                              .Bind(3, pool)
@@ -317,8 +317,8 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
                              .Bind(4, now)
                              .Bind(5, lease.expires_ms)
                              .Run());
-  HILNAS_ASSIGN_OR_RETURN(
-      SqliteStatement uj, db_->Prepare("UPDATE jobs SET state = ?, attempts = attempts + 1, "
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement uj,
+                          db_->Prepare("UPDATE jobs SET state = ?, attempts = attempts + 1, "
                                        "agent_id = ? WHERE job_id = ?"));
   HILNAS_RETURN_IF_ERROR(
       uj.Bind(1, static_cast<int64_t>(LEASED)).Bind(2, agent_id).Bind(3, lease.job_id).Run());
@@ -342,15 +342,15 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("unknown lease \"", lease_id, "\""));
   if (q.Int(0) != job_id || q.Text(1) != agent_id) {
-    return absl::FailedPreconditionError(absl::StrCat("lease ", lease_id, " is not agent ",
-                                                      agent_id, "'s lease for job ", job_id));
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease_id, " is not agent ", agent_id, "'s lease for job ", job_id));
   }
   const std::string state = q.Text(2);
   if (state == "reported") return ReportOutcome::kDuplicate;
   if (state == "expired") {
     return absl::FailedPreconditionError(
-        absl::StrCat("lease ", lease_id, " for job ", job_id, " expired at ", q.Int(3),
-                     " ms (now ", now, "); the job went back to the queue; result rejected"));
+        absl::StrCat("lease ", lease_id, " for job ", job_id, " expired at ", q.Int(3), " ms (now ",
+                     now, "); the job went back to the queue; result rejected"));
   }
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement ul,

@@ -56,9 +56,9 @@ struct JobRecord {
   int64_t job_id = 0;
   JobState state = QUEUED;
   BenchmarkRequest request;
-  std::string device;  // required agent name, or empty
-  std::string pool;    // required pool, or empty
-  int attempts = 0;    // leases granted
+  std::string device;    // required agent name, or empty
+  std::string pool;      // required pool, or empty
+  int attempts = 0;      // leases granted
   std::string agent_id;  // the last agent that leased it
   int64_t created_ms = 0;
   int64_t finished_ms = 0;

@@ -36,9 +36,9 @@ class Agent::Impl {
     // spaces the retries (gRPC's default can wait two minutes).
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.backoff_max_ms));
-    channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
-                                         args);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    channel_ =
+        grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
     stub_ = AgentService::NewStub(channel_);
     options_.device.set_runtime(runtime_->name());
     options_.device.set_runtime_version(runtime_->version());
@@ -138,8 +138,7 @@ class Agent::Impl {
     std::condition_variable cv;
     bool done = false;
     std::atomic<bool> lost{false};
-    std::thread heartbeat(
-        [&] { HeartbeatLoop(lease.lease_id(), mu, cv, done, lost); });
+    std::thread heartbeat([&] { HeartbeatLoop(lease.lease_id(), mu, cv, done, lost); });
     ProtocolOptions protocol = options_.protocol;
     protocol.cancel = &lost;
     auto user_progress = protocol.progress;
@@ -147,7 +146,10 @@ class Agent::Impl {
       if (user_progress) user_progress(line);
       Log(absl::StrCat("job ", lease.job_id(), ": ", line));
     };
-    BenchmarkResult result = MeasureBenchmark(*runtime_, lease.request(), options_.device, protocol);
+    BenchmarkRequest request = lease.request();
+    // A job that leaves threads unset runs with the agent's stated count.
+    if (request.threads() <= 0) request.set_threads(options_.device.threads());
+    BenchmarkResult result = MeasureBenchmark(*runtime_, request, options_.device, protocol);
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;

@@ -24,8 +24,8 @@ namespace hilnas {
 struct AgentOptions {
   std::string coordinator = "127.0.0.1:50051";
   std::string enrollment_token;
-  DeviceIdentity device;       // name, threads, cpu_set and pools set by the caller
-  int64_t lease_wait_ms = 10'000;   // long-poll length for LeaseJob
+  DeviceIdentity device;             // name, threads, cpu_set and pools set by the caller
+  int64_t lease_wait_ms = 10'000;    // long-poll length for LeaseJob
   int64_t rpc_deadline_ms = 10'000;  // added to every call's own wait
   int64_t backoff_initial_ms = 100;
   int64_t backoff_max_ms = 5'000;

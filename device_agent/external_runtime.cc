@@ -61,8 +61,7 @@ absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double ti
   CommandOutput result;
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   int open_fds = 2;
   bool timed_out = false;
   while (open_fds > 0) {
@@ -99,8 +98,8 @@ absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double ti
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return absl::InternalError(absl::StrCat("command exited with ", code, ": ", command,
-                                            "\nstderr: ", Tail(result.err)));
+    return absl::InternalError(
+        absl::StrCat("command exited with ", code, ": ", command, "\nstderr: ", Tail(result.err)));
   }
   return result;
 }
@@ -157,12 +156,12 @@ class ExternalRuntime : public Runtime {
     std::string model = checkpoint;
     if (!options_.export_command.empty()) {
       model = absl::StrCat(options_.work_dir, "/", tag, "/model.", PrecisionName(req.precision()));
-      HILNAS_ASSIGN_OR_RETURN(std::string cmd,
-                              ExpandCommand(options_.export_command,
-                                            {{"config", config},
-                                             {"checkpoint", checkpoint},
-                                             {"model", model},
-                                             {"precision", PrecisionName(req.precision())}}));
+      HILNAS_ASSIGN_OR_RETURN(
+          std::string cmd,
+          ExpandCommand(options_.export_command, {{"config", config},
+                                                  {"checkpoint", checkpoint},
+                                                  {"model", model},
+                                                  {"precision", PrecisionName(req.precision())}}));
       absl::StatusOr<CommandOutput> out = RunCapturing(cmd, options_.timeout_s);
       if (!out.ok()) {
         // An export that cannot lower the architecture is an unsupported arch.
@@ -285,9 +284,8 @@ absl::StatusOr<RunTiming> ParseExecuTorchOutput(const std::string& output) {
         absl::StrCat("ExecuTorch output has no \"PyTorchObserver\" stats line: ", Tail(output)));
   }
   const size_t end = output.find('\n', at);
-  const std::string json = output.substr(at + kTag.size(), end == std::string::npos
-                                                               ? std::string::npos
-                                                               : end - at - kTag.size());
+  const std::string json = output.substr(
+      at + kTag.size(), end == std::string::npos ? std::string::npos : end - at - kTag.size());
   const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
   if (!j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("ExecuTorch stats line is not JSON: ", json));

@@ -80,7 +80,8 @@ TEST(RunShellCommandTest, CapturesOutputReportsExitCodeAndTimesOut) {
   EXPECT_EQ(out, "hello\n");
   EXPECT_THAT(RunShellCommand("echo bad >&2; exit 3", 10),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("exited with 3")));
-  EXPECT_THAT(RunShellCommand("sleep 30", 0.3), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("timed out")));
+  EXPECT_THAT(RunShellCommand("sleep 30", 0.3),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("timed out")));
 }
 
 // The whole external path in real processes: an "export" command that

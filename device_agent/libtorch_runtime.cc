@@ -109,8 +109,8 @@ class LibtorchRuntime : public Runtime {
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
       decoder = Decoder::Create(arch, req.seed(), dtype);
     } else if (!req.checkpoint_dir().empty()) {
-      HILNAS_ASSIGN_OR_RETURN(
-          Arch arch, ReadConfigJson(absl::StrCat(req.checkpoint_dir(), "/config.json")));
+      HILNAS_ASSIGN_OR_RETURN(Arch arch,
+                              ReadConfigJson(absl::StrCat(req.checkpoint_dir(), "/config.json")));
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
       decoder = LoadCheckpoint(req.checkpoint_dir(), dtype);
     } else {

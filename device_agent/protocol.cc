@@ -168,10 +168,9 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
     absl::StatusOr<std::unique_ptr<PreparedModel>> model = runtime.Prepare(req);
     if (model.ok()) {
       result.set_peak_rss_bytes(PeakRssBytes());  // weights and build temporaries
-      Say(o, absl::StrFormat("built in %.0f ms",
-                             std::chrono::duration<double, std::milli>(
-                                 std::chrono::steady_clock::now() - t0)
-                                 .count()));
+      Say(o, absl::StrFormat("built in %.0f ms", std::chrono::duration<double, std::milli>(
+                                                     std::chrono::steady_clock::now() - t0)
+                                                     .count()));
       for (int prompt : req.prompt_lengths()) {
         status = MeasurePromptLength(**model, req, prompt, o, result);
         if (!status.ok()) break;

@@ -31,7 +31,7 @@ class PreparedModel {
 class Runtime {
  public:
   virtual ~Runtime() = default;
-  virtual std::string name() const = 0;     // "libtorch-cpu", "llama.cpp", "executorch"
+  virtual std::string name() const = 0;  // "libtorch-cpu", "llama.cpp", "executorch"
   virtual std::string version() const = 0;
   // Builds what `request` names (its arch, or checkpoint_dir on this device),
   // at its precision and thread count. Errors: INVALID_ARGUMENT or

@@ -29,6 +29,19 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
+// x @ w^T for a bias-free projection. One token (decode) is a matrix-vector
+// product: BLAS gemv streams the weights 3-4x faster than gemm with M = 1,
+// which is what linear() would call (measured: 202048x1024 fp32 head, 2
+// threads, OpenBLAS: 18 ms vs 66 ms). Decode is bound by weight bytes.
+torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
+  if (x.numel() == w.size(1)) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    return torch::mv(w, x.reshape({-1})).view(shape);
+  }
+  return torch::matmul(x, w.t());
+}
+
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
 // paired with i + head_dim/2.
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
@@ -57,9 +70,9 @@ struct AttentionBlockImpl : torch::nn::Module {
                         const torch::Tensor& sin, torch::Tensor* cache_k, torch::Tensor* cache_v) {
     const int64_t b = x.size(0), t = x.size(1);
     const int64_t h = arch.num_heads, kvh = arch.num_kv_heads, hd = arch.head_dim;
-    auto q = q_proj(x).view({b, t, h, hd});
-    auto k = k_proj(x).view({b, t, kvh, hd});
-    auto v = v_proj(x).view({b, t, kvh, hd});
+    auto q = Project(x, q_proj->weight).view({b, t, h, hd});
+    auto k = Project(x, k_proj->weight).view({b, t, kvh, hd});
+    auto v = Project(x, v_proj->weight).view({b, t, kvh, hd});
     if (arch.qk_norm) {
       q = q_norm(q);
       k = k_norm(k);
@@ -101,7 +114,7 @@ struct AttentionBlockImpl : torch::nn::Module {
     auto probs = torch::softmax(scores, -1);
     auto out = torch::matmul(probs, values.unsqueeze(2));  // [B, KVH, G, T, hd]
     out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
-    return o_proj(out);
+    return Project(out, o_proj->weight);
   }
 
   Arch arch;
@@ -118,7 +131,8 @@ struct MlpImpl : torch::nn::Module {
     down_proj = register_module("down_proj", MakeLinear(a.d_ffn, a.d_model));
   }
   torch::Tensor forward(const torch::Tensor& x) {  // SwiGLU
-    return down_proj(F::silu(gate_proj(x)) * up_proj(x));
+    return Project(F::silu(Project(x, gate_proj->weight)) * Project(x, up_proj->weight),
+                   down_proj->weight);
   }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
@@ -191,7 +205,7 @@ class DecoderImpl : public torch::nn::Module {
     if (last_only) x = x.narrow(1, t - 1, 1);
     x = model_->norm(x);
     const auto& head = arch_.tie_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
-    return torch::matmul(x, head.t());
+    return Project(x, head);
   }
 
   Arch arch_;

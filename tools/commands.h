@@ -16,6 +16,11 @@ int SpaceCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int CheckpointCommand(const std::vector<std::string>& args);
 int DemoCommand(const std::vector<std::string>& args);
+int CoordinatorCommand(const std::vector<std::string>& args);
+int AgentCommand(const std::vector<std::string>& args);
+int FleetCommand(const std::vector<std::string>& args);
+int AgentsCommand(const std::vector<std::string>& args);
+int BenchCommand(const std::vector<std::string>& args);
 
 // The architecture named by --shape or read from --arch (a .textproto
 // ArchSpec); exactly one must be given.

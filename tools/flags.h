@@ -20,5 +20,7 @@ ABSL_DECLARE_FLAG(int32_t, threads);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(int32_t, n);
 ABSL_DECLARE_FLAG(bool, json);
+ABSL_DECLARE_FLAG(std::string, coordinator);
+ABSL_DECLARE_FLAG(std::string, token);
 
 #endif  // HILNAS_TOOLS_FLAGS_H_

@@ -24,6 +24,9 @@ ABSL_FLAG(int32_t, threads, 0, "intra-op threads; 0 = libtorch's default");
 ABSL_FLAG(uint64_t, seed, 0, "random seed (weights, prompts, Sobol)");
 ABSL_FLAG(int32_t, n, 8, "how many (space sample)");
 ABSL_FLAG(bool, json, false, "machine-readable output where supported");
+ABSL_FLAG(std::string, coordinator, "",
+          "coordinator address HOST:PORT; default $HILNAS_COORDINATOR, then 127.0.0.1:50051");
+ABSL_FLAG(std::string, token, "", "enrollment token agents present; default $HILNAS_TOKEN");
 
 namespace {
 
@@ -41,6 +44,18 @@ usage: hilnas COMMAND [ARGS] [--flags]
   checkpoint init --shape NAME|--arch FILE --out DIR [--dtype f32|f16|bf16 --seed S]
                                    write a random-weight checkpoint
   checkpoint check DIR             validate a checkpoint folder and summarise it
+  coordinator [--listen ADDR --db FILE --token T --lease-ttl-ms MS]
+                                   serve agents and users over gRPC (SQLite store)
+  agent [--coordinator ADDR --name NAME --token T --threads N --cpu-set 0-1 --pools P
+      --runtime libtorch|external ...]
+                                   a device agent: lease benchmark jobs, measure, report
+  fleet --agents N [--fleet-threads 1,2 --coordinator ADDR]
+                                   N local agents, each pinned to its own CPUs
+  agents list [--json]             registered agents, state, last heartbeat, jobs done
+  bench --shape NAME|--arch FILE|--ckpt DIR [--prompt-lengths 1024,2048,4096
+      --decode-tokens 16 --repeats 3 --max-repeats 10 --max-spread 0.05
+      --precision fp32|bf16 --device NAME|--pool POOL --json]
+                                   one benchmark job through the coordinator
   demo                             the README's main job
 )";
 
@@ -78,6 +93,11 @@ int main(int argc, char** argv) {
   if (command == "run") return RunCommand(args);
   if (command == "checkpoint") return CheckpointCommand(args);
   if (command == "demo") return DemoCommand(args);
+  if (command == "coordinator") return CoordinatorCommand(args);
+  if (command == "agent") return AgentCommand(args);
+  if (command == "fleet") return FleetCommand(args);
+  if (command == "agents") return AgentsCommand(args);
+  if (command == "bench") return BenchCommand(args);
   std::fprintf(stderr, "hilnas: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
   return 2;
 }

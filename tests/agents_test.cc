@@ -1,0 +1,240 @@
+// Coordinator and device agents as real processes over loopback gRPC with a
+// real SQLite file: jobs survive a SIGKILLed agent and a restarted
+// coordinator, each completing exactly once.
+#include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/service.grpc.pb.h"
+#include "tests/process.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::Process;
+using ::hilnas::testing::WaitFor;
+using ::testing::HasSubstr;
+
+std::chrono::system_clock::time_point In(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// Tiny model; two prompt lengths x 4 runs keep each job busy for a few
+// hundred ms so a kill lands mid-job.
+BenchmarkRequest TinyJob() {
+  BenchmarkRequest r;
+  ArchSpec* a = r.mutable_arch();
+  a->set_name("tiny");
+  a->set_num_layers(4);
+  a->set_d_model(64);
+  a->set_d_ffn(128);
+  a->set_num_heads(4);
+  a->set_num_kv_heads(2);
+  a->set_head_dim(16);
+  a->set_vocab_size(256);
+  a->set_tie_embeddings(true);
+  a->set_rope_theta(10000);
+  a->set_norm_eps(1e-5);
+  a->set_qk_norm(true);
+  a->set_sliding_window(16);
+  for (AttentionType t : {FULL, SLIDING_WINDOW, SKIP, FULL}) a->add_attention(t);
+  r.add_prompt_lengths(64);
+  r.add_prompt_lengths(128);
+  r.set_decode_tokens(4);
+  r.set_repeats(4);
+  r.set_max_repeats(4);
+  r.set_threads(1);
+  return r;
+}
+
+class AgentsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/hilnas_agents_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+
+  // Starts a coordinator on `port` (0: any) and waits until it serves.
+  std::unique_ptr<Process> StartCoordinator(int port = 0, const std::string& token = "") {
+    const std::string port_file = dir_ + "/port";
+    std::filesystem::remove(port_file);
+    std::vector<std::string> args = {"coordinator",
+                                     absl::StrCat("--listen=127.0.0.1:", port),
+                                     "--db=" + dir_ + "/coordinator.db",
+                                     "--port_file=" + port_file,
+                                     "--lease_ttl_ms=1500",
+                                     "--heartbeat_ms=300"};
+    if (!token.empty()) args.push_back("--token=" + token);
+    auto p = std::make_unique<Process>(args, dir_ + "/coordinator.log");
+    std::string text;
+    EXPECT_TRUE(
+        WaitFor([&] { return ReadFileToString(port_file, &text).ok() && !text.empty(); }, 30))
+        << p->Log();
+    EXPECT_TRUE(absl::SimpleAtoi(text, &port_)) << text;
+    address_ = absl::StrCat("127.0.0.1:", port_);
+    stub_ = UserService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    return p;
+  }
+
+  std::unique_ptr<Process> StartAgent(const std::string& name, const std::string& cpus,
+                                      const std::string& token = "") {
+    std::vector<std::string> args = {"agent",          "--coordinator=" + address_,
+                                     "--name=" + name, "--cpu_set=" + cpus,
+                                     "--threads=1",    "--cooldown_ms=0"};
+    if (!token.empty()) args.push_back("--token=" + token);
+    return std::make_unique<Process>(args, dir_ + "/" + name + ".log");
+  }
+
+  std::string Submit(const BenchmarkRequest& r) {
+    SubmitBenchmarkRequest req;
+    *req.mutable_request() = r;
+    SubmitBenchmarkResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(5000));
+    grpc::Status s = stub_->SubmitBenchmark(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job_id();
+  }
+
+  GetJobResponse WaitJob(const std::string& id, int64_t wait_ms) {
+    GetJobRequest req;
+    req.set_job_id(id);
+    req.set_wait_ms(wait_ms);
+    GetJobResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(wait_ms + 5000));
+    grpc::Status s = stub_->GetJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  std::map<std::string, AgentInfo> Agents() {
+    ListAgentsResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(5000));
+    std::map<std::string, AgentInfo> out;
+    if (!stub_->ListAgents(&ctx, ListAgentsRequest(), &resp).ok()) return out;
+    for (const AgentInfo& a : resp.agents()) out[a.device().name()] = a;
+    return out;
+  }
+
+  // Rows of `sql` (one integer column) read straight from the SQLite file.
+  std::vector<int64_t> Query(const std::string& sql) {
+    sqlite3* db = nullptr;
+    std::vector<int64_t> out;
+    if (sqlite3_open_v2((dir_ + "/coordinator.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) ==
+        SQLITE_OK) {
+      sqlite3_stmt* st = nullptr;
+      if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) out.push_back(sqlite3_column_int64(st, 0));
+      }
+      sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return out;
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<UserService::Stub> stub_;
+};
+
+TEST_F(AgentsTest, ThirtyJobsCompleteExactlyOnceWhenAnAgentIsKilledMidJob) {
+  auto coordinator = StartCoordinator();
+  std::vector<std::unique_ptr<Process>> agents;
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(StartAgent(absl::StrCat("a", i), i == 1 ? "1" : "0"));
+  ASSERT_TRUE(WaitFor([&] { return Agents().size() == 3; }, 30));
+
+  std::vector<std::string> jobs;
+  for (int i = 0; i < 30; ++i) jobs.push_back(Submit(TinyJob()));
+  // Kill a1 while it holds a lease.
+  ASSERT_TRUE(WaitFor([&] { return Agents()["a1"].state() == "busy"; }, 60));
+  agents[1]->Signal(SIGKILL);
+  EXPECT_EQ(agents[1]->Wait(), 128 + SIGKILL);
+
+  for (const std::string& id : jobs) {
+    GetJobResponse j;
+    ASSERT_TRUE(WaitFor([&] { return (j = WaitJob(id, 5000)).state() == JOB_DONE; }, 180))
+        << "job " << id << " state " << JobState_Name(j.state()) << "\n"
+        << coordinator->Log();
+    EXPECT_EQ(j.result().failure(), FAILURE_NONE);
+    EXPECT_EQ(j.result().summaries_size(), 2);
+  }
+  // Exactly one accepted report per job; the killed agent's lease expired
+  // and its job was re-leased to a survivor.
+  EXPECT_THAT(Query("SELECT COUNT(*) FROM leases WHERE state = 'reported' GROUP BY job_id"),
+              ::testing::AllOf(::testing::SizeIs(30), ::testing::Each(1)));
+  EXPECT_GE(Query("SELECT COUNT(*) FROM leases WHERE state = 'expired'")[0], 1);
+  EXPECT_THAT(Query("SELECT COUNT(*) FROM jobs WHERE state = 3"), ::testing::ElementsAre(30));
+  auto final_agents = Agents();
+  EXPECT_EQ(final_agents["a0"].jobs_done() + final_agents["a1"].jobs_done() +
+                final_agents["a2"].jobs_done(),
+            30);
+  EXPECT_GT(final_agents["a0"].jobs_done(), 0);
+  EXPECT_GT(final_agents["a2"].jobs_done(), 0);
+}
+
+TEST_F(AgentsTest, AgentReconnectsAfterCoordinatorRestartAndBenchPrintsResult) {
+  auto coordinator = StartCoordinator();
+  auto agent = StartAgent("phone", "0");
+  const std::string first = Submit(TinyJob());
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(first, 5000).state() == JOB_DONE; }, 60));
+
+  coordinator->Signal(SIGTERM);
+  EXPECT_EQ(coordinator->Wait(), 0);
+  ASSERT_TRUE(WaitFor([&] { return agent->Log().find("retrying") != std::string::npos; }, 30))
+      << agent->Log();
+  coordinator = StartCoordinator(port_);  // same port, same database
+
+  // The user-facing command, as a user runs it.
+  Process bench({"bench", "--coordinator=" + address_,
+                 "--arch=" + std::string(HILNAS_SOURCE_DIR) + "/configs/tiny-arch.textproto",
+                 "--prompt_lengths=32,64", "--decode_tokens=4", "--repeats=2"},
+                dir_ + "/bench.log");
+  EXPECT_EQ(bench.Wait(), 0) << bench.Log() << agent->Log();
+  EXPECT_THAT(bench.Log(), HasSubstr("TTFT median ms"));
+  EXPECT_THAT(bench.Log(), HasSubstr("device phone"));
+  EXPECT_EQ(Agents()["phone"].jobs_done(), 2);
+  // The first job's result is still there after the restart.
+  EXPECT_EQ(WaitJob(first, 0).state(), JOB_DONE);
+}
+
+TEST_F(AgentsTest, AgentWithWrongTokenIsRejectedAndExits) {
+  auto coordinator = StartCoordinator(0, "s3cret");
+  auto agent = StartAgent("intruder", "0", "guess");
+  EXPECT_EQ(agent->Wait(), 1);
+  EXPECT_THAT(agent->Log(), HasSubstr("enrollment token rejected"));
+  EXPECT_TRUE(Agents().empty());
+}
+
+TEST_F(AgentsTest, FleetPinsEachAgentToItsOwnCpus) {
+  auto coordinator = StartCoordinator();
+  Process fleet({"fleet", "--coordinator=" + address_, "--agents=2", "--fleet_threads=1",
+                 "--max_jobs=1", "--cooldown_ms=0"},
+                dir_ + "/fleet.log");
+  ASSERT_TRUE(WaitFor([&] { return Agents().size() == 2; }, 30)) << fleet.Log();
+  auto agents = Agents();
+  EXPECT_EQ(agents["fleet-0"].device().cpu_set(), "0");
+  EXPECT_EQ(agents["fleet-1"].device().cpu_set(), "1");
+  EXPECT_EQ(agents["fleet-0"].device().threads(), 1);
+  BenchmarkRequest r = TinyJob();
+  r.clear_threads();  // the agent's own thread count applies
+  Submit(r);
+  Submit(r);
+  EXPECT_EQ(fleet.Wait(), 0) << fleet.Log();  // each agent did its one job and exited
+  EXPECT_THAT(fleet.Log(), HasSubstr("all 2 agents exited, 0 with an error"));
+}
+
+}  // namespace
+}  // namespace hilnas

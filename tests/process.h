@@ -1,0 +1,97 @@
+// Child processes for multi-process tests: start the real `hilnas` binary
+// with arguments, send it signals, wait for it, read what it logged.
+#ifndef HILNAS_TESTS_PROCESS_H_
+#define HILNAS_TESTS_PROCESS_H_
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hilnas::testing {
+
+inline std::string HilnasBinary() { return std::string(HILNAS_BINARY_DIR) + "/tools/hilnas"; }
+
+// A running `hilnas` child whose stdout and stderr go to `log_path`.
+// Killed with SIGKILL on destruction if still running.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, std::string log_path)
+      : log_path_(std::move(log_path)) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<std::string> all = {HilnasBinary()};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (std::string& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~Process() {
+    if (running()) {
+      Signal(SIGKILL);
+      Wait();
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  bool running() {
+    if (exited_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      status_ = status;
+    }
+    return !exited_;
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+  // Exit code, or 128 + signal.
+  int Wait() {
+    if (!exited_) {
+      waitpid(pid_, &status_, 0);
+      exited_ = true;
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+  }
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string log_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+// Polls `condition` every 20 ms until it holds or `timeout_s` passes.
+inline bool WaitFor(const std::function<bool()>& condition, double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+}  // namespace hilnas::testing
+
+#endif  // HILNAS_TESTS_PROCESS_H_

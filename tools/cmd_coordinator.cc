@@ -1,0 +1,305 @@
+// `hilnas coordinator`, `hilnas agents list`, `hilnas bench`: the coordinator
+// process and the user-side commands that talk to it over gRPC.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/benchmark_service.h"
+#include "coordinator/job_store.h"
+#include "device_agent/protocol.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/service.grpc.pb.h"
+#include "search_space/arch.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "util/clock.h"
+#include "util/textproto.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "coordinator: address to serve gRPC on");
+ABSL_FLAG(std::string, db, "hilnas.db", "coordinator: SQLite file holding agents, jobs, results");
+ABSL_FLAG(std::string, port_file, "", "coordinator: write the bound port here once serving");
+ABSL_FLAG(int64_t, lease_ttl_ms, 30'000,
+          "coordinator: a lease not renewed for this long expires and its job goes back");
+ABSL_FLAG(int64_t, heartbeat_ms, 2'000, "coordinator: heartbeat interval told to agents");
+ABSL_FLAG(int32_t, max_attempts, 3, "coordinator: lease expiries before a job fails");
+ABSL_FLAG(std::string, prompt_lengths, "1024,2048,4096",
+          "bench: prompt lengths in tokens (MobileLLM-Flash Sec. 4.2.2)");
+ABSL_FLAG(int32_t, decode_tokens, 16, "bench: tokens decoded after each prompt");
+ABSL_FLAG(int32_t, repeats, 3, "bench: minimum timed runs per prompt length");
+ABSL_FLAG(int32_t, max_repeats, 10, "bench: cap on timed runs while the spread stays high");
+ABSL_FLAG(double, max_spread, 0.05, "bench: stop repeating once MAD/median is below this");
+ABSL_FLAG(int32_t, warmups, 1, "bench: untimed warm-up runs per prompt length");
+ABSL_FLAG(std::string, precision, "fp32", "bench: fp32 | bf16 | fp16");
+ABSL_FLAG(std::string, device, "", "bench: run on this agent name only");
+ABSL_FLAG(std::string, pool, "", "bench: run on an agent of this pool");
+ABSL_FLAG(int64_t, wait_s, 3600, "bench: give up waiting for the result after this long");
+
+namespace hilnas::tools {
+
+std::string CoordinatorAddress() {
+  const std::string flag = absl::GetFlag(FLAGS_coordinator);
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("HILNAS_COORDINATOR");
+  return env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+}
+
+std::string EnrollmentToken() {
+  const std::string flag = absl::GetFlag(FLAGS_token);
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("HILNAS_TOKEN");
+  return env != nullptr ? env : "";
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+namespace {
+
+std::chrono::system_clock::time_point In(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+std::unique_ptr<UserService::Stub> UserStub() {
+  return UserService::NewStub(
+      grpc::CreateChannel(CoordinatorAddress(), grpc::InsecureChannelCredentials()));
+}
+
+int WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+absl::StatusOr<Precision> PrecisionFromFlag(const std::string& p) {
+  if (p == "fp32" || p == "f32") return FP32;
+  if (p == "bf16") return BF16;
+  if (p == "fp16" || p == "f16") return FP16;
+  if (p == "int8") return INT8_DYNAMIC;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision ", p, " is not one of fp32, bf16, fp16, int8"));
+}
+
+absl::StatusOr<BenchmarkRequest> RequestFromFlags() {
+  BenchmarkRequest r;
+  const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
+  if (!ckpt.empty()) {
+    r.set_checkpoint_dir(ckpt);
+  } else {
+    absl::StatusOr<Arch> arch = ArchFromFlags();
+    if (!arch.ok()) return arch.status();
+    *r.mutable_arch() = ArchToProto(*arch);
+  }
+  for (absl::string_view p :
+       absl::StrSplit(absl::GetFlag(FLAGS_prompt_lengths), ',', absl::SkipWhitespace())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(p, &v) || v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-lengths: \"", p, "\" is not a positive integer"));
+    }
+    r.add_prompt_lengths(v);
+  }
+  r.set_decode_tokens(absl::GetFlag(FLAGS_decode_tokens));
+  r.set_prefill_chunk(static_cast<int>(absl::GetFlag(FLAGS_prefill_chunk)));
+  r.set_threads(absl::GetFlag(FLAGS_threads));
+  r.set_warmup_runs(absl::GetFlag(FLAGS_warmups));
+  r.set_repeats(absl::GetFlag(FLAGS_repeats));
+  r.set_max_repeats(absl::GetFlag(FLAGS_max_repeats));
+  r.set_max_rel_spread(absl::GetFlag(FLAGS_max_spread));
+  r.set_seed(absl::GetFlag(FLAGS_seed));
+  absl::StatusOr<Precision> p = PrecisionFromFlag(absl::GetFlag(FLAGS_precision));
+  if (!p.ok()) return p.status();
+  r.set_precision(*p);
+  absl::Status valid = ValidateBenchmarkRequest(r);
+  if (!valid.ok()) return valid;
+  return r;
+}
+
+void PrintResult(const BenchmarkResult& r) {
+  const DeviceIdentity& d = r.device();
+  std::printf("device %s: %s, %d cores, %.1f GiB, %s\n", d.name().c_str(), d.soc().c_str(),
+              d.cores(), d.memory_bytes() / double(1 << 30), d.os().c_str());
+  std::printf("runtime %s %s, %d threads, cpu set %s, governor %s, %s build, precision %s\n",
+              d.runtime().c_str(), d.runtime_version().c_str(), d.threads(),
+              d.cpu_set().empty() ? "(all)" : d.cpu_set().c_str(),
+              d.governor().empty() ? "(unreadable)" : d.governor().c_str(), d.build_type().c_str(),
+              Precision_Name(r.request().precision()).c_str());
+  std::printf(
+      "\n| prompt | TTFT median ms | ± s.e. | spread | decode ms/token | ± s.e. | tokens/s | runs "
+      "|\n");
+  std::printf(
+      "|-------:|---------------:|-------:|-------:|----------------:|-------:|---------:|-----:|"
+      "\n");
+  for (const LatencySummary& s : r.summaries()) {
+    int runs = 0;
+    for (const LatencySample& x : r.samples()) runs += x.prompt_tokens() == s.prompt_tokens();
+    std::printf("| %6d | %14.1f | %6.1f | %6.3f | %15.2f | %6.2f | %8.2f | %4d |\n",
+                s.prompt_tokens(), s.ttft_median_ms(), s.ttft_stderr_ms(), s.ttft_rel_spread(),
+                s.decode_median_ms_per_token(), s.decode_stderr_ms_per_token(),
+                s.decode_tokens_per_s(), runs);
+  }
+  std::printf("\npeak RSS %.0f MiB, CPU temperature %s, throttling %s, %.1f s on device\n",
+              r.peak_rss_bytes() / double(1 << 20),
+              r.cpu_temperature_c() > 0 ? absl::StrFormat("%.0f C", r.cpu_temperature_c()).c_str()
+                                        : "unreadable",
+              r.throttling_suspected() ? "SUSPECTED" : "not detected",
+              (r.finished_unix_ms() - r.started_unix_ms()) / 1000.0);
+  if (r.failure() != FAILURE_NONE) {
+    std::printf("FAILED: %s: %s\n", FailureKind_Name(r.failure()).c_str(),
+                r.failure_message().c_str());
+  }
+}
+
+}  // namespace
+
+int CoordinatorCommand(const std::vector<std::string>& args) {
+  if (!args.empty()) return Fail(absl::InvalidArgumentError("coordinator takes no arguments"));
+  // Signals are taken by sigwait below; block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  SystemClock clock;
+  JobStoreOptions store_options;
+  store_options.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
+  store_options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  store_options.offline_after_ms = 5 * absl::GetFlag(FLAGS_heartbeat_ms) + 10'000;
+  absl::StatusOr<std::unique_ptr<JobStore>> store =
+      JobStore::Open(absl::GetFlag(FLAGS_db), &clock, store_options);
+  if (!store.ok()) return Fail(store.status());
+  BenchmarkServiceOptions options;
+  options.enrollment_token = EnrollmentToken();
+  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  BenchmarkServices services(store->get(), &clock, options);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(services.agent_service());
+  builder.RegisterService(services.user_service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_listen), " (address in use?)")));
+  }
+  std::printf("hilnas coordinator: serving on port %d (db %s, lease ttl %lld ms, %s)\n", port,
+              absl::GetFlag(FLAGS_db).c_str(), static_cast<long long>(store_options.lease_ttl_ms),
+              options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set");
+  std::fflush(stdout);
+  if (const std::string f = absl::GetFlag(FLAGS_port_file); !f.empty()) {
+    if (absl::Status s = WriteFileAtomically(f, absl::StrCat(port, "\n")); !s.ok()) return Fail(s);
+  }
+  const int sig = WaitForSignal();
+  std::printf("hilnas coordinator: signal %d, shutting down\n", sig);
+  services.Shutdown();
+  server->Shutdown(In(2000));
+  return 0;
+}
+
+int AgentsCommand(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "list") {
+    return Fail(absl::InvalidArgumentError("usage: hilnas agents list"));
+  }
+  auto stub = UserStub();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(10'000));
+  ListAgentsResponse resp;
+  grpc::Status s = stub->ListAgents(&ctx, ListAgentsRequest(), &resp);
+  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string json;
+    google::protobuf::util::MessageToJsonString(resp, &json);
+    std::printf("%s\n", json.c_str());
+    return 0;
+  }
+  const int64_t now = SystemClock().NowMs();
+  std::printf("%-16s %-8s %-8s %-7s %-8s %-14s %-14s %s\n", "NAME", "STATE", "THREADS", "CPUSET",
+              "JOBS", "HEARTBEAT", "RUNTIME", "SOC");
+  for (const AgentInfo& a : resp.agents()) {
+    const DeviceIdentity& d = a.device();
+    std::printf("%-16s %-8s %-8d %-7s %-8lld %-14s %-14s %s\n", d.name().c_str(), a.state().c_str(),
+                d.threads(), d.cpu_set().empty() ? "-" : d.cpu_set().c_str(),
+                static_cast<long long>(a.jobs_done()),
+                absl::StrFormat("%.1f s ago", (now - a.last_heartbeat_unix_ms()) / 1000.0).c_str(),
+                absl::StrCat(d.runtime(), " ", d.runtime_version()).c_str(), d.soc().c_str());
+  }
+  std::printf("%d agents\n", resp.agents_size());
+  return 0;
+}
+
+int BenchCommand(const std::vector<std::string>& args) {
+  if (!args.empty()) return Fail(absl::InvalidArgumentError("bench takes flags only"));
+  absl::StatusOr<BenchmarkRequest> request = RequestFromFlags();
+  if (!request.ok()) return Fail(request.status());
+  auto stub = UserStub();
+  SubmitBenchmarkRequest submit;
+  *submit.mutable_request() = *request;
+  submit.set_device(absl::GetFlag(FLAGS_device));
+  submit.set_pool(absl::GetFlag(FLAGS_pool));
+  SubmitBenchmarkResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(10'000));
+    grpc::Status s = stub->SubmitBenchmark(&ctx, submit, &submitted);
+    if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  }
+  std::fprintf(stderr, "job %s queued on %s\n", submitted.job_id().c_str(),
+               CoordinatorAddress().c_str());
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_wait_s));
+  JobState last = JOB_STATE_UNSPECIFIED;
+  while (std::chrono::steady_clock::now() < give_up) {
+    GetJobRequest get;
+    get.set_job_id(submitted.job_id());
+    get.set_wait_ms(10'000);
+    GetJobResponse job;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20'000));
+    grpc::Status s = stub->GetJob(&ctx, get, &job);
+    if (!s.ok()) {
+      std::fprintf(stderr, "waiting for job %s: %s; retrying\n", submitted.job_id().c_str(),
+                   s.error_message().c_str());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    if (job.state() != last) {
+      std::fprintf(stderr, "job %s: %s\n", job.job_id().c_str(),
+                   JobState_Name(job.state()).c_str());
+      last = job.state();
+    }
+    if (job.state() == JOB_DONE || job.state() == JOB_FAILED) {
+      if (absl::GetFlag(FLAGS_json)) {
+        std::string json;
+        google::protobuf::util::JsonPrintOptions o;
+        o.add_whitespace = true;
+        google::protobuf::util::MessageToJsonString(job.result(), &json, o);
+        std::printf("%s\n", json.c_str());
+      } else {
+        PrintResult(job.result());
+      }
+      return job.state() == JOB_DONE ? 0 : 1;
+    }
+  }
+  return Fail(absl::DeadlineExceededError(
+      absl::StrCat("job ", submitted.job_id(), " not finished after ", absl::GetFlag(FLAGS_wait_s),
+                   " s; it stays queued: ask again with the job id")));
+}
+
+}  // namespace hilnas::tools
