@@ -29,15 +29,18 @@ void Fail(BenchmarkResult& r, const absl::Status& s) {
   r.set_failure_message(std::string(s.message()));
 }
 
-std::vector<double> Ttfts(const BenchmarkResult& r, int prompt_tokens) {
-  std::vector<double> v;
+// TTFT and decode times of the samples at one prompt length, in run order.
+std::pair<std::vector<double>, std::vector<double>> Times(const BenchmarkResult& r, int prompt) {
+  std::vector<double> ttft, decode;
   for (const LatencySample& s : r.samples()) {
-    if (s.prompt_tokens() == prompt_tokens) v.push_back(s.ttft_ms());
+    if (s.prompt_tokens() != prompt) continue;
+    ttft.push_back(s.ttft_ms());
+    decode.push_back(s.decode_ms_per_token());
   }
-  return v;
+  return {ttft, decode};
 }
 
-// Warm-ups, then timed runs until the TTFT spread is below the threshold
+// Warm-ups, then timed runs until the TTFT and decode spreads are below the threshold
 // (after the minimum repeats) or the cap is reached.
 absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& req, int prompt,
                                  const ProtocolOptions& o, BenchmarkResult& result) {
@@ -61,8 +64,9 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
     s->set_decode_tokens(t->decode_tokens);
     s->set_peak_rss_bytes(PeakRssBytes());
     result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), s->peak_rss_bytes()));
-    const std::vector<double> ttfts = Ttfts(result, prompt);
-    const double spread = RelativeSpread(ttfts);
+    // Both figures the latency model learns from must have settled.
+    const auto [ttfts, decodes] = Times(result, prompt);
+    const double spread = std::max(RelativeSpread(ttfts), RelativeSpread(decodes));
     Say(o, absl::StrFormat("prompt %d: run %d TTFT %.1f ms, decode %.2f ms/token (spread %.3f)",
                            prompt, i + 1, t->ttft_ms, t->decode_ms_per_token, spread));
     if (i + 1 >= req.repeats() && spread <= req.max_rel_spread()) break;

@@ -17,6 +17,7 @@ using ::testing::HasSubstr;
 class ScriptedRuntime : public Runtime {
  public:
   std::deque<double> ttfts;
+  std::deque<double> decodes;  // 10 ms/token once these run out
   absl::Status prepare_status;
   absl::Status run_status;  // returned once ttfts run out
   int runs = 0;
@@ -36,6 +37,10 @@ class ScriptedRuntime : public Runtime {
       if (r->ttfts.empty()) return r->run_status;
       RunTiming t{r->ttfts.front(), 10.0, decode_tokens};
       r->ttfts.pop_front();
+      if (!r->decodes.empty()) {
+        t.decode_ms_per_token = r->decodes.front();
+        r->decodes.pop_front();
+      }
       return t;
     }
     ScriptedRuntime* r;
@@ -85,6 +90,14 @@ TEST(ProtocolTest, RepeatsUntilSpreadFallsOrCapIsHit) {
   r = MeasureBenchmark(noisy, Request(3, 6, 0.05), DeviceIdentity(), NoCooldown());
   EXPECT_EQ(r.samples_size(), 6);  // never settles: the cap stops it
   EXPECT_GT(r.summaries(0).ttft_rel_spread(), 0.05);
+}
+
+TEST(ProtocolTest, NoisyDecodeKeepsRepeatingEvenWhenTtftIsSteady) {
+  ScriptedRuntime rt;
+  rt.ttfts = {1, 100, 100, 100, 100, 100, 100};
+  rt.decodes = {10, 10, 20, 30, 10, 20, 30};
+  BenchmarkResult r = MeasureBenchmark(rt, Request(3, 6, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.samples_size(), 6);
 }
 
 TEST(ProtocolTest, SteadySlowdownIsFlaggedAsThrottling) {

@@ -4,11 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -37,6 +42,7 @@ ABSL_FLAG(int32_t, max_jobs, 0, "agent: exit after this many jobs (0 = run until
 ABSL_FLAG(double, cooldown_ms, 100, "agent: idle time between timed runs");
 ABSL_FLAG(int64_t, memory_limit_mb, 0,
           "agent: refuse models needing more (weights + KV cache); 0 = MemAvailable");
+ABSL_DECLARE_FLAG(std::string, prompt_lengths);
 ABSL_FLAG(int32_t, agents, 2, "fleet: how many local agents");
 ABSL_FLAG(std::string, fleet_threads, "",
           "fleet: threads per agent, cycled (e.g. 1,2); default: cores / agents");
@@ -209,6 +215,63 @@ int FleetCommand(const std::vector<std::string>& args) {
   }
   Log(absl::StrCat("fleet: all ", n, " agents exited, ", failures, " with an error"));
   return failures == 0 ? 0 : 1;
+}
+
+namespace {
+
+pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<std::string> all = {"/proc/self/exe"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int DemoFleetBench(const std::string& shape, int prompt_tokens) {
+  const std::string dir = std::filesystem::temp_directory_path() / "hilnas_demo_fleet";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const pid_t coordinator = SpawnSelf({"coordinator", "--listen=127.0.0.1:0",
+                                       "--db=" + dir + "/demo.db", "--port_file=" + dir + "/port"},
+                                      dir + "/coordinator.log");
+  std::string port;
+  for (int i = 0; i < 300 && port.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream(dir + "/port") >> port;
+  }
+  if (port.empty()) {
+    kill(coordinator, SIGTERM);
+    return Fail(absl::UnavailableError("demo coordinator did not start; see " + dir));
+  }
+  const std::string address = "127.0.0.1:" + port;
+  std::printf("coordinator on %s (SQLite %s/demo.db); starting a fleet of 2 agents\n",
+              address.c_str(), dir.c_str());
+  std::fflush(stdout);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const pid_t fleet = SpawnSelf({"fleet", "--coordinator=" + address, "--agents=2",
+                                 absl::StrCat("--fleet_threads=", std::max(1, cores / 2))},
+                                dir + "/fleet.log");
+  absl::SetFlag(&FLAGS_coordinator, address);
+  absl::SetFlag(&FLAGS_shape, shape);
+  absl::SetFlag(&FLAGS_prompt_lengths, absl::StrCat(prompt_tokens));
+  const int rc = BenchCommand({});
+  AgentsCommand({"list"});
+  kill(fleet, SIGTERM);
+  waitpid(fleet, nullptr, 0);
+  kill(coordinator, SIGTERM);
+  waitpid(coordinator, nullptr, 0);
+  return rc;
 }
 
 }  // namespace hilnas::tools

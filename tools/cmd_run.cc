@@ -147,10 +147,11 @@ int DemoCommand(const std::vector<std::string>& args) {
   std::printf("\n== 6 Sobol draws of feasible candidates\n");
   absl::SetFlag(&FLAGS_n, 6);
   if (int rc = SpaceCommand({"sample"}); rc != 0) return rc;
-  std::printf("\n== mobilellm-flash-350m, random weights, scaled-down prompt\n");
-  absl::SetFlag(&FLAGS_shape, "mobilellm-flash-350m");
-  absl::SetFlag(&FLAGS_prompt_tokens, std::min<int64_t>(absl::GetFlag(FLAGS_prompt_tokens), 256));
-  if (int rc = RunCommand({}); rc != 0) return rc;
+  std::printf(
+      "\n== hardware in the loop: mobilellm-flash-350m benchmarked by a local agent fleet\n"
+      "   (random weights; prompt scaled down to 256 tokens for a 2-core machine)\n");
+  if (int rc = DemoFleetBench("mobilellm-flash-350m", 256); rc != 0) return rc;
+  absl::SetFlag(&FLAGS_shape, "");
   std::printf("\n== a small arch from a .textproto: checkpoint (bf16), check, run from it\n");
   const auto tmp = std::filesystem::temp_directory_path();
   const std::string arch_file = (tmp / "hilnas_demo_arch.textproto").string();

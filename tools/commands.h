@@ -21,6 +21,9 @@ int AgentCommand(const std::vector<std::string>& args);
 int FleetCommand(const std::vector<std::string>& args);
 int AgentsCommand(const std::vector<std::string>& args);
 int BenchCommand(const std::vector<std::string>& args);
+// Starts a coordinator and a 2-agent fleet as child processes, benchmarks
+// `shape` through them, prints the result and the agents, stops them.
+int DemoFleetBench(const std::string& shape, int prompt_tokens);
 
 // The architecture named by --shape or read from --arch (a .textproto
 // ArchSpec); exactly one must be given.

@@ -1,7 +1,9 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
 #include "proto/arch.pb.h"
 #include "search_space/shapes.h"
 #include "tools/commands.h"
@@ -21,6 +23,7 @@ absl::StatusOr<Arch> ArchFromFlags() {
     HILNAS_ASSIGN_OR_RETURN(Shape s, FindShape(shape));
     return s.arch;
   }
+  if (absl::EndsWith(file, ".json")) return ReadConfigJson(file);  // a Hugging Face config.json
   ArchSpec spec;
   HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(file, &spec));
   auto arch = ArchFromProto(spec);
