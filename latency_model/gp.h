@@ -27,8 +27,10 @@ struct GpData {
 };
 
 struct GpOptions {
-  int restarts = 3;  // random initial hyperparameters, best kept
-  int steps = 150;   // Adam steps per restart
+  // Restarts from random initial hyperparameters each take steps / 5 Adam
+  // steps; the best continues to `steps` in all.
+  int restarts = 3;
+  int steps = 150;
   double learning_rate = 0.05;
   uint64_t seed = 0;
   // Log-normal lengthscale prior scaled with the dimension (Hvarfner et al.
@@ -53,6 +55,7 @@ struct GpPosterior {
 // Immutable after Fit; Posterior and Samples are const and thread-safe.
 class ExactGp {
  public:
+  ExactGp() = default;  // empty: use Fit or FromParts
   // Drops rows whose y (or y_var) is NaN or infinite (counted in dropped()).
   // INVALID_ARGUMENT for ragged rows, fewer than 2 usable points, or
   // non-finite inputs. Constant outputs are fine (the GP predicts the constant).
@@ -73,7 +76,6 @@ class ExactGp {
 
  private:
   struct State;
-  ExactGp() = default;
   absl::Status Prepare();
 
   GpData data_;

@@ -59,6 +59,14 @@ usage: hilnas COMMAND [ARGS] [--flags]
       --decode-tokens 16 --repeats 3 --max-repeats 10 --max-spread 0.05
       --precision fp32|bf16 --device NAME|--pool POOL --json]
                                    one benchmark job through the coordinator
+  latency collect --space FILE --n N --prompt-lengths L --out CSV
+                                   measure Sobol draws of a space through the agents
+  latency fit --data CSV [--space FILE --metric ttft|decode --prompt-tokens N] --out MODEL
+                                   fit the GP latency model
+  latency eval --data CSV [--space FILE --metric ttft|decode --folds 10 --plot FILE.svg]
+                                   cross-validated R^2, RMSE, Kendall tau vs FLOPs/params proxies
+  latency predict --model MODEL [--space FILE] --shape NAME|--arch FILE
+                                   predicted latency with a 95% interval
   demo                             the README's main job
 )";
 
@@ -119,6 +127,7 @@ int main(int argc, char** argv) {
   if (command == "fleet") return FleetCommand(args);
   if (command == "agents") return AgentsCommand(args);
   if (command == "bench") return BenchCommand(args);
+  if (command == "latency") return LatencyCommand(args);
   std::fprintf(stderr, "hilnas: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
   return 2;
 }

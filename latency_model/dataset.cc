@@ -1,0 +1,108 @@
+#include "latency_model/dataset.h"
+
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+constexpr char kHeader[] =
+    "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,ttft_se_ms,decode_ms,"
+    "decode_se_ms";
+
+}  // namespace
+
+absl::Status WriteLatencyCsv(const std::string& path, const std::string& comment,
+                             const std::vector<LatencyRow>& rows) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(comment, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&out, "# ", line, "\n");
+  }
+  absl::StrAppend(&out, kHeader, "\n");
+  for (const LatencyRow& r : rows) {
+    absl::StrAppend(&out, absl::StrFormat("%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.5f\n", r.device,
+                                          r.arch.num_layers, r.arch.d_model, r.arch.d_ffn,
+                                          PatternString(r.arch.attention), r.prompt_tokens,
+                                          r.ttft_ms, r.ttft_se_ms, r.decode_ms, r.decode_se_ms));
+  }
+  return WriteFileAtomically(path, out);
+}
+
+absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
+                                                       const Space& space) {
+  std::string text;
+  absl::Status s = ReadFileToString(path, &text);
+  if (!s.ok()) return s;
+  std::vector<LatencyRow> rows;
+  int line_no = 0;
+  bool header = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (!header) {
+      if (line != kHeader) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", line_no, ": header is not \"", kHeader, "\""));
+      }
+      header = true;
+      continue;
+    }
+    std::vector<std::string> f = absl::StrSplit(line, ',');
+    if (f.size() != 10) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": ", f.size(), " fields, expected 10"));
+    }
+    LatencyRow r;
+    r.device = f[0];
+    int ints[4];
+    double reals[4];
+    const int int_cols[4] = {1, 2, 3, 5};
+    for (int i = 0; i < 4; ++i) {
+      if (!absl::SimpleAtoi(f[int_cols[i]], &ints[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": column ",
+                                                       int_cols[i] + 1, " \"", f[int_cols[i]],
+                                                       "\" is not an integer"));
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      if (!absl::SimpleAtod(f[6 + i], &reals[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": column ", 7 + i,
+                                                       " \"", f[6 + i], "\" is not a number"));
+      }
+    }
+    absl::StatusOr<std::vector<Attention>> pattern = ParsePattern(f[4]);
+    if (!pattern.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": pattern: ", pattern.status().message()));
+    }
+    // The space's base supplies every field that is not searched.
+    absl::StatusOr<Arch> base = space.Decode(std::vector<double>(space.dimensions(), 0.0));
+    if (!base.ok()) return base.status();
+    r.arch = *base;
+    r.arch.num_layers = ints[0];
+    r.arch.d_model = ints[1];
+    r.arch.d_ffn = ints[2];
+    r.arch.attention = *pattern;
+    if (absl::Status member = space.Contains(r.arch); !member.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": not in the search space: ", member.message()));
+    }
+    r.prompt_tokens = ints[3];
+    r.ttft_ms = reals[0];
+    r.ttft_se_ms = reals[1];
+    r.decode_ms = reals[2];
+    r.decode_se_ms = reals[3];
+    rows.push_back(std::move(r));
+  }
+  if (!header) return absl::InvalidArgumentError(absl::StrCat(path, ": no header line"));
+  return rows;
+}
+
+}  // namespace hilnas

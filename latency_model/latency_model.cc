@@ -1,0 +1,201 @@
+#include "latency_model/latency_model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "proto/latency.pb.h"
+#include "search_space/counts.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+}  // namespace
+
+absl::StatusOr<LatencyMetric> ParseLatencyMetric(const std::string& name) {
+  if (name == "ttft") return LatencyMetric::kTtft;
+  if (name == "decode") return LatencyMetric::kDecode;
+  return absl::InvalidArgumentError(absl::StrCat("metric \"", name, "\" is not ttft or decode"));
+}
+
+const char* LatencyMetricName(LatencyMetric m) {
+  return m == LatencyMetric::kTtft ? "ttft" : "decode";
+}
+
+std::vector<const LatencyRow*> LatencyModel::Select(LatencyMetric metric, int prompt_tokens,
+                                                    const std::vector<LatencyRow>& data) {
+  std::vector<const LatencyRow*> out;
+  for (const LatencyRow& r : data) {
+    if (prompt_tokens == 0 || r.prompt_tokens == prompt_tokens) out.push_back(&r);
+  }
+  (void)metric;
+  return out;
+}
+
+double LatencyModel::Measured(LatencyMetric m, const LatencyRow& r) {
+  return m == LatencyMetric::kTtft ? r.ttft_ms : r.decode_ms;
+}
+
+double LatencyModel::MeasuredSe(LatencyMetric m, const LatencyRow& r) {
+  return m == LatencyMetric::kTtft ? r.ttft_se_ms : r.decode_se_ms;
+}
+
+// log FLOPs of the phase the metric times, and log parameter count: the
+// proxies of MobileLLM-Flash Tab. 2, here as extra GP inputs.
+std::vector<double> LatencyModel::RawDerived(const Arch& a) const {
+  const double flops = metric_ == LatencyMetric::kTtft
+                           ? PrefillFlops(a, prompt_tokens_)
+                           : DecodeFlops(a, std::max(1, prompt_tokens_));
+  return {std::log(flops), std::log(static_cast<double>(CountParameters(a).model()))};
+}
+
+absl::StatusOr<std::vector<double>> LatencyModel::Features(const Arch& arch) const {
+  absl::StatusOr<std::vector<double>> x = space_.Encode(arch);
+  if (!x.ok()) return x.status();
+  const std::vector<double> d = RawDerived(arch);
+  for (size_t i = 0; i < d.size(); ++i) {
+    const double span = feature_max_[i] - feature_min_[i];
+    x->push_back(span > 0 ? (d[i] - feature_min_[i]) / span : 0.5);
+  }
+  return x;
+}
+
+absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::string& device_class,
+                                               LatencyMetric metric, int prompt_tokens,
+                                               const std::vector<LatencyRow>& data,
+                                               const GpOptions& options) {
+  LatencyModel m(space);
+  m.device_class_ = device_class;
+  m.metric_ = metric;
+  m.prompt_tokens_ = prompt_tokens;
+  m.feature_names_ = space.dimension_names();
+  m.feature_names_.push_back(metric == LatencyMetric::kTtft ? "log_prefill_flops"
+                                                            : "log_decode_flops");
+  m.feature_names_.push_back("log_params");
+  const std::vector<const LatencyRow*> rows = Select(metric, prompt_tokens, data);
+  if (rows.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("latency model: ", rows.size(),
+                                                   " rows at prompt length ", prompt_tokens,
+                                                   "; need at least 2"));
+  }
+  m.feature_min_.assign(2, INFINITY);
+  m.feature_max_.assign(2, -INFINITY);
+  for (const LatencyRow* r : rows) {
+    const std::vector<double> d = m.RawDerived(r->arch);
+    for (size_t i = 0; i < d.size(); ++i) {
+      m.feature_min_[i] = std::min(m.feature_min_[i], d[i]);
+      m.feature_max_[i] = std::max(m.feature_max_[i], d[i]);
+    }
+  }
+  GpData gd;
+  for (const LatencyRow* r : rows) {
+    absl::StatusOr<std::vector<double>> x = m.Features(r->arch);
+    if (!x.ok()) return x.status();
+    const double ms = Measured(metric, *r), se = MeasuredSe(metric, *r);
+    gd.x.push_back(*std::move(x));
+    gd.y.push_back(ms > 0 ? std::log(ms) : NAN);  // non-positive times are dropped
+    gd.y_var.push_back(ms > 0 ? (se / ms) * (se / ms) : 0.0);
+  }
+  absl::StatusOr<ExactGp> gp = ExactGp::Fit(gd, options);
+  if (!gp.ok()) return gp.status();
+  m.gp_ = *std::move(gp);
+  return m;
+}
+
+absl::StatusOr<std::vector<LatencyPrediction>> LatencyModel::Predict(
+    const std::vector<Arch>& archs) const {
+  std::vector<std::vector<double>> xs;
+  for (const Arch& a : archs) {
+    absl::StatusOr<std::vector<double>> x = Features(a);
+    if (!x.ok()) return x.status();
+    xs.push_back(*std::move(x));
+  }
+  absl::StatusOr<GpPosterior> p = gp_.Posterior(xs);
+  if (!p.ok()) return p.status();
+  std::vector<LatencyPrediction> out(archs.size());
+  for (size_t i = 0; i < archs.size(); ++i) {
+    const double sd = std::sqrt(p->variance[i]);
+    out[i].median_ms = std::exp(p->mean[i]);
+    out[i].log_sd = sd;
+    out[i].lower_ms = std::exp(p->mean[i] - 2 * sd);
+    out[i].upper_ms = std::exp(p->mean[i] + 2 * sd);
+  }
+  return out;
+}
+
+absl::Status LatencyModel::Save(const std::string& path) const {
+  LatencyModelFile f;
+  f.set_format_version(kFormatVersion);
+  *f.mutable_space() = space_.proto();
+  f.set_device_class(device_class_);
+  f.set_metric(LatencyMetricName(metric_));
+  f.set_prompt_tokens(prompt_tokens_);
+  for (const std::string& n : feature_names_) f.add_feature_names(n);
+  for (double v : feature_min_) f.add_feature_min(v);
+  for (double v : feature_max_) f.add_feature_max(v);
+  const GpHyperparameters& h = gp_.hyperparameters();
+  for (double v : h.lengthscales) f.add_lengthscales(v);
+  f.set_outputscale(h.outputscale);
+  f.set_noise(h.noise);
+  const GpData& d = gp_.data();
+  for (size_t i = 0; i < d.y.size(); ++i) {
+    LatencyModelFile::Row* r = f.add_rows();
+    for (double v : d.x[i]) r->add_x(v);
+    r->set_y(d.y[i]);
+    r->set_y_var(d.y_var.empty() ? 0.0 : d.y_var[i]);
+  }
+  return WriteFileAtomically(path, f.SerializeAsString());
+}
+
+absl::StatusOr<LatencyModel> LatencyModel::Load(const std::string& path, const Space& space) {
+  std::string bytes;
+  absl::Status s = ReadFileToString(path, &bytes);
+  if (!s.ok()) return s;
+  LatencyModelFile f;
+  if (!f.ParseFromString(bytes) || f.format_version() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a hilnas latency model file"));
+  }
+  if (f.format_version() != kFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": format version ", f.format_version(),
+                                                   "; this hilnas reads ", kFormatVersion));
+  }
+  if (f.space().SerializeAsString() != space.proto().SerializeAsString()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": fitted on a different search space (", f.space().ShortDebugString().substr(0, 120),
+        "...); refit it on this space or pass the space it was fitted on"));
+  }
+  absl::StatusOr<LatencyMetric> metric = ParseLatencyMetric(f.metric());
+  if (!metric.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", metric.status().message()));
+  LatencyModel m(space);
+  m.device_class_ = f.device_class();
+  m.metric_ = *metric;
+  m.prompt_tokens_ = f.prompt_tokens();
+  m.feature_names_.assign(f.feature_names().begin(), f.feature_names().end());
+  m.feature_min_.assign(f.feature_min().begin(), f.feature_min().end());
+  m.feature_max_.assign(f.feature_max().begin(), f.feature_max().end());
+  if (m.feature_min_.size() != 2 || m.feature_max_.size() != 2 ||
+      static_cast<int>(f.lengthscales_size()) != space.dimensions() + 2) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", f.lengthscales_size(),
+                                                   " lengthscales for ", space.dimensions() + 2,
+                                                   " features; the file is corrupt"));
+  }
+  GpHyperparameters h;
+  h.lengthscales.assign(f.lengthscales().begin(), f.lengthscales().end());
+  h.outputscale = f.outputscale();
+  h.noise = f.noise();
+  GpData d;
+  for (const auto& r : f.rows()) {
+    d.x.emplace_back(r.x().begin(), r.x().end());
+    d.y.push_back(r.y());
+    d.y_var.push_back(r.y_var());
+  }
+  absl::StatusOr<ExactGp> gp = ExactGp::FromParts(d, h);
+  if (!gp.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", gp.status().message()));
+  m.gp_ = *std::move(gp);
+  return m;
+}
+
+}  // namespace hilnas

@@ -1,0 +1,77 @@
+// One latency model per (device class, metric, prompt length): a GP on the
+// encoded architecture plus derived features (log FLOPs, log parameters),
+// predicting log milliseconds, so errors are relative and predictions stay
+// positive. Measured standard errors become per-point noise (delta method:
+// var(log t) ~ (se / t)^2). MobileLLM-Flash Sec. 3.4 fits the same kind of
+// GP on ~800 on-device TTFT measurements.
+#ifndef HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
+#define HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "latency_model/dataset.h"
+#include "latency_model/gp.h"
+#include "search_space/space.h"
+
+namespace hilnas {
+
+enum class LatencyMetric { kTtft, kDecode };
+absl::StatusOr<LatencyMetric> ParseLatencyMetric(const std::string& name);  // "ttft", "decode"
+const char* LatencyMetricName(LatencyMetric m);
+
+struct LatencyPrediction {
+  double median_ms = 0;               // exp(posterior mean of log ms)
+  double log_sd = 0;                  // posterior sd of log ms
+  double lower_ms = 0, upper_ms = 0;  // +- 2 sd
+};
+
+class LatencyModel {
+ public:
+  // Fits on the rows of `data` at `prompt_tokens` (decode: any prompt length
+  // when prompt_tokens is 0). INVALID_ARGUMENT when fewer than 2 rows match.
+  static absl::StatusOr<LatencyModel> Fit(const Space& space, const std::string& device_class,
+                                          LatencyMetric metric, int prompt_tokens,
+                                          const std::vector<LatencyRow>& data,
+                                          const GpOptions& options = {});
+
+  absl::StatusOr<std::vector<LatencyPrediction>> Predict(const std::vector<Arch>& archs) const;
+
+  // Binary LatencyModelFile, written atomically.
+  absl::Status Save(const std::string& path) const;
+  // FAILED_PRECONDITION when the file was fitted on a different search space
+  // than `space`; INVALID_ARGUMENT for a corrupt file or unknown version.
+  static absl::StatusOr<LatencyModel> Load(const std::string& path, const Space& space);
+
+  // The GP inputs of an architecture: its encoding, then the derived features.
+  absl::StatusOr<std::vector<double>> Features(const Arch& arch) const;
+  const std::vector<std::string>& feature_names() const { return feature_names_; }
+  const ExactGp& gp() const { return gp_; }
+  LatencyMetric metric() const { return metric_; }
+  int prompt_tokens() const { return prompt_tokens_; }
+  const std::string& device_class() const { return device_class_; }
+
+  // Rows of `data` this model's metric and prompt length select, and their
+  // measured ms and standard errors.
+  static std::vector<const LatencyRow*> Select(LatencyMetric metric, int prompt_tokens,
+                                               const std::vector<LatencyRow>& data);
+  static double Measured(LatencyMetric metric, const LatencyRow& row);
+  static double MeasuredSe(LatencyMetric metric, const LatencyRow& row);
+
+ private:
+  LatencyModel(const Space& space) : space_(space) {}
+  std::vector<double> RawDerived(const Arch& arch) const;
+
+  Space space_;
+  std::string device_class_;
+  LatencyMetric metric_ = LatencyMetric::kTtft;
+  int prompt_tokens_ = 0;
+  std::vector<std::string> feature_names_;
+  std::vector<double> feature_min_, feature_max_;
+  ExactGp gp_;
+};
+
+}  // namespace hilnas
+
+#endif  // HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_

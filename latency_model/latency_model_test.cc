@@ -1,0 +1,144 @@
+#include "latency_model/latency_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "latency_model/dataset.h"
+#include "latency_model/metrics.h"
+#include "search_space/counts.h"
+#include "search_space/sobol.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+Space SmallSpace() {
+  SearchSpace proto;
+  EXPECT_TRUE(
+      ReadTextProtoFile(std::string(HILNAS_SOURCE_DIR) + "/configs/small-space.textproto", &proto)
+          .ok());
+  return *Space::FromProto(proto);
+}
+
+// A made-up device: TTFT from FLOPs at 20 GFLOP/s, skip layers 10% cheaper
+// than their FLOPs say, 2% multiplicative noise.
+std::vector<LatencyRow> SyntheticRows(const Space& space, int n, uint64_t seed) {
+  std::vector<LatencyRow> rows;
+  auto sample = SampleSobol(space, n, seed);
+  EXPECT_TRUE(sample.ok());
+  uint64_t state = seed;
+  for (const Arch& a : sample->archs) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    const double noise = 1 + 0.02 * ((state >> 33) / double(1ULL << 31) - 0.5);
+    LatencyRow r;
+    r.device = "synthetic";
+    r.arch = a;
+    r.prompt_tokens = 256;
+    r.ttft_ms = PrefillFlops(a, 256) / 20e9 * 1e3 * noise;
+    r.ttft_se_ms = 0.01 * r.ttft_ms;
+    r.decode_ms = CountParameters(a).model() * 4 / 10e9 * 1e3 * noise;
+    r.decode_se_ms = 0.01 * r.decode_ms;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+TEST(LatencyModelTest, FitsAndRanksUnseenArchitectures) {
+  const Space space = SmallSpace();
+  std::vector<LatencyRow> train = SyntheticRows(space, 60, 1);
+  std::vector<LatencyRow> test = SyntheticRows(space, 40, 2);
+  ASSERT_OK_AND_ASSIGN(LatencyModel m,
+                       LatencyModel::Fit(space, "synthetic", LatencyMetric::kTtft, 256, train));
+  std::vector<Arch> archs;
+  std::vector<double> truth;
+  for (const LatencyRow& r : test) {
+    archs.push_back(r.arch);
+    truth.push_back(r.ttft_ms);
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<LatencyPrediction> p, m.Predict(archs));
+  std::vector<double> pred;
+  for (const auto& x : p) {
+    pred.push_back(x.median_ms);
+    EXPECT_LE(x.lower_ms, x.median_ms);
+    EXPECT_GE(x.upper_ms, x.median_ms);
+  }
+  EXPECT_GT(KendallTau(truth, pred), 0.85);
+  EXPECT_GT(RSquared(truth, pred), 0.95);
+}
+
+TEST(LatencyModelTest, SaveAndLoadGiveIdenticalPredictions) {
+  const Space space = SmallSpace();
+  std::vector<LatencyRow> rows = SyntheticRows(space, 30, 3);
+  ASSERT_OK_AND_ASSIGN(LatencyModel m,
+                       LatencyModel::Fit(space, "synthetic", LatencyMetric::kDecode, 256, rows));
+  const std::string path = ::testing::TempDir() + "/latency.model";
+  ASSERT_OK(m.Save(path));
+  ASSERT_OK_AND_ASSIGN(LatencyModel back, LatencyModel::Load(path, space));
+  EXPECT_EQ(back.metric(), LatencyMetric::kDecode);
+  std::vector<Arch> archs;
+  for (const LatencyRow& r : SyntheticRows(space, 10, 4)) archs.push_back(r.arch);
+  ASSERT_OK_AND_ASSIGN(auto a, m.Predict(archs));
+  ASSERT_OK_AND_ASSIGN(auto b, back.Predict(archs));
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].median_ms, b[i].median_ms);
+    EXPECT_EQ(a[i].log_sd, b[i].log_sd);
+  }
+}
+
+TEST(LatencyModelTest, RefusesAModelFittedOnAnotherSpace) {
+  const Space space = SmallSpace();
+  ASSERT_OK_AND_ASSIGN(LatencyModel m, LatencyModel::Fit(space, "synthetic", LatencyMetric::kTtft,
+                                                         256, SyntheticRows(space, 20, 5)));
+  const std::string path = ::testing::TempDir() + "/latency_other.model";
+  ASSERT_OK(m.Save(path));
+  ASSERT_OK_AND_ASSIGN(Space other, Space::FromProto(DefaultSearchSpace()));
+  EXPECT_THAT(LatencyModel::Load(path, other),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("different search space")));
+}
+
+TEST(LatencyModelTest, CorruptModelFileIsRejected) {
+  const std::string path = ::testing::TempDir() + "/latency_corrupt.model";
+  std::ofstream(path) << "garbage that is not a model";
+  EXPECT_THAT(LatencyModel::Load(path, SmallSpace()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("latency_corrupt.model")));
+}
+
+TEST(LatencyDatasetTest, RoundTripsThroughCsv) {
+  const Space space = SmallSpace();
+  std::vector<LatencyRow> rows = SyntheticRows(space, 12, 6);
+  const std::string path = ::testing::TempDir() + "/latency.csv";
+  ASSERT_OK(WriteLatencyCsv(path, "made by a test\nsecond line", rows));
+  ASSERT_OK_AND_ASSIGN(std::vector<LatencyRow> back, ReadLatencyCsv(path, space));
+  ASSERT_EQ(back.size(), rows.size());
+  EXPECT_EQ(back[3].arch.attention, rows[3].arch.attention);
+  EXPECT_EQ(back[3].arch.d_ffn, rows[3].arch.d_ffn);
+  EXPECT_NEAR(back[3].ttft_ms, rows[3].ttft_ms, 1e-3);
+}
+
+TEST(LatencyDatasetTest, BadRowsNameTheLineAndField) {
+  const Space space = SmallSpace();
+  const std::string path = ::testing::TempDir() + "/latency_bad.csv";
+  std::ofstream(path) << "# comment\n"
+                         "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,"
+                         "ttft_se_ms,decode_ms,decode_se_ms\n"
+                         "x,4,128,256,FFFF,256,1.0,0.1,0.5,0.01\n"
+                         "x,4,128,256,FFFF,256,abc,0.1,0.5,0.01\n";
+  EXPECT_THAT(ReadLatencyCsv(path, space),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("latency_bad.csv:4: column 7 \"abc\"")));
+  std::ofstream(path) << "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,"
+                         "ttft_se_ms,decode_ms,decode_se_ms\n"
+                         "x,4,8192,256,FFFF,256,1.0,0.1,0.5,0.01\n";
+  EXPECT_THAT(ReadLatencyCsv(path, space),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not in the search space")));
+}
+
+}  // namespace
+}  // namespace hilnas
