@@ -39,10 +39,13 @@ torch::Tensor ToTensor(const std::vector<std::vector<double>>& x, int64_t d) {
   return t;
 }
 
-// Matern-5/2 with per-dimension lengthscales.
+// Matern-5/2 with per-dimension lengthscales. Squared distances through
+// |a|^2 + |b|^2 - 2 a.b (a matrix product), not an [n, m, d] broadcast:
+// fitting 800 points went from minutes to seconds (bench/gp_bench).
 torch::Tensor Matern52(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& ls,
                        const torch::Tensor& outputscale) {
-  auto d2 = (a.unsqueeze(1) / ls - b.unsqueeze(0) / ls).pow(2).sum(-1);
+  auto as = a / ls, bs = b / ls;
+  auto d2 = as.pow(2).sum(-1, true) + bs.pow(2).sum(-1).unsqueeze(0) - 2 * as.matmul(bs.t());
   auto r = torch::sqrt(d2.clamp_min(1e-30)) * std::sqrt(5.0);
   return outputscale * (1 + r + r.pow(2) / 3.0) * torch::exp(-r);
 }

@@ -135,6 +135,48 @@ TEST(CliTest, SpaceShowAndSampleUseTheGivenSpace) {
   EXPECT_THAT(sample.output, Not(HasSubstr("SSS")));
 }
 
+// The latency model on the real measurements in bench/data/: evaluate with a
+// plot, fit, predict, and refuse a model on a space it was not fitted on.
+TEST(CliTest, LatencyEvalFitPredictOnRecordedMeasurements) {
+  const std::string space = " --space " + SourceDir() + "/configs/latency-space.textproto";
+  const std::string data = " --data " + SourceDir() + "/bench/data/latency-epyc-2t.csv";
+  const std::string plot = ::testing::TempDir() + "/ttft.svg";
+  Result eval =
+      Hilnas("latency eval --metric ttft --folds 3 --restarts 1 --plot " + plot + space + data);
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_THAT(eval.output, HasSubstr("| GP (cross-validated) |"));
+  EXPECT_THAT(eval.output, HasSubstr("| FLOPs |"));
+  std::string svg;
+  ASSERT_OK(ReadFileToString(plot, &svg));
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("<circle"));
+
+  const std::string model = ::testing::TempDir() + "/decode.model";
+  Result fit = Hilnas("latency fit --metric decode --restarts 1 --out " + model + space + data);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const std::string arch = ::testing::TempDir() + "/latency-arch.textproto";
+  ASSERT_OK(WriteFileAtomically(
+      arch, R"pb(num_layers: 6
+                 d_model: 512
+                 d_ffn: 1024
+                 num_heads: 8
+                 num_kv_heads: 2
+                 head_dim: 64
+                 vocab_size: 8192
+                 tie_embeddings: true
+                 rope_theta: 10000
+                 norm_eps: 1e-05
+                 qk_norm: true
+                 sliding_window: 128
+                 attention: [ FULL, SLIDING_WINDOW, FULL, SKIP, FULL, FULL ])pb"));
+  Result predict = Hilnas("latency predict --model " + model + " --arch " + arch + space);
+  ASSERT_EQ(predict.exit_code, 0) << predict.output;
+  EXPECT_THAT(predict.output, HasSubstr("ms (95% interval"));
+  Result wrong_space = Hilnas("latency predict --model " + model + " --arch " + arch);
+  EXPECT_EQ(wrong_space.exit_code, 1);
+  EXPECT_THAT(wrong_space.output, HasSubstr("different search space"));
+}
+
 TEST(CliTest, UnknownCommandShowsUsage) {
   Result r = Hilnas("frobnicate");
   EXPECT_EQ(r.exit_code, 2);

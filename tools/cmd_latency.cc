@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, metric, "ttft", "latency: ttft | decode");
 ABSL_FLAG(int32_t, folds, 10, "latency eval: cross-validation folds");
 ABSL_FLAG(std::string, plot, "", "latency eval: write a predicted-vs-measured SVG here");
 ABSL_FLAG(int32_t, restarts, 3, "latency: GP hyperparameter restarts");
+ABSL_FLAG(std::string, gp_prior, "dim-scaled",
+          "latency: lengthscale prior, dim-scaled (LogNormal, BoTorch 2024) | gamma (Gamma(3,6))");
 
 namespace hilnas::tools {
 
@@ -178,6 +180,7 @@ absl::StatusOr<Loaded> LoadData() {
 
 GpOptions GpOptionsFromFlags() {
   GpOptions o;
+  o.dimension_scaled_prior = absl::GetFlag(FLAGS_gp_prior) != "gamma";
   o.restarts = absl::GetFlag(FLAGS_restarts);
   o.seed = absl::GetFlag(FLAGS_seed);
   return o;
@@ -335,6 +338,10 @@ int Predict() {
 
 int LatencyCommand(const std::vector<std::string>& args) {
   const std::string sub = args.empty() ? "" : args[0];
+  if (const std::string p = absl::GetFlag(FLAGS_gp_prior); p != "dim-scaled" && p != "gamma") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--gp-prior ", p, " is not one of dim-scaled, gamma")));
+  }
   if (sub == "collect") return Collect();
   if (sub == "fit") return Fit();
   if (sub == "eval") return Eval();
