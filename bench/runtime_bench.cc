@@ -10,49 +10,17 @@
 //                      [--precision fp32|bf16]
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "device_agent/environment.h"
 #include "device_agent/libtorch_runtime.h"
 #include "device_agent/protocol.h"
-#include "device_agent/sample_stats.h"
+#include "latency_model/analytic.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
-
-namespace {
-
-template <typename F>
-double MedianSeconds(int repeats, F&& f) {
-  f();  // warm-up
-  std::vector<double> s;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return hilnas::Median(s);
-}
-
-// FLOP/s of an n^3 fp32 matmul.
-double MatmulFlops(int64_t n) {
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
-  return 2.0 * n * n * n / MedianSeconds(5, [&] { torch::matmul(a, b); });
-}
-
-// Bytes/s of streaming a 1 GiB fp32 tensor through a reduction: what
-// decoding does with its weights.
-double ReadBandwidth() {
-  auto t = torch::ones({int64_t{1} << 28});
-  return t.numel() * 4.0 / MedianSeconds(5, [&] { t.sum().item<float>(); });
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string shape = "mobilellm-flash-350m", precision = "fp32";
@@ -70,8 +38,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(s.status().message()).c_str());
     return 1;
   }
-  const double peak = MatmulFlops(1024);
-  const double bandwidth = ReadBandwidth();
+  const hilnas::Roofline roofline = hilnas::MeasureRoofline(threads);
+  const double peak = roofline.peak_flops, bandwidth = roofline.bandwidth;
 
   hilnas::BenchmarkRequest req;
   *req.mutable_arch() = hilnas::ArchToProto(s->arch);
@@ -93,10 +61,7 @@ int main(int argc, char** argv) {
   const hilnas::LatencySummary& m = r.summaries(0);
   const hilnas::ParameterCount pc = hilnas::CountParameters(s->arch);
   const int64_t elem = precision == "bf16" ? 2 : 4;
-  // Per token, decoding reads every weight once, except the input embedding
-  // of an untied model (one row).
-  const double weight_bytes =
-      double(pc.model() - (s->arch.tie_embeddings ? 0 : pc.embedding)) * elem;
+  const double weight_bytes = hilnas::DecodeWeightBytes(s->arch, elem);
   const double prefill_rate = hilnas::PrefillFlops(s->arch, prompt) / (m.ttft_median_ms() / 1e3);
   const double floor_ms = weight_bytes / bandwidth * 1e3;
 

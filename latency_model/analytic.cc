@@ -24,12 +24,12 @@ double MedianSeconds(F&& f) {
   return s[2];
 }
 
-double WeightBytes(const Arch& a, int bytes) {
+}  // namespace
+
+double DecodeWeightBytes(const Arch& a, int bytes) {
   const ParameterCount pc = CountParameters(a);
   return double(pc.model() - (a.tie_embeddings ? 0 : pc.embedding)) * bytes;
 }
-
-}  // namespace
 
 Roofline MeasureRoofline(int threads) {
   if (threads > 0) at::set_num_threads(threads);
@@ -45,13 +45,13 @@ Roofline MeasureRoofline(int threads) {
 
 double RooflineTtftMs(const Arch& arch, int prompt_tokens, const Roofline& r) {
   const double compute = PrefillFlops(arch, prompt_tokens) / r.peak_flops;
-  const double memory = WeightBytes(arch, r.bytes_per_weight) / r.bandwidth;
+  const double memory = DecodeWeightBytes(arch, r.bytes_per_weight) / r.bandwidth;
   return 1e3 * std::max(compute, memory);
 }
 
 double RooflineDecodeMs(const Arch& arch, int context_tokens, const Roofline& r) {
   const double compute = DecodeFlops(arch, context_tokens) / r.peak_flops;
-  const double memory = (WeightBytes(arch, r.bytes_per_weight) +
+  const double memory = (DecodeWeightBytes(arch, r.bytes_per_weight) +
                          KvCacheBytes(arch, context_tokens, r.bytes_per_weight)) /
                         r.bandwidth;
   return 1e3 * std::max(compute, memory);

@@ -19,6 +19,10 @@ struct Roofline {
 // 1 GiB reduction, medians of 5.
 Roofline MeasureRoofline(int threads);
 
+// Bytes decoding reads per token: every weight once, except the input
+// embedding of an untied model (one row).
+double DecodeWeightBytes(const Arch& arch, int bytes_per_weight);
+
 // max(compute time, memory time) in ms.
 double RooflineTtftMs(const Arch& arch, int prompt_tokens, const Roofline& r);
 double RooflineDecodeMs(const Arch& arch, int context_tokens, const Roofline& r);
