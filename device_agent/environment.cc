@@ -78,6 +78,8 @@ double CpuTemperatureC() {
   return hottest;
 }
 
+int64_t MemAvailableBytes() { return KibField("/proc/meminfo", "MemAvailable"); }
+
 int64_t PeakRssBytes() { return KibField("/proc/self/status", "VmHWM"); }
 
 bool ResetPeakRss() {

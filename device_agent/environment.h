@@ -18,6 +18,9 @@ namespace hilnas {
 // build type. The caller fills name, runtime, threads, cpu_set and pools.
 DeviceIdentity ProbeDevice();
 
+// MemAvailable from /proc/meminfo, bytes; 0 when unreadable.
+int64_t MemAvailableBytes();
+
 // Hottest thermal zone in degrees Celsius; 0 when none is readable.
 double CpuTemperatureC();
 

@@ -4,11 +4,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "device_agent/environment.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/generate.h"
@@ -18,18 +16,6 @@
 
 namespace hilnas {
 namespace {
-
-// MemAvailable from /proc/meminfo, bytes; 0 when unreadable.
-int64_t MemAvailableBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
 
 absl::StatusOr<torch::Dtype> DtypeFor(Precision p) {
   switch (p) {

@@ -8,15 +8,10 @@
 #include "absl/strings/str_format.h"
 #include "device_agent/environment.h"
 #include "device_agent/sample_stats.h"
+#include "util/clock.h"
 
 namespace hilnas {
 namespace {
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 void Say(const ProtocolOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
@@ -164,7 +159,7 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
   result.mutable_device()->set_runtime_version(runtime.version());
   if (req.threads() > 0) result.mutable_device()->set_threads(req.threads());
   *result.mutable_request() = req;
-  result.set_started_unix_ms(UnixMs());
+  result.set_started_unix_ms(SystemClock().NowMs());
   absl::Status status = ValidateBenchmarkRequest(req);
   if (status.ok()) {
     ResetPeakRss();
@@ -186,7 +181,7 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
   if (!status.ok()) Fail(result, status);
   result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));
   result.set_cpu_temperature_c(CpuTemperatureC());
-  result.set_finished_unix_ms(UnixMs());
+  result.set_finished_unix_ms(SystemClock().NowMs());
   Summarise(result);
   return result;
 }

@@ -1,7 +1,7 @@
 // The measurement protocol (MobileLLM-Flash Sec. 4.2.2: 1k/2k/4k prompts,
 // warm-up, repeated runs): build once, then for each prompt length warm up
-// and repeat timed runs until the spread of TTFT and of decode time is small or a cap is hit, cooling
-// down between runs. Every sample is kept; summaries are derived from them.
+// and repeat timed runs until the spread of TTFT and of decode time is small or a cap is hit,
+// cooling down between runs. Every sample is kept; summaries are derived from them.
 #ifndef HILNAS_DEVICE_AGENT_PROTOCOL_H_
 #define HILNAS_DEVICE_AGENT_PROTOCOL_H_
 
