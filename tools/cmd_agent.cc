@@ -24,6 +24,7 @@
 #include "device_agent/external_runtime.h"
 #include "device_agent/libtorch_runtime.h"
 #include "tools/commands.h"
+#include "tools/coordinator_client.h"
 #include "tools/flags.h"
 
 ABSL_FLAG(std::string, name, "", "agent: device name, unique per coordinator (default: hostname)");
@@ -48,9 +49,6 @@ ABSL_FLAG(std::string, fleet_threads, "",
           "fleet: threads per agent, cycled (e.g. 1,2); default: cores / agents");
 
 namespace hilnas::tools {
-
-std::string CoordinatorAddress();
-std::string EnrollmentToken();
 
 namespace {
 
@@ -93,6 +91,27 @@ absl::StatusOr<std::unique_ptr<Runtime>> RuntimeFromFlags() {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--runtime ", kind, " is not one of libtorch, external"));
+}
+
+// Runs `hilnas ARGS...` (this binary) as a child; its output goes to `log`,
+// or to this process's stdout/stderr when `log` is empty.
+pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log = "") {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!log.empty()) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<std::string> all = {"/proc/self/exe"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 }  // namespace
@@ -170,7 +189,6 @@ int FleetCommand(const std::vector<std::string>& args) {
       absl::StrAppend(&cpus, cpus.empty() ? "" : ",", (next_cpu + k) % cores);
     next_cpu = (next_cpu + t) % cores;
     std::vector<std::string> argv = {
-        "/proc/self/exe",
         "agent",
         absl::StrCat("--coordinator=", CoordinatorAddress()),
         absl::StrCat("--name=", prefix, "-", i),
@@ -180,14 +198,7 @@ int FleetCommand(const std::vector<std::string>& args) {
         absl::StrCat("--max_jobs=", absl::GetFlag(FLAGS_max_jobs)),
         absl::StrCat("--cooldown_ms=", absl::GetFlag(FLAGS_cooldown_ms))};
     if (!EnrollmentToken().empty()) argv.push_back(absl::StrCat("--token=", EnrollmentToken()));
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> cargv;
-      for (std::string& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      execv("/proc/self/exe", cargv.data());
-      _exit(127);
-    }
+    const pid_t pid = SpawnSelf(argv);
     Log(absl::StrCat("fleet: started ", prefix, "-", i, " (pid ", pid, ") on CPUs ", cpus, ", ", t,
                      " threads"));
     children.push_back(pid);
@@ -216,27 +227,6 @@ int FleetCommand(const std::vector<std::string>& args) {
   Log(absl::StrCat("fleet: all ", n, " agents exited, ", failures, " with an error"));
   return failures == 0 ? 0 : 1;
 }
-
-namespace {
-
-pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<std::string> all = {"/proc/self/exe"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-}  // namespace
 
 int DemoFleetBench(const std::string& shape, int prompt_tokens) {
   const std::string dir = std::filesystem::temp_directory_path() / "hilnas_demo_fleet";

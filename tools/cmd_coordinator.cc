@@ -20,6 +20,7 @@
 #include "proto/service.grpc.pb.h"
 #include "search_space/arch.h"
 #include "tools/commands.h"
+#include "tools/coordinator_client.h"
 #include "tools/flags.h"
 #include "util/clock.h"
 #include "util/textproto.h"
@@ -65,15 +66,15 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
                       absl::StrCat(what, ": ", s.error_message()));
 }
 
+std::unique_ptr<UserService::Stub> UserStub() {
+  return UserService::NewStub(
+      grpc::CreateChannel(CoordinatorAddress(), grpc::InsecureChannelCredentials()));
+}
+
 namespace {
 
 std::chrono::system_clock::time_point In(int64_t ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
-}
-
-std::unique_ptr<UserService::Stub> UserStub() {
-  return UserService::NewStub(
-      grpc::CreateChannel(CoordinatorAddress(), grpc::InsecureChannelCredentials()));
 }
 
 int WaitForSignal() {
@@ -96,36 +97,17 @@ absl::StatusOr<Precision> PrecisionFromFlag(const std::string& p) {
 }
 
 absl::StatusOr<BenchmarkRequest> RequestFromFlags() {
-  BenchmarkRequest r;
+  absl::StatusOr<BenchmarkRequest> r = MeasurementFromFlags();
+  if (!r.ok()) return r.status();
   const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
   if (!ckpt.empty()) {
-    r.set_checkpoint_dir(ckpt);
+    r->set_checkpoint_dir(ckpt);
   } else {
     absl::StatusOr<Arch> arch = ArchFromFlags();
     if (!arch.ok()) return arch.status();
-    *r.mutable_arch() = ArchToProto(*arch);
+    *r->mutable_arch() = ArchToProto(*arch);
   }
-  for (absl::string_view p :
-       absl::StrSplit(absl::GetFlag(FLAGS_prompt_lengths), ',', absl::SkipWhitespace())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(p, &v) || v <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--prompt-lengths: \"", p, "\" is not a positive integer"));
-    }
-    r.add_prompt_lengths(v);
-  }
-  r.set_decode_tokens(absl::GetFlag(FLAGS_decode_tokens));
-  r.set_prefill_chunk(static_cast<int>(absl::GetFlag(FLAGS_prefill_chunk)));
-  r.set_threads(absl::GetFlag(FLAGS_threads));
-  r.set_warmup_runs(absl::GetFlag(FLAGS_warmups));
-  r.set_repeats(absl::GetFlag(FLAGS_repeats));
-  r.set_max_repeats(absl::GetFlag(FLAGS_max_repeats));
-  r.set_max_rel_spread(absl::GetFlag(FLAGS_max_spread));
-  r.set_seed(absl::GetFlag(FLAGS_seed));
-  absl::StatusOr<Precision> p = PrecisionFromFlag(absl::GetFlag(FLAGS_precision));
-  if (!p.ok()) return p.status();
-  r.set_precision(*p);
-  absl::Status valid = ValidateBenchmarkRequest(r);
+  absl::Status valid = ValidateBenchmarkRequest(*r);
   if (!valid.ok()) return valid;
   return r;
 }
@@ -166,6 +148,75 @@ void PrintResult(const BenchmarkResult& r) {
 }
 
 }  // namespace
+
+absl::StatusOr<BenchmarkRequest> MeasurementFromFlags() {
+  BenchmarkRequest r;
+  for (absl::string_view p :
+       absl::StrSplit(absl::GetFlag(FLAGS_prompt_lengths), ',', absl::SkipWhitespace())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(p, &v) || v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-lengths: \"", p, "\" is not a positive integer"));
+    }
+    r.add_prompt_lengths(v);
+  }
+  r.set_decode_tokens(absl::GetFlag(FLAGS_decode_tokens));
+  r.set_prefill_chunk(static_cast<int>(absl::GetFlag(FLAGS_prefill_chunk)));
+  r.set_threads(absl::GetFlag(FLAGS_threads));
+  r.set_warmup_runs(absl::GetFlag(FLAGS_warmups));
+  r.set_repeats(absl::GetFlag(FLAGS_repeats));
+  r.set_max_repeats(absl::GetFlag(FLAGS_max_repeats));
+  r.set_max_rel_spread(absl::GetFlag(FLAGS_max_spread));
+  r.set_seed(absl::GetFlag(FLAGS_seed));
+  absl::StatusOr<Precision> p = PrecisionFromFlag(absl::GetFlag(FLAGS_precision));
+  if (!p.ok()) return p.status();
+  r.set_precision(*p);
+  return r;
+}
+
+absl::StatusOr<std::string> SubmitBenchmark(UserService::Stub& stub,
+                                            const BenchmarkRequest& request) {
+  SubmitBenchmarkRequest submit;
+  *submit.mutable_request() = request;
+  submit.set_device(absl::GetFlag(FLAGS_device));
+  submit.set_pool(absl::GetFlag(FLAGS_pool));
+  SubmitBenchmarkResponse submitted;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(10'000));
+  grpc::Status s = stub.SubmitBenchmark(&ctx, submit, &submitted);
+  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress()));
+  return submitted.job_id();
+}
+
+absl::StatusOr<GetJobResponse> WaitForJob(UserService::Stub& stub, const std::string& job_id,
+                                          int64_t timeout_s,
+                                          const std::function<void(JobState)>& on_state) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  JobState last = JOB_STATE_UNSPECIFIED;
+  while (timeout_s == 0 || std::chrono::steady_clock::now() < give_up) {
+    GetJobRequest get;
+    get.set_job_id(job_id);
+    get.set_wait_ms(10'000);
+    GetJobResponse job;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20'000));
+    grpc::Status s = stub.GetJob(&ctx, get, &job);
+    if (!s.ok()) {
+      std::fprintf(stderr, "waiting for job %s: %s; retrying\n", job_id.c_str(),
+                   s.error_message().c_str());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    if (job.state() != last) {
+      if (on_state) on_state(job.state());
+      last = job.state();
+    }
+    if (job.state() == JOB_DONE || job.state() == JOB_FAILED) return job;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job_id, " not finished after ", timeout_s,
+                   " s; it stays queued: ask again with the job id"));
+}
 
 int CoordinatorCommand(const std::vector<std::string>& args) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("coordinator takes no arguments"));
@@ -249,57 +300,24 @@ int BenchCommand(const std::vector<std::string>& args) {
   absl::StatusOr<BenchmarkRequest> request = RequestFromFlags();
   if (!request.ok()) return Fail(request.status());
   auto stub = UserStub();
-  SubmitBenchmarkRequest submit;
-  *submit.mutable_request() = *request;
-  submit.set_device(absl::GetFlag(FLAGS_device));
-  submit.set_pool(absl::GetFlag(FLAGS_pool));
-  SubmitBenchmarkResponse submitted;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(In(10'000));
-    grpc::Status s = stub->SubmitBenchmark(&ctx, submit, &submitted);
-    if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  absl::StatusOr<std::string> job_id = SubmitBenchmark(*stub, *request);
+  if (!job_id.ok()) return Fail(job_id.status());
+  std::fprintf(stderr, "job %s queued on %s\n", job_id->c_str(), CoordinatorAddress().c_str());
+  absl::StatusOr<GetJobResponse> job =
+      WaitForJob(*stub, *job_id, absl::GetFlag(FLAGS_wait_s), [&](JobState state) {
+        std::fprintf(stderr, "job %s: %s\n", job_id->c_str(), JobState_Name(state).c_str());
+      });
+  if (!job.ok()) return Fail(job.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions o;
+    o.add_whitespace = true;
+    google::protobuf::util::MessageToJsonString(job->result(), &json, o);
+    std::printf("%s\n", json.c_str());
+  } else {
+    PrintResult(job->result());
   }
-  std::fprintf(stderr, "job %s queued on %s\n", submitted.job_id().c_str(),
-               CoordinatorAddress().c_str());
-  const auto give_up =
-      std::chrono::steady_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_wait_s));
-  JobState last = JOB_STATE_UNSPECIFIED;
-  while (std::chrono::steady_clock::now() < give_up) {
-    GetJobRequest get;
-    get.set_job_id(submitted.job_id());
-    get.set_wait_ms(10'000);
-    GetJobResponse job;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(In(20'000));
-    grpc::Status s = stub->GetJob(&ctx, get, &job);
-    if (!s.ok()) {
-      std::fprintf(stderr, "waiting for job %s: %s; retrying\n", submitted.job_id().c_str(),
-                   s.error_message().c_str());
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      continue;
-    }
-    if (job.state() != last) {
-      std::fprintf(stderr, "job %s: %s\n", job.job_id().c_str(),
-                   JobState_Name(job.state()).c_str());
-      last = job.state();
-    }
-    if (job.state() == JOB_DONE || job.state() == JOB_FAILED) {
-      if (absl::GetFlag(FLAGS_json)) {
-        std::string json;
-        google::protobuf::util::JsonPrintOptions o;
-        o.add_whitespace = true;
-        google::protobuf::util::MessageToJsonString(job.result(), &json, o);
-        std::printf("%s\n", json.c_str());
-      } else {
-        PrintResult(job.result());
-      }
-      return job.state() == JOB_DONE ? 0 : 1;
-    }
-  }
-  return Fail(absl::DeadlineExceededError(
-      absl::StrCat("job ", submitted.job_id(), " not finished after ", absl::GetFlag(FLAGS_wait_s),
-                   " s; it stays queued: ask again with the job id")));
+  return job->state() == JOB_DONE ? 0 : 1;
 }
 
 }  // namespace hilnas::tools

@@ -1,19 +1,14 @@
 // `hilnas latency collect|fit|eval|predict`: measure architectures through
 // the coordinator's agents, fit the GP latency model, report its
 // cross-validated quality beside the FLOPs / parameter proxies, predict.
-#include <grpcpp/grpcpp.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "device_agent/protocol.h"
@@ -21,11 +16,11 @@
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"
 #include "latency_model/metrics.h"
-#include "proto/service.grpc.pb.h"
 #include "search_space/counts.h"
 #include "search_space/sobol.h"
 #include "search_space/space.h"
 #include "tools/commands.h"
+#include "tools/coordinator_client.h"
 #include "tools/flags.h"
 #include "util/textproto.h"
 
@@ -33,8 +28,6 @@ ABSL_DECLARE_FLAG(std::string, prompt_lengths);
 ABSL_DECLARE_FLAG(int32_t, decode_tokens);
 ABSL_DECLARE_FLAG(int32_t, repeats);
 ABSL_DECLARE_FLAG(int32_t, max_repeats);
-ABSL_DECLARE_FLAG(std::string, device);
-ABSL_DECLARE_FLAG(std::string, pool);
 ABSL_FLAG(std::string, data, "", "latency: measurements CSV (see `hilnas latency collect`)");
 ABSL_FLAG(std::string, model, "", "latency: fitted model file");
 ABSL_FLAG(std::string, metric, "ttft", "latency: ttft | decode");
@@ -45,9 +38,6 @@ ABSL_FLAG(std::string, gp_prior, "dim-scaled",
           "latency: lengthscale prior, dim-scaled (LogNormal, BoTorch 2024) | gamma (Gamma(3,6))");
 
 namespace hilnas::tools {
-
-std::string CoordinatorAddress();
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what);
 
 namespace {
 
@@ -61,10 +51,6 @@ absl::StatusOr<Space> SpaceFromFlags() {
   return Space::FromProto(proto);
 }
 
-std::chrono::system_clock::time_point In(int64_t ms) {
-  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
-}
-
 // Sobol draws of the space, one benchmark job each, results as CSV rows.
 int Collect() {
   absl::StatusOr<Space> space = SpaceFromFlags();
@@ -74,31 +60,17 @@ int Collect() {
   absl::StatusOr<SobolSample> sample =
       SampleSobol(*space, absl::GetFlag(FLAGS_n), absl::GetFlag(FLAGS_seed));
   if (!sample.ok()) return Fail(sample.status());
-  auto stub = UserService::NewStub(
-      grpc::CreateChannel(CoordinatorAddress(), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<BenchmarkRequest> settings = MeasurementFromFlags();
+  if (!settings.ok()) return Fail(settings.status());
+  auto stub = UserStub();
   std::vector<std::pair<std::string, Arch>> jobs;
   for (const Arch& arch : sample->archs) {
-    SubmitBenchmarkRequest req;
-    *req.mutable_request()->mutable_arch() = ArchToProto(arch);
-    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_prompt_lengths), ',')) {
-      int v = 0;
-      if (!absl::SimpleAtoi(p, &v) || v <= 0) {
-        return Fail(absl::InvalidArgumentError(absl::StrCat("--prompt-lengths: bad \"", p, "\"")));
-      }
-      req.mutable_request()->add_prompt_lengths(v);
-    }
-    req.mutable_request()->set_decode_tokens(absl::GetFlag(FLAGS_decode_tokens));
-    req.mutable_request()->set_repeats(absl::GetFlag(FLAGS_repeats));
-    req.mutable_request()->set_max_repeats(absl::GetFlag(FLAGS_max_repeats));
-    req.mutable_request()->set_threads(absl::GetFlag(FLAGS_threads));
-    req.set_device(absl::GetFlag(FLAGS_device));
-    req.set_pool(absl::GetFlag(FLAGS_pool));
-    SubmitBenchmarkResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(In(10'000));
-    grpc::Status s = stub->SubmitBenchmark(&ctx, req, &resp);
-    if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
-    jobs.push_back({resp.job_id(), arch});
+    BenchmarkRequest request = *settings;
+    *request.mutable_arch() = ArchToProto(arch);
+    if (absl::Status s = ValidateBenchmarkRequest(request); !s.ok()) return Fail(s);
+    absl::StatusOr<std::string> job_id = SubmitBenchmark(*stub, request);
+    if (!job_id.ok()) return Fail(job_id.status());
+    jobs.push_back({*job_id, arch});
   }
   std::fprintf(stderr, "queued %zu benchmark jobs on %s\n", jobs.size(),
                CoordinatorAddress().c_str());
@@ -115,17 +87,9 @@ int Collect() {
   std::vector<LatencyRow> rows;
   int failed = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    GetJobResponse job;
-    while (true) {
-      GetJobRequest get;
-      get.set_job_id(jobs[i].first);
-      get.set_wait_ms(10'000);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(In(20'000));
-      grpc::Status s = stub->GetJob(&ctx, get, &job);
-      if (s.ok() && (job.state() == JOB_DONE || job.state() == JOB_FAILED)) break;
-      if (!s.ok()) std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
+    absl::StatusOr<GetJobResponse> waited = WaitForJob(*stub, jobs[i].first, /*timeout_s=*/0);
+    if (!waited.ok()) return Fail(waited.status());
+    const GetJobResponse& job = *waited;
     if (job.state() == JOB_FAILED) {
       ++failed;
       std::fprintf(stderr, "job %s failed: %s\n", job.job_id().c_str(),

@@ -1,0 +1,40 @@
+// What the user-side commands (bench, agents, latency collect, agent, fleet)
+// share for talking to a coordinator; implemented in cmd_coordinator.cc.
+#ifndef HILNAS_TOOLS_COORDINATOR_CLIENT_H_
+#define HILNAS_TOOLS_COORDINATOR_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/service.grpc.pb.h"
+
+namespace hilnas::tools {
+
+// --coordinator, else $HILNAS_COORDINATOR, else 127.0.0.1:50051.
+std::string CoordinatorAddress();
+// --token, else $HILNAS_TOKEN, else empty.
+std::string EnrollmentToken();
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what);
+std::unique_ptr<UserService::Stub> UserStub();
+
+// The measurement settings of a benchmark request from the bench flags
+// (--prompt-lengths, --decode-tokens, --repeats, ...), without a model.
+// INVALID_ARGUMENT names a bad flag value.
+absl::StatusOr<BenchmarkRequest> MeasurementFromFlags();
+
+// Queues `request` for --device / --pool; returns the job id.
+absl::StatusOr<std::string> SubmitBenchmark(UserService::Stub& stub,
+                                            const BenchmarkRequest& request);
+
+// Long-polls `job_id` until it is DONE or FAILED, retrying a coordinator
+// that is away. `on_state` (may be empty) sees every state change.
+// DEADLINE_EXCEEDED after `timeout_s` seconds; 0 waits without limit.
+absl::StatusOr<GetJobResponse> WaitForJob(UserService::Stub& stub, const std::string& job_id,
+                                          int64_t timeout_s,
+                                          const std::function<void(JobState)>& on_state = {});
+
+}  // namespace hilnas::tools
+
+#endif  // HILNAS_TOOLS_COORDINATOR_CLIENT_H_
