@@ -139,7 +139,7 @@ absl::Status JobStore::TouchLocked(const std::string& agent_id, int64_t now) {
   if (db_->Changes() == 0) {
     return absl::NotFoundError(absl::StrCat("unknown agent \"", agent_id, "\"; register first"));
   }
-  return absl::OkStatus();
+  return ExpireLocked(now).status();
 }
 
 absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device) {
@@ -183,7 +183,6 @@ absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id, const std:
   Transaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
-  HILNAS_RETURN_IF_ERROR(ExpireLocked(now).status());
   bool valid = false;
   if (!lease_id.empty()) {
     HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
@@ -265,7 +264,6 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
   Transaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
-  HILNAS_RETURN_IF_ERROR(ExpireLocked(now).status());
   HILNAS_ASSIGN_OR_RETURN(AgentRecord agent, AgentLocked(agent_id));
   Lease lease;
   lease.expires_ms = now + options_.lease_ttl_ms;
@@ -334,7 +332,6 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
   Transaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
-  HILNAS_RETURN_IF_ERROR(ExpireLocked(now).status());
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
       db_->Prepare("SELECT job_id, agent_id, state, expires_ms FROM leases WHERE lease_id = ?"));

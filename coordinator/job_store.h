@@ -110,6 +110,9 @@ class JobStore {
   absl::StatusOr<int> ExpireLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<AgentRecord> AgentLocked(const std::string& agent_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every agent call starts here: records the agent's liveness (NOT_FOUND
+  // for an unknown agent) and expires overdue leases, inside the caller's
+  // transaction.
   absl::Status TouchLocked(const std::string& agent_id, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
