@@ -24,13 +24,12 @@ const char* LatencyMetricName(LatencyMetric m) {
   return m == LatencyMetric::kTtft ? "ttft" : "decode";
 }
 
-std::vector<const LatencyRow*> LatencyModel::Select(LatencyMetric metric, int prompt_tokens,
+std::vector<const LatencyRow*> LatencyModel::Select(int prompt_tokens,
                                                     const std::vector<LatencyRow>& data) {
   std::vector<const LatencyRow*> out;
   for (const LatencyRow& r : data) {
     if (prompt_tokens == 0 || r.prompt_tokens == prompt_tokens) out.push_back(&r);
   }
-  (void)metric;
   return out;
 }
 
@@ -74,7 +73,7 @@ absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::st
   m.feature_names_.push_back(metric == LatencyMetric::kTtft ? "log_prefill_flops"
                                                             : "log_decode_flops");
   m.feature_names_.push_back("log_params");
-  const std::vector<const LatencyRow*> rows = Select(metric, prompt_tokens, data);
+  const std::vector<const LatencyRow*> rows = Select(prompt_tokens, data);
   if (rows.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("latency model: ", rows.size(),
                                                    " rows at prompt length ", prompt_tokens,

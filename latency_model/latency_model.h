@@ -52,9 +52,9 @@ class LatencyModel {
   int prompt_tokens() const { return prompt_tokens_; }
   const std::string& device_class() const { return device_class_; }
 
-  // Rows of `data` this model's metric and prompt length select, and their
-  // measured ms and standard errors.
-  static std::vector<const LatencyRow*> Select(LatencyMetric metric, int prompt_tokens,
+  // Rows of `data` at `prompt_tokens` (all rows for 0), and a row's measured
+  // ms and standard error for a metric.
+  static std::vector<const LatencyRow*> Select(int prompt_tokens,
                                                const std::vector<LatencyRow>& data);
   static double Measured(LatencyMetric metric, const LatencyRow& row);
   static double MeasuredSe(LatencyMetric metric, const LatencyRow& row);

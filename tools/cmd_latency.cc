@@ -218,7 +218,7 @@ int Fit() {
 int Eval() {
   absl::StatusOr<Loaded> d = LoadData();
   if (!d.ok()) return Fail(d.status());
-  const std::vector<const LatencyRow*> rows = LatencyModel::Select(d->metric, d->prompt, d->rows);
+  const std::vector<const LatencyRow*> rows = LatencyModel::Select(d->prompt, d->rows);
   absl::StatusOr<LatencyModel> full = LatencyModel::Fit(d->space, rows[0]->device, d->metric,
                                                         d->prompt, d->rows, GpOptionsFromFlags());
   if (!full.ok()) return Fail(full.status());
