@@ -173,28 +173,40 @@ class LongPolls {
   std::thread thread_;  // last: starts after the members it reads
 };
 
+// What both services work with; owned by BenchmarkServices, which outlives them.
+struct ServiceDeps {
+  JobStore* store;
+  const Clock* clock;
+  LongPolls* polls;
+  BenchmarkServiceOptions options;
+
+  // When a long-poll asking to wait `wait_ms` must be answered, capped by
+  // max_wait_ms.
+  int64_t LongPollDeadline(int64_t wait_ms) const {
+    return clock->NowMs() + std::min(wait_ms, options.max_wait_ms);
+  }
+};
+
 namespace {
 
 class AgentServiceImpl : public AgentService::CallbackService {
  public:
-  AgentServiceImpl(JobStore* store, const Clock* clock, LongPolls* polls,
-                   const BenchmarkServiceOptions& o)
-      : store_(store), clock_(clock), polls_(polls), options_(o) {}
+  explicit AgentServiceImpl(const ServiceDeps* deps) : d_(*deps) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
                                      RegisterResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    if (!options_.enrollment_token.empty() &&
-        req->enrollment_token() != options_.enrollment_token) {
+    if (!d_.options.enrollment_token.empty() &&
+        req->enrollment_token() != d_.options.enrollment_token) {
       reactor->Finish(grpc::Status(
           grpc::StatusCode::UNAUTHENTICATED,
           absl::StrCat("agent \"", req->device().name(), "\": enrollment token rejected")));
       return reactor;
     }
-    absl::StatusOr<std::string> id = store_->RegisterAgent(req->device());
+    absl::StatusOr<std::string> id = d_.store->RegisterAgent(req->device());
     if (id.ok()) {
       resp->set_agent_id(*id);
-      resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+      resp->set_heartbeat_interval_ms(d_.options.heartbeat_interval_ms);
     }
     reactor->Finish(ToGrpc(id.status()));
     return reactor;
@@ -203,7 +215,7 @@ class AgentServiceImpl : public AgentService::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
                                       HeartbeatResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    absl::StatusOr<bool> valid = store_->Heartbeat(req->agent_id(), req->lease_id());
+    absl::StatusOr<bool> valid = d_.store->Heartbeat(req->agent_id(), req->lease_id());
     if (valid.ok()) resp->set_lease_valid(*valid);
     reactor->Finish(ToGrpc(valid.status()));
     return reactor;
@@ -212,14 +224,13 @@ class AgentServiceImpl : public AgentService::CallbackService {
   grpc::ServerUnaryReactor* LeaseJob(grpc::CallbackServerContext* ctx, const LeaseJobRequest* req,
                                      LeaseJobResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    absl::StatusOr<std::optional<Lease>> lease = store_->LeaseJob(req->agent_id());
+    absl::StatusOr<std::optional<Lease>> lease = d_.store->LeaseJob(req->agent_id());
     if (!lease.ok() || lease->has_value() || req->wait_ms() <= 0) {
       if (lease.ok() && lease->has_value()) FillLease(**lease, resp);
       reactor->Finish(ToGrpc(lease.status()));
       return reactor;
     }
-    const int64_t wait = std::min(req->wait_ms(), options_.max_wait_ms);
-    polls_->ParkLease(ctx, reactor, resp, req->agent_id(), clock_->NowMs() + wait);
+    d_.polls->ParkLease(ctx, reactor, resp, req->agent_id(), d_.LongPollDeadline(req->wait_ms()));
     return reactor;
   }
 
@@ -229,33 +240,29 @@ class AgentServiceImpl : public AgentService::CallbackService {
     auto* reactor = ctx->DefaultReactor();
     absl::StatusOr<int64_t> job_id = ParseJobId(req->job_id());
     absl::StatusOr<ReportOutcome> outcome =
-        job_id.ok() ? store_->ReportResult(req->agent_id(), *job_id, req->lease_id(), req->result())
-                    : job_id.status();
+        job_id.ok()
+            ? d_.store->ReportResult(req->agent_id(), *job_id, req->lease_id(), req->result())
+            : job_id.status();
     if (outcome.ok()) {
       resp->set_accepted(true);
-      polls_->Poke();
+      d_.polls->Poke();
     }
     reactor->Finish(ToGrpc(outcome.status()));
     return reactor;
   }
 
  private:
-  JobStore* store_;
-  const Clock* clock_;
-  LongPolls* polls_;
-  const BenchmarkServiceOptions options_;
+  const ServiceDeps& d_;
 };
 
 class UserServiceImpl : public UserService::CallbackService {
  public:
-  UserServiceImpl(JobStore* store, const Clock* clock, LongPolls* polls,
-                  const BenchmarkServiceOptions& o)
-      : store_(store), clock_(clock), polls_(polls), options_(o) {}
+  explicit UserServiceImpl(const ServiceDeps* deps) : d_(*deps) {}
 
   grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx, const ListAgentsRequest*,
                                        ListAgentsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    absl::StatusOr<std::vector<AgentRecord>> agents = store_->ListAgents();
+    absl::StatusOr<std::vector<AgentRecord>> agents = d_.store->ListAgents();
     if (agents.ok()) {
       for (const AgentRecord& a : *agents) {
         AgentInfo* info = resp->add_agents();
@@ -274,10 +281,10 @@ class UserServiceImpl : public UserService::CallbackService {
                                             const SubmitBenchmarkRequest* req,
                                             SubmitBenchmarkResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    absl::StatusOr<int64_t> id = store_->SubmitJob(req->request(), req->device(), req->pool());
+    absl::StatusOr<int64_t> id = d_.store->SubmitJob(req->request(), req->device(), req->pool());
     if (id.ok()) {
       resp->set_job_id(absl::StrCat(*id));
-      polls_->Poke();
+      d_.polls->Poke();
     }
     reactor->Finish(ToGrpc(id.status()));
     return reactor;
@@ -287,22 +294,18 @@ class UserServiceImpl : public UserService::CallbackService {
                                    GetJobResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
     absl::StatusOr<int64_t> id = ParseJobId(req->job_id());
-    absl::StatusOr<JobRecord> job = id.ok() ? store_->GetJob(*id) : id.status();
+    absl::StatusOr<JobRecord> job = id.ok() ? d_.store->GetJob(*id) : id.status();
     if (!job.ok() || Finished(job->state) || req->wait_ms() <= 0) {
       if (job.ok()) FillJob(*job, resp);
       reactor->Finish(ToGrpc(job.status()));
       return reactor;
     }
-    const int64_t wait = std::min(req->wait_ms(), options_.max_wait_ms);
-    polls_->ParkJob(ctx, reactor, resp, *id, clock_->NowMs() + wait);
+    d_.polls->ParkJob(ctx, reactor, resp, *id, d_.LongPollDeadline(req->wait_ms()));
     return reactor;
   }
 
  private:
-  JobStore* store_;
-  const Clock* clock_;
-  LongPolls* polls_;
-  const BenchmarkServiceOptions options_;
+  const ServiceDeps& d_;
 };
 
 }  // namespace
@@ -310,8 +313,9 @@ class UserServiceImpl : public UserService::CallbackService {
 BenchmarkServices::BenchmarkServices(JobStore* store, const Clock* clock,
                                      const BenchmarkServiceOptions& options)
     : polls_(std::make_unique<LongPolls>(store, clock, options.tick_ms)),
-      agent_(std::make_unique<AgentServiceImpl>(store, clock, polls_.get(), options)),
-      user_(std::make_unique<UserServiceImpl>(store, clock, polls_.get(), options)) {}
+      deps_(new ServiceDeps{store, clock, polls_.get(), options}),
+      agent_(std::make_unique<AgentServiceImpl>(deps_.get())),
+      user_(std::make_unique<UserServiceImpl>(deps_.get())) {}
 
 BenchmarkServices::~BenchmarkServices() { Shutdown(); }
 

@@ -25,6 +25,7 @@ struct BenchmarkServiceOptions {
 };
 
 class LongPolls;
+struct ServiceDeps;
 
 // Owns the background thread. `store` and `clock` are not owned and must
 // outlive this object. Call Shutdown() before the gRPC server's Shutdown so
@@ -43,6 +44,7 @@ class BenchmarkServices {
 
  private:
   std::unique_ptr<LongPolls> polls_;
+  std::unique_ptr<ServiceDeps> deps_;  // what both services use; before them
   std::unique_ptr<grpc::Service> agent_;
   std::unique_ptr<grpc::Service> user_;
 };
