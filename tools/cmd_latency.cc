@@ -253,9 +253,10 @@ int Eval() {
   std::vector<double> log_measured;
   for (double m : measured) log_measured.push_back(std::log(m));
   std::printf(
-      "%s at prompt %d, %zu architectures, device %s, %d-fold cross-validation (%.1f s)\n\n",
+      "%s at prompt %d, %zu architectures, device %s, %d-fold cross-validation (%.1f s), %s "
+      "lengthscale prior\n\n",
       LatencyMetricName(d->metric), d->prompt, rows.size(), rows[0]->device.c_str(),
-      absl::GetFlag(FLAGS_folds), cv_s);
+      absl::GetFlag(FLAGS_folds), cv_s, absl::GetFlag(FLAGS_gp_prior).c_str());
   std::printf(
       "| predictor | R^2 (ms) | R^2 (log) | RMSE s | Kendall tau |\n|---|---|---|---|---|\n");
   std::printf("| GP (cross-validated) | %.3f | %.3f | %.4f | %.3f |\n",
