@@ -128,8 +128,22 @@ absl::StatusOr<ExactGp> ExactGp::Fit(const GpData& input, const GpOptions& o) {
       double lml = -std::numeric_limits<double>::infinity();
       bool failed = false;
     };
-    // Runs `steps` Adam steps on the negative log posterior of `c`.
-    auto run = [&](Candidate& c, int steps) {
+    // Hyperparameters are fitted on a seeded subset when there are many
+    // points (GpOptions::max_fit_points) and polished on all of them.
+    torch::Tensor fit_x = x, fit_ys = ys, fit_known = known;
+    const bool subset = o.max_fit_points > 0 && n > o.max_fit_points;
+    if (subset) {
+      auto pick = torch::randperm(n, torch::TensorOptions().dtype(torch::kLong))
+                      .slice(0, 0, o.max_fit_points);
+      fit_x = x.index_select(0, pick);
+      fit_ys = ys.index_select(0, pick);
+      fit_known = known.index_select(0, pick);
+    }
+    // Runs `steps` Adam steps on the negative log posterior of `c` given
+    // inputs x, standardised outputs ys and known noise.
+    auto run = [&](Candidate& c, int steps, const torch::Tensor& x, const torch::Tensor& ys,
+                   const torch::Tensor& known) {
+      const int64_t n = x.size(0);
       for (int step = 0; step < steps && !c.failed; ++step) {
         torch::AutoGradMode grad(true);
         c.opt->zero_grad();
@@ -171,7 +185,7 @@ absl::StatusOr<ExactGp> ExactGp::Fit(const GpData& input, const GpOptions& o) {
       c.opt = std::make_unique<torch::optim::Adam>(
           std::vector<torch::Tensor>{c.log_ls, c.log_os, c.log_noise},
           torch::optim::AdamOptions(o.learning_rate));
-      run(c, candidates.size() > 1 ? std::max(1, o.steps / 5) : o.steps);
+      run(c, candidates.size() > 1 ? std::max(1, o.steps / 5) : o.steps, fit_x, fit_ys, fit_known);
     }
     Candidate* best_c = nullptr;
     for (Candidate& c : candidates) {
@@ -180,7 +194,22 @@ absl::StatusOr<ExactGp> ExactGp::Fit(const GpData& input, const GpOptions& o) {
     if (best_c == nullptr) {
       return absl::InternalError("GP fit: no restart reached a positive-definite kernel");
     }
-    if (candidates.size() > 1) run(*best_c, o.steps - std::max(1, o.steps / 5));
+    if (candidates.size() > 1) {
+      run(*best_c, o.steps - std::max(1, o.steps / 5), fit_x, fit_ys, fit_known);
+    }
+    if (subset) {
+      Candidate polished;
+      // Copies, so a failed polish leaves the subset fit intact.
+      polished.log_ls = best_c->log_ls.detach().clone().set_requires_grad(true);
+      polished.log_os = best_c->log_os.detach().clone().set_requires_grad(true);
+      polished.log_noise = best_c->log_noise.detach().clone().set_requires_grad(true);
+      polished.opt = std::make_unique<torch::optim::Adam>(
+          std::vector<torch::Tensor>{polished.log_ls, polished.log_os, polished.log_noise},
+          torch::optim::AdamOptions(o.learning_rate / 2));
+      run(polished, std::max(1, o.polish_steps), x, ys, known);
+      // A polish that fails keeps the subset's fit (its lml is the subset's).
+      if (!polished.failed && std::isfinite(polished.lml)) *best_c = std::move(polished);
+    }
     const double best = best_c->lml;
     const torch::Tensor ls = best_c->log_ls.detach().exp().contiguous();
     gp.h_.lengthscales.assign(ls.data_ptr<double>(), ls.data_ptr<double>() + d);

@@ -38,6 +38,12 @@ struct GpOptions {
   // false: the older Gamma(3, 6) prior BoTorch used before.
   bool dimension_scaled_prior = true;
   double min_noise = 1e-6;  // on standardised outputs
+  // Above this many points the hyperparameters are fitted on a seeded random
+  // subset of this size (the likelihood costs O(n^3) per step), then polished
+  // for `polish_steps` on all points; the posterior always conditions on all.
+  // 0: always fit on everything.
+  int max_fit_points = 300;
+  int polish_steps = 30;
 };
 
 // Fitted hyperparameters, in natural units of the standardised problem.
