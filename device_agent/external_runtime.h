@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "device_agent/runtime.h"
+#include "util/subprocess.h"
 
 namespace hilnas {
 
@@ -41,15 +42,6 @@ struct ExternalRuntimeOptions {
 };
 
 std::unique_ptr<Runtime> NewExternalRuntime(const ExternalRuntimeOptions& options);
-
-// Replaces every {key} in `tmpl`; INVALID_ARGUMENT names an unknown placeholder.
-absl::StatusOr<std::string> ExpandCommand(const std::string& tmpl,
-                                          const std::map<std::string, std::string>& values);
-
-// Runs `command` with /bin/sh -c and returns its standard output. Kills the
-// command's process group after `timeout_s` (DEADLINE_EXCEEDED); a non-zero
-// exit is INTERNAL with the exit code and the output's tail.
-absl::StatusOr<std::string> RunShellCommand(const std::string& command, double timeout_s);
 
 // llama-bench `-o json` (or `-o jsonl`): the prompt-processing test
 // (n_prompt > 0, n_gen == 0) gives TTFT, the generation test (n_gen > 0,

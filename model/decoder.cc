@@ -130,9 +130,11 @@ struct MlpImpl : torch::nn::Module {
     up_proj = register_module("up_proj", MakeLinear(a.d_model, a.d_ffn));
     down_proj = register_module("down_proj", MakeLinear(a.d_ffn, a.d_model));
   }
-  torch::Tensor forward(const torch::Tensor& x) {  // SwiGLU
-    return Project(F::silu(Project(x, gate_proj->weight)) * Project(x, up_proj->weight),
-                   down_proj->weight);
+  torch::Tensor forward(const torch::Tensor& x, ForwardObserver* observer = nullptr,
+                        int layer = 0) {  // SwiGLU
+    auto hidden = F::silu(Project(x, gate_proj->weight)) * Project(x, up_proj->weight);
+    if (observer != nullptr) observer->OnFfnHidden(layer, hidden);
+    return Project(hidden, down_proj->weight);
   }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
@@ -149,9 +151,23 @@ struct LayerImpl : torch::nn::Module {
     mlp = register_module("mlp", Mlp(a));
   }
   torch::Tensor forward(torch::Tensor x, int64_t start, const torch::Tensor& cos,
-                        const torch::Tensor& sin, torch::Tensor* ck, torch::Tensor* cv) {
-    if (self_attn) x = x + self_attn->forward(input_layernorm(x), start, cos, sin, ck, cv);
-    return x + mlp(post_attention_layernorm(x));
+                        const torch::Tensor& sin, torch::Tensor* ck, torch::Tensor* cv,
+                        ForwardObserver* observer = nullptr, int layer = 0) {
+    if (observer == nullptr) {
+      if (self_attn) x = x + self_attn->forward(input_layernorm(x), start, cos, sin, ck, cv);
+      return x + mlp(post_attention_layernorm(x));
+    }
+    const torch::Tensor input = x;
+    if (self_attn) {
+      auto normed = input_layernorm(x);
+      observer->OnBlockNorm(layer, normed);
+      x = x + self_attn->forward(normed, start, cos, sin, ck, cv);
+    }
+    auto normed = post_attention_layernorm(x);
+    observer->OnBlockNorm(layer, normed);
+    x = x + mlp->forward(normed, observer, layer);
+    observer->OnLayer(layer, input, x);
+    return x;
   }
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   AttentionBlock self_attn{nullptr};
@@ -190,7 +206,8 @@ class DecoderImpl : public torch::nn::Module {
                                              static_cast<double>(a.head_dim));
   }
 
-  torch::Tensor Run(const torch::Tensor& tokens, int64_t start, KvCache* cache, bool last_only) {
+  torch::Tensor Run(const torch::Tensor& tokens, int64_t start, KvCache* cache, bool last_only,
+                    ForwardObserver* observer = nullptr) {
     const int64_t t = tokens.size(1);
     auto pos = torch::arange(start, start + t, torch::kDouble);
     auto freqs = torch::outer(pos, inv_freq_);
@@ -200,7 +217,8 @@ class DecoderImpl : public torch::nn::Module {
     for (size_t i = 0; i < model_->typed_layers.size(); ++i) {
       torch::Tensor* ck = cache ? &cache->keys(static_cast<int>(i)) : nullptr;
       torch::Tensor* cv = cache ? &cache->values(static_cast<int>(i)) : nullptr;
-      x = model_->typed_layers[i]->forward(x, start, cos, sin, ck, cv);
+      x = model_->typed_layers[i]->forward(x, start, cos, sin, ck, cv, observer,
+                                           static_cast<int>(i));
     }
     if (last_only) x = x.narrow(1, t - 1, 1);
     x = model_->norm(x);
@@ -267,8 +285,8 @@ const Arch& Decoder::arch() const { return impl_->arch_; }
 torch::Dtype Decoder::dtype() const { return impl_->dtype_; }
 torch::nn::Module& Decoder::module() { return *impl_; }
 
-torch::Tensor Decoder::Forward(const torch::Tensor& tokens) {
-  return impl_->Run(tokens, 0, nullptr, false);
+torch::Tensor Decoder::Forward(const torch::Tensor& tokens, ForwardObserver* observer) {
+  return impl_->Run(tokens, 0, nullptr, false, observer);
 }
 
 torch::Tensor Decoder::ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only) {

@@ -45,6 +45,21 @@ class KvCache {
 
 class DecoderImpl;
 
+// Sees the activations that calibration measures (MobileLLM-Flash Sec. 3.3)
+// during Decoder::Forward. Tensors are [batch, T, width] and valid only
+// during the call.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  // Output of a norm that feeds a block: the layer's input_layernorm (before
+  // attention) and post_attention_layernorm (before the FFN).
+  virtual void OnBlockNorm(int layer, const torch::Tensor& normed) {}
+  // The FFN hidden, the input of down_proj: silu(gate) * up.
+  virtual void OnFfnHidden(int layer, const torch::Tensor& hidden) {}
+  // The residual stream entering and leaving a layer.
+  virtual void OnLayer(int layer, const torch::Tensor& input, const torch::Tensor& output) {}
+};
+
 // Owns the module tree; cheap to move.
 class Decoder {
  public:
@@ -58,7 +73,7 @@ class Decoder {
 
   // Full causal forward over tokens [batch, T] without a cache; logits
   // [batch, T, vocab].
-  torch::Tensor Forward(const torch::Tensor& tokens);
+  torch::Tensor Forward(const torch::Tensor& tokens, ForwardObserver* observer = nullptr);
 
   // Appends tokens [batch, T] to `cache` (positions cache.length() onward)
   // and returns logits [batch, T, vocab], or [batch, 1, vocab] for the last

@@ -177,6 +177,87 @@ TEST(CliTest, LatencyEvalFitPredictOnRecordedMeasurements) {
   EXPECT_THAT(wrong_space.output, HasSubstr("different search space"));
 }
 
+// The pruning half of the search as a user runs it: corpus, train a small
+// backbone, calibrate, prune with overrides, load the result; then the
+// mistakes a user makes, each named.
+TEST(CliTest, CorpusTrainCalibratePruneAndTheirErrors) {
+  const std::string dir = ::testing::TempDir() + "/hilnas_cli_prune";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/text");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  ASSERT_OK(WriteFileAtomically(dir + "/text/a.txt", text));
+  Result corpus = Hilnas("corpus --sources " + dir + "/text --out " + dir + "/tokens.bin");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  EXPECT_THAT(corpus.output, HasSubstr("13,502 byte tokens from 1 files"));
+  ASSERT_OK(WriteFileAtomically(dir + "/arch.textproto", R"pb(
+    name: "cli-backbone"
+    num_layers: 4
+    d_model: 64
+    d_ffn: 128
+    num_heads: 4
+    num_kv_heads: 2
+    head_dim: 16
+    vocab_size: 256
+    rope_theta: 10000
+    norm_eps: 1e-5
+    attention: [ FULL, FULL, FULL, FULL ])pb"));
+  const std::string common = " --tokens " + dir + "/tokens.bin --batch-size 4 --seq-len 32 ";
+  Result train = Hilnas("train --arch " + dir + "/arch.textproto --out " + dir + "/base" + common +
+                        "--steps 30 --eval-every 10 --lr 1e-2");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_THAT(train.output, HasSubstr("step    30/30"));
+  EXPECT_THAT(train.output, HasSubstr("of chance"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/base/train.json"));
+  Result calib = Hilnas("calibrate --ckpt " + dir + "/base" + common);
+  ASSERT_EQ(calib.exit_code, 0) << calib.output;
+  EXPECT_THAT(calib.output, HasSubstr("(100%)"));
+  EXPECT_THAT(calib.output, HasSubstr("metrics.json"));
+
+  Result prune = Hilnas("prune --base " + dir + "/base --out " + dir +
+                        "/small --layers 3 --d-model 32 --d-ffn 64 --pattern FWS --window 8 "
+                        "--block-size 32");
+  ASSERT_EQ(prune.exit_code, 0) << prune.output;
+  EXPECT_THAT(prune.output, HasSubstr("3 layers"));
+  EXPECT_THAT(prune.output, HasSubstr("d_model 32 of 64, d_ffn 64 of 128, pattern FWS"));
+  Result check = Hilnas("checkpoint check " + dir + "/small");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  // Continued pretraining of the pruned model with distillation from the backbone.
+  Result cpt = Hilnas("train --ckpt " + dir + "/small --out " + dir + "/small-cpt" + common +
+                      "--steps 5 --distill-from " + dir + "/base --distill-weight 0.5");
+  EXPECT_EQ(cpt.exit_code, 0) << cpt.output;
+  EXPECT_THAT(cpt.output, HasSubstr("KD weight 0.50"));
+
+  Result wide = Hilnas("prune --base " + dir + "/base --out " + dir + "/x --d-model 128");
+  EXPECT_EQ(wide.exit_code, 1);
+  EXPECT_THAT(wide.output, HasSubstr("d_model 128 is larger than the backbone's 64"));
+  Result pattern =
+      Hilnas("prune --base " + dir + "/base --out " + dir + "/x --layers 3 --pattern FF");
+  EXPECT_EQ(pattern.exit_code, 1);
+  EXPECT_THAT(pattern.output, HasSubstr("--pattern FF has 2 layers, want 3"));
+  // Metrics of another backbone (the pruned one's shape differs; the CPT one
+  // has the same shape as `small` but other weights).
+  Result other = Hilnas("prune --base " + dir + "/small-cpt --metrics " + dir +
+                        "/base/metrics.json --out " + dir + "/x");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_THAT(other.output, HasSubstr("base/metrics.json are for a 4-layer"));
+  std::filesystem::copy_file(dir + "/base/metrics.json", dir + "/small/metrics.json");
+  Result same_shape_copy = Hilnas("calibrate --ckpt " + dir + "/small-cpt" + common);
+  ASSERT_EQ(same_shape_copy.exit_code, 0) << same_shape_copy.output;
+  Result stale = Hilnas("prune --base " + dir + "/small --metrics " + dir +
+                        "/small-cpt/metrics.json --out " + dir + "/x");
+  EXPECT_EQ(stale.exit_code, 1);
+  EXPECT_THAT(stale.output, HasSubstr("computed on another backbone"));
+  // A truncated checkpoint is named.
+  const std::string st = dir + "/small/model.safetensors";
+  std::filesystem::resize_file(st, std::filesystem::file_size(st) / 2);
+  Result truncated = Hilnas("prune --base " + dir + "/small --out " + dir + "/x");
+  EXPECT_EQ(truncated.exit_code, 1);
+  EXPECT_THAT(truncated.output, HasSubstr("model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, UnknownCommandShowsUsage) {
   Result r = Hilnas("frobnicate");
   EXPECT_EQ(r.exit_code, 2);

@@ -22,6 +22,11 @@ int FleetCommand(const std::vector<std::string>& args);
 int AgentsCommand(const std::vector<std::string>& args);
 int BenchCommand(const std::vector<std::string>& args);
 int LatencyCommand(const std::vector<std::string>& args);
+int CorpusCommand(const std::vector<std::string>& args);
+int TrainCommand(const std::vector<std::string>& args);
+int CalibrateCommand(const std::vector<std::string>& args);
+int PruneCommand(const std::vector<std::string>& args);
+int BackboneCommand(const std::vector<std::string>& args);
 // Starts a coordinator and a 2-agent fleet as child processes, benchmarks
 // `shape` through them, prints the result and the agents, stops them.
 int DemoFleetBench(const std::string& shape, int prompt_tokens);

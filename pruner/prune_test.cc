@@ -1,0 +1,186 @@
+#include "pruner/prune.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/test_archs.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::vector<int32_t> RandomTokens(int64_t n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+struct Fixture {
+  Arch arch = TinyMixedArch();
+  Decoder model = *Decoder::Create(TinyMixedArch(), 7);
+  ActivationMetrics metrics;
+  Fixture() {
+    CalibrationOptions o;
+    o.seq_len = 16;
+    o.batch_size = 4;
+    metrics = *Calibrate(model, RandomTokens(256, arch.vocab_size, 1), o);
+  }
+};
+
+std::map<std::string, torch::Tensor> Tensors(const Decoder& d) {
+  std::map<std::string, torch::Tensor> m;
+  for (auto& [n, t] : d.NamedTensors()) m[n] = t;
+  return m;
+}
+
+TEST(PruneTest, NothingPrunedReproducesTheBackboneLogitsExactly) {
+  Fixture f;
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, f.arch, {32}));
+  ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, f.arch));
+  torch::NoGradGuard g;
+  auto tokens = torch::randint(0, f.arch.vocab_size, {2, 12}, torch::kLong);
+  EXPECT_TRUE(torch::equal(pruned.Forward(tokens), f.model.Forward(tokens)));
+}
+
+TEST(PruneTest, PruningOnlyFfnChannelsChangesOnlyFfnTensors) {
+  Fixture f;
+  Arch target = f.arch;
+  target.d_ffn = 32;
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, target, {32}));
+  ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, target));
+  auto before = Tensors(f.model), after = Tensors(pruned);
+  ASSERT_EQ(before.size(), after.size());
+  for (auto& [name, t] : after) {
+    const bool ffn = name.find("mlp.") != std::string::npos;
+    if (!ffn) {
+      EXPECT_TRUE(torch::equal(t, before[name])) << name;
+      continue;
+    }
+    const int layer = std::stoi(name.substr(13));
+    auto idx = torch::tensor(plan.ffn[layer], torch::kLong);
+    auto want = name.find("down_proj") != std::string::npos ? before[name].index_select(1, idx)
+                                                            : before[name].index_select(0, idx);
+    EXPECT_TRUE(torch::equal(t, want)) << name;
+  }
+  // The kept channels are the highest-energy ones of their layer.
+  for (int l = 0; l < f.arch.num_layers; ++l) {
+    double kept_min = 1e300, dropped_max = -1;
+    std::vector<bool> kept(f.arch.d_ffn, false);
+    for (int64_t c : plan.ffn[l]) kept[c] = true;
+    for (int c = 0; c < f.arch.d_ffn; ++c) {
+      (kept[c] ? kept_min : dropped_max) = kept[c] ? std::min(kept_min, f.metrics.ffn[l][c])
+                                                   : std::max(dropped_max, f.metrics.ffn[l][c]);
+    }
+    EXPECT_GE(kept_min, dropped_max) << "layer " << l;
+  }
+}
+
+TEST(PruneTest, DropsTheLayersWithTheLowestLayerMetric) {
+  Fixture f;
+  f.metrics.layer = {0.5, 0.1, 0.9, 0.3};
+  Arch target = f.arch;
+  target.num_layers = 2;
+  target.attention = {Attention::kFull, Attention::kSkip};
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, target, {32}));
+  EXPECT_EQ(plan.layers, (std::vector<int>{0, 2}));
+  ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, target));
+  auto t = Tensors(pruned);
+  EXPECT_TRUE(t.count("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(t.count("model.layers.1.self_attn.q_proj.weight"));  // skip: no attention
+  EXPECT_TRUE(torch::equal(t["model.layers.1.mlp.up_proj.weight"],
+                           Tensors(f.model)["model.layers.2.mlp.up_proj.weight"]));
+}
+
+TEST(PruneTest, ResidualPruningCutsEveryTensorOnTheAxisConsistently) {
+  Fixture f;
+  Arch target = f.arch;
+  target.d_model = 16;
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, target, {16}));
+  ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, target));
+  auto before = Tensors(f.model), after = Tensors(pruned);
+  auto idx = torch::tensor(plan.model_dim, torch::kLong);
+  EXPECT_TRUE(torch::equal(after["model.embed_tokens.weight"],
+                           before["model.embed_tokens.weight"].index_select(1, idx)));
+  EXPECT_TRUE(torch::equal(after["lm_head.weight"], before["lm_head.weight"].index_select(1, idx)));
+  EXPECT_TRUE(
+      torch::equal(after["model.norm.weight"], before["model.norm.weight"].index_select(0, idx)));
+  EXPECT_TRUE(torch::equal(after["model.layers.0.self_attn.o_proj.weight"],
+                           before["model.layers.0.self_attn.o_proj.weight"].index_select(0, idx)));
+  EXPECT_TRUE(torch::equal(after["model.layers.3.self_attn.k_proj.weight"],
+                           before["model.layers.3.self_attn.k_proj.weight"].index_select(1, idx)));
+  torch::NoGradGuard g;
+  auto logits = pruned.Forward(torch::zeros({1, 5}, torch::kLong));
+  EXPECT_TRUE(torch::isfinite(logits).all().item<bool>());
+}
+
+TEST(PruneTest, SameMetricsAndTargetGiveABitIdenticalCheckpoint) {
+  Fixture f;
+  Arch target = f.arch;
+  target.d_ffn = 32;
+  target.d_model = 16;
+  const fs::path dir = fs::temp_directory_path() / "hilnas_prune_test_det";
+  fs::remove_all(dir);
+  for (const char* sub : {"a", "b"}) {
+    Fixture again;  // recalibrated from scratch
+    ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(again.metrics, again.arch, target, {16}));
+    ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(again.model, plan, target));
+    ASSERT_OK(SaveCheckpoint(pruned, (dir / sub).string(), StorageDtype::kF32));
+  }
+  for (const char* file : {"model.safetensors", "config.json"}) {
+    std::string a, b;
+    ASSERT_OK(ReadFileToString((dir / "a" / file).string(), &a));
+    ASSERT_OK(ReadFileToString((dir / "b" / file).string(), &b));
+    EXPECT_EQ(a, b) << file;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(PruneTest, ImpossibleTargetsAreRefusedNamingTheField) {
+  Fixture f;
+  Arch wide = f.arch;
+  wide.d_model = 64;
+  EXPECT_THAT(PlanPrune(f.metrics, f.arch, wide, {32}).status().message(),
+              HasSubstr("d_model 64 is larger than the backbone's 32"));
+  Arch off_grid = f.arch;
+  off_grid.d_ffn = 40;
+  EXPECT_THAT(PlanPrune(f.metrics, f.arch, off_grid, {32}).status().message(),
+              HasSubstr("d_ffn 40 is not a multiple of the block size 32"));
+  Arch heads = f.arch;
+  heads.num_heads = 2;
+  EXPECT_THAT(PlanPrune(f.metrics, f.arch, heads, {32}).status().message(),
+              HasSubstr("heads are never split"));
+  Arch onto_skip = f.arch;  // every layer kept, attention asked of layer 2 (skip)
+  onto_skip.attention = {Attention::kFull, Attention::kFull, Attention::kFull, Attention::kFull};
+  EXPECT_THAT(PlanPrune(f.metrics, f.arch, onto_skip, {32}).status().message(),
+              HasSubstr("backbone layer 2, which has none"));
+  ActivationMetrics other = f.metrics;
+  other.d_ffn = 128;
+  EXPECT_THAT(PlanPrune(other, f.arch, f.arch, {32}).status().message(),
+              HasSubstr("metrics are for a 4-layer d_model 32 d_ffn 128 model"));
+}
+
+TEST(PruneTest, OverridesCheckThePatternLength) {
+  Arch b = TinyMixedArch();
+  b.attention.assign(4, Attention::kFull);
+  EXPECT_THAT(OverrideShape(b, 3, 0, 0, "FWSF", 4).status().message(),
+              HasSubstr("--pattern FWSF has 4 layers, want 3"));
+  ASSERT_OK_AND_ASSIGN(Arch t, OverrideShape(b, 3, 0, 32, "FWF", 4));
+  EXPECT_EQ(t.sliding_window, 4);
+  EXPECT_EQ(t.d_ffn, 32);
+  EXPECT_EQ(PatternString(t.attention), "FWF");
+  ASSERT_OK_AND_ASSIGN(Arch shallow, OverrideShape(b, 2, 0, 0, "", 0));
+  EXPECT_EQ(PatternString(shallow.attention), "FF");
+}
+
+}  // namespace
+}  // namespace hilnas

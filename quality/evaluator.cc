@@ -1,0 +1,111 @@
+#include "quality/evaluator.h"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "util/status_macros.h"
+#include "util/subprocess.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+namespace fs = std::filesystem;
+
+class InProcessEvaluator : public QualityEvaluator {
+ public:
+  InProcessEvaluator(std::shared_ptr<const TokenSplit> data, TrainOptions options,
+                     std::string teacher_dir)
+      : data_(std::move(data)),
+        options_(std::move(options)),
+        teacher_dir_(std::move(teacher_dir)) {}
+
+  absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
+                                         const std::string& work_dir) override {
+    HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(checkpoint_dir));
+    std::unique_ptr<Decoder> teacher;
+    if (options_.distill_weight > 0) {
+      if (teacher_dir_.empty()) {
+        return absl::InvalidArgumentError("in-process evaluator: distillation needs a teacher");
+      }
+      HILNAS_ASSIGN_OR_RETURN(Decoder t, LoadCheckpoint(teacher_dir_));
+      teacher = std::make_unique<Decoder>(std::move(t));
+    }
+    TrainOptions o = options_;
+    if (!work_dir.empty()) o.checkpoint_dir = (fs::path(work_dir) / "train").string();
+    HILNAS_ASSIGN_OR_RETURN(TrainResult r, Train(model, teacher.get(), *data_, o));
+    QualityResult q;
+    q.loss = r.final_eval_loss;
+    q.initial_loss =
+        r.resumed_from_step > 0 ? std::numeric_limits<double>::quiet_NaN() : r.initial_eval_loss;
+    q.tokens = o.steps * o.batch_size * o.seq_len;
+    q.seconds = r.seconds;
+    return q;
+  }
+
+ private:
+  std::shared_ptr<const TokenSplit> data_;
+  TrainOptions options_;
+  std::string teacher_dir_;
+};
+
+class ExternalCommandEvaluator : public QualityEvaluator {
+ public:
+  ExternalCommandEvaluator(std::string tmpl, double timeout_s)
+      : template_(std::move(tmpl)), timeout_s_(timeout_s) {}
+
+  absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
+                                         const std::string& work_dir) override {
+    std::error_code ec;
+    fs::create_directories(work_dir, ec);
+    const std::string output = (fs::path(work_dir) / "quality.json").string();
+    fs::remove(output, ec);  // a stale result must not pass for this one
+    HILNAS_ASSIGN_OR_RETURN(
+        std::string cmd,
+        ExpandCommand(template_, {{"checkpoint", checkpoint_dir}, {"output", output}}));
+    HILNAS_RETURN_IF_ERROR(RunShellCommand(cmd, timeout_s_).status());
+    std::string text;
+    absl::Status read = ReadFileToString(output, &text);
+    if (!read.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat("quality command \"", cmd, "\" exited 0 but wrote no ", output));
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("loss") || !j["loss"].is_number() ||
+        !std::isfinite(j["loss"].get<double>())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          output,
+          ": want a JSON object with a finite number \"loss\", got: ", text.substr(0, 200)));
+    }
+    QualityResult q;
+    q.loss = j["loss"].get<double>();
+    q.initial_loss = j.value("initial_loss", std::numeric_limits<double>::quiet_NaN());
+    q.tokens = j.value("tokens", int64_t{0});
+    q.seconds = j.value("seconds", 0.0);
+    return q;
+  }
+
+ private:
+  std::string template_;
+  double timeout_s_;
+};
+
+}  // namespace
+
+std::unique_ptr<QualityEvaluator> NewInProcessEvaluator(std::shared_ptr<const TokenSplit> data,
+                                                        TrainOptions options,
+                                                        std::string teacher_dir) {
+  return std::make_unique<InProcessEvaluator>(std::move(data), std::move(options),
+                                              std::move(teacher_dir));
+}
+
+std::unique_ptr<QualityEvaluator> NewExternalCommandEvaluator(std::string command_template,
+                                                              double timeout_s) {
+  return std::make_unique<ExternalCommandEvaluator>(std::move(command_template), timeout_s);
+}
+
+}  // namespace hilnas

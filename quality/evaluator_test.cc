@@ -1,0 +1,87 @@
+#include "quality/evaluator.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/test_archs.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+fs::path Fresh(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(ExternalEvaluatorTest, RunsTheUsersCommandAndReadsItsJson) {
+  const fs::path d = Fresh("hilnas_eval_ext");
+  // The "cluster job": records which checkpoint it got and reports a loss.
+  auto eval = NewExternalCommandEvaluator(
+      "echo {checkpoint} > " + (d / "seen").string() +
+          " && printf '{\"loss\": 2.5, \"tokens\": 1000, \"seconds\": 3}' > {output}",
+      10);
+  ASSERT_OK_AND_ASSIGN(QualityResult q, eval->Evaluate("/ckpt/trial-7", (d / "w").string()));
+  EXPECT_EQ(q.loss, 2.5);
+  EXPECT_EQ(q.tokens, 1000);
+  EXPECT_TRUE(std::isnan(q.initial_loss));
+  std::string seen;
+  ASSERT_OK(ReadFileToString((d / "seen").string(), &seen));
+  EXPECT_EQ(seen, "/ckpt/trial-7\n");
+  fs::remove_all(d);
+}
+
+TEST(ExternalEvaluatorTest, MissingOrBadResultsFailingCommandsAndTimeoutsAreErrors) {
+  const fs::path d = Fresh("hilnas_eval_ext_bad");
+  const std::string w = (d / "w").string();
+  EXPECT_THAT(NewExternalCommandEvaluator("true", 10)->Evaluate("c", w),
+              testing::StatusIs(absl::StatusCode::kNotFound, HasSubstr("wrote no")));
+  EXPECT_THAT(
+      NewExternalCommandEvaluator("printf '{\"loss\": \"high\"}' > {output}", 10)->Evaluate("c", w),
+      testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("quality.json")));
+  EXPECT_THAT(NewExternalCommandEvaluator("exit 3", 10)->Evaluate("c", w).status().message(),
+              HasSubstr("exited with 3"));
+  EXPECT_THAT(NewExternalCommandEvaluator("sleep 5", 0.3)->Evaluate("c", w),
+              testing::StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("timed out")));
+  EXPECT_THAT(NewExternalCommandEvaluator("run {ckpt}", 10)->Evaluate("c", w).status().message(),
+              HasSubstr("unknown placeholder {ckpt}"));
+  fs::remove_all(d);
+}
+
+TEST(InProcessEvaluatorTest, TrainsACopyAndReportsHeldOutLoss) {
+  const fs::path d = Fresh("hilnas_eval_inproc");
+  ASSERT_OK_AND_ASSIGN(Decoder model, Decoder::Create(TinyMixedArch(), 2));
+  ASSERT_OK(SaveCheckpoint(model, (d / "ckpt").string(), StorageDtype::kF32));
+  std::vector<int32_t> ids(4000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * i) % 23);
+  auto data = std::make_shared<TokenSplit>(*SplitTokens(ids, 0.1, 64));
+  TrainOptions o;
+  o.steps = 25;
+  o.batch_size = 4;
+  o.seq_len = 32;
+  o.lr = 1e-2;
+  o.warmup_steps = 3;
+  o.eval_windows = 8;
+  auto eval = NewInProcessEvaluator(data, o);
+  ASSERT_OK_AND_ASSIGN(QualityResult q,
+                       eval->Evaluate((d / "ckpt").string(), (d / "work").string()));
+  EXPECT_LT(q.loss, q.initial_loss - 0.5);
+  EXPECT_EQ(q.tokens, 25 * 4 * 32);
+  EXPECT_TRUE(fs::exists(d / "work" / "train" / "resume" / "state.json"));
+  // The checkpoint under evaluation is left as it was.
+  ASSERT_OK_AND_ASSIGN(Decoder again, LoadCheckpoint((d / "ckpt").string()));
+  EXPECT_TRUE(torch::equal(again.NamedTensors()[1].second, model.NamedTensors()[1].second));
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace hilnas

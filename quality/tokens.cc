@@ -1,0 +1,130 @@
+#include "quality/tokens.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "util/fnv.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size) {
+  std::string bytes;
+  absl::Status read = ReadFileToString(path, &bytes);
+  if (!read.ok()) return read;
+  const size_t width = absl::EndsWith(path, ".u32") ? 4 : 2;
+  if (bytes.size() % width != 0) {
+    return absl::DataLossError(absl::StrCat("token file ", path, ": ", bytes.size(),
+                                            " bytes is not a whole number of ", width,
+                                            "-byte ids (truncated?)"));
+  }
+  std::vector<int32_t> ids(bytes.size() / width);
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t v = 0;
+    for (size_t b = 0; b < width; ++b) v |= static_cast<uint32_t>(p[i * width + b]) << (8 * b);
+    if (vocab_size > 0 && v >= static_cast<uint64_t>(vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": id ", v,
+                                                     " at position ", i, " is outside vocabulary ",
+                                                     vocab_size));
+    }
+    ids[i] = static_cast<int32_t>(v);
+  }
+  return ids;
+}
+
+absl::Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& ids) {
+  const size_t width = absl::EndsWith(path, ".u32") ? 4 : 2;
+  std::string bytes(ids.size() * width, '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t v = static_cast<uint32_t>(ids[i]);
+    if (width == 2 && v > 0xffff) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": id ", v, " does not fit uint16; name the file *.u32"));
+    }
+    for (size_t b = 0; b < width; ++b) bytes[i * width + b] = static_cast<char>(v >> (8 * b));
+  }
+  return WriteFileAtomically(path, bytes);
+}
+
+absl::StatusOr<TokenSplit> SplitTokens(std::vector<int32_t> ids, double heldout_fraction,
+                                       int64_t min_tokens) {
+  if (!(heldout_fraction > 0 && heldout_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("held-out fraction ", heldout_fraction, " is not in (0, 1)"));
+  }
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t held = static_cast<int64_t>(n * heldout_fraction);
+  if (held < min_tokens || n - held < min_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(n, " tokens split ", n - held, " / ", held,
+                                                   " leaves a part under ", min_tokens,
+                                                   " tokens (one batch)"));
+  }
+  TokenSplit s;
+  s.heldout.assign(ids.end() - held, ids.end());
+  ids.resize(n - held);
+  s.train = std::move(ids);
+  return s;
+}
+
+std::vector<std::string> DefaultCorpusSources() {
+  return {"/usr/share/games/fortunes", "/usr/share/common-licenses"};
+}
+
+std::string CorpusManifest::ToJson() const {
+  nlohmann::json j;
+  j["tokenizer"] = "bytes (one token per byte, vocabulary 256)";
+  j["tokens"] = tokens;
+  j["fnv1a"] = absl::StrCat(fnv1a);
+  for (const auto& [path, bytes] : files) j["files"].push_back({{"path", path}, {"bytes", bytes}});
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<std::vector<int32_t>> BuildByteCorpus(const std::vector<std::string>& sources,
+                                                     CorpusManifest* manifest) {
+  std::vector<std::string> files;
+  for (const std::string& src : sources) {
+    std::error_code ec;
+    if (!fs::exists(src, ec)) {
+      return absl::NotFoundError(
+          absl::StrCat("corpus source ", src, " does not exist",
+                       absl::StrContains(src, "fortunes") ? " (apt-get install fortunes)" : ""));
+    }
+    if (fs::is_regular_file(src)) {
+      files.push_back(src);
+      continue;
+    }
+    for (const auto& e : fs::recursive_directory_iterator(src)) {
+      if (e.is_symlink() || !e.is_regular_file()) continue;
+      const std::string p = e.path().string();
+      if (absl::EndsWith(p, ".dat")) continue;  // fortune's binary index
+      files.push_back(p);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) return absl::NotFoundError("corpus: no text files under the sources");
+  std::vector<int32_t> ids;
+  CorpusManifest m;
+  for (const std::string& f : files) {
+    std::string text;
+    absl::Status s = ReadFileToString(f, &text);
+    if (!s.ok()) return s;
+    m.files.push_back({f, static_cast<int64_t>(text.size())});
+    for (unsigned char c : text) ids.push_back(c);
+    ids.push_back('\n');
+    ids.push_back('\n');
+  }
+  std::vector<uint8_t> bytes(ids.begin(), ids.end());
+  m.tokens = static_cast<int64_t>(ids.size());
+  m.fnv1a = Fnv1a(bytes.data(), bytes.size());
+  if (manifest != nullptr) *manifest = std::move(m);
+  return ids;
+}
+
+}  // namespace hilnas

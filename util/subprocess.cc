@@ -1,0 +1,119 @@
+#include "util/subprocess.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+namespace {
+
+std::string Tail(const std::string& s, size_t n = 400) {
+  return s.size() <= n ? s : "..." + s.substr(s.size() - n);
+}
+
+}  // namespace
+
+absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return absl::InternalError("pipe() failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork() failed");
+  if (pid == 0) {
+    setpgid(0, 0);  // own process group, so a timeout kills adb and its children too
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  CommandOutput result;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int open_fds = 2;
+  bool timed_out = false;
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 1000))) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        sinks[i]->append(buf, n);
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  if (timed_out) kill(-pid, SIGKILL);
+  for (pollfd& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (timed_out) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("command timed out after ", timeout_s, " s: ", command));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return absl::InternalError(
+        absl::StrCat("command exited with ", code, ": ", command, "\nstderr: ", Tail(result.err)));
+  }
+  return result;
+}
+
+absl::StatusOr<std::string> ExpandCommand(const std::string& tmpl,
+                                          const std::map<std::string, std::string>& values) {
+  auto is_name = [](const std::string& key) {
+    if (key.empty()) return false;
+    for (char c : key) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+    }
+    return true;
+  };
+  std::string out;
+  for (size_t i = 0; i < tmpl.size();) {
+    const size_t close = tmpl[i] == '{' ? tmpl.find('}', i) : std::string::npos;
+    const std::string key = close == std::string::npos ? "" : tmpl.substr(i + 1, close - i - 1);
+    if (!is_name(key)) {  // not a placeholder: JSON or shell braces pass through
+      out += tmpl[i++];
+      continue;
+    }
+    auto it = values.find(key);
+    if (it == values.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("command \"", tmpl, "\": unknown placeholder {", key, "}"));
+    }
+    out += it->second;
+    i = close + 1;
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> RunShellCommand(const std::string& command, double timeout_s) {
+  HILNAS_ASSIGN_OR_RETURN(CommandOutput out, RunCapturing(command, timeout_s));
+  return out.out;
+}
+
+}  // namespace hilnas

@@ -1,0 +1,33 @@
+// Running a user's shell command with a timeout: the external-runtime agent
+// (llama-bench, ExecuTorch over adb) and the external quality evaluator.
+// Commands come from the user's own flags or config, never from the network.
+#ifndef HILNAS_UTIL_SUBPROCESS_H_
+#define HILNAS_UTIL_SUBPROCESS_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace hilnas {
+
+struct CommandOutput {
+  std::string out, err;
+};
+
+// Replaces every {key} (key: letters, digits, _) in `tmpl`; other braces,
+// such as JSON's, are left alone. INVALID_ARGUMENT names an unknown key.
+absl::StatusOr<std::string> ExpandCommand(const std::string& tmpl,
+                                          const std::map<std::string, std::string>& values);
+
+// Runs `command` with /bin/sh -c and returns its standard output. Kills the
+// command's process group after `timeout_s` (DEADLINE_EXCEEDED); a non-zero
+// exit is INTERNAL with the exit code and the output's tail.
+absl::StatusOr<std::string> RunShellCommand(const std::string& command, double timeout_s);
+
+// As RunShellCommand, keeping standard error apart.
+absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_UTIL_SUBPROCESS_H_
