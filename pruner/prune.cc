@@ -44,7 +44,6 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
   same("num_kv_heads", t.num_kv_heads, b.num_kv_heads, "heads are never split");
   same("head_dim", t.head_dim, b.head_dim, "heads are never split");
   same("qk_norm", t.qk_norm, b.qk_norm, "norm weights are inherited");
-  same("tie_embeddings", t.tie_embeddings, b.tie_embeddings, "the head is inherited as it is");
   auto fits = [&](const char* field, int target, int backbone, bool blocked) {
     if (target > backbone) {
       errors.push_back(
@@ -96,6 +95,7 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
 
 absl::StatusOr<Decoder> ApplyPrune(Decoder& backbone, const PrunePlan& plan, const Arch& target) {
   HILNAS_ASSIGN_OR_RETURN(Decoder out, Decoder::Create(target, /*seed=*/0, backbone.dtype()));
+  const bool b_tied = backbone.arch().tie_embeddings;
   std::map<std::string, torch::Tensor> src;
   for (auto& [name, t] : backbone.NamedTensors()) src[name] = t;
   try {
@@ -110,6 +110,8 @@ absl::StatusOr<Decoder> ApplyPrune(Decoder& backbone, const PrunePlan& plan, con
         from = absl::StrCat("model.layers.", plan.layers[layer], name.substr(dot));
         ffn = Index(plan.ffn[layer]);
       }
+      // An untied head cut from a tied backbone starts as its embedding.
+      if (name == "lm_head.weight" && b_tied) from = "model.embed_tokens.weight";
       auto it = src.find(from);
       if (it == src.end()) {
         return absl::InternalError(absl::StrCat("pruning: backbone has no tensor ", from));

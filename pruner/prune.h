@@ -5,7 +5,9 @@
 // model. Target widths are whole blocks (default 128, the unit group-wise
 // quantisation wants); channels inside are chosen individually by energy.
 // One index set per axis is applied to every tensor on that axis; heads are
-// never split. Deterministic: ties break by index, kept indices stay in
+// never split. A tied target of an untied backbone (MobileLLM-Flash from
+// MobileLLM-Pro-Shallow) ties to the backbone's input embedding; an untied
+// target of a tied backbone starts its head as the embedding. Deterministic: ties break by index, kept indices stay in
 // their original order, so pruning nothing reproduces the backbone exactly.
 #ifndef HILNAS_PRUNER_PRUNE_H_
 #define HILNAS_PRUNER_PRUNE_H_
@@ -33,7 +35,7 @@ struct PrunePlan {
 };
 
 // INVALID_ARGUMENT, naming the field, when `target` cannot be cut from
-// `backbone`: other vocabulary, heads, head size, QK-norm or head tying; a
+// `backbone`: other vocabulary, heads, head size or QK-norm; a
 // width or depth larger than the backbone's; a width off the block grid
 // (the backbone's own width is always allowed); an attention layer placed on
 // a backbone layer that has none; or metrics of another shape.

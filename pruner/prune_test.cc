@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "model/test_archs.h"
+#include "search_space/shapes.h"
 #include "util/status_matchers.h"
 #include "util/textproto.h"
 
@@ -167,6 +168,49 @@ TEST(PruneTest, ImpossibleTargetsAreRefusedNamingTheField) {
   other.d_ffn = 128;
   EXPECT_THAT(PlanPrune(other, f.arch, f.arch, {32}).status().message(),
               HasSubstr("metrics are for a 4-layer d_model 32 d_ffn 128 model"));
+}
+
+TEST(PruneTest, PublishedFlashShapesPlanFromTheProShallowBackbone) {
+  // The paper's setting (Sec. 4.1): MobileLLM-Flash-350M/650M/1.4B cut from
+  // MobileLLM-Pro-Shallow-1.8B. Planning needs only metrics and shapes.
+  ASSERT_OK_AND_ASSIGN(Shape base, FindShape("mobilellm-pro-shallow-1.8b"));
+  ActivationMetrics m;
+  m.num_layers = base.arch.num_layers;
+  m.d_model = base.arch.d_model;
+  m.d_ffn = base.arch.d_ffn;
+  for (int l = 0; l < m.num_layers; ++l) {
+    m.layer.push_back(l == 3 || l == 7 || l == 11 || l == 13 ? 0.01 : 0.5 + 0.01 * l);
+    m.ffn.emplace_back(m.d_ffn);
+    for (int c = 0; c < m.d_ffn; ++c) m.ffn[l][c] = (c * 7919 + l) % 1000;
+  }
+  for (int c = 0; c < m.d_model; ++c) m.model_dim.push_back((c * 104729) % 997);
+  for (const char* name :
+       {"mobilellm-flash-350m", "mobilellm-flash-650m", "mobilellm-flash-1.4b"}) {
+    ASSERT_OK_AND_ASSIGN(Shape target, FindShape(name));
+    ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(m, base.arch, target.arch));
+    EXPECT_EQ(static_cast<int>(plan.layers.size()), target.arch.num_layers) << name;
+    EXPECT_EQ(static_cast<int>(plan.model_dim.size()), target.arch.d_model) << name;
+    EXPECT_EQ(static_cast<int>(plan.ffn[0].size()), target.arch.d_ffn) << name;
+  }
+  ASSERT_OK_AND_ASSIGN(Shape flash350, FindShape("mobilellm-flash-350m"));
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(m, base.arch, flash350.arch));
+  EXPECT_EQ(plan.layers, (std::vector<int>{0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 14, 15}));
+}
+
+TEST(PruneTest, TiedTargetOfAnUntiedBackboneTiesToItsInputEmbedding) {
+  Fixture f;  // TinyMixedArch has a separate head
+  Arch tied = f.arch;
+  tied.tie_embeddings = true;
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, tied, {32}));
+  ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, tied));
+  auto t = Tensors(pruned);
+  EXPECT_FALSE(t.count("lm_head.weight"));
+  EXPECT_TRUE(
+      torch::equal(t["model.embed_tokens.weight"], Tensors(f.model)["model.embed_tokens.weight"]));
+  // And back: an untied target of the tied model starts its head as the embedding.
+  ASSERT_OK_AND_ASSIGN(PrunePlan back, PlanPrune(f.metrics, tied, f.arch, {32}));
+  ASSERT_OK_AND_ASSIGN(Decoder untied, ApplyPrune(pruned, back, f.arch));
+  EXPECT_TRUE(torch::equal(Tensors(untied)["lm_head.weight"], t["model.embed_tokens.weight"]));
 }
 
 TEST(PruneTest, OverridesCheckThePatternLength) {
