@@ -170,21 +170,28 @@ absl::StatusOr<ExactGp> ExactGp::Fit(const GpData& input, const GpOptions& o) {
         c.lml = lml.item<double>();
       }
     };
+    // Gives `c` these starting values (optimised in place) and an Adam.
+    auto start = [](Candidate& c, torch::Tensor log_ls, torch::Tensor log_os,
+                    torch::Tensor log_noise, double lr) {
+      c.log_ls = log_ls.set_requires_grad(true);
+      c.log_os = log_os.set_requires_grad(true);
+      c.log_noise = log_noise.set_requires_grad(true);
+      c.opt = std::make_unique<torch::optim::Adam>(
+          std::vector<torch::Tensor>{c.log_ls, c.log_os, c.log_noise},
+          torch::optim::AdamOptions(lr));
+    };
     // Every restart gets a fifth of the steps; the best continues for the
     // rest. Fitting 800 points stays in seconds (bench/gp_bench).
     std::vector<Candidate> candidates(std::max(1, o.restarts));
     for (size_t r = 0; r < candidates.size(); ++r) {
       Candidate& c = candidates[r];
       // The first starts at the prior's mode; the others are jittered.
-      c.log_ls = torch::full({static_cast<int64_t>(d)},
-                             o.dimension_scaled_prior ? loc - scale * scale : std::log(0.5), kF64);
-      if (r > 0) c.log_ls = c.log_ls + torch::randn({static_cast<int64_t>(d)}, kF64);
-      c.log_os = torch::zeros({1}, kF64);
-      c.log_noise = torch::full({1}, std::log(r == 0 ? 1e-2 : 1e-1), kF64);
-      for (torch::Tensor* t : {&c.log_ls, &c.log_os, &c.log_noise}) t->set_requires_grad(true);
-      c.opt = std::make_unique<torch::optim::Adam>(
-          std::vector<torch::Tensor>{c.log_ls, c.log_os, c.log_noise},
-          torch::optim::AdamOptions(o.learning_rate));
+      auto log_ls =
+          torch::full({static_cast<int64_t>(d)},
+                      o.dimension_scaled_prior ? loc - scale * scale : std::log(0.5), kF64);
+      if (r > 0) log_ls = log_ls + torch::randn({static_cast<int64_t>(d)}, kF64);
+      start(c, log_ls, torch::zeros({1}, kF64),
+            torch::full({1}, std::log(r == 0 ? 1e-2 : 1e-1), kF64), o.learning_rate);
       run(c, candidates.size() > 1 ? std::max(1, o.steps / 5) : o.steps, fit_x, fit_ys, fit_known);
     }
     Candidate* best_c = nullptr;
@@ -200,12 +207,8 @@ absl::StatusOr<ExactGp> ExactGp::Fit(const GpData& input, const GpOptions& o) {
     if (subset) {
       Candidate polished;
       // Copies, so a failed polish leaves the subset fit intact.
-      polished.log_ls = best_c->log_ls.detach().clone().set_requires_grad(true);
-      polished.log_os = best_c->log_os.detach().clone().set_requires_grad(true);
-      polished.log_noise = best_c->log_noise.detach().clone().set_requires_grad(true);
-      polished.opt = std::make_unique<torch::optim::Adam>(
-          std::vector<torch::Tensor>{polished.log_ls, polished.log_os, polished.log_noise},
-          torch::optim::AdamOptions(o.learning_rate / 2));
+      start(polished, best_c->log_ls.detach().clone(), best_c->log_os.detach().clone(),
+            best_c->log_noise.detach().clone(), o.learning_rate / 2);
       run(polished, std::max(1, o.polish_steps), x, ys, known);
       // A polish that fails keeps the subset's fit (its lml is the subset's).
       if (!polished.failed && std::isfinite(polished.lml)) *best_c = std::move(polished);

@@ -55,6 +55,10 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
           absl::StrCat(field, " ", target, " is not a multiple of the block size ", o.block_size));
     }
   };
+  auto refuse = [&] {
+    return absl::InvalidArgumentError(absl::StrCat("cannot prune ", b.name, " to ", t.name, ":\n  ",
+                                                   absl::StrJoin(errors, "\n  ")));
+  };
   fits("num_layers", t.num_layers, b.num_layers, false);
   fits("d_model", t.d_model, b.d_model, true);
   fits("d_ffn", t.d_ffn, b.d_ffn, true);
@@ -70,10 +74,7 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
                                   " d_ffn ", m.d_ffn, " model, the backbone is ", b.num_layers,
                                   "-layer d_model ", b.d_model, " d_ffn ", b.d_ffn));
   }
-  if (!errors.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot prune ", b.name, " to ", t.name, ":\n  ",
-                                                   absl::StrJoin(errors, "\n  ")));
-  }
+  if (!errors.empty()) return refuse();
   PrunePlan plan;
   for (int64_t l : TopIndices(m.layer, t.num_layers)) plan.layers.push_back(static_cast<int>(l));
   plan.model_dim = TopIndices(m.model_dim, t.d_model);
@@ -86,10 +87,7 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
     }
     plan.ffn.push_back(TopIndices(m.ffn[src], t.d_ffn));
   }
-  if (!errors.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot prune ", b.name, " to ", t.name, ":\n  ",
-                                                   absl::StrJoin(errors, "\n  ")));
-  }
+  if (!errors.empty()) return refuse();
   return plan;
 }
 

@@ -14,11 +14,18 @@ namespace hilnas {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Bytes per id: uint32 for "*.u32", uint16 otherwise.
+size_t IdWidth(const std::string& path) { return absl::EndsWith(path, ".u32") ? 4 : 2; }
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size) {
   std::string bytes;
   absl::Status read = ReadFileToString(path, &bytes);
   if (!read.ok()) return read;
-  const size_t width = absl::EndsWith(path, ".u32") ? 4 : 2;
+  const size_t width = IdWidth(path);
   if (bytes.size() % width != 0) {
     return absl::DataLossError(absl::StrCat("token file ", path, ": ", bytes.size(),
                                             " bytes is not a whole number of ", width,
@@ -40,7 +47,7 @@ absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int6
 }
 
 absl::Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& ids) {
-  const size_t width = absl::EndsWith(path, ".u32") ? 4 : 2;
+  const size_t width = IdWidth(path);
   std::string bytes(ids.size() * width, '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint32_t v = static_cast<uint32_t>(ids[i]);
@@ -111,18 +118,18 @@ absl::StatusOr<std::vector<int32_t>> BuildByteCorpus(const std::vector<std::stri
   if (files.empty()) return absl::NotFoundError("corpus: no text files under the sources");
   std::vector<int32_t> ids;
   CorpusManifest m;
+  m.fnv1a = kFnv1aSeed;
   for (const std::string& f : files) {
     std::string text;
     absl::Status s = ReadFileToString(f, &text);
     if (!s.ok()) return s;
     m.files.push_back({f, static_cast<int64_t>(text.size())});
-    for (unsigned char c : text) ids.push_back(c);
-    ids.push_back('\n');
-    ids.push_back('\n');
+    text += "\n\n";
+    m.fnv1a = Fnv1a(text.data(), text.size(), m.fnv1a);
+    ids.insert(ids.end(), reinterpret_cast<const unsigned char*>(text.data()),
+               reinterpret_cast<const unsigned char*>(text.data()) + text.size());
   }
-  std::vector<uint8_t> bytes(ids.begin(), ids.end());
   m.tokens = static_cast<int64_t>(ids.size());
-  m.fnv1a = Fnv1a(bytes.data(), bytes.size());
   if (manifest != nullptr) *manifest = std::move(m);
   return ids;
 }

@@ -75,10 +75,6 @@ TrainOptions TrainOptionsFromFlags() {
   return o;
 }
 
-void SetThreads() {
-  if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
-}
-
 // Prints one line per step with tokens/s; held-out loss when evaluated.
 void PrintProgress(const TrainProgress& p) {
   const bool eval = !std::isnan(p.eval_loss);
@@ -117,7 +113,7 @@ absl::Status RunCorpus() {
 
 // Trains --ckpt (or a fresh --arch/--shape) on --tokens and saves to --out.
 absl::StatusOr<TrainResult> RunTrain(const std::string& out) {
-  SetThreads();
+  ApplyThreadsFlag();
   const TrainOptions o = TrainOptionsFromFlags();
   HILNAS_RETURN_IF_ERROR(o.Validate());
   std::unique_ptr<Decoder> model;
@@ -146,10 +142,7 @@ absl::StatusOr<TrainResult> RunTrain(const std::string& out) {
       static_cast<long long>(o.seq_len), at::get_num_threads(),
       teacher ? absl::StrFormat(", KD weight %.2f", o.distill_weight).c_str() : "");
   HILNAS_ASSIGN_OR_RETURN(TrainResult r, Train(*model, teacher.get(), data, o, PrintProgress));
-  StorageDtype storage = StorageDtype::kF32;
-  if (absl::GetFlag(FLAGS_dtype) != "f32") {
-    HILNAS_ASSIGN_OR_RETURN(storage, ParseStorageDtype(absl::GetFlag(FLAGS_dtype)));
-  }
+  HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
   HILNAS_RETURN_IF_ERROR(SaveCheckpoint(*model, out, storage));
   const double chance = std::log(static_cast<double>(arch.vocab_size));
   nlohmann::json summary = {{"arch", arch.name},
@@ -180,7 +173,7 @@ absl::StatusOr<TrainResult> RunTrain(const std::string& out) {
 
 absl::Status RunCalibrate(const std::string& ckpt, const std::string& tokens_path,
                           std::string out) {
-  SetThreads();
+  ApplyThreadsFlag();
   if (ckpt.empty()) return absl::InvalidArgumentError("calibrate needs --ckpt DIR");
   if (out.empty()) out = (fs::path(ckpt) / "metrics.json").string();
   HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(ckpt));
@@ -233,10 +226,7 @@ absl::Status RunPrune() {
   po.block_size = absl::GetFlag(FLAGS_block_size);
   HILNAS_ASSIGN_OR_RETURN(PrunePlan plan, PlanPrune(metrics, backbone.arch(), target, po));
   HILNAS_ASSIGN_OR_RETURN(Decoder pruned, ApplyPrune(backbone, plan, target));
-  StorageDtype storage = StorageDtype::kF32;
-  if (absl::GetFlag(FLAGS_dtype) != "f32") {
-    HILNAS_ASSIGN_OR_RETURN(storage, ParseStorageDtype(absl::GetFlag(FLAGS_dtype)));
-  }
+  HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
   HILNAS_RETURN_IF_ERROR(SaveCheckpoint(pruned, out, storage));
   std::string kept;
   for (int l : plan.layers) absl::StrAppend(&kept, kept.empty() ? "" : ",", l);
@@ -271,7 +261,8 @@ int CalibrateCommand(const std::vector<std::string>&) {
   return s.ok() ? 0 : Fail(s);
 }
 
-// The demo backbone's recipe, recorded in DIR/recipe.json: the byte corpus
+// The demo backbone's recipe, recorded in DIR/train.json and
+// DIR/corpus.bin.json: the byte corpus
 // of Debian English text, configs/demo-backbone.textproto trained from
 // seed 0 with the options below, then calibrated on the training tokens.
 int BackboneCommand(const std::vector<std::string>&) {

@@ -96,7 +96,7 @@ int RunOnce(Decoder& decoder, const std::string& how, double build_ms) {
 int RunCommand(const std::vector<std::string>& args) {
   if (!args.empty())
     return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
-  if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  ApplyThreadsFlag();
   auto dtype = ComputeDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return Fail(dtype.status());
   auto built = BuildFromFlags(*dtype);
@@ -108,7 +108,7 @@ int CheckpointCommand(const std::vector<std::string>& args) {
   if (args.size() == 1 && args[0] == "init") {
     const std::string out = absl::GetFlag(FLAGS_out);
     if (out.empty()) return Fail(absl::InvalidArgumentError("checkpoint init needs --out DIR"));
-    auto storage = ParseStorageDtype(absl::GetFlag(FLAGS_dtype));
+    auto storage = StorageDtypeFromFlags();
     if (!storage.ok()) return Fail(storage.status());
     auto arch = ArchFromFlags();
     if (!arch.ok()) return Fail(arch.status());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint.h"
 #include "search_space/arch.h"
 
 namespace hilnas::tools {
@@ -34,6 +35,12 @@ int DemoFleetBench(const std::string& shape, int prompt_tokens);
 // The architecture named by --shape or read from --arch (a .textproto
 // ArchSpec); exactly one must be given.
 absl::StatusOr<Arch> ArchFromFlags();
+
+// The checkpoint storage type named by --dtype (f32 | f16 | bf16).
+absl::StatusOr<StorageDtype> StorageDtypeFromFlags();
+
+// at::set_num_threads(--threads) when --threads > 0.
+void ApplyThreadsFlag();
 
 // 394613632 -> "394,613,632".
 std::string WithCommas(int64_t n);

@@ -32,6 +32,14 @@ absl::StatusOr<Arch> ArchFromFlags() {
   return arch;
 }
 
+absl::StatusOr<StorageDtype> StorageDtypeFromFlags() {
+  return ParseStorageDtype(absl::GetFlag(FLAGS_dtype));
+}
+
+void ApplyThreadsFlag() {
+  if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
+}
+
 std::string WithCommas(int64_t n) {
   std::string digits = absl::StrCat(n < 0 ? -n : n);
   std::string out;
