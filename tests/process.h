@@ -3,7 +3,6 @@
 #ifndef HILNAS_TESTS_PROCESS_H_
 #define HILNAS_TESTS_PROCESS_H_
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "util/subprocess.h"
+
 namespace hilnas::testing {
 
 inline std::string HilnasBinary() { return std::string(HILNAS_BINARY_DIR) + "/tools/hilnas"; }
@@ -26,19 +27,7 @@ class Process {
  public:
   Process(const std::vector<std::string>& args, std::string log_path)
       : log_path_(std::move(log_path)) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<std::string> all = {HilnasBinary()};
-      all.insert(all.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (std::string& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = SpawnProcess(HilnasBinary(), args, log_path_, /*append_log=*/true);
   }
   ~Process() {
     if (running()) {

@@ -4,8 +4,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +24,7 @@
 #include "tools/commands.h"
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
+#include "util/subprocess.h"
 
 ABSL_FLAG(std::string, name, "", "agent: device name, unique per coordinator (default: hostname)");
 ABSL_FLAG(std::string, cpu_set, "", "agent: pin to these CPUs, e.g. 0-1 or 2,3");
@@ -96,22 +95,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> RuntimeFromFlags() {
 // Runs `hilnas ARGS...` (this binary) as a child; its output goes to `log`,
 // or to this process's stdout/stderr when `log` is empty.
 pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log = "") {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (!log.empty()) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<std::string> all = {"/proc/self/exe"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+  return SpawnProcess("/proc/self/exe", args, log, /*append_log=*/false);
 }
 
 }  // namespace

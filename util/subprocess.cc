@@ -1,5 +1,6 @@
 #include "util/subprocess.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -114,6 +115,27 @@ absl::StatusOr<std::string> ExpandCommand(const std::string& tmpl,
 absl::StatusOr<std::string> RunShellCommand(const std::string& command, double timeout_s) {
   HILNAS_ASSIGN_OR_RETURN(CommandOutput out, RunCapturing(command, timeout_s));
   return out.out;
+}
+
+pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
+                   const std::string& log, bool append_log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!log.empty()) {
+      const int fd =
+          open(log.c_str(), O_WRONLY | O_CREAT | (append_log ? O_APPEND : O_TRUNC), 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<std::string> all = {binary};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 }  // namespace hilnas

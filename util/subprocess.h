@@ -4,8 +4,11 @@
 #ifndef HILNAS_UTIL_SUBPROCESS_H_
 #define HILNAS_UTIL_SUBPROCESS_H_
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -27,6 +30,12 @@ absl::StatusOr<std::string> RunShellCommand(const std::string& command, double t
 
 // As RunShellCommand, keeping standard error apart.
 absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s);
+
+// Starts `binary ARGS...` (fork + execv, no shell) with standard output and
+// error sent to `log` (appended when `append_log`, else truncated), or
+// inherited when `log` is empty. Returns the child's pid; -1 if fork fails.
+pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
+                   const std::string& log, bool append_log);
 
 }  // namespace hilnas
 
