@@ -179,6 +179,7 @@ struct ServiceDeps {
   const Clock* clock;
   LongPolls* polls;
   BenchmarkServiceOptions options;
+  CampaignApi* campaigns;  // may be null
 
   // When a long-poll asking to wait `wait_ms` must be answered, capped by
   // max_wait_ms.
@@ -304,16 +305,68 @@ class UserServiceImpl : public UserService::CallbackService {
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* CreateCampaign(grpc::CallbackServerContext* ctx,
+                                           const CreateCampaignRequest* req,
+                                           CampaignStatus* resp) override {
+    return Answer(ctx, resp, [&] { return d_.campaigns->Create(req->config()); });
+  }
+  grpc::ServerUnaryReactor* StartCampaign(grpc::CallbackServerContext* ctx,
+                                          const CampaignRequest* req,
+                                          CampaignStatus* resp) override {
+    return Answer(ctx, resp, [&] { return d_.campaigns->Start(req->name()); });
+  }
+  grpc::ServerUnaryReactor* GetCampaign(grpc::CallbackServerContext* ctx,
+                                        const CampaignRequest* req, CampaignStatus* resp) override {
+    return Answer(ctx, resp, [&] { return d_.campaigns->Get(req->name()); });
+  }
+  grpc::ServerUnaryReactor* StopCampaign(grpc::CallbackServerContext* ctx,
+                                         const CampaignRequest* req, CampaignStatus* resp) override {
+    return Answer(ctx, resp, [&] { return d_.campaigns->Stop(req->name()); });
+  }
+  grpc::ServerUnaryReactor* ResumeCampaign(grpc::CallbackServerContext* ctx,
+                                           const CampaignRequest* req,
+                                           CampaignStatus* resp) override {
+    return Answer(ctx, resp, [&] { return d_.campaigns->Resume(req->name()); });
+  }
+  grpc::ServerUnaryReactor* ListCampaigns(grpc::CallbackServerContext* ctx, const CampaignRequest*,
+                                          ListCampaignsResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (d_.campaigns == nullptr) return Unimplemented(reactor);
+    absl::StatusOr<std::vector<CampaignStatus>> all = d_.campaigns->List();
+    if (all.ok()) {
+      for (CampaignStatus& c : *all) *resp->add_campaigns() = std::move(c);
+    }
+    reactor->Finish(ToGrpc(all.status()));
+    return reactor;
+  }
+
  private:
+  static grpc::ServerUnaryReactor* Unimplemented(grpc::ServerUnaryReactor* reactor) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                 "this coordinator serves no campaigns"));
+    return reactor;
+  }
+  template <typename F>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, CampaignStatus* resp,
+                                   F call) {
+    auto* reactor = ctx->DefaultReactor();
+    if (d_.campaigns == nullptr) return Unimplemented(reactor);
+    absl::StatusOr<CampaignStatus> status = call();
+    if (status.ok()) *resp = *std::move(status);
+    reactor->Finish(ToGrpc(status.status()));
+    return reactor;
+  }
+
   const ServiceDeps& d_;
 };
 
 }  // namespace
 
 BenchmarkServices::BenchmarkServices(JobStore* store, const Clock* clock,
-                                     const BenchmarkServiceOptions& options)
+                                     const BenchmarkServiceOptions& options,
+                                     CampaignApi* campaigns)
     : polls_(std::make_unique<LongPolls>(store, clock, options.tick_ms)),
-      deps_(new ServiceDeps{store, clock, polls_.get(), options}),
+      deps_(new ServiceDeps{store, clock, polls_.get(), options, campaigns}),
       agent_(std::make_unique<AgentServiceImpl>(deps_.get())),
       user_(std::make_unique<UserServiceImpl>(deps_.get())) {}
 

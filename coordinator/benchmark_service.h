@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "coordinator/job_store.h"
 #include "proto/service.grpc.pb.h"
@@ -27,17 +28,34 @@ struct BenchmarkServiceOptions {
 class LongPolls;
 struct ServiceDeps;
 
+// The campaign half of the user-facing service, implemented by the campaign
+// layer (coordinator/campaign_service.h) so this library stays free of the
+// search's dependencies. Thread-safe.
+class CampaignApi {
+ public:
+  virtual ~CampaignApi() = default;
+  virtual absl::StatusOr<CampaignStatus> Create(const CampaignConfig& config) = 0;
+  virtual absl::StatusOr<CampaignStatus> Start(const std::string& name) = 0;
+  virtual absl::StatusOr<CampaignStatus> Get(const std::string& name) = 0;
+  virtual absl::StatusOr<std::vector<CampaignStatus>> List() = 0;
+  virtual absl::StatusOr<CampaignStatus> Stop(const std::string& name) = 0;
+  virtual absl::StatusOr<CampaignStatus> Resume(const std::string& name) = 0;
+};
+
 // Owns the background thread. `store` and `clock` are not owned and must
 // outlive this object. Call Shutdown() before the gRPC server's Shutdown so
 // parked calls finish.
 class BenchmarkServices {
  public:
-  BenchmarkServices(JobStore* store, const Clock* clock, const BenchmarkServiceOptions& options);
+  // `campaigns` (not owned, may be null: campaign methods then answer
+  // UNIMPLEMENTED) must outlive this object too.
+  BenchmarkServices(JobStore* store, const Clock* clock, const BenchmarkServiceOptions& options,
+                    CampaignApi* campaigns = nullptr);
   ~BenchmarkServices();
 
   grpc::Service* agent_service();
-  // UserService with the benchmark methods; campaign methods are added by
-  // deriving from UserServiceBase (issue 6) or answer UNIMPLEMENTED.
+  // UserService: the benchmark methods, and the campaign methods through
+  // the CampaignApi.
   grpc::Service* user_service();
   // Finishes every parked call and stops the background thread. Idempotent.
   void Shutdown();

@@ -11,7 +11,9 @@
 namespace hilnas {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// v2 added jobs.client_key (idempotent submission); v1 files are migrated
+// in place when opened.
+constexpr int kSchemaVersion = 2;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS agents(
@@ -33,7 +35,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   created_ms INTEGER NOT NULL,
   finished_ms INTEGER NOT NULL DEFAULT 0,
   result BLOB,                     -- BenchmarkResult
-  message TEXT NOT NULL DEFAULT '');
+  message TEXT NOT NULL DEFAULT '',
+  client_key TEXT);                -- the submitter's idempotency key, or NULL
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, job_id);
 CREATE TABLE IF NOT EXISTS leases(
   lease_id TEXT PRIMARY KEY,
@@ -53,24 +56,6 @@ std::string RandomId(const char* prefix) {
   return absl::StrFormat("%s%016x%08x", prefix, rng(), static_cast<uint32_t>(rng()));
 }
 
-// BEGIN IMMEDIATE ... COMMIT; rolls back unless committed.
-class Transaction {
- public:
-  explicit Transaction(SqliteDb* db) : db_(db) { begun_ = db_->Exec("BEGIN IMMEDIATE"); }
-  ~Transaction() {
-    if (begun_.ok() && !done_) db_->Exec("ROLLBACK").IgnoreError();
-  }
-  absl::Status begun() const { return begun_; }
-  absl::Status Commit() {
-    done_ = true;
-    return db_->Exec("COMMIT");
-  }
-
- private:
-  SqliteDb* db_;
-  absl::Status begun_;
-  bool done_ = false;
-};
 
 bool ServesPool(const DeviceIdentity& d, const std::string& pool) {
   if (pool.empty()) return true;
@@ -101,7 +86,13 @@ absl::Status JobStore::CreateSchema() {
                                                    version, "; this hilnas reads up to ",
                                                    kSchemaVersion));
   }
+  if (version == 1) {
+    HILNAS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE jobs ADD COLUMN client_key TEXT"));
+  }
   HILNAS_RETURN_IF_ERROR(db_->Exec(kSchema));
+  HILNAS_RETURN_IF_ERROR(db_->Exec(
+      "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_client_key ON jobs(client_key) "
+      "WHERE client_key IS NOT NULL"));
   return db_->Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
 }
 
@@ -146,7 +137,7 @@ absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device
   if (device.name().empty()) return absl::InvalidArgumentError("device name is empty");
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
-  Transaction tx(db_.get());
+  SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
                           db_->Prepare("SELECT agent_id FROM agents WHERE name = ?"));
@@ -180,7 +171,7 @@ absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device
 absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id, const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
-  Transaction tx(db_.get());
+  SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
   bool valid = false;
@@ -197,18 +188,28 @@ absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id, const std:
 }
 
 absl::StatusOr<int64_t> JobStore::SubmitJob(const BenchmarkRequest& request,
-                                            const std::string& device, const std::string& pool) {
+                                            const std::string& device, const std::string& pool,
+                                            const std::string& client_key) {
   HILNAS_RETURN_IF_ERROR(ValidateBenchmarkRequest(request));
   absl::MutexLock lock(&mu_);
-  HILNAS_ASSIGN_OR_RETURN(SqliteStatement ins,
-                          db_->Prepare("INSERT INTO jobs(request, device, pool, state, created_ms) "
-                                       "VALUES(?, ?, ?, ?, ?)"));
-  HILNAS_RETURN_IF_ERROR(ins.BindBlob(1, request.SerializeAsString())
-                             .Bind(2, device)
-                             .Bind(3, pool)
-                             .Bind(4, static_cast<int64_t>(QUEUED))
-                             .Bind(5, clock_->NowMs())
-                             .Run());
+  if (!client_key.empty()) {
+    HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                            db_->Prepare("SELECT job_id FROM jobs WHERE client_key = ?"));
+    q.Bind(1, client_key);
+    HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row) return q.Int(0);
+  }
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement ins,
+      db_->Prepare("INSERT INTO jobs(request, device, pool, state, created_ms, client_key) "
+                   "VALUES(?, ?, ?, ?, ?, ?)"));
+  ins.BindBlob(1, request.SerializeAsString())
+      .Bind(2, device)
+      .Bind(3, pool)
+      .Bind(4, static_cast<int64_t>(QUEUED))
+      .Bind(5, clock_->NowMs());
+  if (!client_key.empty()) ins.Bind(6, client_key);  // else NULL: no key
+  HILNAS_RETURN_IF_ERROR(ins.Run());
   return db_->LastInsertRowId();
 }
 
@@ -251,7 +252,7 @@ absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
 
 absl::StatusOr<int> JobStore::ExpireLeases() {
   absl::MutexLock lock(&mu_);
-  Transaction tx(db_.get());
+  SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_ASSIGN_OR_RETURN(int n, ExpireLocked(clock_->NowMs()));
   HILNAS_RETURN_IF_ERROR(tx.Commit());
@@ -261,7 +262,7 @@ absl::StatusOr<int> JobStore::ExpireLeases() {
 absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent_id) {
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
-  Transaction tx(db_.get());
+  SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
   HILNAS_ASSIGN_OR_RETURN(AgentRecord agent, AgentLocked(agent_id));
@@ -329,7 +330,7 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
                                                      const BenchmarkResult& result) {
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
-  Transaction tx(db_.get());
+  SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
   HILNAS_RETURN_IF_ERROR(TouchLocked(agent_id, now));
   HILNAS_ASSIGN_OR_RETURN(

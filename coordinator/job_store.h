@@ -82,9 +82,12 @@ class JobStore {
   // Records liveness and renews `lease_id` when given. Returns whether the
   // lease is still this agent's. NOT_FOUND for an unknown agent.
   absl::StatusOr<bool> Heartbeat(const std::string& agent_id, const std::string& lease_id);
-  // INVALID_ARGUMENT for a request that cannot run anywhere.
+  // INVALID_ARGUMENT for a request that cannot run anywhere. A non-empty
+  // `client_key` makes submission idempotent: a second submission with the
+  // same key returns the first job's id and queues nothing (a coordinator
+  // restarted mid-campaign re-submits without measuring anything twice).
   absl::StatusOr<int64_t> SubmitJob(const BenchmarkRequest& request, const std::string& device,
-                                    const std::string& pool);
+                                    const std::string& pool, const std::string& client_key = "");
   // The agent's own active lease if it has one (renewed), else the oldest
   // queued or stale job it may run, else nullopt. NOT_FOUND for an unknown agent.
   absl::StatusOr<std::optional<Lease>> LeaseJob(const std::string& agent_id);

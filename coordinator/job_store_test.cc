@@ -209,5 +209,20 @@ TEST_F(JobStoreTest, AgentStateReflectsLeasesAndHeartbeats) {
   EXPECT_EQ(agents[0].state, "offline");
 }
 
+TEST_F(JobStoreTest, SubmitWithTheSameClientKeyReturnsTheFirstJob) {
+  BenchmarkRequest r;
+  r.set_checkpoint_dir("/ckpt");
+  r.add_prompt_lengths(256);
+  ASSERT_OK_AND_ASSIGN(int64_t a, store_->SubmitJob(r, "", "", "campaign/x/trial/1"));
+  Reopen();  // a restarted coordinator re-submits
+  ASSERT_OK_AND_ASSIGN(int64_t b, store_->SubmitJob(r, "", "", "campaign/x/trial/1"));
+  ASSERT_OK_AND_ASSIGN(int64_t c, store_->SubmitJob(r, "", "", "campaign/x/trial/2"));
+  ASSERT_OK_AND_ASSIGN(int64_t d, store_->SubmitJob(r, "", ""));
+  ASSERT_OK_AND_ASSIGN(int64_t e, store_->SubmitJob(r, "", ""));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(d, e);  // no key: every submission is a job
+}
+
 }  // namespace
 }  // namespace hilnas

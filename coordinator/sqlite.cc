@@ -71,6 +71,11 @@ SqliteStatement& SqliteStatement::Bind(int i, const std::string& v) {
   return *this;
 }
 
+SqliteStatement& SqliteStatement::BindDouble(int i, double v) {
+  sqlite3_bind_double(stmt_, i, v);
+  return *this;
+}
+
 SqliteStatement& SqliteStatement::BindBlob(int i, const std::string& bytes) {
   sqlite3_bind_blob(stmt_, i, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
   return *this;
@@ -107,4 +112,8 @@ bool SqliteStatement::IsNull(int col) const {
   return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
 }
 
+}  // namespace hilnas
+
+namespace hilnas {
+double SqliteStatement::Double(int col) const { return sqlite3_column_double(stmt_, col); }
 }  // namespace hilnas

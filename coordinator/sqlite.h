@@ -45,6 +45,7 @@ class SqliteStatement {
   SqliteStatement& Bind(int i, int64_t v);
   SqliteStatement& Bind(int i, const std::string& v);  // bound as text
   SqliteStatement& BindBlob(int i, const std::string& bytes);
+  SqliteStatement& BindDouble(int i, double v);
   // True while a row is available; false when done. Errors name the SQL.
   absl::StatusOr<bool> Step();
   // Runs to completion.
@@ -53,6 +54,7 @@ class SqliteStatement {
   int64_t Int(int col) const;
   std::string Text(int col) const;
   std::string Blob(int col) const;
+  double Double(int col) const;
   bool IsNull(int col) const;
 
  private:
@@ -62,6 +64,27 @@ class SqliteStatement {
   const SqliteDb* db_;
   sqlite3_stmt* stmt_;
   std::string sql_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back unless committed.
+class SqliteTransaction {
+ public:
+  explicit SqliteTransaction(SqliteDb* db) : db_(db) { begun_ = db_->Exec("BEGIN IMMEDIATE"); }
+  ~SqliteTransaction() {
+    if (begun_.ok() && !done_) db_->Exec("ROLLBACK").IgnoreError();
+  }
+  SqliteTransaction(const SqliteTransaction&) = delete;
+  SqliteTransaction& operator=(const SqliteTransaction&) = delete;
+  absl::Status begun() const { return begun_; }
+  absl::Status Commit() {
+    done_ = true;
+    return db_->Exec("COMMIT");
+  }
+
+ private:
+  SqliteDb* db_;
+  absl::Status begun_;
+  bool done_ = false;
 };
 
 }  // namespace hilnas

@@ -105,4 +105,21 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
   return rows;
 }
 
+std::vector<LatencyRow> LatencyRowsOf(const Arch& arch, const BenchmarkResult& result,
+                                      const std::string& device) {
+  std::vector<LatencyRow> rows;
+  for (const LatencySummary& m : result.summaries()) {
+    LatencyRow r;
+    r.device = device;
+    r.arch = arch;
+    r.prompt_tokens = m.prompt_tokens();
+    r.ttft_ms = m.ttft_median_ms();
+    r.ttft_se_ms = m.ttft_stderr_ms();
+    r.decode_ms = m.decode_median_ms_per_token();
+    r.decode_se_ms = m.decode_stderr_ms_per_token();
+    rows.push_back(r);
+  }
+  return rows;
+}
+
 }  // namespace hilnas

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/benchmark.pb.h"
 #include "search_space/arch.h"
 #include "search_space/space.h"
 
@@ -21,6 +22,11 @@ struct LatencyRow {
   double ttft_ms = 0, ttft_se_ms = 0;
   double decode_ms = 0, decode_se_ms = 0;  // per token
 };
+
+// The rows of one benchmark result of `arch`: one per prompt length it
+// measured, under the device class `device`.
+std::vector<LatencyRow> LatencyRowsOf(const Arch& arch, const BenchmarkResult& result,
+                                      const std::string& device);
 
 // Writes `rows` with `comment` lines (each prefixed "# ") first.
 absl::Status WriteLatencyCsv(const std::string& path, const std::string& comment,

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "latency_model/metrics.h"
 #include "proto/latency.pb.h"
 #include "search_space/counts.h"
 #include "util/textproto.h"
@@ -195,6 +196,34 @@ absl::StatusOr<LatencyModel> LatencyModel::Load(const std::string& path, const S
   if (!gp.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", gp.status().message()));
   m.gp_ = *std::move(gp);
   return m;
+}
+
+absl::StatusOr<LatencyCv> CrossValidateLatency(const LatencyModel& model,
+                                               const std::vector<LatencyRow>& data, int k,
+                                               const GpOptions& options) {
+  LatencyCv cv;
+  cv.rows = LatencyModel::Select(model.prompt_tokens(), data);
+  GpData gd;
+  for (const LatencyRow* r : cv.rows) {
+    absl::StatusOr<std::vector<double>> x = model.Features(r->arch);
+    if (!x.ok()) return x.status();
+    const double ms = LatencyModel::Measured(model.metric(), *r);
+    const double se = LatencyModel::MeasuredSe(model.metric(), *r);
+    gd.x.push_back(*std::move(x));
+    gd.y.push_back(std::log(ms));
+    gd.y_var.push_back((se / ms) * (se / ms));
+    cv.measured_ms.push_back(ms);
+    cv.log_measured.push_back(std::log(ms));
+  }
+  absl::StatusOr<GpPosterior> post = CrossValidate(gd, std::min<int>(k, gd.y.size()), options);
+  if (!post.ok()) return post.status();
+  cv.log_predicted = post->mean;
+  for (double m : post->mean) cv.predicted_ms.push_back(std::exp(m));
+  cv.r2 = RSquared(cv.measured_ms, cv.predicted_ms);
+  cv.r2_log = RSquared(cv.log_measured, cv.log_predicted);
+  cv.rmse_ms = Rmse(cv.measured_ms, cv.predicted_ms);
+  cv.tau = KendallTau(cv.measured_ms, cv.predicted_ms);
+  return cv;
 }
 
 }  // namespace hilnas

@@ -72,6 +72,19 @@ class LatencyModel {
   ExactGp gp_;
 };
 
+// k-fold cross-validation of a model's GP on its own rows of `data` (the
+// rows Select picks for its prompt length), on the same features: what
+// MobileLLM-Flash Sec. 3.4 reports (R^2 0.97) and stage 1 stops on.
+struct LatencyCv {
+  std::vector<const LatencyRow*> rows;
+  std::vector<double> measured_ms, predicted_ms;
+  std::vector<double> log_measured, log_predicted;
+  double r2 = 0, r2_log = 0, rmse_ms = 0, tau = 0;
+};
+absl::StatusOr<LatencyCv> CrossValidateLatency(const LatencyModel& model,
+                                               const std::vector<LatencyRow>& data, int k,
+                                               const GpOptions& options);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_

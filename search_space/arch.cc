@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -380,6 +382,19 @@ ArchSpec ArchToProto(const Arch& a) {
     for (int j : k.layer_map) kp->mutable_layer_map()->add_aux_layer(j);
   }
   return p;
+}
+
+std::string ArchKey(const ArchSpec& arch) {
+  ArchSpec a = arch;
+  a.clear_name();
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    a.SerializeToCodedStream(&coded);
+  }  // the streams trim `out` to the bytes written as they close
+  return out;
 }
 
 }  // namespace hilnas

@@ -66,6 +66,9 @@ absl::Status ValidateArch(const Arch& arch, const ValidateOptions& options = {})
 // (Hugging Face's convention) when that divides.
 absl::StatusOr<Arch> ArchFromProto(const ArchSpec& proto, const ValidateOptions& options = {});
 ArchSpec ArchToProto(const Arch& arch);
+// Bytes equal for equal architectures whatever their names (deterministic
+// serialisation without the name): the identity campaigns deduplicate by.
+std::string ArchKey(const ArchSpec& arch);
 
 const char* AttentionName(Attention a);  // "full", "swa", "skip"
 // The proto enum as an Attention; false for ATTENTION_UNSPECIFIED and

@@ -94,9 +94,6 @@ absl::StatusOr<std::unique_ptr<Runtime>> RuntimeFromFlags() {
 
 // Runs `hilnas ARGS...` (this binary) as a child; its output goes to `log`,
 // or to this process's stdout/stderr when `log` is empty.
-pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log = "") {
-  return SpawnProcess("/proc/self/exe", args, log, /*append_log=*/false);
-}
 
 }  // namespace
 
@@ -210,42 +207,6 @@ int FleetCommand(const std::vector<std::string>& args) {
   }
   Log(absl::StrCat("fleet: all ", n, " agents exited, ", failures, " with an error"));
   return failures == 0 ? 0 : 1;
-}
-
-int DemoFleetBench(const std::string& shape, int prompt_tokens) {
-  const std::string dir = std::filesystem::temp_directory_path() / "hilnas_demo_fleet";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const pid_t coordinator = SpawnSelf({"coordinator", "--listen=127.0.0.1:0",
-                                       "--db=" + dir + "/demo.db", "--port_file=" + dir + "/port"},
-                                      dir + "/coordinator.log");
-  std::string port;
-  for (int i = 0; i < 300 && port.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream(dir + "/port") >> port;
-  }
-  if (port.empty()) {
-    kill(coordinator, SIGTERM);
-    return Fail(absl::UnavailableError("demo coordinator did not start; see " + dir));
-  }
-  const std::string address = "127.0.0.1:" + port;
-  std::printf("coordinator on %s (SQLite %s/demo.db); starting a fleet of 2 agents\n",
-              address.c_str(), dir.c_str());
-  std::fflush(stdout);
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const pid_t fleet = SpawnSelf({"fleet", "--coordinator=" + address, "--agents=2",
-                                 absl::StrCat("--fleet_threads=", std::max(1, cores / 2))},
-                                dir + "/fleet.log");
-  absl::SetFlag(&FLAGS_coordinator, address);
-  absl::SetFlag(&FLAGS_shape, shape);
-  absl::SetFlag(&FLAGS_prompt_lengths, absl::StrCat(prompt_tokens));
-  const int rc = BenchCommand({});
-  AgentsCommand({"list"});
-  kill(fleet, SIGTERM);
-  waitpid(fleet, nullptr, 0);
-  kill(coordinator, SIGTERM);
-  waitpid(coordinator, nullptr, 0);
-  return rc;
 }
 
 }  // namespace hilnas::tools

@@ -14,6 +14,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/benchmark_service.h"
+#include "coordinator/campaign_runner.h"
+#include "coordinator/campaign_service.h"
+#include "coordinator/campaign_store.h"
+#include "coordinator/web_server.h"
 #include "coordinator/job_store.h"
 #include "device_agent/protocol.h"
 #include "google/protobuf/util/json_util.h"
@@ -32,6 +36,11 @@ ABSL_FLAG(int64_t, lease_ttl_ms, 30'000,
           "coordinator: a lease not renewed for this long expires and its job goes back");
 ABSL_FLAG(int64_t, heartbeat_ms, 2'000, "coordinator: heartbeat interval told to agents");
 ABSL_FLAG(int32_t, max_attempts, 3, "coordinator: lease expiries before a job fails");
+ABSL_FLAG(std::string, work_dir, "",
+          "coordinator: campaign trials' pruned checkpoints go here (default DB.work)");
+ABSL_FLAG(std::string, http, "",
+          "coordinator: serve the web page on HOST:PORT too, e.g. 127.0.0.1:8080 (port 0 picks)");
+ABSL_FLAG(std::string, http_port_file, "", "coordinator: write the web page's port here");
 ABSL_FLAG(std::string, prompt_lengths, "1024,2048,4096",
           "bench: prompt lengths in tokens (MobileLLM-Flash Sec. 4.2.2)");
 ABSL_FLAG(int32_t, decode_tokens, 16, "bench: tokens decoded after each prompt");
@@ -235,10 +244,19 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   absl::StatusOr<std::unique_ptr<JobStore>> store =
       JobStore::Open(absl::GetFlag(FLAGS_db), &clock, store_options);
   if (!store.ok()) return Fail(store.status());
+  absl::StatusOr<std::unique_ptr<CampaignStore>> campaigns =
+      CampaignStore::Open(absl::GetFlag(FLAGS_db), &clock);
+  if (!campaigns.ok()) return Fail(campaigns.status());
+  CampaignRunnerOptions runner_options;
+  runner_options.work_dir = absl::GetFlag(FLAGS_work_dir).empty()
+                                ? absl::GetFlag(FLAGS_db) + ".work"
+                                : absl::GetFlag(FLAGS_work_dir);
+  CampaignRunner runner(campaigns->get(), store->get(), &clock, runner_options);
+  CampaignServiceImpl campaign_api(campaigns->get(), &runner);
   BenchmarkServiceOptions options;
   options.enrollment_token = EnrollmentToken();
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
-  BenchmarkServices services(store->get(), &clock, options);
+  BenchmarkServices services(store->get(), &clock, options, &campaign_api);
 
   grpc::ServerBuilder builder;
   int port = 0;
@@ -254,11 +272,29 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
               absl::GetFlag(FLAGS_db).c_str(), static_cast<long long>(store_options.lease_ttl_ms),
               options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set");
   std::fflush(stdout);
+  std::unique_ptr<WebServer> web;
+  if (const std::string http = absl::GetFlag(FLAGS_http); !http.empty()) {
+    absl::StatusOr<std::unique_ptr<WebServer>> w =
+        WebServer::Start(http, campaigns->get(), store->get());
+    if (!w.ok()) return Fail(w.status());
+    web = *std::move(w);
+    std::printf("hilnas coordinator: web page on http://%s:%d/\n",
+                http.substr(0, http.rfind(':')).c_str(), web->port());
+    std::fflush(stdout);
+    if (const std::string f = absl::GetFlag(FLAGS_http_port_file); !f.empty()) {
+      if (absl::Status s = WriteFileAtomically(f, absl::StrCat(web->port(), "\n")); !s.ok()) {
+        return Fail(s);
+      }
+    }
+  }
+  runner.Start();  // resumes any campaign that was running when the last process died
   if (const std::string f = absl::GetFlag(FLAGS_port_file); !f.empty()) {
     if (absl::Status s = WriteFileAtomically(f, absl::StrCat(port, "\n")); !s.ok()) return Fail(s);
   }
   const int sig = WaitForSignal();
   std::printf("hilnas coordinator: signal %d, shutting down\n", sig);
+  runner.Stop();
+  web.reset();
   services.Shutdown();
   server->Shutdown(In(2000));
   return 0;

@@ -19,6 +19,7 @@
 #include "search_space/counts.h"
 #include "search_space/sobol.h"
 #include "search_space/space.h"
+#include "tools/campaign_db.h"
 #include "tools/commands.h"
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
@@ -28,6 +29,8 @@ ABSL_DECLARE_FLAG(std::string, prompt_lengths);
 ABSL_DECLARE_FLAG(int32_t, decode_tokens);
 ABSL_DECLARE_FLAG(int32_t, repeats);
 ABSL_DECLARE_FLAG(int32_t, max_repeats);
+ABSL_DECLARE_FLAG(std::string, campaign);
+ABSL_DECLARE_FLAG(std::string, db);
 ABSL_FLAG(std::string, data, "", "latency: measurements CSV (see `hilnas latency collect`)");
 ABSL_FLAG(std::string, model, "", "latency: fitted model file");
 ABSL_FLAG(std::string, metric, "ttft", "latency: ttft | decode");
@@ -96,16 +99,8 @@ int Collect() {
                    job.result().failure_message().c_str());
       continue;
     }
-    for (const LatencySummary& m : job.result().summaries()) {
-      LatencyRow r;
-      r.device = job.result().device().name();
-      r.arch = jobs[i].second;
-      r.prompt_tokens = m.prompt_tokens();
-      r.ttft_ms = m.ttft_median_ms();
-      r.ttft_se_ms = m.ttft_stderr_ms();
-      r.decode_ms = m.decode_median_ms_per_token();
-      r.decode_se_ms = m.decode_stderr_ms_per_token();
-      rows.push_back(r);
+    for (LatencyRow& r : LatencyRowsOf(jobs[i].second, job.result(), job.result().device().name())) {
+      rows.push_back(std::move(r));
     }
     std::fprintf(stderr, "\rcollected %zu/%zu (%d failed)", i + 1, jobs.size(), failed);
     if ((i + 1) % 10 == 0 || i + 1 == jobs.size()) {  // keep what is measured
@@ -123,14 +118,34 @@ struct Loaded {
   int prompt;
 };
 
-absl::StatusOr<Loaded> LoadData() {
+// The rows of --data (in --space), or of --campaign's measurements (in its
+// space) read from the coordinator's --db.
+absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows() {
+  if (const std::string name = absl::GetFlag(FLAGS_campaign); !name.empty()) {
+    absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(absl::GetFlag(FLAGS_db), name);
+    if (!c.ok()) return c.status();
+    absl::StatusOr<Space> space = Space::FromProto(c->record.config.search_space());
+    if (!space.ok()) return space.status();
+    absl::StatusOr<std::vector<LatencyRow>> rows = CampaignLatencyRows(*c);
+    if (!rows.ok()) return rows.status();
+    return std::make_pair(*std::move(space), *std::move(rows));
+  }
   absl::StatusOr<Space> space = SpaceFromFlags();
   if (!space.ok()) return space.status();
   if (absl::GetFlag(FLAGS_data).empty()) {
-    return absl::InvalidArgumentError("give --data FILE (from `hilnas latency collect`)");
+    return absl::InvalidArgumentError(
+        "give --data FILE (from `hilnas latency collect`) or --campaign NAME [--db FILE]");
   }
   absl::StatusOr<std::vector<LatencyRow>> rows = ReadLatencyCsv(absl::GetFlag(FLAGS_data), *space);
   if (!rows.ok()) return rows.status();
+  return std::make_pair(*std::move(space), *std::move(rows));
+}
+
+absl::StatusOr<Loaded> LoadData() {
+  absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> loaded = LoadRows();
+  if (!loaded.ok()) return loaded.status();
+  Space* space = &loaded->first;
+  std::vector<LatencyRow>* rows = &loaded->second;
   absl::StatusOr<LatencyMetric> metric = ParseLatencyMetric(absl::GetFlag(FLAGS_metric));
   if (!metric.ok()) return metric.status();
   int prompt = static_cast<int>(absl::GetFlag(FLAGS_prompt_tokens));
@@ -225,33 +240,22 @@ int Eval() {
   // Cross-validate on the same features the model uses. Feature scaling is
   // fitted on all rows: it only rescales FLOPs/params, which are known
   // without measuring anything.
-  GpData data;
-  std::vector<double> measured, params, flops, roof;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<LatencyCv> cv =
+      CrossValidateLatency(*full, d->rows, absl::GetFlag(FLAGS_folds), GpOptionsFromFlags());
+  if (!cv.ok()) return Fail(cv.status());
+  const double cv_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<double>& measured = cv->measured_ms;
+  const std::vector<double>& predicted = cv->predicted_ms;
+  std::vector<double> params, flops, roof;
   const Roofline roofline = MeasureRoofline(absl::GetFlag(FLAGS_threads));
   for (const LatencyRow* r : rows) {
-    absl::StatusOr<std::vector<double>> x = full->Features(r->arch);
-    if (!x.ok()) return Fail(x.status());
-    const double ms = LatencyModel::Measured(d->metric, *r);
-    const double se = LatencyModel::MeasuredSe(d->metric, *r);
-    data.x.push_back(*x);
-    data.y.push_back(std::log(ms));
-    data.y_var.push_back((se / ms) * (se / ms));
-    measured.push_back(ms);
     params.push_back(static_cast<double>(CountParameters(r->arch).model()));
     const bool ttft = d->metric == LatencyMetric::kTtft;
     flops.push_back(ttft ? PrefillFlops(r->arch, d->prompt) : DecodeFlops(r->arch, d->prompt));
     roof.push_back(ttft ? RooflineTtftMs(r->arch, d->prompt, roofline)
                         : RooflineDecodeMs(r->arch, d->prompt, roofline));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<GpPosterior> cv =
-      CrossValidate(data, absl::GetFlag(FLAGS_folds), GpOptionsFromFlags());
-  if (!cv.ok()) return Fail(cv.status());
-  std::vector<double> predicted;
-  for (double m : cv->mean) predicted.push_back(std::exp(m));
-  const double cv_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<double> log_measured;
-  for (double m : measured) log_measured.push_back(std::log(m));
   std::printf(
       "%s at prompt %d, %zu architectures, device %s, %d-fold cross-validation (%.1f s), %s "
       "lengthscale prior\n\n",
@@ -259,9 +263,8 @@ int Eval() {
       absl::GetFlag(FLAGS_folds), cv_s, absl::GetFlag(FLAGS_gp_prior).c_str());
   std::printf(
       "| predictor | R^2 (ms) | R^2 (log) | RMSE s | Kendall tau |\n|---|---|---|---|---|\n");
-  std::printf("| GP (cross-validated) | %.3f | %.3f | %.4f | %.3f |\n",
-              RSquared(measured, predicted), RSquared(log_measured, cv->mean),
-              Rmse(measured, predicted) / 1e3, KendallTau(measured, predicted));
+  std::printf("| GP (cross-validated) | %.3f | %.3f | %.4f | %.3f |\n", cv->r2, cv->r2_log,
+              cv->rmse_ms / 1e3, cv->tau);
   std::printf("| parameter count | - | - | - | %.3f |\n", KendallTau(measured, params));
   std::printf("| FLOPs | - | - | - | %.3f |\n", KendallTau(measured, flops));
   std::printf("| roofline (%.0f GFLOP/s, %.0f GB/s here) | %.3f | - | %.4f | %.3f |\n",

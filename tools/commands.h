@@ -3,6 +3,8 @@
 #ifndef HILNAS_TOOLS_COMMANDS_H_
 #define HILNAS_TOOLS_COMMANDS_H_
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -28,9 +30,13 @@ int TrainCommand(const std::vector<std::string>& args);
 int CalibrateCommand(const std::vector<std::string>& args);
 int PruneCommand(const std::vector<std::string>& args);
 int BackboneCommand(const std::vector<std::string>& args);
-// Starts a coordinator and a 2-agent fleet as child processes, benchmarks
-// `shape` through them, prints the result and the agents, stops them.
-int DemoFleetBench(const std::string& shape, int prompt_tokens);
+int CampaignCommand(const std::vector<std::string>& args);
+int ParetoCommand(const std::vector<std::string>& args);
+int ExportCommand(const std::vector<std::string>& args);
+
+// Starts this binary with `args` as a child process, its output to `log`
+// (inherited when empty).
+pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log = "");
 
 // The architecture named by --shape or read from --arch (a .textproto
 // ArchSpec); exactly one must be given.

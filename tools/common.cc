@@ -9,6 +9,7 @@
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "util/status_macros.h"
+#include "util/subprocess.h"
 #include "util/textproto.h"
 
 namespace hilnas::tools {
@@ -53,6 +54,10 @@ std::string WithCommas(int64_t n) {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "hilnas: error: %s\n", std::string(status.message()).c_str());
   return 1;
+}
+
+pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {
+  return SpawnProcess("/proc/self/exe", args, log, /*append_log=*/false);
 }
 
 }  // namespace hilnas::tools

@@ -47,8 +47,9 @@ usage: hilnas COMMAND [ARGS] [--flags]
   checkpoint init --shape NAME|--arch FILE --out DIR [--dtype f32|f16|bf16 --seed S]
                                    write a random-weight checkpoint
   checkpoint check DIR             validate a checkpoint folder and summarise it
-  coordinator [--listen ADDR --db FILE --token T --lease-ttl-ms MS]
-                                   serve agents and users over gRPC (SQLite store)
+  coordinator [--listen ADDR --db FILE --http ADDR --work-dir DIR --token T --lease-ttl-ms MS]
+                                   serve agents, users and campaigns over gRPC (SQLite store),
+                                   and the web page with --http
   agent [--coordinator ADDR --name NAME --token T --threads N --cpu-set 0-1 --pools P
       --runtime libtorch|external ...]
                                    a device agent: lease benchmark jobs, measure, report
@@ -80,7 +81,20 @@ usage: hilnas COMMAND [ARGS] [--flags]
                                    a dense pruned checkpoint
   backbone --out DIR [--backbone-steps 600]
                                    build the demo backbone: corpus, train, calibrate
-  demo                             the README's main job
+  campaign create --config FILE    validate and store a search campaign (.textproto)
+  campaign start NAME [--wait]     run it: stage 1 latency, stage 2 qNEHVI (follow with --wait)
+  campaign status|stop|resume NAME, campaign list
+                                   progress, diagnostics, log; stop and resume
+  pareto show CAMPAIGN [--db FILE --all]
+                                   the Pareto table (loss vs predicted TTFT, decode, memory)
+  pareto export CAMPAIGN --format csv|json [--out FILE]
+  pareto plot CAMPAIGN --out front.svg
+                                   every trial, the front, the reference point, published shapes
+  export --campaign C --trial N --out DIR [--db FILE]
+                                   the dense pruned checkpoint of any trial
+  latency fit|eval --campaign C [--db FILE]
+                                   the latency model on a campaign's own measurements
+  demo [--out hilnas-demo]         the README's main job: a small two-stage campaign end to end
 )";
 
 // Accept --prompt-tokens as well as Abseil's --prompt_tokens.
@@ -106,7 +120,8 @@ std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
 // backbone on 2 threads.
 void ReexecForStableTiming(char** argv, const std::string& command) {
   if (command != "agent" && command != "run" && command != "demo" && command != "train" &&
-      command != "calibrate" && command != "prune" && command != "backbone") {
+      command != "calibrate" && command != "prune" && command != "backbone" &&
+      command != "coordinator") {
     return;
   }
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
@@ -150,6 +165,9 @@ int main(int argc, char** argv) {
   if (command == "calibrate") return CalibrateCommand(args);
   if (command == "prune") return PruneCommand(args);
   if (command == "backbone") return BackboneCommand(args);
+  if (command == "campaign") return CampaignCommand(args);
+  if (command == "pareto") return ParetoCommand(args);
+  if (command == "export") return ExportCommand(args);
   std::fprintf(stderr, "hilnas: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
   return 2;
 }

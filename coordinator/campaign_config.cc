@@ -1,0 +1,226 @@
+#include "coordinator/campaign_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "device_agent/protocol.h"
+#include "model/checkpoint.h"
+#include "pruner/metrics.h"
+#include "pruner/prune.h"
+#include "search_space/sobol.h"
+#include "search_space/space.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+CampaignConfig WithCampaignDefaults(CampaignConfig c) {
+  if (!c.has_search_space()) *c.mutable_search_space() = DefaultSearchSpace();
+  auto set = [](auto getter, auto setter, auto value) {
+    if (getter() == decltype(getter()){}) setter(value);
+  };
+  set([&] { return c.batch_size(); }, [&](int v) { c.set_batch_size(v); }, 8);
+  set([&] { return c.stage1_latency_points(); }, [&](int v) { c.set_stage1_latency_points(v); },
+      64);
+  set([&] { return c.stage1_sobol_points(); }, [&](int v) { c.set_stage1_sobol_points(v); },
+      std::max(2, c.stage1_latency_points() / 2));
+  set([&] { return c.stage1_target_r2(); }, [&](double v) { c.set_stage1_target_r2(v); }, 0.9);
+  set([&] { return c.stage2_trials(); }, [&](int v) { c.set_stage2_trials(v); }, 64);
+  set([&] { return c.stage2_initial_points(); }, [&](int v) { c.set_stage2_initial_points(v); },
+      2 * c.batch_size());
+  set([&] { return c.strategy(); }, [&](std::string v) { c.set_strategy(v); },
+      std::string("qnehvi"));
+  set([&] { return c.candidates(); }, [&](int v) { c.set_candidates(v); }, 1000);
+  set([&] { return c.mc_samples(); }, [&](int v) { c.set_mc_samples(v); }, 128);
+  set([&] { return c.max_failed_fraction(); }, [&](double v) { c.set_max_failed_fraction(v); },
+      0.25);
+  set([&] { return c.ttft_prompt_tokens(); }, [&](int v) { c.set_ttft_prompt_tokens(v); }, 1024);
+  set([&] { return c.backbone_metrics(); }, [&](std::string v) { c.set_backbone_metrics(v); },
+      c.backbone_checkpoint().empty()
+          ? std::string()
+          : (fs::path(c.backbone_checkpoint()) / "metrics.json").string());
+  set([&] { return c.quality_evaluator(); }, [&](std::string v) { c.set_quality_evaluator(v); },
+      std::string("in-process"));
+  set([&] { return c.quality_timeout_s(); }, [&](double v) { c.set_quality_timeout_s(v); },
+      3600.0);
+  TrainRecipe* t = c.mutable_train();
+  set([&] { return t->steps(); }, [&](int v) { t->set_steps(v); }, 20);
+  set([&] { return t->batch_size(); }, [&](int v) { t->set_batch_size(v); }, 8);
+  set([&] { return t->seq_len(); }, [&](int v) { t->set_seq_len(v); }, 128);
+  set([&] { return t->lr(); }, [&](double v) { t->set_lr(v); }, 1e-3);
+  set([&] { return t->warmup_steps(); }, [&](int v) { t->set_warmup_steps(v); },
+      std::max(1, t->steps() / 10));
+  set([&] { return t->eval_windows(); }, [&](int v) { t->set_eval_windows(v); }, 64);
+  set([&] { return t->heldout_fraction(); }, [&](double v) { t->set_heldout_fraction(v); }, 0.05);
+  BenchmarkRequest* b = c.mutable_benchmark();
+  set([&] { return b->warmup_runs(); }, [&](int v) { b->set_warmup_runs(v); }, 1);
+  set([&] { return b->repeats(); }, [&](int v) { b->set_repeats(v); }, 3);
+  set([&] { return b->max_repeats(); }, [&](int v) { b->set_max_repeats(v); }, 5);
+  set([&] { return b->max_rel_spread(); }, [&](double v) { b->set_max_rel_spread(v); }, 0.05);
+  set([&] { return b->decode_tokens(); }, [&](int v) { b->set_decode_tokens(v); }, 8);
+  set([&] { return b->prefill_chunk(); }, [&](int v) { b->set_prefill_chunk(v); }, 1024);
+  return c;
+}
+
+std::vector<Objective> CampaignObjectives(const CampaignConfig& config) {
+  std::vector<Objective> out = {LOSS, TTFT};
+  for (int o : config.objectives()) out.push_back(static_cast<Objective>(o));
+  return out;
+}
+
+namespace {
+
+absl::Status CheckBackbone(const CampaignConfig& c, const Space& space, const std::string& where) {
+  const std::string config_json = (fs::path(c.backbone_checkpoint()) / "config.json").string();
+  absl::StatusOr<Arch> backbone = ReadConfigJson(config_json);
+  if (!backbone.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "backbone_checkpoint: ", backbone.status().message()));
+  }
+  absl::StatusOr<ActivationMetrics> metrics = LoadMetrics(c.backbone_metrics());
+  if (!metrics.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "backbone_metrics: ", metrics.status().message(),
+                     " (`hilnas calibrate --ckpt ", c.backbone_checkpoint(), "` makes them)"));
+  }
+  // Every member must be prunable: check the widest, deepest member and a
+  // Sobol sample (attention on layers, widths on the grid, heads).
+  HILNAS_ASSIGN_OR_RETURN(SobolSample sample, SampleSobol(space, 16, c.seed()));
+  std::vector<Arch> probes = sample.archs;
+  std::vector<double> top(space.dimensions(), 0.999999);
+  if (absl::StatusOr<Arch> widest = space.Decode(top); widest.ok()) {
+    for (Attention& a : widest->attention) a = Attention::kFull;
+    probes.push_back(*widest);
+  }
+  PruneOptions po;
+  po.block_size = space.block_size();
+  for (const Arch& a : probes) {
+    absl::StatusOr<PrunePlan> plan = PlanPrune(*metrics, *backbone, a, po);
+    if (!plan.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "search_space: the member ", a.num_layers, " layers, d_model ", a.d_model,
+          ", d_ffn ", a.d_ffn, ", pattern ", PatternString(a.attention),
+          " cannot be pruned from the backbone ", c.backbone_checkpoint(), ": ",
+          plan.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& origin) {
+  const std::string where = origin.empty() ? "campaign config: " : origin + ": ";
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(where, field, ": ", why));
+  };
+  if (c.name().empty()) return bad("name", "is empty");
+  for (char ch : c.name()) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
+      return bad("name", absl::StrCat("\"", c.name(), "\" may hold only letters, digits, - _ ."));
+    }
+  }
+  if (c.backbone_checkpoint().empty()) return bad("backbone_checkpoint", "is empty");
+  absl::StatusOr<Space> space = Space::FromProto(c.search_space());
+  if (!space.ok()) return bad("search_space", std::string(space.status().message()));
+  if (c.batch_size() < 1) return bad("batch_size", absl::StrCat(c.batch_size(), " < 1"));
+  if (c.stage1_latency_points() < 4) {
+    return bad("stage1_latency_points", absl::StrCat(c.stage1_latency_points(), " < 4"));
+  }
+  if (c.stage1_sobol_points() < 3 || c.stage1_sobol_points() > c.stage1_latency_points()) {
+    return bad("stage1_sobol_points", absl::StrCat(c.stage1_sobol_points(),
+                                                   " is not in 3..stage1_latency_points (",
+                                                   c.stage1_latency_points(), ")"));
+  }
+  if (c.stage2_trials() < 1) return bad("stage2_trials", absl::StrCat(c.stage2_trials(), " < 1"));
+  if (static_cast<uint64_t>(c.stage1_latency_points()) > space->Size() ||
+      static_cast<uint64_t>(c.stage2_trials()) > space->Size()) {
+    return bad("stage2_trials", absl::StrCat("the space has only ", space->Size(), " members"));
+  }
+  const std::set<std::string> strategies = {"qnehvi", "sobol", "random"};
+  if (!strategies.count(c.strategy())) {
+    return bad("strategy", absl::StrCat("\"", c.strategy(), "\" is not one of qnehvi, sobol, random"));
+  }
+  if (c.strategy() == "qnehvi" && c.stage2_initial_points() < 2) {
+    return bad("stage2_initial_points", "qNEHVI needs at least 2 initial trials");
+  }
+  if (c.max_failed_fraction() <= 0 || c.max_failed_fraction() > 1) {
+    return bad("max_failed_fraction", absl::StrCat(c.max_failed_fraction(), " is not in (0, 1]"));
+  }
+  if (c.mc_samples() < 1 || c.candidates() < c.batch_size()) {
+    return bad("candidates", absl::StrCat(c.candidates(), " candidates and ", c.mc_samples(),
+                                          " MC samples for batches of ", c.batch_size()));
+  }
+  if (!(c.stage1_target_r2() <= 1)) {
+    return bad("stage1_target_r2", absl::StrCat(c.stage1_target_r2(), " > 1"));
+  }
+  if (!(c.reference().loss() > 0)) {
+    return bad("reference.loss", absl::StrCat(c.reference().loss(),
+                                              " must be positive (the paper uses 0.6)"));
+  }
+  if (c.reference().ttft_ms() < 0) return bad("reference.ttft_ms", "is negative");
+  std::set<int> seen;
+  for (int o : c.objectives()) {
+    if (o != DECODE && o != MEMORY) {
+      return bad("objectives", absl::StrCat(Objective_Name(o),
+                                            " is not an extra objective (DECODE or MEMORY)"));
+    }
+    if (!seen.insert(o).second) return bad("objectives", Objective_Name(o) + " twice");
+  }
+  if (c.ttft_prompt_tokens() < 1) return bad("ttft_prompt_tokens", "< 1");
+  BenchmarkRequest probe = c.benchmark();
+  probe.clear_prompt_lengths();
+  probe.add_prompt_lengths(c.ttft_prompt_tokens());
+  absl::StatusOr<Arch> middle = space->Decode(std::vector<double>(space->dimensions(), 0.5));
+  if (middle.ok()) *probe.mutable_arch() = ArchToProto(*middle);
+  if (absl::Status s = ValidateBenchmarkRequest(probe); !s.ok()) {
+    return bad("benchmark", std::string(s.message()));
+  }
+  if (c.quality_evaluator() == "in-process") {
+    if (c.tokens().empty()) return bad("tokens", "the in-process evaluator needs a token file");
+    if (!fs::exists(c.tokens())) {
+      return bad("tokens", absl::StrCat(c.tokens(), " does not exist (`hilnas corpus --out ",
+                                        c.tokens(), "` makes one)"));
+    }
+    const TrainRecipe& t = c.train();
+    if (t.steps() < 1 || t.batch_size() < 1 || t.seq_len() < 2 || !(t.lr() > 0)) {
+      return bad("train", absl::StrCat("steps ", t.steps(), ", batch_size ", t.batch_size(),
+                                       ", seq_len ", t.seq_len(), ", lr ", t.lr(),
+                                       " must all be positive"));
+    }
+    if (!(t.heldout_fraction() > 0 && t.heldout_fraction() < 1)) {
+      return bad("train.heldout_fraction", absl::StrCat(t.heldout_fraction(), " is not in (0, 1)"));
+    }
+  } else if (c.quality_evaluator().find("{checkpoint}") == std::string::npos ||
+             c.quality_evaluator().find("{output}") == std::string::npos) {
+    return bad("quality_evaluator",
+               absl::StrCat("\"", c.quality_evaluator(),
+                            "\" is neither \"in-process\" nor a command with {checkpoint} and "
+                            "{output}"));
+  }
+  return CheckBackbone(c, *space, where);
+}
+
+absl::StatusOr<CampaignConfig> ReadCampaignConfig(const std::string& path) {
+  CampaignConfig c;
+  HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(path, &c));
+  auto absolute = [](std::string* p) {
+    if (!p->empty() && fs::path(*p).is_relative()) *p = fs::absolute(*p).lexically_normal().string();
+  };
+  absolute(c.mutable_backbone_checkpoint());
+  absolute(c.mutable_backbone_metrics());
+  absolute(c.mutable_tokens());
+  c = WithCampaignDefaults(std::move(c));
+  HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, path));
+  return c;
+}
+
+}  // namespace hilnas

@@ -1,0 +1,58 @@
+// What a campaign found, in the forms people read: the Pareto front of its
+// stage-2 trials and its hypervolume, a markdown table, CSV, JSON and an SVG
+// plot. `hilnas pareto`, the campaign log and the web page all print
+// through these, so they agree.
+//
+// A stage-2 trial's TTFT objective is the latency model's prediction, as in
+// MobileLLM-Flash Sec. 3.4 (stage 2 trusts the GP); a measured TTFT, when
+// the campaign confirms latency, is shown beside it.
+#ifndef HILNAS_COORDINATOR_CAMPAIGN_REPORT_H_
+#define HILNAS_COORDINATOR_CAMPAIGN_REPORT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/campaign_store.h"
+#include "coordinator/pareto.h"
+
+namespace hilnas {
+
+// The reference point's coordinates in the order of `objectives`.
+Objectives ReferenceVector(const ReferencePoint& reference, const std::vector<Objective>& objectives);
+
+// The objective values of a finished stage-2 trial.
+Objectives TrialObjectives(const Trial& trial, const std::vector<Objective>& objectives);
+
+struct FrontView {
+  std::vector<const Trial*> evaluated;  // stage-2 DONE trials, in id order
+  std::vector<bool> on_front;           // per evaluated trial
+  double hypervolume = 0;               // against the record's reference point
+  Objectives reference;
+  std::vector<Objective> objectives;
+};
+FrontView ComputeFront(const CampaignRecord& record, const std::vector<Trial>& trials);
+
+// "24 trials evaluated, 7 on the front, hypervolume 258 against loss 3.0,
+// TTFT 442 ms".
+std::string FrontSummary(const CampaignRecord& record, const std::vector<Trial>& trials);
+
+// One row per trial of either stage (`all`) or per evaluated stage-2 trial:
+// id, stage, state, provenance, architecture, parameters, TTFT predicted and
+// measured, decode, memory, loss, front.
+std::string ParetoTable(const CampaignRecord& record, const std::vector<Trial>& trials, bool all);
+std::string ParetoCsv(const CampaignRecord& record, const std::vector<Trial>& trials);
+std::string ParetoJson(const CampaignRecord& record, const std::vector<Trial>& trials);
+
+// Loss against TTFT: every evaluated trial, the front as a staircase, the
+// reference point, and `markers` (a published shape's name and its
+// predicted TTFT, drawn as a labelled vertical line).
+std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& trials,
+                      const std::vector<std::pair<std::string, double>>& markers = {});
+
+// "L6 d256 f512 FWFSFF" (+ "+KVP" / "+slim" when set).
+std::string ArchSummary(const ArchSpec& arch);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_COORDINATOR_CAMPAIGN_REPORT_H_

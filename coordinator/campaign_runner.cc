@@ -1,0 +1,543 @@
+#include "coordinator/campaign_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/campaign_config.h"
+#include "coordinator/campaign_report.h"
+#include "coordinator/search.h"
+#include "latency_model/dataset.h"
+#include "latency_model/latency_model.h"
+#include "pruner/backbone.h"
+#include "quality/evaluator.h"
+#include "quality/tokens.h"
+#include "search_space/counts.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+
+namespace fs = std::filesystem;
+
+// What a campaign's steps need beyond the store; rebuilt after a restart.
+struct CampaignContext {
+  std::unique_ptr<Space> space;
+  std::unique_ptr<Backbone> backbone;            // loaded for stage 2
+  std::unique_ptr<QualityEvaluator> evaluator;   // for stage 2
+  std::unique_ptr<LatencyModel> ttft, decode;    // fitted on the measured trials
+  size_t measured_at_fit = 0;                    // measured trials the models saw
+};
+
+namespace {
+
+std::string DeviceClass(const CampaignConfig& c) {
+  return c.device_pool().empty() ? "any" : c.device_pool();
+}
+
+std::string Summary(const ArchSpec& a) {
+  std::string pattern;
+  for (int t : a.attention()) pattern += t == FULL ? 'F' : t == SLIDING_WINDOW ? 'W' : 'S';
+  return absl::StrFormat("L%d d%d f%d %s", a.num_layers(), a.d_model(), a.d_ffn(), pattern);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+bool Measured(const Trial& t) { return t.state() != FAILED && t.has_latency() && t.measured_ttft_ms() > 0; }
+
+}  // namespace
+
+CampaignRunner::CampaignRunner(CampaignStore* campaigns, JobStore* jobs, const Clock* clock,
+                               CampaignRunnerOptions options)
+    : campaigns_(campaigns), jobs_(jobs), clock_(clock), options_(std::move(options)) {}
+
+CampaignRunner::~CampaignRunner() { Stop(); }
+
+void CampaignRunner::Start() {
+  absl::MutexLock lock(&mu_);
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void CampaignRunner::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void CampaignRunner::Poke() {
+  absl::MutexLock lock(&mu_);
+  poked_ = true;
+}
+
+void CampaignRunner::Loop() {
+  while (true) {
+    bool progressed = false;
+    absl::StatusOr<std::vector<CampaignRecord>> all = campaigns_->List();
+    if (all.ok()) {
+      for (const CampaignRecord& r : *all) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stop_) return;
+        }
+        if (r.state != "running") continue;
+        absl::StatusOr<bool> p = Step(r.config.name());
+        progressed = progressed || (p.ok() && *p);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    if (!progressed) {
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || poked_; };
+      mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Milliseconds(options_.idle_poll_ms));
+    }
+    poked_ = false;
+  }
+}
+
+void CampaignRunner::Log(const std::string& campaign, const std::string& text) {
+  campaigns_->Log(campaign, text).IgnoreError();  // the log is best effort; state is not
+}
+
+absl::StatusOr<CampaignContext*> CampaignRunner::Context(const CampaignRecord& record) {
+  auto& slot = contexts_[record.config.name()];
+  if (slot == nullptr) {
+    auto ctx = std::make_unique<CampaignContext>();
+    HILNAS_ASSIGN_OR_RETURN(Space space, Space::FromProto(record.config.search_space()));
+    ctx->space = std::make_unique<Space>(std::move(space));
+    slot = std::move(ctx);
+  }
+  return slot.get();
+}
+
+absl::StatusOr<bool> CampaignRunner::Step(const std::string& name) {
+  absl::MutexLock lock(&step_mu_);
+  HILNAS_ASSIGN_OR_RETURN(CampaignRecord record, campaigns_->Get(name));
+  if (record.state != "running") return false;
+  absl::StatusOr<CampaignContext*> ctx = Context(record);
+  if (!ctx.ok()) {
+    HILNAS_RETURN_IF_ERROR(campaigns_->Finish(name, "failed", std::string(ctx.status().message())));
+    return true;
+  }
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, campaigns_->Trials(name));
+  if (record.stage == 0) {
+    record.stage = 1;
+    record.message = "stage 1: measuring latency";
+    HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
+    Log(name, absl::StrFormat(
+                  "stage 1: %d Sobol points, then uncertainty batches of %d, up to %d latency "
+                  "points or CV R^2 %.2f; TTFT at %d tokens on pool %s",
+                  record.config.stage1_sobol_points(), record.config.batch_size(),
+                  record.config.stage1_latency_points(), record.config.stage1_target_r2(),
+                  record.config.ttft_prompt_tokens(), DeviceClass(record.config)));
+    return true;
+  }
+  if (record.stage == 1) return Stage1(record, **ctx, trials);
+  return Stage2(record, **ctx, trials);
+}
+
+absl::Status CampaignRunner::SubmitMeasurement(const CampaignRecord& record, Trial& trial) {
+  BenchmarkRequest request = record.config.benchmark();
+  request.clear_prompt_lengths();
+  request.add_prompt_lengths(record.config.ttft_prompt_tokens());
+  *request.mutable_arch() = trial.arch();
+  request.set_seed(record.config.seed());
+  // The key makes a re-submission after a restart return the same job.
+  HILNAS_ASSIGN_OR_RETURN(
+      int64_t job, jobs_->SubmitJob(request, "", record.config.device_pool(),
+                                    absl::StrCat("campaign/", record.config.name(), "/trial/",
+                                                 trial.id())));
+  trial.set_job_id(job);
+  trial.set_state(MEASURING);
+  return campaigns_->UpdateTrial(trial);
+}
+
+absl::StatusOr<bool> CampaignRunner::CollectMeasurements(CampaignContext& ctx,
+                                                         std::vector<Trial>& trials) {
+  bool changed = false;
+  for (Trial& t : trials) {
+    if (t.state() != MEASURING) continue;
+    HILNAS_ASSIGN_OR_RETURN(JobRecord job, jobs_->GetJob(t.job_id()));
+    if (job.state != JOB_DONE && job.state != JOB_FAILED) continue;
+    changed = true;
+    t.set_finished_ms(clock_->NowMs());
+    if (job.state == JOB_DONE && job.result.has_value() && job.result->failure() == FAILURE_NONE &&
+        job.result->summaries_size() > 0) {
+      *t.mutable_latency() = *job.result;
+      t.set_measured_ttft_ms(job.result->summaries(0).ttft_median_ms());
+      t.set_state(DONE);
+    } else {
+      const std::string why =
+          job.result.has_value() && !job.result->failure_message().empty()
+              ? absl::StrCat(FailureKind_Name(job.result->failure()), ": ",
+                             job.result->failure_message())
+              : absl::StrCat("benchmark job ", t.job_id(), " failed: ", job.message);
+      if (t.stage() == 2) {
+        // The quality result stands; only the confirmation is missing.
+        t.set_state(DONE);
+        t.set_message(absl::StrCat("latency confirmation failed: ", why));
+      } else {
+        t.set_state(FAILED);
+        t.set_message(why);
+      }
+    }
+    HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+    if (t.stage() == 2 && t.measured_ttft_ms() > 0) {
+      Log(t.campaign(),
+          absl::StrFormat("trial %d: measured TTFT %.1f ms vs predicted %.1f ms (gap %+.0f%%)",
+                          t.id(), t.measured_ttft_ms(), t.predicted_ttft_ms(),
+                          100 * (t.predicted_ttft_ms() / t.measured_ttft_ms() - 1)));
+    } else if (t.state() == FAILED) {
+      Log(t.campaign(), absl::StrCat("trial ", t.id(), " failed: ", t.message()));
+    }
+  }
+  (void)ctx;
+  return changed;
+}
+
+absl::StatusOr<bool> CampaignRunner::CheckFailures(const CampaignRecord& record,
+                                                   const std::vector<Trial>& trials) {
+  int failed = 0, finished = 0;
+  std::string last;
+  for (const Trial& t : trials) {
+    if (t.stage() != record.stage || t.id() <= record.failures_count_after) continue;
+    if (t.state() == FAILED) ++failed, last = absl::StrCat("trial ", t.id(), ": ", t.message());
+    if (t.state() == FAILED || t.state() == DONE) ++finished;
+  }
+  if (failed < 3 || failed <= record.config.max_failed_fraction() * finished) return false;
+  const std::string report = absl::StrFormat(
+      "stopped: %d of %d stage-%d trials failed%s, more than the limit of %.0f%% "
+      "(max_failed_fraction); last error: %s",
+      failed, finished, record.stage,
+      record.failures_count_after > 0 ? " since the last resume" : "",
+      100 * record.config.max_failed_fraction(), last);
+  HILNAS_RETURN_IF_ERROR(campaigns_->Finish(record.config.name(), "failed", report));
+  Log(record.config.name(), report);
+  return true;
+}
+
+absl::Status CampaignRunner::FitLatencyModels(CampaignRecord& record, CampaignContext& ctx,
+                                              const std::vector<Trial>& trials,
+                                              bool cross_validate) {
+  std::vector<LatencyRow> rows;
+  size_t measured = 0;
+  for (const Trial& t : trials) {
+    if (!Measured(t)) continue;
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(t.arch()));
+    for (LatencyRow& r : LatencyRowsOf(arch, t.latency(), DeviceClass(record.config))) {
+      rows.push_back(std::move(r));
+    }
+    ++measured;
+  }
+  if (ctx.ttft != nullptr && measured == ctx.measured_at_fit && !cross_validate) {
+    return absl::OkStatus();
+  }
+  GpOptions gp;
+  gp.seed = record.config.seed();
+  const int prompt = record.config.ttft_prompt_tokens();
+  HILNAS_ASSIGN_OR_RETURN(LatencyModel ttft, LatencyModel::Fit(*ctx.space, DeviceClass(record.config),
+                                                              LatencyMetric::kTtft, prompt, rows, gp));
+  ctx.ttft = std::make_unique<LatencyModel>(std::move(ttft));
+  const std::vector<Objective> objectives = CampaignObjectives(record.config);
+  if (std::count(objectives.begin(), objectives.end(), DECODE)) {
+    HILNAS_ASSIGN_OR_RETURN(LatencyModel decode,
+                            LatencyModel::Fit(*ctx.space, DeviceClass(record.config),
+                                              LatencyMetric::kDecode, prompt, rows, gp));
+    ctx.decode = std::make_unique<LatencyModel>(std::move(decode));
+  }
+  ctx.measured_at_fit = measured;
+  if (!cross_validate) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  HILNAS_ASSIGN_OR_RETURN(LatencyCv cv, CrossValidateLatency(*ctx.ttft, rows, options_.k_folds, gp));
+  record.cv_r2 = cv.r2;
+  record.cv_tau = cv.tau;
+  const GpHyperparameters& h = ctx.ttft->gp().hyperparameters();
+  Log(record.config.name(),
+      absl::StrFormat("stage 1: latency model on %zu points: %d-fold CV R^2 %.3f (log %.3f), "
+                      "Kendall tau %.3f, RMSE %.2f ms; noise %.2e, outputscale %.2f (%.1f s)",
+                      measured, std::min<int>(options_.k_folds, measured), cv.r2, cv.r2_log,
+                      cv.tau, cv.rmse_ms, h.noise, h.outputscale,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignContext& ctx,
+                                            std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
+  const std::string& name = c.name();
+  for (Trial& t : trials) {
+    if (t.stage() == 1 && t.state() == PROPOSED) {
+      HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
+      return true;
+    }
+  }
+  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(ctx, trials));
+  if (collected) {
+    HILNAS_ASSIGN_OR_RETURN(bool failed, CheckFailures(record, trials));
+    if (failed) return true;
+  }
+  int open = 0, done = 0, total = 0;
+  std::set<std::string> seen;
+  for (const Trial& t : trials) {
+    if (t.stage() != 1) continue;
+    ++total;
+    open += !TrialFinished(t.state());
+    done += t.state() == DONE;
+    seen.insert(ArchKey(t.arch()));
+  }
+  if (open > 0) {
+    const std::string waiting =
+        absl::StrFormat("stage 1: %d latency jobs out, %d measured of %d", open, done,
+                        c.stage1_latency_points());
+    if (record.message != waiting) {
+      record.message = waiting;
+      HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
+    }
+    return collected;
+  }
+  if (total == 0 || done < 3) {
+    const int n = total == 0 ? c.stage1_sobol_points() : std::min(c.batch_size(), c.stage1_latency_points() - total);
+    if (n <= 0) {
+      HILNAS_RETURN_IF_ERROR(campaigns_->Finish(
+          name, "failed", absl::StrCat("stage 1: only ", done, " of ", total,
+                                       " latency measurements succeeded; a GP needs 3")));
+      return true;
+    }
+    HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs,
+                            FreshSobol(*ctx.space, n, c.seed(), seen));
+    std::vector<Trial> batch;
+    for (const Arch& a : archs) {
+      Trial& t = batch.emplace_back();
+      t.set_stage(1);
+      *t.mutable_arch() = ArchToProto(a);
+      t.set_state(PROPOSED);
+      t.set_provenance("sobol");
+      t.set_parameters(CountParameters(a).model());
+      t.set_memory_mb(MemoryMb(a, c.ttft_prompt_tokens()));
+    }
+    HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
+    Log(name, absl::StrFormat("stage 1: proposed %zu Sobol architectures for latency", archs.size()));
+    return true;
+  }
+  HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/true));
+  std::vector<double> ttfts, decodes, memory;
+  for (const Trial& t : trials) {
+    if (t.stage() != 1 || !Measured(t)) continue;
+    ttfts.push_back(t.measured_ttft_ms());
+    decodes.push_back(t.latency().summaries(0).decode_median_ms_per_token());
+    memory.push_back(t.memory_mb());
+  }
+  const double ref_ttft = c.reference().ttft_ms() > 0 ? c.reference().ttft_ms() : Median(ttfts);
+  if (record.cv_r2 >= c.stage1_target_r2() || total >= c.stage1_latency_points()) {
+    record.reference = c.reference();
+    record.reference.set_ttft_ms(ref_ttft);
+    if (record.reference.decode_ms() <= 0) record.reference.set_decode_ms(Median(decodes));
+    if (record.reference.memory_mb() <= 0) record.reference.set_memory_mb(Median(memory));
+    record.stage = 2;
+    record.message = "stage 2: quality and latency";
+    HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
+    Log(name, absl::StrFormat(
+                  "stage 1 done: %d latency points, CV R^2 %.3f (target %.2f), tau %.3f; "
+                  "reference point loss %.3f, TTFT %.1f ms%s",
+                  done, record.cv_r2, c.stage1_target_r2(), record.cv_tau,
+                  record.reference.loss(), ref_ttft,
+                  c.reference().ttft_ms() > 0 ? "" : " (median of stage 1)"));
+    Log(name, absl::StrFormat("stage 2: %d trials in batches of %d, strategy %s (%d initial Sobol)",
+                              c.stage2_trials(), c.batch_size(), c.strategy(),
+                              c.stage2_initial_points()));
+    return true;
+  }
+  const int q = std::min(c.batch_size(), c.stage1_latency_points() - total);
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks,
+                          ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft, q, c.candidates(),
+                                              c.seed(), seen));
+  std::vector<Trial> batch;
+  for (const Proposal& p : picks) {
+    Trial& t = batch.emplace_back();
+    t.set_stage(1);
+    *t.mutable_arch() = ArchToProto(p.arch);
+    t.set_state(PROPOSED);
+    t.set_provenance(p.provenance);
+    t.set_acquisition(p.acquisition);
+    t.set_parameters(CountParameters(p.arch).model());
+    t.set_memory_mb(MemoryMb(p.arch, c.ttft_prompt_tokens()));
+  }
+  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
+  Log(name, absl::StrFormat("stage 1: CV R^2 %.3f below %.2f; %zu more points where the model is "
+                            "least sure under %.1f ms",
+                            record.cv_r2, c.stage1_target_r2(), picks.size(), ref_ttft));
+  return true;
+}
+
+absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx,
+                                           Trial& trial) {
+  const CampaignConfig& c = record.config;
+  if (ctx.backbone == nullptr) {
+    HILNAS_ASSIGN_OR_RETURN(Backbone b, LoadBackbone(c.backbone_checkpoint(), c.backbone_metrics()));
+    ctx.backbone = std::make_unique<Backbone>(std::move(b));
+  }
+  if (ctx.evaluator == nullptr) {
+    if (c.quality_evaluator() == "in-process") {
+      HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                              ReadTokenFile(c.tokens(), ctx.backbone->model->arch().vocab_size));
+      HILNAS_ASSIGN_OR_RETURN(TokenSplit split, SplitTokens(std::move(ids), c.train().heldout_fraction(),
+                                                            c.train().seq_len() + 1));
+      TrainOptions o;
+      o.steps = c.train().steps();
+      o.batch_size = c.train().batch_size();
+      o.seq_len = c.train().seq_len();
+      o.lr = c.train().lr();
+      o.warmup_steps = c.train().warmup_steps();
+      o.eval_windows = c.train().eval_windows();
+      o.seed = c.seed();
+      ctx.evaluator = NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)), o);
+    } else {
+      ctx.evaluator = NewExternalCommandEvaluator(c.quality_evaluator(), c.quality_timeout_s());
+    }
+  }
+  const fs::path dir = fs::path(options_.work_dir) / c.name() / absl::StrCat("trial-", trial.id());
+  trial.set_state(PRUNING);
+  HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial.arch()));
+  PruneOptions po;
+  po.block_size = ctx.space->block_size();
+  HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(*ctx.backbone, arch, po, (dir / "checkpoint").string()));
+  trial.set_state(TRAINING);
+  HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
+  HILNAS_ASSIGN_OR_RETURN(QualityResult q,
+                          ctx.evaluator->Evaluate((dir / "checkpoint").string(), (dir / "eval").string()));
+  if (!std::isfinite(q.loss)) {
+    return absl::InternalError(absl::StrCat("the evaluator returned loss ", q.loss));
+  }
+  trial.set_loss(q.loss);
+  trial.set_initial_loss(q.initial_loss);
+  trial.set_quality_seconds(q.seconds);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // `hilnas export` prunes again; nothing here is needed
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignContext& ctx,
+                                            std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
+  const std::string& name = c.name();
+  HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/false));
+  // Finish what is under way first, one trial per step so a stop is seen.
+  for (Trial& t : trials) {
+    if (t.stage() != 2 || (t.state() != PROPOSED && t.state() != PRUNING && t.state() != TRAINING)) {
+      continue;
+    }
+    absl::Status s = EvaluateTrial(record, ctx, t);
+    if (!s.ok()) {
+      t.set_state(FAILED);
+      t.set_message(std::string(s.message()));
+      t.set_finished_ms(clock_->NowMs());
+      HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+      Log(name, absl::StrCat("trial ", t.id(), " (", Summary(t.arch()), ") failed: ", s.message()));
+      HILNAS_RETURN_IF_ERROR(CheckFailures(record, trials).status());
+      return true;
+    }
+    if (c.confirm_latency()) {
+      HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
+    } else {
+      t.set_state(DONE);
+      t.set_finished_ms(clock_->NowMs());
+      HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+    }
+    Log(name, absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, "
+                              "%.1f s", t.id(), t.provenance(), Summary(t.arch()), t.loss(),
+                              t.predicted_ttft_ms(), absl::StrCat(t.parameters()),
+                              t.quality_seconds()));
+    return true;
+  }
+  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(ctx, trials));
+  int open = 0, counted = 0;
+  SearchState state;
+  state.space = ctx.space.get();
+  state.objectives = CampaignObjectives(c);
+  state.prompt_tokens = c.ttft_prompt_tokens();
+  state.ttft = ctx.ttft.get();
+  state.decode = ctx.decode.get();
+  state.reference = ReferenceVector(record.reference, state.objectives);
+  for (const Trial& t : trials) {
+    if (t.stage() != 2) continue;
+    state.seen.insert(ArchKey(t.arch()));
+    open += !TrialFinished(t.state()) && t.state() != MEASURING;
+    counted += t.state() != ABANDONED;
+    HILNAS_ASSIGN_OR_RETURN(Arch a, ArchFromProto(t.arch()));
+    if (t.state() == DONE || (t.state() == MEASURING && t.loss() > 0)) {
+      state.observed.push_back(a);
+      state.observed_loss.push_back(t.loss());
+    } else if (!TrialFinished(t.state())) {
+      state.pending.push_back(a);
+    }
+  }
+  bool measuring = false;
+  for (const Trial& t : trials) measuring = measuring || t.state() == MEASURING;
+  if (counted >= c.stage2_trials()) {
+    if (measuring) return collected;
+    const std::string report = absl::StrCat("done: ", FrontSummary(record, trials));
+    HILNAS_RETURN_IF_ERROR(campaigns_->Finish(name, "done", report));
+    Log(name, report);
+    return true;
+  }
+  if (open > 0) return collected;
+  const int q = std::min(c.batch_size(), c.stage2_trials() - counted);
+  ProposeOptions po;
+  po.strategy = counted < c.stage2_initial_points() && c.strategy() == "qnehvi" ? "sobol"
+                                                                                 : c.strategy();
+  po.q = po.strategy == "sobol" && c.strategy() == "qnehvi"
+             ? std::min(q, c.stage2_initial_points() - counted)
+             : q;
+  po.candidates = c.candidates();
+  po.mc_samples = c.mc_samples();
+  po.seed = c.seed() + 1;  // stage 2's Sobol sequence differs from stage 1's
+  po.round = static_cast<uint64_t>(counted);
+  po.gp.seed = c.seed();
+  const auto t0 = std::chrono::steady_clock::now();
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks, ProposeBatch(state, po));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (picks.empty()) {
+    HILNAS_RETURN_IF_ERROR(campaigns_->Finish(
+        name, "done", absl::StrCat("done early: no unseen architecture left to propose; ",
+                                   FrontSummary(record, trials))));
+    return true;
+  }
+  std::vector<Arch> archs;
+  for (const Proposal& p : picks) archs.push_back(p.arch);
+  HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> pred, ctx.ttft->Predict(archs));
+  std::vector<Trial> batch;
+  for (size_t i = 0; i < picks.size(); ++i) {
+    Trial& t = batch.emplace_back();
+    t.set_stage(2);
+    *t.mutable_arch() = ArchToProto(picks[i].arch);
+    t.set_state(PROPOSED);
+    t.set_provenance(picks[i].provenance);
+    t.set_acquisition(picks[i].acquisition);
+    t.set_predicted_ttft_ms(pred[i].median_ms);
+    t.set_predicted_ttft_log_sd(pred[i].log_sd);
+    t.set_parameters(CountParameters(picks[i].arch).model());
+    t.set_memory_mb(MemoryMb(picks[i].arch, c.ttft_prompt_tokens()));
+    if (ctx.decode != nullptr) {
+      HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> d, ctx.decode->Predict({picks[i].arch}));
+      t.set_predicted_decode_ms(d[0].median_ms);
+    }
+  }
+  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
+  Log(name, absl::StrFormat("stage 2: proposed %zu by %s over %zu observed trials in %.2f s",
+                            picks.size(), po.strategy, state.observed.size(), secs));
+  return true;
+}
+
+}  // namespace hilnas

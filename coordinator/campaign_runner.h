@@ -1,0 +1,96 @@
+// Drives running campaigns through the two stages of MobileLLM-Flash
+// Sec. 3.4, inside the coordinator process:
+//   stage 1: Sobol architectures become benchmark jobs on the campaign's
+//     pool; the GP latency model is fitted and cross-validated as results
+//     arrive; further batches go where it is least sure under the reference
+//     TTFT, until the CV R^2 target or the budget;
+//   stage 2: batches of q proposals (Sobol first, then qNEHVI on loss and
+//     predicted TTFT, or a baseline strategy), each pruned from the backbone,
+//     trained and scored by the quality evaluator, optionally measured on a
+//     device to confirm the prediction.
+// Every step reads its state from the CampaignStore and commits what it did
+// before the next, so a coordinator killed at any point resumes where it
+// was: proposals are committed before they run, benchmark jobs carry the
+// trial's idempotency key, and a trial interrupted while pruning or
+// training is evaluated again from its pruned start.
+#ifndef HILNAS_COORDINATOR_CAMPAIGN_RUNNER_H_
+#define HILNAS_COORDINATOR_CAMPAIGN_RUNNER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/campaign_store.h"
+#include "coordinator/job_store.h"
+#include "util/clock.h"
+
+namespace hilnas {
+
+struct CampaignRunnerOptions {
+  // Trial checkpoints go under work_dir/CAMPAIGN/trial-N (removed once done;
+  // `hilnas export` prunes again on demand).
+  std::string work_dir = "hilnas.work";
+  int64_t idle_poll_ms = 250;  // how often waiting campaigns are looked at
+  int k_folds = 5;             // stage-1 cross-validation
+};
+
+struct CampaignContext;
+
+class CampaignRunner {
+ public:
+  // `campaigns`, `jobs` and `clock` are not owned and must outlive the runner.
+  CampaignRunner(CampaignStore* campaigns, JobStore* jobs, const Clock* clock,
+                 CampaignRunnerOptions options);
+  ~CampaignRunner();
+
+  // Steps every running campaign on a background thread until Stop().
+  void Start();
+  void Stop();
+  // Wakes the thread (a campaign was started or resumed).
+  void Poke();
+
+  // One step of one campaign: commits a batch of proposals, advances
+  // finished jobs, or evaluates one trial. Returns whether anything changed
+  // (false: waiting for agents, or not running). Errors are recorded in the
+  // campaign; those returned here are the store's.
+  absl::StatusOr<bool> Step(const std::string& campaign);
+
+ private:
+  absl::StatusOr<CampaignContext*> Context(const CampaignRecord& record);
+  absl::StatusOr<bool> Stage1(CampaignRecord& record, CampaignContext& ctx,
+                              std::vector<Trial>& trials);
+  absl::StatusOr<bool> Stage2(CampaignRecord& record, CampaignContext& ctx,
+                              std::vector<Trial>& trials);
+  // Moves MEASURING trials whose jobs finished; true when any did.
+  absl::StatusOr<bool> CollectMeasurements(CampaignContext& ctx, std::vector<Trial>& trials);
+  absl::Status SubmitMeasurement(const CampaignRecord& record, Trial& trial);
+  absl::Status EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx, Trial& trial);
+  // Fails the campaign when too many trials failed; true when it did.
+  absl::StatusOr<bool> CheckFailures(const CampaignRecord& record,
+                                     const std::vector<Trial>& trials);
+  absl::Status FitLatencyModels(CampaignRecord& record, CampaignContext& ctx,
+                                const std::vector<Trial>& trials, bool cross_validate);
+  void Log(const std::string& campaign, const std::string& text);
+  void Loop();
+
+  CampaignStore* campaigns_;  // not owned
+  JobStore* jobs_;            // not owned
+  const Clock* clock_;        // not owned
+  const CampaignRunnerOptions options_;
+
+  absl::Mutex step_mu_;  // one Step at a time
+  std::map<std::string, std::unique_ptr<CampaignContext>> contexts_ ABSL_GUARDED_BY(step_mu_);
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool poked_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace hilnas
+
+#endif  // HILNAS_COORDINATOR_CAMPAIGN_RUNNER_H_

@@ -1,0 +1,105 @@
+#include "coordinator/campaign_service.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/campaign_config.h"
+#include "coordinator/campaign_report.h"
+#include "search_space/space.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+
+absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std::string& name,
+                                                int log_lines) {
+  HILNAS_ASSIGN_OR_RETURN(CampaignRecord r, store.Get(name));
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, store.Trials(name));
+  HILNAS_ASSIGN_OR_RETURN(std::vector<LogLine> log, store.LogLines(name, log_lines));
+  CampaignStatus s;
+  s.set_name(name);
+  s.set_state(r.state);
+  s.set_stage(r.stage);
+  s.set_message(r.message);
+  for (const Trial& t : trials) {
+    if (t.stage() == 1 && t.state() == DONE) s.set_latency_points(s.latency_points() + 1);
+    if (t.stage() != 2) continue;
+    s.set_trials_total(s.trials_total() + 1);
+    if (t.state() == DONE) s.set_trials_done(s.trials_done() + 1);
+    if (t.state() == FAILED) s.set_trials_failed(s.trials_failed() + 1);
+  }
+  if (!std::isnan(r.cv_r2)) s.set_cv_r2(r.cv_r2);
+  if (!std::isnan(r.cv_tau)) s.set_cv_tau(r.cv_tau);
+  *s.mutable_reference() = r.reference;
+  const FrontView front = ComputeFront(r, trials);
+  s.set_hypervolume(front.hypervolume);
+  s.set_front_size(static_cast<int>(std::count(front.on_front.begin(), front.on_front.end(), true)));
+  for (const LogLine& l : log) s.add_log(l.text);
+  *s.mutable_config() = r.config;
+  return s;
+}
+
+absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig& config) {
+  const CampaignConfig c = WithCampaignDefaults(config);
+  HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, absl::StrCat("campaign \"", c.name(), "\"")));
+  HILNAS_RETURN_IF_ERROR(store_->Create(c));
+  store_->Log(c.name(), absl::StrFormat("created: space of %s members, strategy %s, q %d",
+                                        absl::StrCat(Space::FromProto(c.search_space())->Size()),
+                                        c.strategy(), c.batch_size()))
+      .IgnoreError();
+  return DescribeCampaign(*store_, c.name());
+}
+
+absl::StatusOr<CampaignStatus> CampaignServiceImpl::Start(const std::string& name) {
+  HILNAS_RETURN_IF_ERROR(store_->SetState(name, {"created"}, "running", "starting"));
+  store_->Log(name, "started").IgnoreError();
+  runner_->Poke();
+  return DescribeCampaign(*store_, name);
+}
+
+absl::StatusOr<CampaignStatus> CampaignServiceImpl::Get(const std::string& name) {
+  return DescribeCampaign(*store_, name);
+}
+
+absl::StatusOr<std::vector<CampaignStatus>> CampaignServiceImpl::List() {
+  HILNAS_ASSIGN_OR_RETURN(std::vector<CampaignRecord> all, store_->List());
+  std::vector<CampaignStatus> out;
+  for (const CampaignRecord& r : all) {
+    HILNAS_ASSIGN_OR_RETURN(CampaignStatus s, DescribeCampaign(*store_, r.config.name(), 0));
+    s.clear_config();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+absl::StatusOr<CampaignStatus> CampaignServiceImpl::Stop(const std::string& name) {
+  HILNAS_RETURN_IF_ERROR(store_->SetState(name, {"running"}, "stopped", "stopped by the user"));
+  store_->Log(name, "stopped by the user").IgnoreError();
+  return DescribeCampaign(*store_, name);
+}
+
+absl::StatusOr<CampaignStatus> CampaignServiceImpl::Resume(const std::string& name) {
+  HILNAS_ASSIGN_OR_RETURN(CampaignRecord r, store_->Get(name));
+  if (r.state != "stopped" && r.state != "failed") {
+    return absl::FailedPreconditionError(absl::StrCat("campaign \"", name, "\" is ", r.state,
+                                                      "; only a stopped or failed one resumes"));
+  }
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, store_->Trials(name));
+  // Failures so far were seen by the user; the limit applies to what follows.
+  int forgiven = 0;
+  for (const Trial& t : trials) {
+    if (t.state() == FAILED || t.state() == DONE) {
+      r.failures_count_after = std::max(r.failures_count_after, t.id());
+    }
+    forgiven += t.state() == FAILED;
+  }
+  HILNAS_RETURN_IF_ERROR(store_->Update(r));
+  HILNAS_RETURN_IF_ERROR(store_->SetState(name, {"stopped", "failed"}, "running", "resumed"));
+  store_->Log(name, absl::StrCat("resumed (", forgiven, " earlier failures no longer count)"))
+      .IgnoreError();
+  runner_->Poke();
+  return DescribeCampaign(*store_, name);
+}
+
+}  // namespace hilnas

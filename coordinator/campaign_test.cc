@@ -1,0 +1,267 @@
+// The two-stage runner end to end on the committed demo backbone: real
+// SQLite, real pruning and training, a scripted agent answering benchmark
+// jobs through the JobStore protocol (lease, report) with latencies from a
+// known function of the architecture.
+#include "coordinator/campaign_runner.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/campaign_config.h"
+#include "coordinator/campaign_report.h"
+#include "coordinator/campaign_service.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "quality/tokens.h"
+#include "search_space/counts.h"
+#include "util/status_matchers.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+namespace fs = std::filesystem;
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class CampaignTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    tokens_ = (dir_ / "tokens.bin").string();
+    CorpusManifest manifest;
+    auto ids = BuildByteCorpus({"/usr/share/common-licenses"}, &manifest);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    ASSERT_OK(WriteTokenFile(tokens_, *ids));
+    Open();
+  }
+  void Open() {
+    runner_.reset();
+    service_.reset();
+    campaigns_.reset();
+    jobs_.reset();
+    const std::string db = (dir_ / "c.db").string();
+    jobs_ = *JobStore::Open(db, &clock_);
+    campaigns_ = *CampaignStore::Open(db, &clock_);
+    CampaignRunnerOptions o;
+    o.work_dir = (dir_ / "work").string();
+    o.k_folds = 3;
+    runner_ = std::make_unique<CampaignRunner>(campaigns_.get(), jobs_.get(), &clock_, o);
+    service_ = std::make_unique<CampaignServiceImpl>(campaigns_.get(), runner_.get());
+    DeviceIdentity d;
+    d.set_name("scripted");
+    agent_ = *jobs_->RegisterAgent(d);
+  }
+
+  CampaignConfig Config(const std::string& name) {
+    CampaignConfig c;
+    c.set_name(name);
+    c.set_backbone_checkpoint(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone");
+    EXPECT_OK(ReadTextProtoFile(std::string(HILNAS_SOURCE_DIR) + "/configs/demo-space.textproto",
+                                c.mutable_search_space()));
+    c.set_tokens(tokens_);
+    c.set_ttft_prompt_tokens(64);
+    c.mutable_reference()->set_loss(6.0);
+    c.set_stage1_latency_points(8);
+    c.set_stage1_sobol_points(6);
+    c.set_stage1_target_r2(0.9999);  // so stage 1 runs to its budget
+    c.set_stage2_trials(6);
+    c.set_stage2_initial_points(3);
+    c.set_batch_size(3);
+    c.set_candidates(60);
+    c.set_mc_samples(16);
+    c.set_seed(4);
+    TrainRecipe* t = c.mutable_train();
+    t->set_steps(2);
+    t->set_batch_size(2);
+    t->set_seq_len(32);
+    t->set_eval_windows(4);
+    return WithCampaignDefaults(c);
+  }
+
+  // Answers every queued job: TTFT grows with prefill FLOPs.
+  void ServeJobs() {
+    while (true) {
+      auto lease = jobs_->LeaseJob(agent_);
+      ASSERT_TRUE(lease.ok()) << lease.status();
+      if (!lease->has_value()) return;
+      const Lease& l = **lease;
+      Arch arch = *ArchFromProto(l.request.arch());
+      BenchmarkResult r;
+      r.mutable_device()->set_name("scripted");
+      *r.mutable_request() = l.request;
+      const double ms = 2 + PrefillFlops(arch, 64) / 2e7;
+      LatencySummary* s = r.add_summaries();
+      s->set_prompt_tokens(64);
+      s->set_ttft_median_ms(ms);
+      s->set_ttft_stderr_ms(0.01 * ms);
+      s->set_decode_median_ms_per_token(0.1 * ms);
+      ++measured_[ArchKey(l.request.arch())];
+      ASSERT_OK(jobs_->ReportResult(agent_, l.job_id, l.lease_id, r).status());
+    }
+  }
+
+  // Steps until the campaign is no longer running; every `reopen_every`
+  // steps the whole coordinator state is dropped and reopened.
+  std::string RunToEnd(const std::string& name, int reopen_every = 0) {
+    for (int step = 1; step < 400; ++step) {
+      auto p = runner_->Step(name);
+      EXPECT_TRUE(p.ok()) << p.status();
+      ServeJobs();
+      auto r = campaigns_->Get(name);
+      if (r->state != "running") return r->state;
+      if (reopen_every > 0 && step % reopen_every == 0) Open();
+    }
+    return "still running";
+  }
+
+  void ExpectCompleteCampaign(const std::string& name) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials(name));
+    std::map<std::string, int> provenance;
+    std::set<std::string> keys[3];
+    int stage1 = 0, stage2 = 0;
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const Trial& t = trials[i];
+      EXPECT_EQ(t.id(), static_cast<int64_t>(i + 1)) << "gap or reordering";
+      EXPECT_TRUE(keys[t.stage()].insert(ArchKey(t.arch())).second) << "duplicate in stage";
+      EXPECT_EQ(t.state(), DONE) << t.id() << ": " << t.message();
+      ++provenance[absl::StrCat(t.stage(), ":", t.provenance().substr(0, t.provenance().find('/')))];
+      if (t.stage() == 1) {
+        ++stage1;
+        EXPECT_GT(t.measured_ttft_ms(), 0);
+        EXPECT_EQ(measured_[ArchKey(t.arch())], 1) << "trial " << t.id() << " measured twice";
+      } else {
+        ++stage2;
+        EXPECT_TRUE(std::isfinite(t.loss()) && t.loss() > 0 && t.loss() < 6);
+        EXPECT_GT(t.predicted_ttft_ms(), 0);
+      }
+    }
+    EXPECT_EQ(stage1, 8);
+    EXPECT_EQ(stage2, 6);
+    EXPECT_EQ(provenance["1:sobol"], 6);
+    EXPECT_EQ(provenance["1:uncertainty"], 2);
+    EXPECT_EQ(provenance["2:sobol"], 3);
+    EXPECT_EQ(provenance["2:qnehvi"], 3);
+    ASSERT_OK_AND_ASSIGN(CampaignRecord r, campaigns_->Get(name));
+    const FrontView front = ComputeFront(r, trials);
+    EXPECT_GT(front.hypervolume, 0);
+    EXPECT_GT(r.reference.ttft_ms(), 0);  // the automatic reference was fixed
+    EXPECT_FALSE(std::isnan(r.cv_r2));
+  }
+
+  fs::path dir_;
+  std::string tokens_, agent_;
+  SystemClock clock_;
+  std::map<std::string, int> measured_;
+  std::unique_ptr<JobStore> jobs_;
+  std::unique_ptr<CampaignStore> campaigns_;
+  std::unique_ptr<CampaignRunner> runner_;
+  std::unique_ptr<CampaignServiceImpl> service_;
+};
+
+TEST_F(CampaignTest, BothStagesEndInAFrontWithEveryTrialAccountedFor) {
+  ASSERT_OK(service_->Create(Config("full")).status());
+  ASSERT_OK(service_->Start("full").status());
+  EXPECT_EQ(RunToEnd("full"), "done");
+  ExpectCompleteCampaign("full");
+  ASSERT_OK_AND_ASSIGN(CampaignStatus s, service_->Get("full"));
+  EXPECT_EQ(s.trials_done(), 6);
+  EXPECT_EQ(s.latency_points(), 8);
+  EXPECT_GT(s.front_size(), 0);
+  EXPECT_THAT(s.message(), HasSubstr("on the front"));
+}
+
+TEST_F(CampaignTest, ReopeningAfterEveryThirdStepLosesAndRepeatsNothing) {
+  ASSERT_OK(service_->Create(Config("crashy")).status());
+  ASSERT_OK(service_->Start("crashy").status());
+  EXPECT_EQ(RunToEnd("crashy", /*reopen_every=*/3), "done");
+  ExpectCompleteCampaign("crashy");
+  // One benchmark job per stage-1 trial, none submitted twice.
+  int jobs = 0;
+  while (jobs_->GetJob(jobs + 1).ok()) ++jobs;
+  EXPECT_EQ(jobs, 8);
+}
+
+TEST_F(CampaignTest, BaselineStrategiesRunThroughTheSamePath) {
+  CampaignConfig c = Config("random");
+  c.set_strategy("random");
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("random").status());
+  EXPECT_EQ(RunToEnd("random"), "done");
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("random"));
+  int random = 0;
+  for (const Trial& t : trials) random += t.stage() == 2 && t.provenance() == "random";
+  EXPECT_EQ(random, 6);
+}
+
+TEST_F(CampaignTest, TooManyFailuresStopTheCampaignWithAReport) {
+  CampaignConfig c = Config("failing");
+  c.set_quality_evaluator("false {checkpoint} {output}");
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("failing").status());
+  EXPECT_EQ(RunToEnd("failing"), "failed");
+  ASSERT_OK_AND_ASSIGN(CampaignRecord r, campaigns_->Get("failing"));
+  EXPECT_THAT(r.message, HasSubstr("3 of 3 stage-2 trials failed"));
+  EXPECT_THAT(r.message, HasSubstr("last error"));
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("failing"));
+  int failed = 0, abandoned = 0, open = 0;
+  for (const Trial& t : trials) {
+    failed += t.state() == FAILED;
+    abandoned += t.state() == ABANDONED;
+    open += !TrialFinished(t.state());
+  }
+  EXPECT_EQ(failed, 3);
+  EXPECT_EQ(open, 0);
+  EXPECT_EQ(abandoned, 0);  // the batch was 3; nothing else was proposed
+  // Resuming forgives the old failures; the next ones count anew.
+  ASSERT_OK(service_->Resume("failing").status());
+  EXPECT_EQ(RunToEnd("failing"), "failed");
+}
+
+TEST_F(CampaignTest, StopHaltsAndResumeContinues) {
+  ASSERT_OK(service_->Create(Config("pausing")).status());
+  ASSERT_OK(service_->Start("pausing").status());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(runner_->Step("pausing").status());
+    ServeJobs();
+  }
+  ASSERT_OK(service_->Stop("pausing").status());
+  ASSERT_OK_AND_ASSIGN(auto before, campaigns_->Trials("pausing"));
+  ASSERT_OK_AND_ASSIGN(bool progressed, runner_->Step("pausing"));
+  EXPECT_FALSE(progressed);
+  ASSERT_OK_AND_ASSIGN(auto after, campaigns_->Trials("pausing"));
+  EXPECT_EQ(before.size(), after.size());
+  EXPECT_THAT(service_->Start("pausing"), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+  ASSERT_OK(service_->Resume("pausing").status());
+  EXPECT_EQ(RunToEnd("pausing"), "done");
+}
+
+TEST_F(CampaignTest, ConfigErrorsNameTheField) {
+  CampaignConfig wide = Config("wide");
+  wide.mutable_search_space()->mutable_d_ffn()->set_max(1024);  // the backbone has 768
+  EXPECT_THAT(service_->Create(wide),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("search_space"), HasSubstr("cannot be pruned"))));
+  CampaignConfig no_tokens = Config("no-tokens");
+  no_tokens.set_tokens((dir_ / "missing.bin").string());
+  EXPECT_THAT(service_->Create(no_tokens),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tokens: ")));
+  CampaignConfig strategy = Config("strategy");
+  strategy.set_strategy("grid");
+  EXPECT_THAT(service_->Create(strategy),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("strategy")));
+  CampaignConfig ref = Config("ref");
+  ref.mutable_reference()->set_loss(-1);
+  EXPECT_THAT(service_->Create(ref),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reference.loss")));
+  ASSERT_OK_AND_ASSIGN(auto all, service_->List());
+  EXPECT_TRUE(all.empty());  // nothing was stored
+}
+
+}  // namespace
+}  // namespace hilnas

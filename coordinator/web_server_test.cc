@@ -1,0 +1,100 @@
+#include "coordinator/web_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "util/status_matchers.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class WebServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string db = ::testing::TempDir() + "/web_server_test.db";
+    std::filesystem::remove(db);
+    jobs_ = *JobStore::Open(db, &clock_);
+    campaigns_ = *CampaignStore::Open(db, &clock_);
+    CampaignConfig c;
+    c.set_name("web");
+    c.mutable_reference()->set_loss(3);
+    c.mutable_reference()->set_ttft_ms(100);
+    ASSERT_OK(campaigns_->Create(c));
+    CampaignRecord r = *campaigns_->Get("web");
+    r.stage = 2;
+    ASSERT_OK(campaigns_->Update(r));
+    std::vector<Trial> trials;
+    for (int i = 0; i < 3; ++i) {
+      Trial& t = trials.emplace_back();
+      t.set_stage(2);
+      t.set_state(DONE);
+      t.mutable_arch()->set_num_layers(2 + i);
+      t.set_loss(2.5 - 0.2 * i);
+      t.set_predicted_ttft_ms(10 + 20 * i);
+      t.set_provenance("sobol");
+    }
+    ASSERT_OK(campaigns_->AddTrials("web", trials).status());
+    DeviceIdentity d;
+    d.set_name("phone-1");
+    ASSERT_OK(jobs_->RegisterAgent(d).status());
+  }
+
+  SystemClock clock_;
+  std::unique_ptr<JobStore> jobs_;
+  std::unique_ptr<CampaignStore> campaigns_;
+};
+
+TEST_F(WebServerTest, ServesThePageAndTheJsonApi) {
+  ASSERT_OK_AND_ASSIGN(auto page, WebServer::Handle("/", *campaigns_, *jobs_));
+  EXPECT_THAT(page.content_type, HasSubstr("text/html"));
+  EXPECT_THAT(page.body, HasSubstr("hilnas coordinator"));
+  ASSERT_OK_AND_ASSIGN(auto list, WebServer::Handle("/api/campaigns", *campaigns_, *jobs_));
+  auto j = nlohmann::json::parse(list.body);
+  EXPECT_EQ(j["campaigns"][0]["name"], "web");
+  EXPECT_EQ(j["campaigns"][0]["frontSize"], 3);
+  ASSERT_OK_AND_ASSIGN(auto one, WebServer::Handle("/api/campaigns/web?x=1", *campaigns_, *jobs_));
+  j = nlohmann::json::parse(one.body);
+  EXPECT_EQ(j["trials"].size(), 3u);
+  EXPECT_EQ(j["trials"][2]["on_front"], true);
+  ASSERT_OK_AND_ASSIGN(auto svg,
+                       WebServer::Handle("/api/campaigns/web/front.svg", *campaigns_, *jobs_));
+  EXPECT_EQ(svg.content_type, "image/svg+xml");
+  EXPECT_THAT(svg.body, HasSubstr("Pareto front"));
+  ASSERT_OK_AND_ASSIGN(auto agents, WebServer::Handle("/api/agents", *campaigns_, *jobs_));
+  EXPECT_THAT(agents.body, HasSubstr("phone-1"));
+  EXPECT_THAT(WebServer::Handle("/api/campaigns/nope", *campaigns_, *jobs_),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  EXPECT_THAT(WebServer::Handle("/etc/passwd", *campaigns_, *jobs_),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+TEST_F(WebServerTest, AnswersOverHttpWhileAStalledClientWaits) {
+  ASSERT_OK_AND_ASSIGN(auto server, WebServer::Start("127.0.0.1:0", campaigns_.get(), jobs_.get()));
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  net::io_context ioc;
+  net::ip::tcp::endpoint ep(net::ip::make_address("127.0.0.1"), server->port());
+  net::ip::tcp::socket stalled(ioc);  // connects and says nothing
+  stalled.connect(ep);
+  net::ip::tcp::socket s(ioc);
+  s.connect(ep);
+  http::request<http::empty_body> req(http::verb::get, "/api/campaigns/web", 11);
+  req.set(http::field::host, "localhost");
+  http::write(s, req);
+  boost::beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(s, buf, res);
+  EXPECT_EQ(res.result(), http::status::ok);
+  EXPECT_THAT(res.body(), HasSubstr("\"trials\""));
+  stalled.close();
+}
+
+}  // namespace
+}  // namespace hilnas

@@ -1,0 +1,277 @@
+// `hilnas campaign | pareto | export | demo`: search campaigns through the
+// coordinator (gRPC), their fronts and checkpoints read straight from its
+// SQLite file (so they work after it has stopped), and the README's demo.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/campaign_config.h"
+#include "coordinator/campaign_report.h"
+#include "coordinator/campaign_store.h"
+#include "latency_model/dataset.h"
+#include "latency_model/latency_model.h"
+#include "pruner/backbone.h"
+#include "search_space/counts.h"
+#include "search_space/shapes.h"
+#include "tools/campaign_db.h"
+#include "tools/commands.h"
+#include "tools/coordinator_client.h"
+#include "tools/flags.h"
+#include "util/clock.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+ABSL_DECLARE_FLAG(std::string, db);
+ABSL_FLAG(std::string, config, "", "campaign create: the campaign .textproto");
+ABSL_FLAG(bool, wait, false, "campaign start/resume: follow progress until the campaign ends");
+ABSL_FLAG(std::string, format, "csv", "pareto export: csv | json");
+ABSL_FLAG(bool, all, false, "pareto show: every trial of both stages, not only the evaluated ones");
+ABSL_FLAG(std::string, campaign, "", "export / latency: the campaign");
+ABSL_FLAG(int64_t, trial, 0, "export: the trial number");
+
+namespace hilnas::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::chrono::system_clock::time_point In(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+void PrintStatus(const CampaignStatus& s) {
+  const CampaignConfig& c = s.config();
+  std::printf("campaign %s: %s, stage %d%s%s\n", s.name().c_str(), s.state().c_str(), s.stage(),
+              s.message().empty() ? "" : ": ", s.message().c_str());
+  std::printf("  stage 1: %d of %d latency points, CV R^2 %.3f, Kendall tau %.3f\n",
+              s.latency_points(), c.stage1_latency_points(), s.cv_r2(), s.cv_tau());
+  std::printf("  stage 2: %d of %d trials (%d done, %d failed), front %d, hypervolume %.4g\n",
+              s.trials_total(), c.stage2_trials(), s.trials_done(), s.trials_failed(),
+              s.front_size(), s.hypervolume());
+  for (const std::string& l : s.log()) std::printf("  | %s\n", l.c_str());
+}
+
+using Call = grpc::Status (UserService::Stub::*)(grpc::ClientContext*, const CampaignRequest&,
+                                                 CampaignStatus*);
+
+absl::StatusOr<CampaignStatus> CallCampaign(Call call, const std::string& name) {
+  auto stub = UserStub();
+  CampaignRequest req;
+  req.set_name(name);
+  CampaignStatus status;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(30'000));
+  grpc::Status s = ((*stub).*call)(&ctx, req, &status);
+  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress()));
+  return status;
+}
+
+// Prints new log lines until the campaign is done, failed or stopped.
+// Exit code 0 only for "done".
+int Follow(const std::string& name) {
+  std::vector<std::string> shown;
+  while (true) {
+    absl::StatusOr<CampaignStatus> s = CallCampaign(&UserService::Stub::GetCampaign, name);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s; retrying\n", std::string(s.status().message()).c_str());
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      continue;
+    }
+    // The log holds the newest lines; print those not printed yet.
+    size_t overlap = 0;
+    for (size_t k = std::min(shown.size(), static_cast<size_t>(s->log_size())); k > 0; --k) {
+      if (std::equal(shown.end() - k, shown.end(), s->log().begin())) {
+        overlap = k;
+        break;
+      }
+    }
+    for (int i = static_cast<int>(overlap); i < s->log_size(); ++i) {
+      std::printf("[%s] %s\n", name.c_str(), s->log(i).c_str());
+      shown.push_back(s->log(i));
+    }
+    std::fflush(stdout);
+    if (s->state() == "done" || s->state() == "failed" || s->state() == "stopped") {
+      std::printf("campaign %s %s: %s\n", name.c_str(), s->state().c_str(), s->message().c_str());
+      return s->state() == "done" ? 0 : 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  }
+}
+
+int Create() {
+  const std::string path = absl::GetFlag(FLAGS_config);
+  if (path.empty()) return Fail(absl::InvalidArgumentError("campaign create needs --config FILE"));
+  absl::StatusOr<CampaignConfig> config = ReadCampaignConfig(path);
+  if (!config.ok()) return Fail(config.status());
+  auto stub = UserStub();
+  CreateCampaignRequest req;
+  *req.mutable_config() = *config;
+  CampaignStatus status;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(60'000));
+  grpc::Status s = stub->CreateCampaign(&ctx, req, &status);
+  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  PrintStatus(status);
+  return 0;
+}
+
+int List() {
+  auto stub = UserStub();
+  ListCampaignsResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(30'000));
+  grpc::Status s = stub->ListCampaigns(&ctx, CampaignRequest(), &resp);
+  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  std::printf("%-20s %-8s %-5s %-10s %-12s %-8s %s\n", "NAME", "STATE", "STAGE", "LATENCY",
+              "TRIALS", "FRONT", "HYPERVOLUME");
+  for (const CampaignStatus& c : resp.campaigns()) {
+    std::printf("%-20s %-8s %-5d %-10d %-12s %-8d %.4g\n", c.name().c_str(), c.state().c_str(),
+                c.stage(), c.latency_points(),
+                absl::StrCat(c.trials_done(), "/", c.trials_total(), " (", c.trials_failed(),
+                             " failed)")
+                    .c_str(),
+                c.front_size(), c.hypervolume());
+  }
+  std::printf("%d campaigns\n", resp.campaigns_size());
+  return 0;
+}
+
+}  // namespace
+
+int CampaignCommand(const std::vector<std::string>& args) {
+  const std::string sub = args.empty() ? "" : args[0];
+  if (sub == "create") return Create();
+  if (sub == "list") return List();
+  const Call call = sub == "start"    ? &UserService::Stub::StartCampaign
+                    : sub == "status" ? &UserService::Stub::GetCampaign
+                    : sub == "stop"   ? &UserService::Stub::StopCampaign
+                    : sub == "resume" ? &UserService::Stub::ResumeCampaign
+                                      : nullptr;
+  if (call == nullptr || args.size() != 2) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: hilnas campaign create --config FILE | start NAME [--wait] | status NAME | "
+        "stop NAME | resume NAME [--wait] | list"));
+  }
+  absl::StatusOr<CampaignStatus> s = CallCampaign(call, args[1]);
+  if (!s.ok()) return Fail(s.status());
+  PrintStatus(*s);
+  if ((sub == "start" || sub == "resume") && absl::GetFlag(FLAGS_wait)) return Follow(args[1]);
+  return 0;
+}
+
+namespace {
+
+// Published shapes that are members of the campaign's space, at their
+// predicted TTFT (a latency model fitted on the campaign's measurements).
+std::vector<std::pair<std::string, double>> PublishedMarkers(const LoadedCampaign& c) {
+  std::vector<std::pair<std::string, double>> out;
+  absl::StatusOr<std::vector<Shape>> shapes = PublishedShapes();
+  absl::StatusOr<Space> space = Space::FromProto(c.record.config.search_space());
+  if (!shapes.ok() || !space.ok()) return out;
+  std::vector<Arch> members;
+  std::vector<std::string> names;
+  for (const Shape& s : *shapes) {
+    if (space->Contains(s.arch).ok()) members.push_back(s.arch), names.push_back(s.name);
+  }
+  if (members.empty()) return out;
+  absl::StatusOr<std::vector<LatencyRow>> rows = CampaignLatencyRows(c);
+  if (!rows.ok()) return out;
+  absl::StatusOr<LatencyModel> m = LatencyModel::Fit(*space, "campaign", LatencyMetric::kTtft,
+                                                     c.record.config.ttft_prompt_tokens(), *rows);
+  if (!m.ok()) return out;
+  absl::StatusOr<std::vector<LatencyPrediction>> p = m->Predict(members);
+  if (!p.ok()) return out;
+  for (size_t i = 0; i < members.size(); ++i) out.push_back({names[i], (*p)[i].median_ms});
+  return out;
+}
+
+absl::Status WriteOrPrint(const std::string& out, const std::string& text) {
+  if (out.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return absl::OkStatus();
+  }
+  HILNAS_RETURN_IF_ERROR(WriteFileAtomically(out, text));
+  std::fprintf(stderr, "wrote %s\n", out.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int ParetoCommand(const std::vector<std::string>& args) {
+  if (args.size() != 2 || (args[0] != "show" && args[0] != "export" && args[0] != "plot")) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: hilnas pareto show|export|plot CAMPAIGN [--db FILE --format csv|json --out FILE "
+        "--all]"));
+  }
+  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(absl::GetFlag(FLAGS_db), args[1]);
+  if (!c.ok()) return Fail(c.status());
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (args[0] == "show") {
+    std::printf("campaign %s: %s, stage %d; %s\n\n", args[1].c_str(), c->record.state.c_str(),
+                c->record.stage, FrontSummary(c->record, c->trials).c_str());
+    std::printf("%s", ParetoTable(c->record, c->trials, absl::GetFlag(FLAGS_all)).c_str());
+    return 0;
+  }
+  if (args[0] == "export") {
+    const std::string format = absl::GetFlag(FLAGS_format);
+    if (format != "csv" && format != "json") {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--format ", format,
+                                                          " is not one of csv, json")));
+    }
+    const std::string text = format == "csv" ? ParetoCsv(c->record, c->trials)
+                                             : ParetoJson(c->record, c->trials);
+    absl::Status s = WriteOrPrint(out, text);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (out.empty()) return Fail(absl::InvalidArgumentError("pareto plot needs --out FILE.svg"));
+  absl::Status s = WriteOrPrint(out, ParetoSvg(c->record, c->trials, PublishedMarkers(*c)));
+  return s.ok() ? 0 : Fail(s);
+}
+
+int ExportCommand(const std::vector<std::string>& args) {
+  const std::string name = absl::GetFlag(FLAGS_campaign), out = absl::GetFlag(FLAGS_out);
+  const int64_t id = absl::GetFlag(FLAGS_trial);
+  if (!args.empty() || name.empty() || out.empty() || id <= 0) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: hilnas export --campaign C --trial N --out DIR [--db FILE --dtype f32|bf16]"));
+  }
+  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(absl::GetFlag(FLAGS_db), name);
+  if (!c.ok()) return Fail(c.status());
+  const Trial* trial = nullptr;
+  for (const Trial& t : c->trials) {
+    if (t.id() == id) trial = &t;
+  }
+  if (trial == nullptr) {
+    return Fail(absl::NotFoundError(absl::StrCat("campaign \"", name, "\" has no trial ", id,
+                                                 " (it has ", c->trials.size(), ")")));
+  }
+  absl::Status s = [&]() -> absl::Status {
+    const CampaignConfig& cfg = c->record.config;
+    HILNAS_ASSIGN_OR_RETURN(Backbone backbone,
+                            LoadBackbone(cfg.backbone_checkpoint(), cfg.backbone_metrics()));
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial->arch()));
+    HILNAS_ASSIGN_OR_RETURN(StorageDtype dtype, StorageDtypeFromFlags());
+    PruneOptions po;
+    po.block_size = cfg.search_space().block_size();
+    return PruneToCheckpoint(backbone, arch, po, out, dtype);
+  }();
+  if (!s.ok()) return Fail(s);
+  std::printf("trial %lld of %s (%s, %s parameters, loss %.4f after the search's training) "
+              "pruned from %s -> %s\n",
+              static_cast<long long>(id), name.c_str(), ArchSummary(trial->arch()).c_str(),
+              WithCommas(trial->parameters()).c_str(), trial->loss(),
+              c->record.config.backbone_checkpoint().c_str(), out.c_str());
+  return 0;
+}
+
+}  // namespace hilnas::tools

@@ -1,0 +1,153 @@
+// `hilnas demo`, the README's main job: a scaled-down two-stage campaign
+// (MobileLLM-Flash Sec. 3.4) end to end on this machine. It builds the demo
+// corpus, starts a coordinator (SQLite, web page) and a fleet of 2 local
+// agents as child processes, creates and starts the campaign in
+// configs/demo-campaign.textproto on the committed demo backbone, follows
+// its progress, and ends with the Pareto table, front.svg and front.csv.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/campaign_config.h"
+#include "coordinator/campaign_report.h"
+#include "tools/campaign_db.h"
+#include "tools/commands.h"
+#include "tools/coordinator_client.h"
+#include "tools/flags.h"
+#include "util/textproto.h"
+
+ABSL_DECLARE_FLAG(std::string, config);
+ABSL_DECLARE_FLAG(bool, wait);
+
+namespace hilnas::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads the port a child wrote to `file`, waiting up to 60 s.
+std::string WaitForPort(const std::string& file, pid_t child) {
+  std::string port;
+  for (int i = 0; i < 1200 && port.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream(file) >> port;
+    if (waitpid(child, nullptr, WNOHANG) == child) break;
+  }
+  return port;
+}
+
+void StopChild(pid_t pid) {
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+}
+
+}  // namespace
+
+int DemoCommand(const std::vector<std::string>& args) {
+  if (!args.empty()) return Fail(absl::InvalidArgumentError("demo takes flags only"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string out = absl::GetFlag(FLAGS_out).empty() ? "hilnas-demo" : absl::GetFlag(FLAGS_out);
+  std::string config_path = absl::GetFlag(FLAGS_config);
+  if (config_path.empty()) {
+    config_path = std::string(HILNAS_SOURCE_DIR) + "/configs/demo-campaign.textproto";
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  const std::string dir = fs::absolute(out).string();
+  for (const char* stale : {"demo.db", "demo.db-wal", "demo.db-shm", "port", "http_port"}) {
+    fs::remove(fs::path(dir) / stale, ec);
+  }
+  fs::remove_all(fs::path(dir) / "demo.db.work", ec);
+
+  const std::string corpus = dir + "/corpus.bin";
+  if (!fs::exists(corpus)) {
+    std::printf("== demo corpus: byte-level English text from Debian's fortunes and licences\n");
+    absl::SetFlag(&FLAGS_out, corpus);
+    if (int rc = CorpusCommand({}); rc != 0) return rc;
+  }
+  CampaignConfig config;
+  if (absl::Status s = ReadTextProtoFile(config_path, &config); !s.ok()) return Fail(s);
+  if (config.tokens().empty()) config.set_tokens(corpus);
+  if (fs::path(config.backbone_checkpoint()).is_relative()) {
+    config.set_backbone_checkpoint(
+        (fs::path(HILNAS_SOURCE_DIR) / config.backbone_checkpoint()).lexically_normal().string());
+  }
+  config = WithCampaignDefaults(std::move(config));
+  if (absl::Status s = ValidateCampaignConfig(config, config_path); !s.ok()) return Fail(s);
+
+  std::printf("== coordinator (SQLite %s/demo.db) and a fleet of 2 local agents\n", dir.c_str());
+  const pid_t coordinator =
+      SpawnSelf({"coordinator", "--listen=127.0.0.1:0", "--db=" + dir + "/demo.db",
+                 "--port_file=" + dir + "/port", "--http=127.0.0.1:0",
+                 "--http_port_file=" + dir + "/http_port"},
+                dir + "/coordinator.log");
+  const std::string port = WaitForPort(dir + "/port", coordinator);
+  if (port.empty()) {
+    StopChild(coordinator);
+    return Fail(absl::UnavailableError("the demo coordinator did not start; see " + dir +
+                                       "/coordinator.log"));
+  }
+  std::string http_port;
+  std::ifstream(dir + "/http_port") >> http_port;
+  const std::string address = "127.0.0.1:" + port;
+  std::printf("coordinator on %s; web page http://127.0.0.1:%s/ (live progress and front)\n",
+              address.c_str(), http_port.c_str());
+  const pid_t fleet = SpawnSelf({"fleet", "--coordinator=" + address, "--agents=2",
+                                 "--fleet_threads=1"},
+                                dir + "/fleet.log");
+  absl::SetFlag(&FLAGS_coordinator, address);
+  std::fflush(stdout);
+
+  int rc = 0;
+  {
+    auto stub = UserStub();
+    CreateCampaignRequest req;
+    *req.mutable_config() = config;
+    CampaignStatus status;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Status s = stub->CreateCampaign(&ctx, req, &status);
+    if (!s.ok()) {
+      rc = Fail(FromGrpc(s, "create the demo campaign"));
+    } else {
+      std::printf("== campaign %s: stage 1 measures latency on the agents, stage 2 prunes, trains "
+                  "and scores proposals (qNEHVI)\n",
+                  config.name().c_str());
+      absl::SetFlag(&FLAGS_wait, true);
+      rc = CampaignCommand({"start", config.name()});
+    }
+  }
+  StopChild(fleet);
+  StopChild(coordinator);
+  if (rc != 0) return rc;
+
+  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(dir + "/demo.db", config.name());
+  if (!c.ok()) return Fail(c.status());
+  std::printf("\n== Pareto front: %s\n\n%s", FrontSummary(c->record, c->trials).c_str(),
+              ParetoTable(c->record, c->trials, /*all=*/false).c_str());
+  if (absl::Status s = WriteFileAtomically(dir + "/front.svg", ParetoSvg(c->record, c->trials));
+      !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = WriteFileAtomically(dir + "/front.csv", ParetoCsv(c->record, c->trials));
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf(
+      "\nwrote %s/front.svg and %s/front.csv in %.0f s\n"
+      "look again: hilnas pareto show %s --db %s/demo.db [--all]\n"
+      "a checkpoint: hilnas export --db %s/demo.db --campaign %s --trial N --out DIR\n",
+      dir.c_str(), dir.c_str(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      config.name().c_str(), dir.c_str(), dir.c_str(), config.name().c_str());
+  return 0;
+}
+
+}  // namespace hilnas::tools
