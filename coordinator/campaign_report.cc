@@ -177,9 +177,10 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
   std::string s = absl::StrFormat(
       "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
       "font-family='sans-serif' font-size='12'>\n<rect width='100%%' height='100%%' "
-      "fill='white'/>\n<text x='%.0f' y='22' text-anchor='middle' font-size='15'>%s: %s</text>\n"
+      "fill='white'/>\n<text x='%.0f' y='20' text-anchor='middle' font-size='15'>%s</text>\n"
+      "<text x='%.0f' y='38' text-anchor='middle' font-size='11'>%s</text>\n"
       "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n",
-      W, H, W / 2, record.config.name(), FrontSummary(record, trials).substr(0, 70), L, T,
+      W, H, W / 2, record.config.name(), W / 2, FrontSummary(record, trials), L, T,
       W - L - R, H - T - B);
   for (double d = std::pow(10, std::floor(xa)); d <= std::pow(10, xb); d *= 10) {
     for (double m : {1.0, 2.0, 5.0}) {
