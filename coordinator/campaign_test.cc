@@ -199,6 +199,28 @@ TEST_F(CampaignTest, BaselineStrategiesRunThroughTheSamePath) {
   EXPECT_EQ(random, 6);
 }
 
+TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
+  CampaignConfig c = Config("four");
+  c.add_objectives(DECODE);
+  c.add_objectives(MEMORY);
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("four").status());
+  EXPECT_EQ(RunToEnd("four"), "done");
+  ExpectCompleteCampaign("four");
+  ASSERT_OK_AND_ASSIGN(CampaignRecord r, campaigns_->Get("four"));
+  EXPECT_GT(r.reference.decode_ms(), 0);  // the medians of stage 1
+  EXPECT_GT(r.reference.memory_mb(), 0);
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("four"));
+  const FrontView front = ComputeFront(r, trials);
+  EXPECT_EQ(front.objectives.size(), 4u);
+  EXPECT_EQ(front.reference.size(), 4u);
+  for (const Trial* t : front.evaluated) {
+    EXPECT_GT(t->predicted_decode_ms(), 0);
+    EXPECT_GT(t->memory_mb(), 0);
+  }
+  EXPECT_GT(front.hypervolume, 0);
+}
+
 TEST_F(CampaignTest, TooManyFailuresStopTheCampaignWithAReport) {
   CampaignConfig c = Config("failing");
   c.set_quality_evaluator("false {checkpoint} {output}");

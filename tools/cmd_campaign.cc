@@ -53,8 +53,10 @@ void PrintStatus(const CampaignStatus& s) {
   const CampaignConfig& c = s.config();
   std::printf("campaign %s: %s, stage %d%s%s\n", s.name().c_str(), s.state().c_str(), s.stage(),
               s.message().empty() ? "" : ": ", s.message().c_str());
-  std::printf("  stage 1: %d of %d latency points, CV R^2 %.3f, Kendall tau %.3f\n",
-              s.latency_points(), c.stage1_latency_points(), s.cv_r2(), s.cv_tau());
+  std::printf("  stage 1: %d of %d latency points, CV R^2 %s, Kendall tau %s\n",
+              s.latency_points(), c.stage1_latency_points(),
+              s.cv_r2() != 0 ? absl::StrFormat("%.3f", s.cv_r2()).c_str() : "-",
+              s.cv_tau() != 0 ? absl::StrFormat("%.3f", s.cv_tau()).c_str() : "-");
   std::printf("  stage 2: %d of %d trials (%d done, %d failed), front %d, hypervolume %.4g\n",
               s.trials_total(), c.stage2_trials(), s.trials_done(), s.trials_failed(),
               s.front_size(), s.hypervolume());

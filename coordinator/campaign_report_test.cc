@@ -1,0 +1,74 @@
+#include "coordinator/campaign_report.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace hilnas {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Fixture {
+  CampaignRecord record;
+  std::vector<Trial> trials;
+  Fixture() {
+    record.config.set_name("r");
+    record.stage = 2;
+    record.reference.set_loss(3);
+    record.reference.set_ttft_ms(100);
+    // (loss, TTFT): (2.5, 10) and (2.0, 50) on the front; (2.6, 60) dominated;
+    // a stage-1 trial and a failed one are not evaluated.
+    const double pts[][2] = {{2.5, 10}, {2.0, 50}, {2.6, 60}};
+    for (int i = 0; i < 3; ++i) {
+      Trial& t = trials.emplace_back();
+      t.set_id(i + 1);
+      t.set_stage(2);
+      t.set_state(DONE);
+      t.set_loss(pts[i][0]);
+      t.set_predicted_ttft_ms(pts[i][1]);
+      t.mutable_arch()->set_num_layers(3 + i);
+      t.mutable_arch()->add_attention(FULL);
+    }
+    Trial& s1 = trials.emplace_back();
+    s1.set_id(4), s1.set_stage(1), s1.set_state(DONE), s1.set_measured_ttft_ms(5);
+    Trial& f = trials.emplace_back();
+    f.set_id(5), f.set_stage(2), f.set_state(FAILED);
+  }
+};
+
+TEST(CampaignReportTest, FrontAndHypervolumeCountOnlyEvaluatedStage2Trials) {
+  Fixture f;
+  const FrontView v = ComputeFront(f.record, f.trials);
+  ASSERT_EQ(v.evaluated.size(), 3u);
+  EXPECT_EQ(v.on_front, (std::vector<bool>{true, true, false}));
+  // Box below (3, 100): (2.5,10) covers 0.5 x 90 = 45; (2.0,50) adds 0.5 x 50 = 25.
+  EXPECT_DOUBLE_EQ(v.hypervolume, 70);
+  EXPECT_THAT(FrontSummary(f.record, f.trials), HasSubstr("3 trials evaluated, 2 on the front"));
+}
+
+TEST(CampaignReportTest, ExportsAgreeWithTheFront) {
+  Fixture f;
+  const std::string csv = ParetoCsv(f.record, f.trials);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_THAT(csv, HasSubstr(",2.000000,1\n"));
+  EXPECT_THAT(csv, HasSubstr(",2.600000,0\n"));
+  auto j = nlohmann::json::parse(ParetoJson(f.record, f.trials));
+  EXPECT_DOUBLE_EQ(j["hypervolume"].get<double>(), 70);
+  EXPECT_EQ(j["reference"]["ttft"], 100);
+  const std::string table = ParetoTable(f.record, f.trials, /*all=*/true);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 7);  // 2 header lines + 5 trials
+}
+
+TEST(CampaignReportTest, PlotShowsTrialsFrontReferenceAndPublishedShapes) {
+  Fixture f;
+  const std::string svg = ParetoSvg(f.record, f.trials, {{"mobilellm-flash-350m", 30}});
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("reference"));
+  EXPECT_THAT(svg, HasSubstr("mobilellm-flash-350m"));
+  EXPECT_THAT(svg, HasSubstr("trial 2: "));
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), 'H') > 0, true);  // the staircase path
+}
+
+}  // namespace
+}  // namespace hilnas
