@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
       const int r = reach(c);
       absl::StrAppend(&s, s.empty() ? "" : ", ", r < 0 ? std::string("never") : absl::StrCat(r));
     }
-    std::printf("  %s: %s trials\n", k.c_str(), s.c_str());
+    std::printf("  %s: %s\n", k.c_str(), s.c_str());
   }
 
   // Proposal time: a batch of 8 with 200 observed over 2000 candidates
@@ -290,8 +290,10 @@ int main(int argc, char** argv) {
       absl::StrAppend(&s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%d</text>\n",
                                           px(t), H - B + 16, t));
     }
-    absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>trials</text>\n",
-                                        (W + L - R) / 2, H - 14));
+    absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>trials</text>\n"
+                                        "<text x='16' y='%.0f' transform='rotate(-90 16 %.0f)' "
+                                        "text-anchor='middle'>hypervolume / all rows'</text>\n",
+                                        (W + L - R) / 2, H - 14, (H + T - B) / 2, (H + T - B) / 2));
     const std::map<std::string, std::string> colour = {
         {"random", "#7f7f7f"}, {"sobol", "#2ca02c"}, {"qnehvi", "#d62728"}};
     int legend = 0;
