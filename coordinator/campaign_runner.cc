@@ -38,17 +38,25 @@ std::string DeviceClass(const CampaignConfig& c) {
   return c.device_pool().empty() ? "any" : c.device_pool();
 }
 
-std::string Summary(const ArchSpec& a) {
-  std::string pattern;
-  for (int t : a.attention()) pattern += t == FULL ? 'F' : t == SLIDING_WINDOW ? 'W' : 'S';
-  return absl::StrFormat("L%d d%d f%d %s", a.num_layers(), a.d_model(), a.d_ffn(), pattern);
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A new trial of `stage` proposing `p`, with its exact counts.
+Trial NewTrial(int stage, const Proposal& p, int prompt_tokens) {
+  Trial t;
+  t.set_stage(stage);
+  *t.mutable_arch() = ArchToProto(p.arch);
+  t.set_state(PROPOSED);
+  t.set_provenance(p.provenance);
+  t.set_acquisition(p.acquisition);
+  t.set_parameters(CountParameters(p.arch).model());
+  t.set_memory_mb(MemoryMb(p.arch, prompt_tokens));
+  return t;
 }
 
 bool Measured(const Trial& t) { return t.state() != FAILED && t.has_latency() && t.measured_ttft_ms() > 0; }
@@ -317,15 +325,7 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
     HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs,
                             FreshSobol(*ctx.space, n, c.seed(), seen));
     std::vector<Trial> batch;
-    for (const Arch& a : archs) {
-      Trial& t = batch.emplace_back();
-      t.set_stage(1);
-      *t.mutable_arch() = ArchToProto(a);
-      t.set_state(PROPOSED);
-      t.set_provenance("sobol");
-      t.set_parameters(CountParameters(a).model());
-      t.set_memory_mb(MemoryMb(a, c.ttft_prompt_tokens()));
-    }
+    for (const Arch& a : archs) batch.push_back(NewTrial(1, {a, "sobol", 0}, c.ttft_prompt_tokens()));
     HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
     Log(name, absl::StrFormat("stage 1: proposed %zu Sobol architectures for latency", archs.size()));
     return true;
@@ -363,16 +363,7 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
                           ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft, q, c.candidates(),
                                               c.seed(), seen));
   std::vector<Trial> batch;
-  for (const Proposal& p : picks) {
-    Trial& t = batch.emplace_back();
-    t.set_stage(1);
-    *t.mutable_arch() = ArchToProto(p.arch);
-    t.set_state(PROPOSED);
-    t.set_provenance(p.provenance);
-    t.set_acquisition(p.acquisition);
-    t.set_parameters(CountParameters(p.arch).model());
-    t.set_memory_mb(MemoryMb(p.arch, c.ttft_prompt_tokens()));
-  }
+  for (const Proposal& p : picks) batch.push_back(NewTrial(1, p, c.ttft_prompt_tokens()));
   HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
   Log(name, absl::StrFormat("stage 1: CV R^2 %.3f below %.2f; %zu more points where the model is "
                             "least sure under %.1f ms",
@@ -444,7 +435,7 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
       t.set_message(std::string(s.message()));
       t.set_finished_ms(clock_->NowMs());
       HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
-      Log(name, absl::StrCat("trial ", t.id(), " (", Summary(t.arch()), ") failed: ", s.message()));
+      Log(name, absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", s.message()));
       HILNAS_RETURN_IF_ERROR(CheckFailures(record, trials).status());
       return true;
     }
@@ -456,7 +447,7 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
       HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
     }
     Log(name, absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, "
-                              "%.1f s", t.id(), t.provenance(), Summary(t.arch()), t.loss(),
+                              "%.1f s", t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
                               t.predicted_ttft_ms(), absl::StrCat(t.parameters()),
                               t.quality_seconds()));
     return true;
@@ -519,16 +510,9 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
   HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> pred, ctx.ttft->Predict(archs));
   std::vector<Trial> batch;
   for (size_t i = 0; i < picks.size(); ++i) {
-    Trial& t = batch.emplace_back();
-    t.set_stage(2);
-    *t.mutable_arch() = ArchToProto(picks[i].arch);
-    t.set_state(PROPOSED);
-    t.set_provenance(picks[i].provenance);
-    t.set_acquisition(picks[i].acquisition);
+    Trial& t = batch.emplace_back(NewTrial(2, picks[i], c.ttft_prompt_tokens()));
     t.set_predicted_ttft_ms(pred[i].median_ms);
     t.set_predicted_ttft_log_sd(pred[i].log_sd);
-    t.set_parameters(CountParameters(picks[i].arch).model());
-    t.set_memory_mb(MemoryMb(picks[i].arch, c.ttft_prompt_tokens()));
     if (ctx.decode != nullptr) {
       HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> d, ctx.decode->Predict({picks[i].arch}));
       t.set_predicted_decode_ms(d[0].median_ms);

@@ -231,18 +231,22 @@ absl::StatusOr<std::vector<Trial>> CampaignStore::AddTrials(const std::string& c
   return trials;
 }
 
-absl::Status CampaignStore::UpdateTrial(const Trial& t) {
-  absl::MutexLock lock(&mu_);
+absl::Status CampaignStore::WriteTrialLocked(const Trial& t) {
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
       db_->Prepare("UPDATE trials SET state = ?, trial = ?, updated_ms = ? "
                    "WHERE campaign = ? AND seq = ?"));
-  HILNAS_RETURN_IF_ERROR(q.Bind(1, static_cast<int64_t>(t.state()))
-                             .BindBlob(2, t.SerializeAsString())
-                             .Bind(3, clock_->NowMs())
-                             .Bind(4, t.campaign())
-                             .Bind(5, t.id())
-                             .Run());
+  return q.Bind(1, static_cast<int64_t>(t.state()))
+      .BindBlob(2, t.SerializeAsString())
+      .Bind(3, clock_->NowMs())
+      .Bind(4, t.campaign())
+      .Bind(5, t.id())
+      .Run();
+}
+
+absl::Status CampaignStore::UpdateTrial(const Trial& t) {
+  absl::MutexLock lock(&mu_);
+  HILNAS_RETURN_IF_ERROR(WriteTrialLocked(t));
   if (db_->Changes() == 0) {
     return absl::NotFoundError(
         absl::StrCat("campaign \"", t.campaign(), "\" has no trial ", t.id()));
@@ -291,15 +295,7 @@ absl::Status CampaignStore::Finish(const std::string& name, const std::string& t
     t.set_state(ABANDONED);
     t.set_message(why);
     t.set_finished_ms(now);
-    HILNAS_ASSIGN_OR_RETURN(
-        SqliteStatement u, db_->Prepare("UPDATE trials SET state = ?, trial = ?, updated_ms = ? "
-                                        "WHERE campaign = ? AND seq = ?"));
-    HILNAS_RETURN_IF_ERROR(u.Bind(1, static_cast<int64_t>(ABANDONED))
-                               .BindBlob(2, t.SerializeAsString())
-                               .Bind(3, now)
-                               .Bind(4, t.campaign())
-                               .Bind(5, t.id())
-                               .Run());
+    HILNAS_RETURN_IF_ERROR(WriteTrialLocked(t));
   }
   return tx.Commit();
 }

@@ -91,6 +91,7 @@ class CampaignStore {
   CampaignStore(std::unique_ptr<SqliteDb> db, const Clock* clock)
       : db_(std::move(db)), clock_(clock) {}
   absl::Status CreateSchema();
+  absl::Status WriteTrialLocked(const Trial& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetStateLocked(const std::string& name, const std::vector<std::string>& from,
                               const std::string& to, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
