@@ -199,6 +199,29 @@ TEST_F(CampaignTest, BaselineStrategiesRunThroughTheSamePath) {
   EXPECT_EQ(random, 6);
 }
 
+TEST_F(CampaignTest, ConfirmedTrialsAreMeasuredAndTheGapLogged) {
+  CampaignConfig c = Config("confirm");
+  c.set_confirm_latency(true);
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("confirm").status());
+  EXPECT_EQ(RunToEnd("confirm"), "done");
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("confirm"));
+  std::set<int64_t> jobs;
+  for (const Trial& t : trials) {
+    EXPECT_TRUE(jobs.insert(t.job_id()).second) << "trial " << t.id() << " shares a job";
+    if (t.stage() != 2) continue;
+    EXPECT_EQ(t.state(), DONE);
+    EXPECT_GT(t.measured_ttft_ms(), 0) << "trial " << t.id();
+    ASSERT_OK_AND_ASSIGN(int reports, jobs_->AcceptedReports(t.job_id()));
+    EXPECT_EQ(reports, 1);
+  }
+  EXPECT_EQ(jobs.size(), trials.size());  // one job per trial of either stage
+  ASSERT_OK_AND_ASSIGN(auto log, campaigns_->LogLines("confirm", 100));
+  int gaps = 0;
+  for (const LogLine& l : log) gaps += l.text.find("vs predicted") != std::string::npos;
+  EXPECT_EQ(gaps, 6);
+}
+
 TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
   CampaignConfig c = Config("four");
   c.add_objectives(DECODE);
