@@ -119,12 +119,7 @@ absl::StatusOr<std::vector<std::vector<double>>> LatencyDraws(const LatencyModel
                                                               const std::vector<Arch>& archs,
                                                               int draws, uint64_t seed) {
   if (m == nullptr) return absl::FailedPreconditionError("qNEHVI needs a fitted latency model");
-  std::vector<std::vector<double>> x;
-  for (const Arch& a : archs) {
-    HILNAS_ASSIGN_OR_RETURN(std::vector<double> f, m->Features(a));
-    x.push_back(std::move(f));
-  }
-  HILNAS_ASSIGN_OR_RETURN(auto d, m->gp().Samples(x, draws, seed));
+  HILNAS_ASSIGN_OR_RETURN(auto d, m->SampleLogMs(archs, draws, seed));
   for (auto& row : d) {
     for (double& v : row) v = std::exp(v);  // log ms -> ms
   }
@@ -326,7 +321,8 @@ absl::StatusOr<std::vector<Proposal>> ProposeLatencyBatch(const Space& space,
     for (size_t i = 0; i < pool.size(); ++i) {
       if (taken[i]) continue;
       const double sd = std::sqrt(std::max(post.variance[i], 1e-12));
-      const double p_under = 0.5 * std::erfc(-(log_ref - post.mean[i]) / (sd * std::sqrt(2.0)));
+      const double mean = post.mean[i] + ttft.Trend(x[i]);  // the GP models the residual
+      const double p_under = 0.5 * std::erfc(-(log_ref - mean) / (sd * std::sqrt(2.0)));
       const double score = sd * p_under;
       if (score > best_score) best_score = score, best = static_cast<int>(i);
     }

@@ -1,6 +1,9 @@
 #include "latency_model/latency_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "latency_model/metrics.h"
@@ -98,10 +101,44 @@ absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::st
     gd.y.push_back(ms > 0 ? std::log(ms) : NAN);  // non-positive times are dropped
     gd.y_var.push_back(ms > 0 ? (se / ms) * (se / ms) : 0.0);
   }
+  // Least-squares line of log ms in the scaled log-FLOPs feature.
+  const size_t flops = space.dimensions();
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < gd.y.size(); ++i) {
+    if (!std::isfinite(gd.y[i])) continue;
+    const double x = gd.x[i][flops];
+    n += 1, sx += x, sy += gd.y[i], sxx += x * x, sxy += x * gd.y[i];
+  }
+  const double var = n > 0 ? sxx / n - (sx / n) * (sx / n) : 0;
+  if (n >= 3 && var > 1e-12) {
+    m.trend_slope_ = (sxy / n - (sx / n) * (sy / n)) / var;
+    m.trend_intercept_ = sy / n - m.trend_slope_ * sx / n;
+  }
+  for (size_t i = 0; i < gd.y.size(); ++i) gd.y[i] -= m.Trend(gd.x[i]);
   absl::StatusOr<ExactGp> gp = ExactGp::Fit(gd, options);
   if (!gp.ok()) return gp.status();
   m.gp_ = *std::move(gp);
   return m;
+}
+
+double LatencyModel::Trend(const std::vector<double>& features) const {
+  return trend_intercept_ + trend_slope_ * features[space_.dimensions()];
+}
+
+absl::StatusOr<std::vector<std::vector<double>>> LatencyModel::SampleLogMs(
+    const std::vector<Arch>& archs, int n, uint64_t seed) const {
+  std::vector<std::vector<double>> xs;
+  for (const Arch& a : archs) {
+    absl::StatusOr<std::vector<double>> x = Features(a);
+    if (!x.ok()) return x.status();
+    xs.push_back(*std::move(x));
+  }
+  absl::StatusOr<std::vector<std::vector<double>>> draws = gp_.Samples(xs, n, seed);
+  if (!draws.ok()) return draws.status();
+  for (auto& row : *draws) {
+    for (size_t i = 0; i < row.size(); ++i) row[i] += Trend(xs[i]);
+  }
+  return draws;
 }
 
 absl::StatusOr<std::vector<LatencyPrediction>> LatencyModel::Predict(
@@ -116,6 +153,7 @@ absl::StatusOr<std::vector<LatencyPrediction>> LatencyModel::Predict(
   if (!p.ok()) return p.status();
   std::vector<LatencyPrediction> out(archs.size());
   for (size_t i = 0; i < archs.size(); ++i) {
+    p->mean[i] += Trend(xs[i]);
     const double sd = std::sqrt(p->variance[i]);
     out[i].median_ms = std::exp(p->mean[i]);
     out[i].log_sd = sd;
@@ -139,6 +177,8 @@ absl::Status LatencyModel::Save(const std::string& path) const {
   for (double v : h.lengthscales) f.add_lengthscales(v);
   f.set_outputscale(h.outputscale);
   f.set_noise(h.noise);
+  f.set_trend_intercept(trend_intercept_);
+  f.set_trend_slope(trend_slope_);
   const GpData& d = gp_.data();
   for (size_t i = 0; i < d.y.size(); ++i) {
     LatencyModelFile::Row* r = f.add_rows();
@@ -182,6 +222,8 @@ absl::StatusOr<LatencyModel> LatencyModel::Load(const std::string& path, const S
                                                    " lengthscales for ", space.dimensions() + 2,
                                                    " features; the file is corrupt"));
   }
+  m.trend_intercept_ = f.trend_intercept();
+  m.trend_slope_ = f.trend_slope();
   GpHyperparameters h;
   h.lengthscales.assign(f.lengthscales().begin(), f.lengthscales().end());
   h.outputscale = f.outputscale();
@@ -203,22 +245,44 @@ absl::StatusOr<LatencyCv> CrossValidateLatency(const LatencyModel& model,
                                                const GpOptions& options) {
   LatencyCv cv;
   cv.rows = LatencyModel::Select(model.prompt_tokens(), data);
-  GpData gd;
+  const int n = static_cast<int>(cv.rows.size());
+  k = std::min(k, n);
+  if (k < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross-validation: ", k, " folds for ", n, " points; need 2 <= k <= n"));
+  }
+  // Each fold refits the whole model (trend, feature scaling and GP) on the
+  // other folds; folds are a seeded shuffle.
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(options.seed));
+  cv.predicted_ms.assign(n, NAN);
+  for (int f = 0; f < k; ++f) {
+    std::vector<LatencyRow> train;
+    std::vector<int> test;
+    std::vector<Arch> test_archs;
+    for (int i = 0; i < n; ++i) {
+      if (i % k == f) {
+        test.push_back(order[i]);
+        test_archs.push_back(cv.rows[order[i]]->arch);
+      } else {
+        train.push_back(*cv.rows[order[i]]);
+      }
+    }
+    absl::StatusOr<LatencyModel> m =
+        LatencyModel::Fit(model.space(), model.device_class(), model.metric(),
+                          model.prompt_tokens(), train, options);
+    if (!m.ok()) return m.status();
+    absl::StatusOr<std::vector<LatencyPrediction>> p = m->Predict(test_archs);
+    if (!p.ok()) return p.status();
+    for (size_t t = 0; t < test.size(); ++t) cv.predicted_ms[test[t]] = (*p)[t].median_ms;
+  }
   for (const LatencyRow* r : cv.rows) {
-    absl::StatusOr<std::vector<double>> x = model.Features(r->arch);
-    if (!x.ok()) return x.status();
     const double ms = LatencyModel::Measured(model.metric(), *r);
-    const double se = LatencyModel::MeasuredSe(model.metric(), *r);
-    gd.x.push_back(*std::move(x));
-    gd.y.push_back(std::log(ms));
-    gd.y_var.push_back((se / ms) * (se / ms));
     cv.measured_ms.push_back(ms);
     cv.log_measured.push_back(std::log(ms));
   }
-  absl::StatusOr<GpPosterior> post = CrossValidate(gd, std::min<int>(k, gd.y.size()), options);
-  if (!post.ok()) return post.status();
-  cv.log_predicted = post->mean;
-  for (double m : post->mean) cv.predicted_ms.push_back(std::exp(m));
+  for (double ms : cv.predicted_ms) cv.log_predicted.push_back(std::log(ms));
   cv.r2 = RSquared(cv.measured_ms, cv.predicted_ms);
   cv.r2_log = RSquared(cv.log_measured, cv.log_predicted);
   cv.rmse_ms = Rmse(cv.measured_ms, cv.predicted_ms);

@@ -1,7 +1,10 @@
 // One latency model per (device class, metric, prompt length): a GP on the
 // encoded architecture plus derived features (log FLOPs, log parameters),
 // predicting log milliseconds, so errors are relative and predictions stay
-// positive. Measured standard errors become per-point noise (delta method:
+// positive. Its prior mean is a least-squares line in log FLOPs (the
+// analytic estimate as a prior mean): with the few points of a stage-1
+// budget the GP then starts from the FLOPs proxy's ranking and learns what
+// FLOPs miss (attention pattern, memory-bound layers) as it grows. Measured standard errors become per-point noise (delta method:
 // var(log t) ~ (se / t)^2). MobileLLM-Flash Sec. 3.4 fits the same kind of
 // GP on ~800 on-device TTFT measurements.
 #ifndef HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
@@ -37,6 +40,12 @@ class LatencyModel {
                                           const GpOptions& options = {});
 
   absl::StatusOr<std::vector<LatencyPrediction>> Predict(const std::vector<Arch>& archs) const;
+  // `n` joint posterior draws of log ms at `archs`, n x |archs|.
+  absl::StatusOr<std::vector<std::vector<double>>> SampleLogMs(const std::vector<Arch>& archs, int n,
+                                                               uint64_t seed) const;
+  // The prior mean (log ms) at a feature vector from Features(); the GP
+  // models log ms minus this.
+  double Trend(const std::vector<double>& features) const;
 
   // Binary LatencyModelFile, written atomically.
   absl::Status Save(const std::string& path) const;
@@ -47,7 +56,9 @@ class LatencyModel {
   // The GP inputs of an architecture: its encoding, then the derived features.
   absl::StatusOr<std::vector<double>> Features(const Arch& arch) const;
   const std::vector<std::string>& feature_names() const { return feature_names_; }
+  // The GP of the residual log ms (log ms minus Trend).
   const ExactGp& gp() const { return gp_; }
+  const Space& space() const { return space_; }
   LatencyMetric metric() const { return metric_; }
   int prompt_tokens() const { return prompt_tokens_; }
   const std::string& device_class() const { return device_class_; }
@@ -69,6 +80,7 @@ class LatencyModel {
   int prompt_tokens_ = 0;
   std::vector<std::string> feature_names_;
   std::vector<double> feature_min_, feature_max_;
+  double trend_intercept_ = 0, trend_slope_ = 0;
   ExactGp gp_;
 };
 

@@ -73,6 +73,33 @@ TEST(LatencyModelTest, FitsAndRanksUnseenArchitectures) {
   EXPECT_GT(RSquared(truth, pred), 0.95);
 }
 
+// The prior mean is the least-squares line in log FLOPs: on a device whose
+// TTFT is proportional to FLOPs the line alone is the truth, and 6 points
+// (far fewer than the 14 inputs a GP alone would have to learn) already
+// predict unseen architectures.
+TEST(LatencyModelTest, TheLogFlopsTrendCarriesSmallDataSets) {
+  const Space space = SmallSpace();
+  std::vector<LatencyRow> train = SyntheticRows(space, 6, 3);
+  for (LatencyRow& r : train) r.ttft_ms = PrefillFlops(r.arch, 256) / 20e9 * 1e3;  // no noise
+  ASSERT_OK_AND_ASSIGN(LatencyModel m,
+                       LatencyModel::Fit(space, "synthetic", LatencyMetric::kTtft, 256, train));
+  for (const LatencyRow& r : train) {
+    ASSERT_OK_AND_ASSIGN(std::vector<double> x, m.Features(r.arch));
+    EXPECT_NEAR(m.Trend(x), std::log(r.ttft_ms), 1e-6);
+  }
+  std::vector<Arch> archs;
+  std::vector<double> truth, pred;
+  for (const LatencyRow& r : SyntheticRows(space, 40, 4)) {
+    archs.push_back(r.arch);
+    truth.push_back(PrefillFlops(r.arch, 256) / 20e9 * 1e3);
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<LatencyPrediction> p, m.Predict(archs));
+  for (const auto& x : p) pred.push_back(x.median_ms);
+  EXPECT_GT(KendallTau(truth, pred), 0.95);
+  ASSERT_OK_AND_ASSIGN(auto draws, m.SampleLogMs(archs, 4, 1));
+  for (size_t i = 0; i < archs.size(); ++i) EXPECT_NEAR(draws[0][i], std::log(truth[i]), 0.2);
+}
+
 TEST(LatencyModelTest, SaveAndLoadGiveIdenticalPredictions) {
   const Space space = SmallSpace();
   std::vector<LatencyRow> rows = SyntheticRows(space, 30, 3);
