@@ -218,7 +218,8 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
                                         px(ms), T, px(ms), H - B, px(ms) - 3, T + 6, px(ms) - 3, T + 6,
                                         label));
   }
-  // The front as a staircase in (TTFT, loss).
+  // The front as a staircase in (TTFT, loss); the legend sits in the
+  // lower left, the corner no trial reaches.
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
     if (v.on_front[i]) front.push_back({v.evaluated[i]->predicted_ttft_ms(), v.evaluated[i]->loss()});
@@ -243,8 +244,8 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
   absl::StrAppend(&s, absl::StrFormat(
                           "<circle cx='%.0f' cy='%.0f' r='3' fill='#1f77b4'/><text x='%.0f' y='%.0f'>trial</text>\n"
                           "<circle cx='%.0f' cy='%.0f' r='5' fill='#ff7f0e'/><text x='%.0f' y='%.0f'>Pareto front</text>\n",
-                          W - R - 150, T + 14.0, W - R - 140, T + 18.0, W - R - 150, T + 32.0,
-                          W - R - 140, T + 36.0));
+                          L + 14, H - B - 34.0, L + 24, H - B - 30.0, L + 14, H - B - 16.0,
+                          L + 24, H - B - 12.0));
   return s + "</svg>\n";
 }
 
