@@ -66,21 +66,26 @@ struct AttentionBlockImpl : torch::nn::Module {
 
   // x: [B, T, d] at absolute positions start..start+T-1. With a cache, new
   // K/V are written at `start` and attention reads the cached prefix.
+  // `provided` (may be null) replaces the layer's own keys and values.
   torch::Tensor forward(const torch::Tensor& x, int64_t start, const torch::Tensor& cos,
-                        const torch::Tensor& sin, torch::Tensor* cache_k, torch::Tensor* cache_v) {
+                        const torch::Tensor& sin, torch::Tensor* cache_k, torch::Tensor* cache_v,
+                        const LayerKv* provided = nullptr, ForwardObserver* observer = nullptr,
+                        int layer = 0) {
     const int64_t b = x.size(0), t = x.size(1);
     const int64_t h = arch.num_heads, kvh = arch.num_kv_heads, hd = arch.head_dim;
     auto q = Project(x, q_proj->weight).view({b, t, h, hd});
-    auto k = Project(x, k_proj->weight).view({b, t, kvh, hd});
-    auto v = Project(x, v_proj->weight).view({b, t, kvh, hd});
-    if (arch.qk_norm) {
-      q = q_norm(q);
-      k = k_norm(k);
+    torch::Tensor k, v;
+    if (provided != nullptr) {
+      k = provided->keys;
+      v = provided->values;
+    } else {
+      k = Project(x, k_proj->weight).view({b, t, kvh, hd});
+      v = Project(x, v_proj->weight).view({b, t, kvh, hd});
     }
-    // cos/sin: [T, hd] -> broadcast over batch and heads.
-    auto c = cos.view({1, t, 1, hd}), s = sin.view({1, t, 1, hd});
-    q = ApplyRope(q, c, s).transpose(1, 2);  // [B, H, T, hd]
-    k = ApplyRope(k, c, s).transpose(1, 2);  // [B, KVH, T, hd]
+    if (observer != nullptr) observer->OnKeysValues(layer, k, v);
+    if (arch.qk_norm) q = q_norm(q);
+    q = ApplyRope(q, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd})).transpose(1, 2);
+    k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
     v = v.transpose(1, 2);
 
     int64_t key_start = 0;  // absolute position of the first key read
@@ -115,6 +120,14 @@ struct AttentionBlockImpl : torch::nn::Module {
     auto out = torch::matmul(probs, values.unsqueeze(2));  // [B, KVH, G, T, hd]
     out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
     return Project(out, o_proj->weight);
+  }
+
+  // Raw keys [B, T, KVH, hd] -> K-norm (when the model has one), RoPE at
+  // the positions of cos/sin [T, hd], heads first: [B, KVH, T, hd].
+  torch::Tensor RotatedKeys(torch::Tensor k, const torch::Tensor& cos, const torch::Tensor& sin) {
+    const int64_t t = k.size(1), hd = arch.head_dim;
+    if (arch.qk_norm) k = k_norm(k);
+    return ApplyRope(k, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd})).transpose(1, 2);
   }
 
   Arch arch;
@@ -152,16 +165,19 @@ struct LayerImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, int64_t start, const torch::Tensor& cos,
                         const torch::Tensor& sin, torch::Tensor* ck, torch::Tensor* cv,
-                        ForwardObserver* observer = nullptr, int layer = 0) {
+                        ForwardObserver* observer = nullptr, int layer = 0,
+                        const LayerKv* provided = nullptr) {
     if (observer == nullptr) {
-      if (self_attn) x = x + self_attn->forward(input_layernorm(x), start, cos, sin, ck, cv);
+      if (self_attn) {
+        x = x + self_attn->forward(input_layernorm(x), start, cos, sin, ck, cv, provided);
+      }
       return x + mlp(post_attention_layernorm(x));
     }
     const torch::Tensor input = x;
     if (self_attn) {
       auto normed = input_layernorm(x);
       observer->OnBlockNorm(layer, normed);
-      x = x + self_attn->forward(normed, start, cos, sin, ck, cv);
+      x = x + self_attn->forward(normed, start, cos, sin, ck, cv, provided, observer, layer);
     }
     auto normed = post_attention_layernorm(x);
     observer->OnBlockNorm(layer, normed);
@@ -206,19 +222,26 @@ class DecoderImpl : public torch::nn::Module {
                                              static_cast<double>(a.head_dim));
   }
 
-  torch::Tensor Run(const torch::Tensor& tokens, int64_t start, KvCache* cache, bool last_only,
-                    ForwardObserver* observer = nullptr) {
-    const int64_t t = tokens.size(1);
+  // RoPE tables for positions start..start+t-1, [t, head_dim] each.
+  std::pair<torch::Tensor, torch::Tensor> Rope(int64_t start, int64_t t) const {
     auto pos = torch::arange(start, start + t, torch::kDouble);
     auto freqs = torch::outer(pos, inv_freq_);
     auto emb = torch::cat({freqs, freqs}, -1);
-    auto cos = emb.cos().to(dtype_), sin = emb.sin().to(dtype_);
+    return {emb.cos().to(dtype_), emb.sin().to(dtype_)};
+  }
+
+  torch::Tensor Run(const torch::Tensor& tokens, int64_t start, KvCache* cache, bool last_only,
+                    ForwardObserver* observer = nullptr,
+                    const std::vector<LayerKv>* provided = nullptr) {
+    const int64_t t = tokens.size(1);
+    const auto [cos, sin] = Rope(start, t);
     auto x = model_->embed_tokens(tokens);
     for (size_t i = 0; i < model_->typed_layers.size(); ++i) {
       torch::Tensor* ck = cache ? &cache->keys(static_cast<int>(i)) : nullptr;
       torch::Tensor* cv = cache ? &cache->values(static_cast<int>(i)) : nullptr;
       x = model_->typed_layers[i]->forward(x, start, cos, sin, ck, cv, observer,
-                                           static_cast<int>(i));
+                                           static_cast<int>(i),
+                                           provided ? &(*provided)[i] : nullptr);
     }
     if (last_only) x = x.narrow(1, t - 1, 1);
     x = model_->norm(x);
@@ -296,6 +319,30 @@ torch::Tensor Decoder::ForwardCached(const torch::Tensor& tokens, KvCache& cache
   auto logits = impl_->Run(tokens, start, &cache, last_only);
   cache.Advance(tokens.size(1));
   return logits;
+}
+
+torch::Tensor Decoder::ForwardWithKv(const torch::Tensor& tokens, const std::vector<LayerKv>& kv,
+                                     ForwardObserver* observer) {
+  TORCH_CHECK(kv.size() == impl_->model_->typed_layers.size(), "ForwardWithKv: ", kv.size(),
+              " layers of keys and values for ", impl_->model_->typed_layers.size(), " layers");
+  return impl_->Run(tokens, 0, nullptr, false, observer, &kv);
+}
+
+void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
+  auto& layers = impl_->model_->typed_layers;
+  TORCH_CHECK(kv.size() == layers.size() && cache.length() == 0, "FillCache: ", kv.size(),
+              " layers for ", layers.size(), ", cache length ", cache.length());
+  int64_t t = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!layers[i]->self_attn) continue;
+    t = kv[i].keys.size(1);
+    TORCH_CHECK(t <= cache.capacity(), "FillCache: ", t, " tokens > capacity ", cache.capacity());
+    const auto [cos, sin] = impl_->Rope(0, t);
+    cache.keys(static_cast<int>(i)).narrow(2, 0, t).copy_(
+        layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin));
+    cache.values(static_cast<int>(i)).narrow(2, 0, t).copy_(kv[i].values.transpose(1, 2));
+  }
+  cache.Advance(t);
 }
 
 KvCache Decoder::NewCache(int64_t batch, int64_t capacity) const {

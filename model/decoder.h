@@ -45,6 +45,13 @@ class KvCache {
 
 class DecoderImpl;
 
+// One attention layer's keys and values supplied from outside the layer
+// (KV Prediction Sec. 4): keys before the layer's K-norm and RoPE, values as
+// projected, both [batch, T, kv_heads, head_dim].
+struct LayerKv {
+  torch::Tensor keys, values;
+};
+
 // Sees the activations that calibration measures (MobileLLM-Flash Sec. 3.3)
 // during Decoder::Forward. Tensors are [batch, T, width] and valid only
 // during the call.
@@ -58,6 +65,10 @@ class ForwardObserver {
   virtual void OnFfnHidden(int layer, const torch::Tensor& hidden) {}
   // The residual stream entering and leaving a layer.
   virtual void OnLayer(int layer, const torch::Tensor& input, const torch::Tensor& output) {}
+  // The keys (before K-norm and RoPE) and values an attention layer attends
+  // to, [batch, T, kv_heads, head_dim]: what a KV predictor reads from an
+  // auxiliary model and is trained to match in the base.
+  virtual void OnKeysValues(int layer, const torch::Tensor& keys, const torch::Tensor& values) {}
 };
 
 // Owns the module tree; cheap to move.
@@ -81,6 +92,21 @@ class Decoder {
   torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only);
 
   KvCache NewCache(int64_t batch, int64_t capacity) const;
+
+  // Causal forward over tokens [batch, T] in which every attention layer
+  // attends to `kv[layer]` (T positions) instead of its own keys and values;
+  // queries stay the model's own; entries of skip layers are ignored. This is
+  // how a KV predictor trains: the base's queries attend causally to the
+  // predicted cache only (KV Prediction Sec. 4.2). REQUIRES kv.size() ==
+  // num_layers.
+  torch::Tensor ForwardWithKv(const torch::Tensor& tokens, const std::vector<LayerKv>& kv,
+                              ForwardObserver* observer = nullptr);
+
+  // Writes `kv` for positions 0..T-1 into an empty cache, applying each
+  // layer's K-norm and RoPE as the layer would; the cache then holds T
+  // tokens and later steps read it like any other cache (KV Prediction
+  // Sec. 4.3). REQUIRES cache.length() == 0 and T <= capacity.
+  void FillCache(KvCache& cache, const std::vector<LayerKv>& kv);
 
   // Hugging Face names -> tensors (tied heads appear once, as the embedding).
   std::vector<std::pair<std::string, torch::Tensor>> NamedTensors() const;
