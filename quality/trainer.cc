@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
+#include "quality/train_util.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
 
@@ -18,36 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace F = torch::nn::functional;
-
-// [count, len] windows of `tokens` starting at `offsets`.
-torch::Tensor Windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
-                      int64_t len) {
-  auto out = torch::empty({static_cast<int64_t>(offsets.size()), len}, torch::kLong);
-  auto a = out.accessor<int64_t, 2>();
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    for (int64_t j = 0; j < len; ++j) a[i][j] = tokens[offsets[i] + j];
-  }
-  return out;
-}
-
-// The batch of step `step` (1-based): a pure function of (seed, step).
-torch::Tensor TrainBatch(const std::vector<int32_t>& train, const TrainOptions& o, int64_t step) {
-  std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step));
-  std::uniform_int_distribution<int64_t> pick(0,
-                                              static_cast<int64_t>(train.size()) - o.seq_len - 1);
-  std::vector<int64_t> offsets(o.batch_size);
-  for (int64_t& off : offsets) off = pick(rng);
-  return Windows(train, offsets, o.seq_len + 1);
-}
-
-// Linear warm-up to lr, then cosine to lr * min_lr_ratio at the last step.
-double LearningRate(const TrainOptions& o, int64_t step) {
-  if (step <= o.warmup_steps) return o.lr * step / std::max<int64_t>(1, o.warmup_steps);
-  const double progress =
-      static_cast<double>(step - o.warmup_steps) / std::max<int64_t>(1, o.steps - o.warmup_steps);
-  const double floor = o.lr * o.min_lr_ratio;
-  return floor + (o.lr - floor) * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
-}
 
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
@@ -128,6 +99,44 @@ absl::StatusOr<int64_t> Resume(Decoder& model, torch::optim::Optimizer& opt, con
 
 }  // namespace
 
+// [count, len] windows of `tokens` starting at `offsets`.
+torch::Tensor Windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
+                      int64_t len) {
+  auto out = torch::empty({static_cast<int64_t>(offsets.size()), len}, torch::kLong);
+  auto a = out.accessor<int64_t, 2>();
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    for (int64_t j = 0; j < len; ++j) a[i][j] = tokens[offsets[i] + j];
+  }
+  return out;
+}
+
+// The batch of step `step` (1-based): a pure function of (seed, step).
+torch::Tensor TrainBatch(const std::vector<int32_t>& train, const TrainOptions& o, int64_t step) {
+  std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step));
+  std::uniform_int_distribution<int64_t> pick(0,
+                                              static_cast<int64_t>(train.size()) - o.seq_len - 1);
+  std::vector<int64_t> offsets(o.batch_size);
+  for (int64_t& off : offsets) off = pick(rng);
+  return Windows(train, offsets, o.seq_len + 1);
+}
+
+// Linear warm-up to lr, then cosine to lr * min_lr_ratio at the last step.
+double LearningRate(const TrainOptions& o, int64_t step) {
+  if (step <= o.warmup_steps) return o.lr * step / std::max<int64_t>(1, o.warmup_steps);
+  const double progress =
+      static_cast<double>(step - o.warmup_steps) / std::max<int64_t>(1, o.steps - o.warmup_steps);
+  const double floor = o.lr * o.min_lr_ratio;
+  return floor + (o.lr - floor) * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t windows) {
+  const int64_t fit = (tokens - 1) / seq_len;
+  windows = std::min(windows, fit);
+  std::vector<int64_t> offsets;
+  for (int64_t i = 0; i < windows; ++i) offsets.push_back(i * (fit / windows) * seq_len);
+  return offsets;
+}
+
 absl::Status TrainOptions::Validate() const {
   auto bad = [](const std::string& field, double v, const char* want) {
     return absl::InvalidArgumentError(absl::StrCat("train option ", field, " = ", v, ": ", want));
@@ -157,9 +166,7 @@ absl::StatusOr<double> HeldOutLoss(Decoder& model, const std::vector<int32_t>& t
     return absl::InvalidArgumentError(
         absl::StrCat(n, " held-out tokens do not fill one window of ", seq_len + 1));
   }
-  windows = std::min(windows, fit);
-  std::vector<int64_t> offsets;
-  for (int64_t i = 0; i < windows; ++i) offsets.push_back(i * (fit / windows) * seq_len);
+  const std::vector<int64_t> offsets = HeldOutOffsets(n, seq_len, windows);
   try {
     torch::NoGradGuard no_grad;
     const bool was_training = model.module().is_training();

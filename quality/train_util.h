@@ -1,0 +1,30 @@
+// What the trainers share (quality/trainer.cc, quality/kvp_trainer.cc):
+// batches as a pure function of (seed, step), so a resumed run sees the
+// batches an uninterrupted one would, the warm-up + cosine schedule, and the
+// evenly spaced held-out windows.
+#ifndef HILNAS_QUALITY_TRAIN_UTIL_H_
+#define HILNAS_QUALITY_TRAIN_UTIL_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "quality/trainer.h"
+
+namespace hilnas {
+
+// [count, len] windows of `tokens` starting at `offsets`.
+torch::Tensor Windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
+                      int64_t len);
+// The batch of step `step` (1-based): [batch_size, seq_len + 1] tokens.
+torch::Tensor TrainBatch(const std::vector<int32_t>& train, const TrainOptions& o, int64_t step);
+// Linear warm-up to lr, then cosine to lr * min_lr_ratio at the last step.
+double LearningRate(const TrainOptions& o, int64_t step);
+// Offsets of `windows` evenly spaced held-out windows of seq_len + 1 tokens
+// (fewer when the tokens run out).
+std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t windows);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_QUALITY_TRAIN_UTIL_H_
