@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/generate.h"
+#include "model/kv_prediction.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
 #include "util/status_macros.h"
@@ -44,6 +45,10 @@ class LibtorchModel : public PreparedModel {
  public:
   LibtorchModel(Decoder decoder, int64_t prefill_chunk, uint64_t seed)
       : decoder_(std::move(decoder)), prefill_chunk_(prefill_chunk), seed_(seed) {}
+  // A KV-prediction architecture: TTFT is the auxiliary prefill, the
+  // predictor and one base step (KV Prediction Sec. 4.4); decode is the base's.
+  LibtorchModel(std::shared_ptr<KvPredictor> kvp, int64_t prefill_chunk, uint64_t seed)
+      : decoder_(kvp->base()), kvp_(std::move(kvp)), prefill_chunk_(prefill_chunk), seed_(seed) {}
 
   absl::StatusOr<RunTiming> Run(int prompt_tokens, int decode_tokens) override {
     if (prompt_tokens <= 0 || decode_tokens < 0) {
@@ -62,7 +67,8 @@ class LibtorchModel : public PreparedModel {
     GenerateOptions o;
     o.max_new_tokens = decode_tokens + 1;  // the first token closes TTFT
     o.prefill_chunk = prefill_chunk_;
-    absl::StatusOr<Generation> g = GreedyGenerate(decoder_, prompt, o);
+    absl::StatusOr<Generation> g =
+        kvp_ != nullptr ? kvp_->Generate(prompt, o) : GreedyGenerate(decoder_, prompt, o);
     if (!g.ok()) return Classify(g.status());
     RunTiming r;
     r.ttft_ms = g->stats.ttft_ms();
@@ -73,6 +79,7 @@ class LibtorchModel : public PreparedModel {
 
  private:
   Decoder decoder_;
+  std::shared_ptr<KvPredictor> kvp_;  // null unless the arch has an auxiliary model
   int64_t prefill_chunk_;
   uint64_t seed_;
 };
@@ -104,6 +111,14 @@ class LibtorchRuntime : public Runtime {
     }
     if (!decoder.ok()) return Classify(decoder.status());
     const int64_t chunk = req.prefill_chunk() > 0 ? req.prefill_chunk() : 1024;
+    if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+      // Random weights time like trained ones: the auxiliary model and maps.
+      absl::StatusOr<KvPredictor> kvp =
+          KvPredictor::Create(std::make_shared<Decoder>(*std::move(decoder)), req.seed() + 1);
+      if (!kvp.ok()) return Classify(kvp.status());
+      return std::unique_ptr<PreparedModel>(new LibtorchModel(
+          std::make_shared<KvPredictor>(*std::move(kvp)), chunk, req.seed()));
+    }
     return std::unique_ptr<PreparedModel>(
         new LibtorchModel(*std::move(decoder), chunk, req.seed()));
   }

@@ -202,5 +202,24 @@ TEST(LibtorchRuntimeTest, ImpossibleArchIsUnsupported) {
   EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
 }
 
+TEST(LibtorchRuntimeTest, MeasuresKvPredictionArchitectures) {
+  // KVP-LP-0.5 of the tiny model: TTFT through the auxiliary prefill, the
+  // predictor and one base step; decode on the base.
+  std::unique_ptr<Runtime> rt = NewLibtorchRuntime();
+  BenchmarkRequest req = Request(1, 1, 1.0);
+  Arch a = TinyMixedArch();
+  a.attention.assign(a.num_layers, Attention::kFull);
+  a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+  a.kv_prediction.layer_pruned_ratio = 0.5;
+  *req.mutable_arch() = ArchToProto(a);
+  req.clear_prompt_lengths();
+  req.add_prompt_lengths(16);
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), NoCooldown());
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  ASSERT_EQ(r.samples_size(), 1);
+  EXPECT_GT(r.samples(0).ttft_ms(), 0);
+  EXPECT_GT(r.samples(0).decode_ms_per_token(), 0);
+}
+
 }  // namespace
 }  // namespace hilnas
