@@ -102,8 +102,14 @@ absl::Status CheckBackbone(const CampaignConfig& c, const Space& space, const st
   }
   PruneOptions po;
   po.block_size = space.block_size();
-  for (const Arch& a : probes) {
+  for (const Arch& probe : probes) {
+    // A KV-prediction member prunes its base and, for KVP-C, its auxiliary.
+    Arch a = probe;
+    a.kv_prediction = KvPredictionSpec();
     absl::StatusOr<PrunePlan> plan = PlanPrune(*metrics, *backbone, a, po);
+    if (plan.ok() && probe.kv_prediction.kind == KvPredictionSpec::Kind::kCanonical) {
+      plan = PlanPrune(*metrics, *backbone, probe.kv_prediction.canonical[0], po);
+    }
     if (!plan.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, "search_space: the member ", a.num_layers, " layers, d_model ", a.d_model,

@@ -222,6 +222,28 @@ TEST_F(CampaignTest, ConfirmedTrialsAreMeasuredAndTheGapLogged) {
   EXPECT_EQ(gaps, 6);
 }
 
+TEST_F(CampaignTest, TheKvPredictionChoiceIsSearchedLikeAnyDimension) {
+  CampaignConfig c = Config("kvp");
+  c.mutable_search_space()->add_aux_choices()->set_none(true);
+  c.mutable_search_space()->add_aux_choices()->set_layer_pruned_ratio(0.5);
+  c.set_stage2_trials(9);
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("kvp").status());
+  EXPECT_EQ(RunToEnd("kvp"), "done");
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("kvp"));
+  int with_aux[3] = {0, 0, 0};
+  for (const Trial& t : trials) {
+    EXPECT_EQ(t.state(), DONE) << t.id() << ": " << t.message();
+    if (t.arch().has_kv_prediction()) {
+      ++with_aux[t.stage()];
+      EXPECT_THAT(ArchSummary(t.arch()), HasSubstr("+KVP"));
+      if (t.stage() == 2) EXPECT_TRUE(std::isfinite(t.loss()) && t.loss() > 0 && t.loss() < 6);
+    }
+  }
+  EXPECT_GT(with_aux[1], 0);  // measured on the agent with an auxiliary model
+  EXPECT_GT(with_aux[2], 0);  // pruned, trained (frozen base) and scored
+}
+
 TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
   CampaignConfig c = Config("four");
   c.add_objectives(DECODE);

@@ -241,10 +241,6 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
 }
 
 absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
-  if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
-    return absl::UnimplementedError(
-        absl::StrCat(path, ": checkpoints of KV-prediction architectures are not supported yet"));
-  }
   json j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"hidden_size", a.d_model},
@@ -265,6 +261,17 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   json types = json::array();
   for (Attention at : a.attention) types.push_back(LayerTypeName(at));
   j["layer_types"] = types;
+  // KV Prediction: the auxiliary model of a canonical (KVP-C) pair is the
+  // checkpoint in the auxiliary/ folder beside this file.
+  const KvPredictionSpec& kvp = a.kv_prediction;
+  if (kvp.kind == KvPredictionSpec::Kind::kLayerPruned) {
+    j["kv_prediction"] = {{"type", "layer_pruned"}, {"ratio", kvp.layer_pruned_ratio}};
+  } else if (kvp.kind == KvPredictionSpec::Kind::kCanonical) {
+    j["kv_prediction"] = {{"type", "canonical"}, {"auxiliary", "auxiliary"}};
+  }
+  if (j.contains("kv_prediction") && !kvp.layer_map.empty()) {
+    j["kv_prediction"]["layer_map"] = kvp.layer_map;
+  }
   return WriteFileAtomically(path, j.dump(2) + "\n");
 }
 
@@ -315,6 +322,29 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
     }
   } else {
     a.attention.assign(std::max(a.num_layers, 0), Attention::kFull);
+  }
+  if (j.contains("kv_prediction")) {
+    const json& k = j["kv_prediction"];
+    const std::string type = k.is_object() ? k.value("type", "") : "";
+    if (type == "layer_pruned" && k.contains("ratio") && k["ratio"].is_number()) {
+      a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+      a.kv_prediction.layer_pruned_ratio = k["ratio"].get<double>();
+    } else if (type == "canonical") {
+      const std::string aux_path =
+          (std::filesystem::path(path).parent_path() / k.value("auxiliary", "auxiliary") /
+           "config.json")
+              .string();
+      HILNAS_ASSIGN_OR_RETURN(Arch aux, ReadConfigJson(aux_path));
+      a.kv_prediction.kind = KvPredictionSpec::Kind::kCanonical;
+      a.kv_prediction.canonical = {aux};
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": field \"kv_prediction\" ", k.dump(),
+          " is not {\"type\": \"layer_pruned\", \"ratio\": R} or {\"type\": \"canonical\"}"));
+    }
+    if (k.contains("layer_map") && k["layer_map"].is_array()) {
+      for (const json& v : k["layer_map"]) a.kv_prediction.layer_map.push_back(v.get<int>());
+    }
   }
   absl::Status valid = ValidateArch(a);
   if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));

@@ -214,4 +214,38 @@ absl::StatusOr<Generation> KvPredictor::Generate(const std::vector<int64_t>& pro
   }
 }
 
+absl::Status SaveKvpCheckpoint(KvPredictor& kvp, const std::string& dir, StorageDtype dtype) {
+  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(kvp.base(), dir, dtype));
+  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(kvp.auxiliary(), dir + "/auxiliary", dtype));
+  return WriteSafetensors(dir + "/kv_predictor.safetensors", kvp.PredictorTensors(), dtype);
+}
+
+absl::StatusOr<KvPredictor> LoadKvpCheckpoint(const std::string& dir, torch::Dtype dtype) {
+  HILNAS_ASSIGN_OR_RETURN(Decoder base, LoadCheckpoint(dir, dtype));
+  if (base.arch().kv_prediction.kind == KvPredictionSpec::Kind::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/config.json: not a KV-prediction checkpoint (no kv_prediction)"));
+  }
+  HILNAS_ASSIGN_OR_RETURN(Decoder aux, LoadCheckpoint(dir + "/auxiliary", dtype));
+  HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp,
+                          KvPredictor::Create(std::make_shared<Decoder>(std::move(base)), 0,
+                                              std::make_shared<Decoder>(std::move(aux))));
+  const std::string path = dir + "/kv_predictor.safetensors";
+  HILNAS_ASSIGN_OR_RETURN(auto stored, ReadSafetensors(path));
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : kvp.PredictorTensors()) {
+    auto it = stored.find(name);
+    if (it == stored.end() || it->second.sizes() != t.sizes()) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", name,
+                                              it == stored.end() ? " is missing" : " has the wrong shape"));
+    }
+    t.copy_(it->second.to(t.dtype()));
+  }
+  if (stored.size() != kvp.PredictorTensors().size()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", stored.size(), " tensors, expected ",
+                                            kvp.PredictorTensors().size()));
+  }
+  return kvp;
+}
+
 }  // namespace hilnas

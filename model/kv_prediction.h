@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/generate.h"
 
@@ -68,6 +69,16 @@ class KvPredictor {
   explicit KvPredictor(std::shared_ptr<KvPredictorImpl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<KvPredictorImpl> impl_;
 };
+
+// A KV-prediction checkpoint is a folder: the base as a plain checkpoint
+// (config.json, whose "kv_prediction" field names the auxiliary, and
+// model.safetensors: any Llama tool loads the base), auxiliary/ (the
+// auxiliary model as a plain checkpoint) and kv_predictor.safetensors (the
+// maps, "kv_predictor.layers.L.k.weight" ...).
+absl::Status SaveKvpCheckpoint(KvPredictor& kvp, const std::string& dir, StorageDtype dtype);
+// DATA_LOSS naming the file for a missing or misshapen part.
+absl::StatusOr<KvPredictor> LoadKvpCheckpoint(const std::string& dir,
+                                              torch::Dtype dtype = torch::kFloat);
 
 }  // namespace hilnas
 

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/status_matchers.h"
@@ -96,6 +98,46 @@ TEST(KvPredictorTest, TrainingLowersTheLossAndLeavesTheBaseFrozen) {
   }
   EXPECT_LT(last, 0.8 * first);
   EXPECT_TRUE(torch::equal(base->NamedTensors()[3].second, before));
+}
+
+TEST(KvPredictorTest, CheckpointsRoundTripForBothAuxiliaryKinds) {
+  for (const bool canonical : {false, true}) {
+    Arch a = Small();
+    a.attention.assign(4, Attention::kFull);
+    if (canonical) {
+      Arch aux = Small();
+      aux.name = "kvp-test-aux";
+      aux.num_layers = 2;
+      aux.d_ffn = 64;
+      aux.attention.assign(2, Attention::kFull);
+      a.kv_prediction.kind = KvPredictionSpec::Kind::kCanonical;
+      a.kv_prediction.canonical = {aux};
+    } else {
+      a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+      a.kv_prediction.layer_pruned_ratio = 0.5;
+    }
+    ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 1));
+    ASSERT_OK_AND_ASSIGN(KvPredictor kvp, KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
+    {  // make the maps something other than their initial value
+      torch::NoGradGuard no_grad;
+      for (auto& [n, t] : kvp.PredictorTensors()) t.add_(0.01);
+    }
+    const std::string dir = ::testing::TempDir() + "/kvp_ckpt_" + (canonical ? "c" : "lp");
+    std::filesystem::remove_all(dir);
+    ASSERT_OK(SaveKvpCheckpoint(kvp, dir, StorageDtype::kF32));
+    ASSERT_OK_AND_ASSIGN(KvPredictor back, LoadKvpCheckpoint(dir));
+    EXPECT_EQ(back.base().arch().kv_prediction.kind, a.kv_prediction.kind);
+    EXPECT_EQ(back.layer_map(), kvp.layer_map());
+    torch::NoGradGuard no_grad;
+    const torch::Tensor tokens = Tokens(12);
+    EXPECT_TRUE(torch::equal(back.Forward(tokens).base_logits, kvp.Forward(tokens).base_logits))
+        << (canonical ? "KVP-C" : "KVP-LP");
+    // The base alone loads in any Llama tool: a plain checkpoint.
+    ASSERT_OK(LoadCheckpoint(dir).status());
+    std::filesystem::remove(dir + "/kv_predictor.safetensors");
+    EXPECT_THAT(LoadKvpCheckpoint(dir),
+                ::hilnas::testing::StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("kv_predictor.safetensors")));
+  }
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "pruner/backbone.h"
 
 #include <filesystem>
+#include <map>
+#include <stdexcept>
 
+#include "model/kv_prediction.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -17,13 +20,47 @@ absl::StatusOr<Backbone> LoadBackbone(const std::string& dir, std::string metric
   return b;
 }
 
+namespace {
+
+absl::StatusOr<Decoder> Cut(Backbone& backbone, const Arch& target, const PruneOptions& options) {
+  HILNAS_ASSIGN_OR_RETURN(PrunePlan plan,
+                          PlanPrune(backbone.metrics, backbone.model->arch(), target, options));
+  return ApplyPrune(*backbone.model, plan, target);
+}
+
+}  // namespace
+
 absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target,
                                const PruneOptions& options, const std::string& out_dir,
                                StorageDtype dtype) {
-  HILNAS_ASSIGN_OR_RETURN(PrunePlan plan,
-                          PlanPrune(backbone.metrics, backbone.model->arch(), target, options));
-  HILNAS_ASSIGN_OR_RETURN(Decoder pruned, ApplyPrune(*backbone.model, plan, target));
-  return SaveCheckpoint(pruned, out_dir, dtype);
+  if (target.kv_prediction.kind == KvPredictionSpec::Kind::kNone) {
+    HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, target, options));
+    return SaveCheckpoint(pruned, out_dir, dtype);
+  }
+  // A KV-prediction candidate (KV Prediction Sec. 4): the base is pruned as
+  // any target; a KVP-C auxiliary is pruned from the same backbone (its
+  // retained layers and channels), a KVP-LP one is the base's retained
+  // layers (KvPredictor::Create); maps start as the identity.
+  Arch plain = target;
+  plain.kv_prediction = KvPredictionSpec();
+  HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, plain, options));
+  try {
+    HILNAS_ASSIGN_OR_RETURN(Decoder base, Decoder::Create(target, 0, pruned.dtype()));
+    torch::NoGradGuard no_grad;
+    std::map<std::string, torch::Tensor> from;
+    for (auto& [name, t] : pruned.NamedTensors()) from[name] = t;
+    for (auto& [name, t] : base.NamedTensors()) t.copy_(from.at(name));
+    std::shared_ptr<Decoder> aux;
+    if (target.kv_prediction.kind == KvPredictionSpec::Kind::kCanonical) {
+      HILNAS_ASSIGN_OR_RETURN(Decoder a, Cut(backbone, target.kv_prediction.canonical[0], options));
+      aux = std::make_shared<Decoder>(std::move(a));
+    }
+    HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp,
+                            KvPredictor::Create(std::make_shared<Decoder>(std::move(base)), 0, aux));
+    return SaveKvpCheckpoint(kvp, out_dir, dtype);
+  } catch (const std::out_of_range& e) {
+    return absl::InternalError(absl::StrCat("KV-prediction candidate: ", e.what()));
+  }
 }
 
 }  // namespace hilnas

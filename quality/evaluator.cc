@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
+#include "model/kv_prediction.h"
+#include "quality/kvp_trainer.h"
 #include "nlohmann/json.hpp"
 #include "util/status_macros.h"
 #include "util/subprocess.h"
@@ -26,6 +28,8 @@ class InProcessEvaluator : public QualityEvaluator {
 
   absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
                                          const std::string& work_dir) override {
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
+    if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone) return EvaluateKvp(checkpoint_dir);
     HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(checkpoint_dir));
     std::unique_ptr<Decoder> teacher;
     if (options_.distill_weight > 0) {
@@ -48,6 +52,20 @@ class InProcessEvaluator : public QualityEvaluator {
   }
 
  private:
+  // A KV-prediction candidate trains its auxiliary model and predictor with
+  // the base frozen and is scored by the base's loss over the predicted
+  // cache (quality/kvp_trainer.h); no resume or distillation yet.
+  absl::StatusOr<QualityResult> EvaluateKvp(const std::string& checkpoint_dir) {
+    HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp, LoadKvpCheckpoint(checkpoint_dir));
+    HILNAS_ASSIGN_OR_RETURN(TrainResult r, TrainKvp(kvp, *data_, options_));
+    QualityResult q;
+    q.loss = r.final_eval_loss;
+    q.initial_loss = r.initial_eval_loss;
+    q.tokens = r.tokens;
+    q.seconds = r.seconds;
+    return q;
+  }
+
   std::shared_ptr<const TokenSplit> data_;
   TrainOptions options_;
   std::string teacher_dir_;

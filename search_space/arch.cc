@@ -126,6 +126,34 @@ absl::StatusOr<std::vector<int>> LayerPrunedKeptLayers(int num_layers, double ra
   return kept;
 }
 
+namespace {
+
+// The paper's maps (Tab. 1) assume every layer has attention. With skip
+// layers (MobileLLM-Flash's patterns), a base attention layer whose mapped
+// auxiliary layer is a skip layer takes the nearest auxiliary attention
+// layer before it, else after it. FAILED_PRECONDITION when the auxiliary
+// model has no attention layer and the base has one.
+absl::StatusOr<std::vector<int>> AvoidSkipLayers(const Arch& base, std::vector<int> map) {
+  HILNAS_ASSIGN_OR_RETURN(Arch aux, AuxiliaryArch(base));
+  std::vector<int> attention;
+  for (int a = 0; a < aux.num_layers; ++a) {
+    if (aux.attention[a] != Attention::kSkip) attention.push_back(a);
+  }
+  for (int i = 0; i < base.num_layers; ++i) {
+    if (base.attention[i] == Attention::kSkip || aux.attention[map[i]] != Attention::kSkip) continue;
+    if (attention.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv_prediction: the auxiliary model keeps no attention layer to predict base layer ", i,
+          "'s keys and values from"));
+    }
+    auto after = std::upper_bound(attention.begin(), attention.end(), map[i]);
+    map[i] = after == attention.begin() ? *after : *(after - 1);
+  }
+  return map;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int>> KvPredictionLayerMap(const Arch& base) {
   const KvPredictionSpec& kvp = base.kv_prediction;
   if (!kvp.layer_map.empty()) return kvp.layer_map;
@@ -143,7 +171,7 @@ absl::StatusOr<std::vector<int>> KvPredictionLayerMap(const Arch& base) {
         if (aux + 1 < static_cast<int>(kept.size()) && kept[aux + 1] <= i) ++aux;
         map.push_back(std::max(aux, 0));
       }
-      return map;
+      return AvoidSkipLayers(base, std::move(map));
     }
     case KvPredictionSpec::Kind::kCanonical: {
       const int n_b = base.num_layers;
@@ -152,7 +180,7 @@ absl::StatusOr<std::vector<int>> KvPredictionLayerMap(const Arch& base) {
       for (int a = 0; a < n_a; ++a) {
         for (int k = 0; k < (a < r ? q + 1 : q); ++k) map.push_back(a);
       }
-      return map;
+      return AvoidSkipLayers(base, std::move(map));
     }
   }
   return map;
@@ -224,6 +252,13 @@ void ValidateKvPrediction(const Arch& arch, std::vector<std::string>* errors) {
                                      " exceeds the base's ", arch.num_layers));
     }
     aux_layers = aux.num_layers;
+  }
+  if (kvp.layer_map.empty() && arch.num_attention_layers() > 0) {
+    if (absl::StatusOr<Arch> aux = AuxiliaryArch(arch); aux.ok() && aux->num_attention_layers() == 0) {
+      errors->push_back(
+          "kv_prediction: the auxiliary model keeps no attention layer to predict the base's keys "
+          "and values from");
+    }
   }
   if (!kvp.layer_map.empty()) {
     if (static_cast<int>(kvp.layer_map.size()) != arch.num_layers) {

@@ -168,5 +168,21 @@ TEST(KvPredictionTest, LayerPrunedKeepsEveryKthLayer) {
   EXPECT_THAT(k25, ElementsAre(0, 4, 8, 12, 16, 20, 24, 28, 32));
 }
 
+TEST(KvPredictionTest, MapsAvoidAuxiliarySkipLayers) {
+  // LP-0.5 of F S F F keeps layers 0 and 2 (F, F) -- fine; of S F F F it
+  // keeps S and F: base layers 0 and 1 would map to the skip layer 0 and
+  // take auxiliary layer 1 instead.
+  Arch a = Tiny();
+  a.num_layers = 4;
+  a.attention = {Attention::kSkip, Attention::kFull, Attention::kFull, Attention::kFull};
+  a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+  a.kv_prediction.layer_pruned_ratio = 0.5;
+  ASSERT_OK_AND_ASSIGN(std::vector<int> map, KvPredictionLayerMap(a));
+  EXPECT_EQ(map, (std::vector<int>{0, 1, 1, 1}));  // layer 0 is a skip layer itself: any entry
+  a.attention = {Attention::kSkip, Attention::kFull, Attention::kSkip, Attention::kFull};
+  EXPECT_THAT(ValidateArch(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("keeps no attention layer")));
+}
+
 }  // namespace
 }  // namespace hilnas

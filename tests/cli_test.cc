@@ -258,6 +258,43 @@ TEST(CliTest, CorpusTrainCalibratePruneAndTheirErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// KV prediction as a user runs it on the demo backbone: prune a KVP-LP-0.5
+// candidate (base + auxiliary/ + kv_predictor.safetensors), run it (TTFT
+// through the auxiliary prefill), train its auxiliary and predictor with the
+// base frozen, run the trained one.
+TEST(CliTest, KvPredictionCandidatePruneRunTrain) {
+  const std::string dir = ::testing::TempDir() + "/hilnas_cli_kvp";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_OK(WriteFileAtomically(dir + "/kvp.textproto", R"(name: "demo-kvp-lp-0.5"
+num_layers: 8 d_model: 256 d_ffn: 768 num_heads: 8 num_kv_heads: 2 head_dim: 32
+vocab_size: 256 tie_embeddings: true rope_theta: 10000 norm_eps: 1e-05
+attention: FULL attention: FULL attention: FULL attention: FULL
+attention: FULL attention: FULL attention: FULL attention: FULL
+kv_prediction { layer_pruned_ratio: 0.5 }
+)"));
+  Result prune = Hilnas("prune --base " + SourceDir() + "/data/demo-backbone --arch " + dir +
+                        "/kvp.textproto --out " + dir + "/kvp");
+  ASSERT_EQ(prune.exit_code, 0) << prune.output;
+  EXPECT_THAT(prune.output, HasSubstr("KV-prediction candidate"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/kvp/auxiliary/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/kvp/kv_predictor.safetensors"));
+  Result run = Hilnas("run --ckpt " + dir + "/kvp --prompt-tokens 64 --max-new-tokens 4");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("KV prediction from an auxiliary model"));
+  EXPECT_THAT(run.output, HasSubstr("TTFT"));
+  Result corpus = Hilnas("corpus --sources /usr/share/common-licenses --out " + dir + "/t.bin");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  Result train = Hilnas("train --ckpt " + dir + "/kvp --tokens " + dir +
+                        "/t.bin --steps 3 --batch-size 2 --seq-len 32 --out " + dir + "/kvp2");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_THAT(train.output, HasSubstr("base frozen"));
+  EXPECT_THAT(train.output, HasSubstr("held-out loss of the base over the predicted cache"));
+  Result again = Hilnas("run --ckpt " + dir + "/kvp2 --prompt-tokens 64 --max-new-tokens 2");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, UnknownCommandShowsUsage) {
   Result r = Hilnas("frobnicate");
   EXPECT_EQ(r.exit_code, 2);

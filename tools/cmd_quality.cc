@@ -13,8 +13,11 @@
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
+#include "model/kv_prediction.h"
+#include "pruner/backbone.h"
 #include "pruner/metrics.h"
 #include "pruner/prune.h"
+#include "quality/kvp_trainer.h"
 #include "quality/tokens.h"
 #include "quality/trainer.h"
 #include "search_space/counts.h"
@@ -112,10 +115,31 @@ absl::Status RunCorpus() {
 }
 
 // Trains --ckpt (or a fresh --arch/--shape) on --tokens and saves to --out.
+// A KV-prediction checkpoint trains its auxiliary model and predictor with
+// the base frozen (quality/kvp_trainer.h) and is saved whole to `out`.
+absl::StatusOr<TrainResult> RunTrainKvp(const std::string& ckpt, const std::string& out,
+                                        const TrainOptions& o) {
+  HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp, LoadKvpCheckpoint(ckpt));
+  HILNAS_ASSIGN_OR_RETURN(TokenSplit data, LoadSplit(absl::GetFlag(FLAGS_tokens),
+                                                     kvp.base().arch().vocab_size, o.seq_len));
+  std::printf("training the auxiliary model and KV predictor of %s (base frozen), %lld steps\n",
+              ckpt.c_str(), static_cast<long long>(o.steps));
+  HILNAS_ASSIGN_OR_RETURN(TrainResult r, TrainKvp(kvp, data, o, -1, PrintProgress));
+  HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
+  HILNAS_RETURN_IF_ERROR(SaveKvpCheckpoint(kvp, out, storage));
+  std::printf("held-out loss of the base over the predicted cache %.4f (from %.4f) -> %s\n",
+              r.final_eval_loss, r.initial_eval_loss, out.c_str());
+  return r;
+}
+
 absl::StatusOr<TrainResult> RunTrain(const std::string& out) {
   ApplyThreadsFlag();
   const TrainOptions o = TrainOptionsFromFlags();
   HILNAS_RETURN_IF_ERROR(o.Validate());
+  if (const std::string ckpt = absl::GetFlag(FLAGS_ckpt); !ckpt.empty()) {
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(ckpt + "/config.json"));
+    if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone) return RunTrainKvp(ckpt, out, o);
+  }
   std::unique_ptr<Decoder> model;
   if (const std::string ckpt = absl::GetFlag(FLAGS_ckpt); !ckpt.empty()) {
     HILNAS_ASSIGN_OR_RETURN(Decoder d, LoadCheckpoint(ckpt));
@@ -224,6 +248,19 @@ absl::Status RunPrune() {
   }
   PruneOptions po;
   po.block_size = absl::GetFlag(FLAGS_block_size);
+  if (target.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    // A KV-prediction candidate: base, auxiliary/ and kv_predictor.safetensors.
+    Backbone b{base, std::make_unique<Decoder>(std::move(backbone)), std::move(metrics)};
+    HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
+    HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(b, target, po, out, storage));
+    const ParameterCount c = CountParameters(target);
+    std::printf("%s: KV-prediction candidate, base %d layers, d_model %d, d_ffn %d, pattern %s "
+                "(%s parameters); auxiliary and predictor %s parameters\n",
+                out.c_str(), target.num_layers, target.d_model, target.d_ffn,
+                PatternString(target.attention).c_str(), WithCommas(c.model()).c_str(),
+                WithCommas(c.auxiliary + c.predictor).c_str());
+    return absl::OkStatus();
+  }
   HILNAS_ASSIGN_OR_RETURN(PrunePlan plan, PlanPrune(metrics, backbone.arch(), target, po));
   HILNAS_ASSIGN_OR_RETURN(Decoder pruned, ApplyPrune(backbone, plan, target));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());

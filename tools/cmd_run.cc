@@ -12,6 +12,7 @@
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/generate.h"
+#include "model/kv_prediction.h"
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
 #include "tools/commands.h"
@@ -34,6 +35,7 @@ struct Built {
   Decoder decoder;
   double build_ms;
   std::string how;
+  std::shared_ptr<KvPredictor> kvp;  // set for KV-prediction architectures
 };
 
 absl::StatusOr<Built> BuildFromFlags(torch::Dtype dtype) {
@@ -53,9 +55,20 @@ absl::StatusOr<Built> BuildFromFlags(torch::Dtype dtype) {
     how = absl::StrCat("random weights, seed ", absl::GetFlag(FLAGS_seed));
   }
   if (!decoder.ok()) return decoder.status();
+  std::shared_ptr<KvPredictor> kvp;
+  if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    // Auxiliary prefill + predictor + one base step (KV Prediction Sec. 4.3).
+    absl::StatusOr<KvPredictor> k =
+        ckpt.empty() ? KvPredictor::Create(std::make_shared<Decoder>(*decoder),
+                                           absl::GetFlag(FLAGS_seed) + 1)
+                     : LoadKvpCheckpoint(ckpt, dtype);
+    if (!k.ok()) return k.status();
+    kvp = std::make_shared<KvPredictor>(*std::move(k));
+    how += ", KV prediction from an auxiliary model";
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return Built{*std::move(decoder), ms, how};
+  return Built{*std::move(decoder), ms, how, kvp};
 }
 
 std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
@@ -64,7 +77,8 @@ std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-int RunOnce(Decoder& decoder, const std::string& how, double build_ms) {
+int RunOnce(Decoder& decoder, const std::string& how, double build_ms,
+            KvPredictor* kvp = nullptr) {
   const Arch& a = decoder.arch();
   std::printf("model: %s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
               a.name.empty() ? "(unnamed)" : a.name.c_str(), a.num_layers, a.d_model, a.d_ffn,
@@ -78,7 +92,8 @@ int RunOnce(Decoder& decoder, const std::string& how, double build_ms) {
   if (n <= 0)
     return Fail(
         absl::InvalidArgumentError(absl::StrCat("--prompt-tokens ", n, " must be positive")));
-  auto g = GreedyGenerate(decoder, RandomPrompt(n, a.vocab_size, absl::GetFlag(FLAGS_seed)), o);
+  const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, absl::GetFlag(FLAGS_seed));
+  auto g = kvp != nullptr ? kvp->Generate(prompt, o) : GreedyGenerate(decoder, prompt, o);
   if (!g.ok()) return Fail(g.status());
   const Stats& s = g->stats;
   std::printf("prompt %lld tokens (prefill chunk %lld): TTFT %.1f ms\n",
@@ -101,7 +116,7 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!dtype.ok()) return Fail(dtype.status());
   auto built = BuildFromFlags(*dtype);
   if (!built.ok()) return Fail(built.status());
-  return RunOnce(built->decoder, built->how, built->build_ms);
+  return RunOnce(built->decoder, built->how, built->build_ms, built->kvp.get());
 }
 
 int CheckpointCommand(const std::vector<std::string>& args) {
