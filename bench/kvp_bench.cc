@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   };
   auto plain_r = hilnas::Train(*plain, nullptr, *data, o, print("plain LP-0.5"));
   if (!plain_r.ok()) Die(plain_r.status());
-  auto kvp_r = hilnas::TrainKvp(*kvp, *data, o, -1, print("KVP-LP-0.5"));
+  auto kvp_r = hilnas::TrainKvp(*kvp, *data, o, {}, print("KVP-LP-0.5"));
   if (!kvp_r.ok()) Die(kvp_r.status());
 
   std::vector<int64_t> prompt(prompt_len);

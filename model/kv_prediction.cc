@@ -134,7 +134,8 @@ KvPredictor::Outputs KvPredictor::Forward(const torch::Tensor& tokens) {
   return o;
 }
 
-torch::Tensor KvPredictor::Loss(const torch::Tensor& tokens, double consistency_weight) {
+torch::Tensor KvPredictor::Loss(const torch::Tensor& tokens, double consistency_weight,
+                                double aux_weight) {
   if (consistency_weight < 0) consistency_weight = 1.0 / impl_->base->arch().num_layers;
   auto inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
   auto targets = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1});
@@ -143,7 +144,7 @@ torch::Tensor KvPredictor::Loss(const torch::Tensor& tokens, double consistency_
   auto ce = [&](const torch::Tensor& logits) {
     return torch::nn::functional::cross_entropy(logits.reshape({-1, v}), targets);
   };
-  return ce(o.base_logits) + ce(o.aux_logits) + consistency_weight * o.consistency;
+  return ce(o.base_logits) + aux_weight * ce(o.aux_logits) + consistency_weight * o.consistency;
 }
 
 std::vector<torch::Tensor> KvPredictor::TrainableParameters() {

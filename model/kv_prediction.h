@@ -49,9 +49,11 @@ class KvPredictor {
   };
   Outputs Forward(const torch::Tensor& tokens);
 
-  // Loss = CE(base) + CE(aux) + consistency_weight * consistency (Eq. 2;
-  // the paper's lambda_C = 1 / n_B layers, Tab. 2, when weight < 0).
-  torch::Tensor Loss(const torch::Tensor& tokens, double consistency_weight = -1);
+  // Loss = CE(base) + aux_weight * CE(aux) + consistency_weight *
+  // consistency (Eq. 2; the paper's lambda_C = 1 / n_B layers, Tab. 2, when
+  // consistency_weight < 0).
+  torch::Tensor Loss(const torch::Tensor& tokens, double consistency_weight = -1,
+                     double aux_weight = 1);
 
   // Parameters that train: the auxiliary model's and the maps'.
   std::vector<torch::Tensor> TrainableParameters();

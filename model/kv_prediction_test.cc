@@ -100,6 +100,27 @@ TEST(KvPredictorTest, TrainingLowersTheLossAndLeavesTheBaseFrozen) {
   EXPECT_TRUE(torch::equal(base->NamedTensors()[3].second, before));
 }
 
+TEST(KvPredictorTest, LossWeightsFollowEquation2) {
+  Arch a = Small();
+  a.attention.assign(4, Attention::kFull);
+  a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+  a.kv_prediction.layer_pruned_ratio = 0.5;
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 1));
+  ASSERT_OK_AND_ASSIGN(KvPredictor kvp, KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = Tokens(17);
+  KvPredictor::Outputs o = kvp.Forward(tokens.narrow(1, 0, 16));
+  auto ce = [&](const torch::Tensor& logits) {
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, 64}),
+                                                tokens.narrow(1, 1, 16).reshape({-1}))
+        .item<double>();
+  };
+  const double base = ce(o.base_logits), aux = ce(o.aux_logits), l1 = o.consistency.item<double>();
+  EXPECT_NEAR(kvp.Loss(tokens, 0, 0).item<double>(), base, 1e-5);
+  EXPECT_NEAR(kvp.Loss(tokens, 2, 0.5).item<double>(), base + 0.5 * aux + 2 * l1, 1e-5);
+  EXPECT_NEAR(kvp.Loss(tokens).item<double>(), base + aux + l1 / 4, 1e-5);  // lambda_C = 1/n_B
+}
+
 TEST(KvPredictorTest, CheckpointsRoundTripForBothAuxiliaryKinds) {
   for (const bool canonical : {false, true}) {
     Arch a = Small();

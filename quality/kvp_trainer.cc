@@ -40,7 +40,7 @@ absl::StatusOr<double> KvpHeldOutLoss(KvPredictor& kvp, const std::vector<int32_
 }
 
 absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
-                                     const TrainOptions& o, double consistency_weight,
+                                     const TrainOptions& o, KvpLossWeights weights,
                                      const std::function<void(const TrainProgress&)>& progress) {
   HILNAS_RETURN_IF_ERROR(o.Validate());
   if (static_cast<int64_t>(data.train.size()) < o.seq_len + 2) {
@@ -70,7 +70,8 @@ absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
       for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
       const auto s0 = std::chrono::steady_clock::now();
       opt.zero_grad();
-      torch::Tensor loss = kvp.Loss(TrainBatch(data.train, o, step), consistency_weight);
+      torch::Tensor loss =
+          kvp.Loss(TrainBatch(data.train, o, step), weights.consistency, weights.auxiliary);
       loss.backward();
       if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(kvp.TrainableParameters(), o.grad_clip);
       opt.step();

@@ -21,10 +21,15 @@ namespace hilnas {
 absl::StatusOr<double> KvpHeldOutLoss(KvPredictor& kvp, const std::vector<int32_t>& tokens,
                                       int64_t seq_len, int64_t windows);
 
+// The loss weights of KV Prediction Eq. 2 beside the base's cross-entropy.
+struct KvpLossWeights {
+  double consistency = -1;  // lambda_C; < 0 takes 1 / n_B (Tab. 2)
+  double auxiliary = 1;     // the auxiliary model's own cross-entropy
+};
+
 // Trains `kvp` in place; TrainResult's losses are KvpHeldOutLoss.
-// `consistency_weight` < 0 takes 1 / n_B.
 absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
-                                     const TrainOptions& options, double consistency_weight = -1,
+                                     const TrainOptions& options, KvpLossWeights weights = {},
                                      const std::function<void(const TrainProgress&)>& progress = {});
 
 }  // namespace hilnas

@@ -66,7 +66,7 @@ TEST(KvpTrainerTest, TrainingMovesThePredictedCacheTowardsTheBasesOwn) {
   double first = 0, last = 0;
   int evaluated = 0;
   ASSERT_OK_AND_ASSIGN(TrainResult r,
-                       TrainKvp(kvp, data, o, -1, [&](const TrainProgress& p) {
+                       TrainKvp(kvp, data, o, {}, [&](const TrainProgress& p) {
                          evaluated += !std::isnan(p.eval_loss);
                          (p.step == 1 ? first : last) = p.train_loss;
                        }));

@@ -53,6 +53,9 @@ ABSL_FLAG(int32_t, d_ffn, 0, "prune: target FFN width (0 = the backbone's)");
 ABSL_FLAG(std::string, pattern, "", "prune: attention per target layer, F full W window S skip");
 ABSL_FLAG(int32_t, window, 0, "prune: sliding window for W layers");
 ABSL_FLAG(int64_t, backbone_steps, 600, "backbone: training steps of the demo backbone recipe");
+ABSL_FLAG(double, kvp_consistency_weight, -1,
+          "train (KV prediction): weight of the L1 consistency loss; < 0 takes 1 / n_B (Tab. 2)");
+ABSL_FLAG(double, kvp_aux_weight, 1, "train (KV prediction): weight of the auxiliary model's CE");
 ABSL_FLAG(int32_t, block_size, 128, "prune: width block (MobileLLM-Flash Sec. 3.3 uses 128)");
 
 namespace hilnas::tools {
@@ -120,11 +123,14 @@ absl::Status RunCorpus() {
 absl::StatusOr<TrainResult> RunTrainKvp(const std::string& ckpt, const std::string& out,
                                         const TrainOptions& o) {
   HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp, LoadKvpCheckpoint(ckpt));
+  KvpLossWeights weights;
+  weights.consistency = absl::GetFlag(FLAGS_kvp_consistency_weight);
+  weights.auxiliary = absl::GetFlag(FLAGS_kvp_aux_weight);
   HILNAS_ASSIGN_OR_RETURN(TokenSplit data, LoadSplit(absl::GetFlag(FLAGS_tokens),
                                                      kvp.base().arch().vocab_size, o.seq_len));
   std::printf("training the auxiliary model and KV predictor of %s (base frozen), %lld steps\n",
               ckpt.c_str(), static_cast<long long>(o.steps));
-  HILNAS_ASSIGN_OR_RETURN(TrainResult r, TrainKvp(kvp, data, o, -1, PrintProgress));
+  HILNAS_ASSIGN_OR_RETURN(TrainResult r, TrainKvp(kvp, data, o, weights, PrintProgress));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
   HILNAS_RETURN_IF_ERROR(SaveKvpCheckpoint(kvp, out, storage));
   std::printf("held-out loss of the base over the predicted cache %.4f (from %.4f) -> %s\n",
