@@ -26,20 +26,20 @@ std::string Stats::ToJson() const {
       inference_end_ms, decode_ms_per_token(), decode_tokens_per_s(), kv_cache_bytes);
 }
 
-absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
-                                          const GenerateOptions& options) {
+absl::Status ValidatePrompt(const std::vector<int64_t>& prompt, int64_t vocab_size) {
   if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  if (options.prefill_chunk <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prefill_chunk ", options.prefill_chunk, " must be positive"));
-  }
-  const int64_t vocab = decoder.arch().vocab_size;
   for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
+    if (prompt[i] < 0 || prompt[i] >= vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " id ", prompt[i],
-                                                     " is outside vocabulary 0..", vocab - 1));
+                                                     " is outside vocabulary 0..", vocab_size - 1));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Generation> GenerateAfterPrefill(
+    Decoder& decoder, int64_t prompt_tokens, int64_t prefill_chunk, const GenerateOptions& options,
+    const std::function<torch::Tensor(KvCache&)>& prefill) {
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -48,18 +48,13 @@ absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<in
     torch::NoGradGuard no_grad;
     Generation g;
     Stats& s = g.stats;
-    s.prompt_tokens = static_cast<int64_t>(prompt.size());
-    s.prefill_chunk = options.prefill_chunk;
-    const int64_t n = s.prompt_tokens;
-    auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
+    s.prompt_tokens = prompt_tokens;
+    s.prefill_chunk = prefill_chunk;
     const auto t0 = Clock::now();
-    KvCache cache = decoder.NewCache(1, n + std::max<int64_t>(options.max_new_tokens, 1));
+    KvCache cache =
+        decoder.NewCache(1, prompt_tokens + std::max<int64_t>(options.max_new_tokens, 1));
     s.kv_cache_bytes = cache.bytes();
-    torch::Tensor logits;
-    for (int64_t pos = 0; pos < n; pos += options.prefill_chunk) {
-      const int64_t len = std::min(options.prefill_chunk, n - pos);
-      logits = decoder.ForwardCached(prompt_t.narrow(1, pos, len), cache, /*last_only=*/true);
-    }
+    torch::Tensor logits = prefill(cache);
     s.prompt_eval_end_ms = ms_since(t0);
     auto next = logits.view({-1}).argmax();
     g.tokens.push_back(next.item<int64_t>());
@@ -76,6 +71,25 @@ absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<in
     return absl::InternalError(
         absl::StrCat("generating with ", decoder.arch().name, ": ", e.what_without_backtrace()));
   }
+}
+
+absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
+                                          const GenerateOptions& options) {
+  if (absl::Status s = ValidatePrompt(prompt, decoder.arch().vocab_size); !s.ok()) return s;
+  if (options.prefill_chunk <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_chunk ", options.prefill_chunk, " must be positive"));
+  }
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  return GenerateAfterPrefill(decoder, n, options.prefill_chunk, options, [&](KvCache& cache) {
+    auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
+    torch::Tensor logits;
+    for (int64_t pos = 0; pos < n; pos += options.prefill_chunk) {
+      const int64_t len = std::min(options.prefill_chunk, n - pos);
+      logits = decoder.ForwardCached(prompt_t.narrow(1, pos, len), cache, /*last_only=*/true);
+    }
+    return logits;
+  });
 }
 
 }  // namespace hilnas

@@ -4,6 +4,7 @@
 #define HILNAS_MODEL_GENERATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,19 @@ struct Generation {
 // vocabulary; errors from libtorch come back as INTERNAL with context.
 absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
                                           const GenerateOptions& options);
+
+// INVALID_ARGUMENT for an empty prompt or an id outside the vocabulary.
+absl::Status ValidatePrompt(const std::vector<int64_t>& prompt, int64_t vocab_size);
+
+// The generation loop around a caller's prefill (GreedyGenerate's chunked
+// prefill, KV prediction's auxiliary prefill): `prefill` fills a fresh cache
+// sized for the prompt and max_new_tokens and returns the logits of the last
+// prompt position; the first token is chosen from them (closing TTFT), the
+// rest decoded greedily, every Stats timestamp filled. Under NoGradGuard;
+// libtorch errors come back as INTERNAL.
+absl::StatusOr<Generation> GenerateAfterPrefill(
+    Decoder& decoder, int64_t prompt_tokens, int64_t prefill_chunk, const GenerateOptions& options,
+    const std::function<torch::Tensor(KvCache&)>& prefill);
 
 }  // namespace hilnas
 

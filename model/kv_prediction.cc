@@ -1,6 +1,5 @@
 #include "model/kv_prediction.h"
 
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
@@ -172,47 +171,15 @@ absl::StatusOr<Generation> KvPredictor::Generate(const std::vector<int64_t>& pro
   if (prompt.size() < 2) {
     return absl::InvalidArgumentError("KV prediction needs a prompt of at least 2 tokens");
   }
-  const int64_t vocab = impl_->base->arch().vocab_size;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " id ", prompt[i],
-                                                     " is outside vocabulary 0..", vocab - 1));
-    }
-  }
-  using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
-  try {
-    torch::NoGradGuard no_grad;
-    Generation g;
-    Stats& s = g.stats;
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    s.prompt_tokens = n;
-    s.prefill_chunk = n;
+  HILNAS_RETURN_IF_ERROR(ValidatePrompt(prompt, impl_->base->arch().vocab_size));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  return GenerateAfterPrefill(*impl_->base, n, n, options, [&](KvCache& cache) {
     auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
-    const auto t0 = Clock::now();
-    KvCache cache = impl_->base->NewCache(1, n + std::max<int64_t>(options.max_new_tokens, 1));
-    s.kv_cache_bytes = cache.bytes();
     KvCollector aux_kv(impl_->aux->arch().num_layers);
     impl_->aux->Forward(prompt_t.narrow(1, 0, n - 1), &aux_kv);
     impl_->base->FillCache(cache, impl_->Predict(aux_kv.kv));
-    auto logits = impl_->base->ForwardCached(prompt_t.narrow(1, n - 1, 1), cache, true);
-    s.prompt_eval_end_ms = ms_since(t0);
-    auto next = logits.view({-1}).argmax();
-    g.tokens.push_back(next.item<int64_t>());
-    s.first_token_ms = ms_since(t0);
-    for (int64_t i = 1; i < options.max_new_tokens; ++i) {
-      logits = impl_->base->ForwardCached(next.view({1, 1}), cache, /*last_only=*/true);
-      next = logits.view({-1}).argmax();
-      g.tokens.push_back(next.item<int64_t>());
-    }
-    s.inference_end_ms = ms_since(t0);
-    s.generated_tokens = static_cast<int64_t>(g.tokens.size());
-    return g;
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("KV prediction generate: ", e.what_without_backtrace()));
-  }
+    return impl_->base->ForwardCached(prompt_t.narrow(1, n - 1, 1), cache, /*last_only=*/true);
+  });
 }
 
 absl::Status SaveKvpCheckpoint(KvPredictor& kvp, const std::string& dir, StorageDtype dtype) {

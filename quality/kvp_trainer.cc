@@ -76,15 +76,10 @@ absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
       if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(kvp.TrainableParameters(), o.grad_clip);
       opt.step();
       r.final_train_loss = loss.item<double>();
+      HILNAS_RETURN_IF_ERROR(CheckFinite(r.final_train_loss, step));
       r.tokens += o.batch_size * o.seq_len;
-      TrainProgress p;
-      p.step = step;
-      p.steps = o.steps;
-      p.train_loss = r.final_train_loss;
-      p.lr = lr;
-      p.tokens_per_s = o.batch_size * o.seq_len /
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-      if ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps) {
+      TrainProgress p = StepProgress(o, step, r.final_train_loss, lr, s0);
+      if (EvaluatesAt(o, step)) {
         HILNAS_ASSIGN_OR_RETURN(p.eval_loss,
                                 KvpHeldOutLoss(kvp, data.heldout, o.seq_len, o.eval_windows));
         r.eval_history.push_back({step, p.eval_loss});

@@ -7,9 +7,11 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "quality/trainer.h"
 
 namespace hilnas {
@@ -24,6 +26,14 @@ double LearningRate(const TrainOptions& o, int64_t step);
 // Offsets of `windows` evenly spaced held-out windows of seq_len + 1 tokens
 // (fewer when the tokens run out).
 std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t windows);
+
+// The progress record of step `step`, begun at `started`.
+TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, double lr,
+                           std::chrono::steady_clock::time_point started);
+// Whether `step` evaluates on held-out data: every eval_every, and the last.
+bool EvaluatesAt(const TrainOptions& o, int64_t step);
+// INTERNAL "training diverged" naming the step unless `loss` is finite.
+absl::Status CheckFinite(double loss, int64_t step);
 
 }  // namespace hilnas
 

@@ -129,6 +129,28 @@ double LearningRate(const TrainOptions& o, int64_t step) {
   return floor + (o.lr - floor) * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
+TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, double lr,
+                           std::chrono::steady_clock::time_point started) {
+  TrainProgress p;
+  p.step = step;
+  p.steps = o.steps;
+  p.train_loss = loss;
+  p.lr = lr;
+  p.tokens_per_s = o.batch_size * o.seq_len /
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return p;
+}
+
+bool EvaluatesAt(const TrainOptions& o, int64_t step) {
+  return (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
+}
+
+absl::Status CheckFinite(double loss, int64_t step) {
+  if (std::isfinite(loss)) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("training diverged: loss ", loss, " at step ", step,
+                                          " (lower the learning rate)"));
+}
+
 std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t windows) {
   const int64_t fit = (tokens - 1) / seq_len;
   windows = std::min(windows, fit);
@@ -250,19 +272,10 @@ absl::StatusOr<TrainResult> Train(Decoder& student, Decoder* teacher, const Toke
       if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(student.Parameters(), o.grad_clip);
       opt.step();
       r.final_train_loss = loss.item<double>();
-      if (!std::isfinite(r.final_train_loss)) {
-        return absl::InternalError(absl::StrCat("training diverged: loss ", r.final_train_loss,
-                                                " at step ", step, " (lower the learning rate)"));
-      }
+      HILNAS_RETURN_IF_ERROR(CheckFinite(r.final_train_loss, step));
       r.tokens += o.batch_size * o.seq_len;
-      TrainProgress p;
-      p.step = step;
-      p.steps = o.steps;
-      p.train_loss = r.final_train_loss;
-      p.lr = lr;
-      p.tokens_per_s = o.batch_size * o.seq_len /
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-      if ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps) {
+      TrainProgress p = StepProgress(o, step, r.final_train_loss, lr, s0);
+      if (EvaluatesAt(o, step)) {
         HILNAS_ASSIGN_OR_RETURN(p.eval_loss,
                                 HeldOutLoss(student, data.heldout, o.seq_len, o.eval_windows));
         r.eval_history.push_back({step, p.eval_loss});
