@@ -51,23 +51,12 @@ absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
   const auto t0 = std::chrono::steady_clock::now();
   try {
     for (auto& [name, t] : kvp.base().NamedTensors()) t.set_requires_grad(false);  // frozen
-    std::vector<torch::Tensor> decay, no_decay;
-    for (torch::Tensor& t : kvp.TrainableParameters()) {
-      t.set_requires_grad(true);
-      (t.dim() >= 2 ? decay : no_decay).push_back(t);
-    }
-    auto opts = [&](double wd) {
-      return std::make_unique<torch::optim::AdamWOptions>(
-          torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(wd));
-    };
-    torch::optim::AdamW opt({torch::optim::OptimizerParamGroup(decay, opts(o.weight_decay)),
-                             torch::optim::OptimizerParamGroup(no_decay, opts(0.0))},
-                            torch::optim::AdamWOptions(o.lr));
+    torch::optim::AdamW opt = MakeAdamW(kvp.TrainableParameters(), o);
     HILNAS_ASSIGN_OR_RETURN(r.initial_eval_loss,
                             KvpHeldOutLoss(kvp, data.heldout, o.seq_len, o.eval_windows));
     for (int64_t step = 1; step <= o.steps; ++step) {
       const double lr = LearningRate(o, step);
-      for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+      SetLearningRate(opt, lr);
       const auto s0 = std::chrono::steady_clock::now();
       opt.zero_grad();
       torch::Tensor loss =

@@ -27,6 +27,10 @@ double LearningRate(const TrainOptions& o, int64_t step);
 // (fewer when the tokens run out).
 std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t windows);
 
+// AdamW with decoupled weight decay on matrices and none on vectors (norm
+// scales, biases); marks every tensor as requiring gradients.
+torch::optim::AdamW MakeAdamW(const std::vector<torch::Tensor>& params, const TrainOptions& o);
+void SetLearningRate(torch::optim::AdamW& opt, double lr);
 // The progress record of step `step`, begun at `started`.
 TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, double lr,
                            std::chrono::steady_clock::time_point started);

@@ -141,6 +141,25 @@ TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, dou
   return p;
 }
 
+torch::optim::AdamW MakeAdamW(const std::vector<torch::Tensor>& params, const TrainOptions& o) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const torch::Tensor& t : params) {
+    t.set_requires_grad(true);
+    (t.dim() >= 2 ? decay : no_decay).push_back(t);
+  }
+  auto opts = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(wd));
+  };
+  return torch::optim::AdamW({torch::optim::OptimizerParamGroup(decay, opts(o.weight_decay)),
+                              torch::optim::OptimizerParamGroup(no_decay, opts(0.0))},
+                             torch::optim::AdamWOptions(o.lr));
+}
+
+void SetLearningRate(torch::optim::AdamW& opt, double lr) {
+  for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+}
+
 bool EvaluatesAt(const TrainOptions& o, int64_t step) {
   return (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
 }
@@ -224,18 +243,9 @@ absl::StatusOr<TrainResult> Train(Decoder& student, Decoder* teacher, const Toke
   }
   TrainResult r;
   try {
-    std::vector<torch::Tensor> decay, no_decay;
-    for (auto& [name, t] : student.NamedTensors()) {
-      t.set_requires_grad(true);
-      (t.dim() >= 2 ? decay : no_decay).push_back(t);
-    }
-    auto make_opts = [&](double wd) {
-      return std::make_unique<torch::optim::AdamWOptions>(
-          torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(wd));
-    };
-    torch::optim::AdamW opt({torch::optim::OptimizerParamGroup(decay, make_opts(o.weight_decay)),
-                             torch::optim::OptimizerParamGroup(no_decay, make_opts(0.0))},
-                            torch::optim::AdamWOptions(o.lr));
+    std::vector<torch::Tensor> params;
+    for (auto& [name, t] : student.NamedTensors()) params.push_back(t);
+    torch::optim::AdamW opt = MakeAdamW(params, o);
     int64_t start = 0;
     if (!o.checkpoint_dir.empty()) {
       HILNAS_ASSIGN_OR_RETURN(start, Resume(student, opt, o, &r));
@@ -249,8 +259,7 @@ absl::StatusOr<TrainResult> Train(Decoder& student, Decoder* teacher, const Toke
     for (int64_t step = start + 1; step <= o.steps; ++step) {
       const auto s0 = std::chrono::steady_clock::now();
       const double lr = LearningRate(o, step);
-      for (auto& g : opt.param_groups())
-        static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+      SetLearningRate(opt, lr);
       auto batch = TrainBatch(data.train, o, step);
       auto inputs = batch.narrow(1, 0, o.seq_len), targets = batch.narrow(1, 1, o.seq_len);
       opt.zero_grad();
