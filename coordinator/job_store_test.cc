@@ -224,5 +224,39 @@ TEST_F(JobStoreTest, SubmitWithTheSameClientKeyReturnsTheFirstJob) {
   EXPECT_NE(d, e);  // no key: every submission is a job
 }
 
+// A database written by the v1 schema (no jobs.client_key) opens, keeps
+// its jobs and gains idempotent submission.
+TEST(JobStoreMigrationTest, Version1FilesMigrateInPlaceKeepingTheirJobs) {
+  const std::string path = ::testing::TempDir() + "/job_store_v1.db";
+  std::filesystem::remove(path);
+  {
+    auto db = SqliteDb::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_OK((*db)->Exec(R"sql(
+CREATE TABLE agents(agent_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, device BLOB NOT NULL,
+  registered_ms INTEGER NOT NULL, last_heartbeat_ms INTEGER NOT NULL,
+  jobs_done INTEGER NOT NULL DEFAULT 0, jobs_failed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE jobs(job_id INTEGER PRIMARY KEY AUTOINCREMENT, request BLOB NOT NULL,
+  device TEXT NOT NULL DEFAULT '', pool TEXT NOT NULL DEFAULT '', state INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, agent_id TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL, finished_ms INTEGER NOT NULL DEFAULT 0, result BLOB,
+  message TEXT NOT NULL DEFAULT '');
+INSERT INTO jobs(request, state, created_ms) VALUES(x'', 1, 5);
+PRAGMA user_version = 1;)sql"));
+  }
+  ManualClock clock;
+  auto store = JobStore::Open(path, &clock);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK_AND_ASSIGN(JobRecord old, (*store)->GetJob(1));
+  EXPECT_EQ(old.state, QUEUED);
+  BenchmarkRequest r;
+  r.set_checkpoint_dir("/ckpt");
+  r.add_prompt_lengths(256);
+  ASSERT_OK_AND_ASSIGN(int64_t a, (*store)->SubmitJob(r, "", "", "k"));
+  ASSERT_OK_AND_ASSIGN(int64_t b, (*store)->SubmitJob(r, "", "", "k"));
+  EXPECT_EQ(a, 2);
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace
 }  // namespace hilnas
