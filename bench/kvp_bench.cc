@@ -107,16 +107,20 @@ int main(int argc, char** argv) {
   hilnas::GenerateOptions go;
   go.max_new_tokens = 1;
   go.prefill_chunk = prompt_len;
-  const double ttft_plain = MedianTtft([&] { return hilnas::GreedyGenerate(*plain, prompt, go); }, repeats);
+  const double ttft_plain =
+      MedianTtft([&] { return hilnas::GreedyGenerate(*plain, prompt, go); }, repeats);
   const double ttft_kvp = MedianTtft([&] { return kvp->Generate(prompt, go); }, repeats);
-  const double ttft_base = MedianTtft([&] { return hilnas::GreedyGenerate(*backbone, prompt, go); }, repeats);
+  const double ttft_base =
+      MedianTtft([&] { return hilnas::GreedyGenerate(*backbone, prompt, go); }, repeats);
 
-  std::printf("\n# demo backbone (%d layers), %lld steps x %lld x %lld tokens each, TTFT at a "
-              "%d-token prompt (median of %d, %d threads)\n\n",
-              backbone->arch().num_layers, static_cast<long long>(o.steps),
-              static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len), prompt_len,
-              repeats, at::get_num_threads());
-  std::printf("| model | held-out loss before | after | TTFT ms | TTFT / plain |\n|---|---|---|---|---|\n");
+  std::printf(
+      "\n# demo backbone (%d layers), %lld steps x %lld x %lld tokens each, TTFT at a "
+      "%d-token prompt (median of %d, %d threads)\n\n",
+      backbone->arch().num_layers, static_cast<long long>(o.steps),
+      static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len), prompt_len, repeats,
+      at::get_num_threads());
+  std::printf(
+      "| model | held-out loss before | after | TTFT ms | TTFT / plain |\n|---|---|---|---|---|\n");
   std::printf("| plain layer-pruned 0.5 (layers 0,2,4,6) | %.4f | %.4f | %.2f | 1.00 |\n",
               plain_r->initial_eval_loss, plain_r->final_eval_loss, ttft_plain);
   std::printf("| KVP-LP-0.5 (base from predicted cache) | %.4f | %.4f | %.2f | %.2f |\n",

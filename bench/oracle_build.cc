@@ -89,8 +89,9 @@ int Retime(const std::string& path, int prompt, int repeats, const std::string& 
     // other work on a shared machine only ever adds time.
     f[6] = absl::StrFormat("%.4f", std::min(std::stod(f[6]), TimeTtft(*model, prompt, repeats)));
     absl::StrAppend(&out, absl::StrJoin(f, ","), "\n");
-    if (++n % 50 == 0) std::printf("re-timed %d rows (%.0f s)\n", n,
-                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (++n % 50 == 0)
+      std::printf("re-timed %d rows (%.0f s)\n", n,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   if (auto s = hilnas::WriteFileAtomically(path, out); !s.ok()) Die(s);
   std::printf("re-timed %d rows of %s\n", n, path.c_str());
@@ -180,10 +181,9 @@ int main(int argc, char** argv) {
                            hilnas::CountParameters(arch).model(), ttft, q->loss, q->initial_loss,
                            q->seconds);
     csv.flush();
-    const double el =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("oracle %d/%d: L%d d%d f%d %s loss %.4f ttft %.2f ms (%.0f s elapsed)\n", i + 1,
-                n, arch.num_layers, arch.d_model, arch.d_ffn,
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("oracle %d/%d: L%d d%d f%d %s loss %.4f ttft %.2f ms (%.0f s elapsed)\n", i + 1, n,
+                arch.num_layers, arch.d_model, arch.d_ffn,
                 hilnas::PatternString(arch.attention).c_str(), q->loss, ttft, el);
     std::fflush(stdout);
   }

@@ -152,9 +152,10 @@ int main(int argc, char** argv) {
   std::vector<hilnas::Objectives> all;
   for (const Row& r : rows) all.push_back({r.loss, r.ttft});
   const double total = hilnas::Hypervolume(all, ref);
-  std::printf("# oracle %s: %zu rows; reference point = 75th percentiles: loss %.3f, TTFT %.2f ms; "
-              "hypervolume of all rows %.4g\n",
-              oracle.c_str(), rows.size(), ref[0], ref[1], total);
+  std::printf(
+      "# oracle %s: %zu rows; reference point = 75th percentiles: loss %.3f, TTFT %.2f ms; "
+      "hypervolume of all rows %.4g\n",
+      oracle.c_str(), rows.size(), ref[0], ref[1], total);
 
   // Stage 1's stand-in: a latency GP on the measured TTFT of `stage1` rows.
   std::vector<hilnas::LatencyRow> lrows;
@@ -171,7 +172,8 @@ int main(int argc, char** argv) {
   if (!ttft.ok()) Die(ttft.status());
 
   Runner runner{&*space, &rows, {}, &*ttft, ref, trials, batch, initial};
-  for (size_t i = 0; i < rows.size(); ++i) runner.index[hilnas::KeyOf(rows[i].arch)] = static_cast<int>(i);
+  for (size_t i = 0; i < rows.size(); ++i)
+    runner.index[hilnas::KeyOf(rows[i].arch)] = static_cast<int>(i);
 
   std::map<std::string, std::vector<std::vector<double>>> curves;
   const auto t0 = std::chrono::steady_clock::now();
@@ -190,8 +192,10 @@ int main(int argc, char** argv) {
     for (const auto& c : curves[k]) v.push_back(c[std::min<size_t>(t, c.size()) - 1]);
     return Percentile(v, 0.5);
   };
-  std::printf("\n| trials | random (median of %d) | Sobol | qNEHVI (median of %d) |\n|---:|---:|---:|---:|\n",
-              random_seeds, qnehvi_seeds);
+  std::printf(
+      "\n| trials | random (median of %d) | Sobol | qNEHVI (median of %d) "
+      "|\n|---:|---:|---:|---:|\n",
+      random_seeds, qnehvi_seeds);
   for (int t : {8, 16, 32, 64, 96, 128, 160, 200}) {
     if (t > trials) continue;
     std::printf("| %d | %.3f | %.3f | %.3f |\n", t, median_at("random", t), median_at("sobol", t),
@@ -247,21 +251,24 @@ int main(int argc, char** argv) {
       fit_rows.push_back(l);
     }
     const auto f0 = std::chrono::steady_clock::now();
-    auto fit = hilnas::LatencyModel::Fit(*space, "oracle", hilnas::LatencyMetric::kTtft, 256, fit_rows);
+    auto fit =
+        hilnas::LatencyModel::Fit(*space, "oracle", hilnas::LatencyMetric::kTtft, 256, fit_rows);
     if (!fit.ok()) Die(fit.status());
-    const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
-    std::printf("\nproposing a batch of 8 with %zu observed trials over 2000 Sobol candidates + "
-                "front mutations, 128 MC samples: %.2f s (%.1fx one latency-GP fit on the same "
-                "points, %.2f s)\n",
-                state.observed.size(), propose_s, propose_s / fit_s, fit_s);
+    const double fit_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+    std::printf(
+        "\nproposing a batch of 8 with %zu observed trials over 2000 Sobol candidates + "
+        "front mutations, 128 MC samples: %.2f s (%.1fx one latency-GP fit on the same "
+        "points, %.2f s)\n",
+        state.observed.size(), propose_s, propose_s / fit_s, fit_s);
   }
   std::printf("(searches took %.0f s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   if (!csv_out.empty()) {
     std::ofstream out(csv_out);
-    out << "# hilnas bench/search_bench on " << oracle << "; reference loss " << ref[0]
-        << ", TTFT " << ref[1] << " ms; hypervolume as a fraction of all rows'\n"
+    out << "# hilnas bench/search_bench on " << oracle << "; reference loss " << ref[0] << ", TTFT "
+        << ref[1] << " ms; hypervolume as a fraction of all rows'\n"
         << "strategy,run,trials,hypervolume_fraction\n";
     for (const auto& [k, cs] : curves) {
       for (size_t r = 0; r < cs.size(); ++r) {
@@ -276,10 +283,12 @@ int main(int argc, char** argv) {
     auto px = [&](double t) { return L + (t - 1) / (trials - 1) * (W - L - R); };
     auto py = [&](double v) { return H - B - v * (H - T - B); };
     std::string s = absl::StrFormat(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' font-family='sans-serif' "
+        "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+        "font-family='sans-serif' "
         "font-size='12'>\n<rect width='100%%' height='100%%' fill='white'/>\n<text x='%.0f' y='22' "
         "text-anchor='middle' font-size='14'>hypervolume vs trials on the demo oracle (%zu rows; "
-        "medians)</text>\n<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n",
+        "medians)</text>\n<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' "
+        "stroke='black'/>\n",
         W, H, W / 2, rows.size(), L, T, W - L - R, H - T - B);
     for (int i = 0; i <= 5; ++i) {
       absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.1f' text-anchor='end'>%.1f</text>\n",
@@ -287,20 +296,23 @@ int main(int argc, char** argv) {
     }
     for (int t : {1, 50, 100, 150, 200}) {
       if (t > trials) continue;
-      absl::StrAppend(&s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%d</text>\n",
-                                          px(t), H - B + 16, t));
+      absl::StrAppend(
+          &s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%d</text>\n", px(t),
+                              H - B + 16, t));
     }
-    absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>trials</text>\n"
-                                        "<text x='16' y='%.0f' transform='rotate(-90 16 %.0f)' "
-                                        "text-anchor='middle'>hypervolume / all rows'</text>\n",
-                                        (W + L - R) / 2, H - 14, (H + T - B) / 2, (H + T - B) / 2));
+    absl::StrAppend(&s,
+                    absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>trials</text>\n"
+                                    "<text x='16' y='%.0f' transform='rotate(-90 16 %.0f)' "
+                                    "text-anchor='middle'>hypervolume / all rows'</text>\n",
+                                    (W + L - R) / 2, H - 14, (H + T - B) / 2, (H + T - B) / 2));
     const std::map<std::string, std::string> colour = {
         {"random", "#7f7f7f"}, {"sobol", "#2ca02c"}, {"qnehvi", "#d62728"}};
     int legend = 0;
     for (const auto& [k, cs] : curves) {
       std::string path;
       for (int t = 1; t <= trials; ++t) {
-        absl::StrAppend(&path, t == 1 ? "M" : " L", absl::StrFormat("%.1f,%.1f", px(t), py(median_at(k, t))));
+        absl::StrAppend(&path, t == 1 ? "M" : " L",
+                        absl::StrFormat("%.1f,%.1f", px(t), py(median_at(k, t))));
       }
       absl::StrAppend(&s, "<path d='", path, "' fill='none' stroke='", colour.at(k),
                       "' stroke-width='2'/>\n",

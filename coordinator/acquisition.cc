@@ -65,14 +65,13 @@ double HypervolumeImprovement(const std::vector<Objectives>& front, const Object
   return hvi;
 }
 
-absl::StatusOr<std::vector<QNehviPick>> SelectQNehvi(const JointSamples& samples,
-                                                     int num_baseline,
+absl::StatusOr<std::vector<QNehviPick>> SelectQNehvi(const JointSamples& samples, int num_baseline,
                                                      const std::vector<int>& candidates,
                                                      const Objectives& reference, int q) {
   const int S = samples.samples(), M = samples.objectives();
   if (M != static_cast<int>(reference.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("qNEHVI: ", M, " objectives but a ",
-                                                   reference.size(), "-D reference point"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("qNEHVI: ", M, " objectives but a ", reference.size(), "-D reference point"));
   }
   if (q < 1 || q > static_cast<int>(candidates.size())) {
     return absl::InvalidArgumentError(

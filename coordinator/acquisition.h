@@ -52,8 +52,7 @@ struct QNehviPick {
 //
 // The log form changes no pick over a discrete set (log is monotone); it is
 // reported because the values span many orders of magnitude.
-absl::StatusOr<std::vector<QNehviPick>> SelectQNehvi(const JointSamples& samples,
-                                                     int num_baseline,
+absl::StatusOr<std::vector<QNehviPick>> SelectQNehvi(const JointSamples& samples, int num_baseline,
                                                      const std::vector<int>& candidates,
                                                      const Objectives& reference, int q);
 

@@ -99,8 +99,10 @@ TEST(SelectQNehviTest, RefusesMismatchedShapes) {
   const JointSamples s = Fixed({{0.5, 0.5}, {0.2, 0.2}});
   EXPECT_THAT(SelectQNehvi(s, 1, {1}, {1, 1, 1}, 1),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
-  EXPECT_THAT(SelectQNehvi(s, 1, {1}, {1, 1}, 2), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
-  EXPECT_THAT(SelectQNehvi(s, 1, {7}, {1, 1}, 1), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(SelectQNehvi(s, 1, {1}, {1, 1}, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(SelectQNehvi(s, 1, {7}, {1, 1}, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 }
 
 }  // namespace

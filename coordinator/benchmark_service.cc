@@ -320,7 +320,8 @@ class UserServiceImpl : public UserService::CallbackService {
     return Answer(ctx, resp, [&] { return d_.campaigns->Get(req->name()); });
   }
   grpc::ServerUnaryReactor* StopCampaign(grpc::CallbackServerContext* ctx,
-                                         const CampaignRequest* req, CampaignStatus* resp) override {
+                                         const CampaignRequest* req,
+                                         CampaignStatus* resp) override {
     return Answer(ctx, resp, [&] { return d_.campaigns->Stop(req->name()); });
   }
   grpc::ServerUnaryReactor* ResumeCampaign(grpc::CallbackServerContext* ctx,
@@ -342,13 +343,12 @@ class UserServiceImpl : public UserService::CallbackService {
 
  private:
   static grpc::ServerUnaryReactor* Unimplemented(grpc::ServerUnaryReactor* reactor) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                 "this coordinator serves no campaigns"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator serves no campaigns"));
     return reactor;
   }
   template <typename F>
-  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, CampaignStatus* resp,
-                                   F call) {
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, CampaignStatus* resp, F call) {
     auto* reactor = ctx->DefaultReactor();
     if (d_.campaigns == nullptr) return Unimplemented(reactor);
     absl::StatusOr<CampaignStatus> status = call();
@@ -363,8 +363,7 @@ class UserServiceImpl : public UserService::CallbackService {
 }  // namespace
 
 BenchmarkServices::BenchmarkServices(JobStore* store, const Clock* clock,
-                                     const BenchmarkServiceOptions& options,
-                                     CampaignApi* campaigns)
+                                     const BenchmarkServiceOptions& options, CampaignApi* campaigns)
     : polls_(std::make_unique<LongPolls>(store, clock, options.tick_ms)),
       deps_(new ServiceDeps{store, clock, polls_.get(), options, campaigns}),
       agent_(std::make_unique<AgentServiceImpl>(deps_.get())),

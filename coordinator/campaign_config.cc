@@ -49,8 +49,7 @@ CampaignConfig WithCampaignDefaults(CampaignConfig c) {
           : (fs::path(c.backbone_checkpoint()) / "metrics.json").string());
   set([&] { return c.quality_evaluator(); }, [&](std::string v) { c.set_quality_evaluator(v); },
       std::string("in-process"));
-  set([&] { return c.quality_timeout_s(); }, [&](double v) { c.set_quality_timeout_s(v); },
-      3600.0);
+  set([&] { return c.quality_timeout_s(); }, [&](double v) { c.set_quality_timeout_s(v); }, 3600.0);
   TrainRecipe* t = c.mutable_train();
   set([&] { return t->steps(); }, [&](int v) { t->set_steps(v); }, 20);
   set([&] { return t->batch_size(); }, [&](int v) { t->set_batch_size(v); }, 8);
@@ -111,11 +110,11 @@ absl::Status CheckBackbone(const CampaignConfig& c, const Space& space, const st
       plan = PlanPrune(*metrics, *backbone, probe.kv_prediction.canonical[0], po);
     }
     if (!plan.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "search_space: the member ", a.num_layers, " layers, d_model ", a.d_model,
-          ", d_ffn ", a.d_ffn, ", pattern ", PatternString(a.attention),
-          " cannot be pruned from the backbone ", c.backbone_checkpoint(), ": ",
-          plan.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "search_space: the member ", a.num_layers, " layers, d_model ",
+                       a.d_model, ", d_ffn ", a.d_ffn, ", pattern ", PatternString(a.attention),
+                       " cannot be pruned from the backbone ", c.backbone_checkpoint(), ": ",
+                       plan.status().message()));
     }
   }
   return absl::OkStatus();
@@ -142,9 +141,9 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     return bad("stage1_latency_points", absl::StrCat(c.stage1_latency_points(), " < 4"));
   }
   if (c.stage1_sobol_points() < 3 || c.stage1_sobol_points() > c.stage1_latency_points()) {
-    return bad("stage1_sobol_points", absl::StrCat(c.stage1_sobol_points(),
-                                                   " is not in 3..stage1_latency_points (",
-                                                   c.stage1_latency_points(), ")"));
+    return bad("stage1_sobol_points",
+               absl::StrCat(c.stage1_sobol_points(), " is not in 3..stage1_latency_points (",
+                            c.stage1_latency_points(), ")"));
   }
   if (c.stage2_trials() < 1) return bad("stage2_trials", absl::StrCat(c.stage2_trials(), " < 1"));
   if (static_cast<uint64_t>(c.stage1_latency_points()) > space->Size() ||
@@ -153,7 +152,8 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
   }
   const std::set<std::string> strategies = {"qnehvi", "sobol", "random"};
   if (!strategies.count(c.strategy())) {
-    return bad("strategy", absl::StrCat("\"", c.strategy(), "\" is not one of qnehvi, sobol, random"));
+    return bad("strategy",
+               absl::StrCat("\"", c.strategy(), "\" is not one of qnehvi, sobol, random"));
   }
   if (c.strategy() == "qnehvi" && c.stage2_initial_points() < 2) {
     return bad("stage2_initial_points", "qNEHVI needs at least 2 initial trials");
@@ -169,15 +169,15 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     return bad("stage1_target_r2", absl::StrCat(c.stage1_target_r2(), " > 1"));
   }
   if (!(c.reference().loss() > 0)) {
-    return bad("reference.loss", absl::StrCat(c.reference().loss(),
-                                              " must be positive (the paper uses 0.6)"));
+    return bad("reference.loss",
+               absl::StrCat(c.reference().loss(), " must be positive (the paper uses 0.6)"));
   }
   if (c.reference().ttft_ms() < 0) return bad("reference.ttft_ms", "is negative");
   std::set<int> seen;
   for (int o : c.objectives()) {
     if (o != DECODE && o != MEMORY) {
-      return bad("objectives", absl::StrCat(Objective_Name(o),
-                                            " is not an extra objective (DECODE or MEMORY)"));
+      return bad("objectives",
+                 absl::StrCat(Objective_Name(o), " is not an extra objective (DECODE or MEMORY)"));
     }
     if (!seen.insert(o).second) return bad("objectives", Objective_Name(o) + " twice");
   }
@@ -198,9 +198,9 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     }
     const TrainRecipe& t = c.train();
     if (t.steps() < 1 || t.batch_size() < 1 || t.seq_len() < 2 || !(t.lr() > 0)) {
-      return bad("train", absl::StrCat("steps ", t.steps(), ", batch_size ", t.batch_size(),
-                                       ", seq_len ", t.seq_len(), ", lr ", t.lr(),
-                                       " must all be positive"));
+      return bad("train",
+                 absl::StrCat("steps ", t.steps(), ", batch_size ", t.batch_size(), ", seq_len ",
+                              t.seq_len(), ", lr ", t.lr(), " must all be positive"));
     }
     if (!(t.heldout_fraction() > 0 && t.heldout_fraction() < 1)) {
       return bad("train.heldout_fraction", absl::StrCat(t.heldout_fraction(), " is not in (0, 1)"));
@@ -219,7 +219,8 @@ absl::StatusOr<CampaignConfig> ReadCampaignConfig(const std::string& path) {
   CampaignConfig c;
   HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(path, &c));
   auto absolute = [](std::string* p) {
-    if (!p->empty() && fs::path(*p).is_relative()) *p = fs::absolute(*p).lexically_normal().string();
+    if (!p->empty() && fs::path(*p).is_relative())
+      *p = fs::absolute(*p).lexically_normal().string();
   };
   absolute(c.mutable_backbone_checkpoint());
   absolute(c.mutable_backbone_metrics());

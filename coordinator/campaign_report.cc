@@ -14,7 +14,8 @@ namespace hilnas {
 std::string ArchSummary(const ArchSpec& a) {
   std::string pattern;
   for (int t : a.attention()) pattern += t == FULL ? 'F' : t == SLIDING_WINDOW ? 'W' : 'S';
-  std::string s = absl::StrFormat("L%d d%d f%d %s", a.num_layers(), a.d_model(), a.d_ffn(), pattern);
+  std::string s =
+      absl::StrFormat("L%d d%d f%d %s", a.num_layers(), a.d_model(), a.d_ffn(), pattern);
   if (a.has_kv_prediction()) absl::StrAppend(&s, " +KVP");
   if (a.kv_cache() == SLIM) absl::StrAppend(&s, " +slim");
   return s;
@@ -23,8 +24,10 @@ std::string ArchSummary(const ArchSpec& a) {
 Objectives ReferenceVector(const ReferencePoint& r, const std::vector<Objective>& objectives) {
   Objectives out;
   for (Objective o : objectives) {
-    out.push_back(o == LOSS ? r.loss() : o == TTFT ? r.ttft_ms() : o == DECODE ? r.decode_ms()
-                                                                               : r.memory_mb());
+    out.push_back(o == LOSS     ? r.loss()
+                  : o == TTFT   ? r.ttft_ms()
+                  : o == DECODE ? r.decode_ms()
+                                : r.memory_mb());
   }
   return out;
 }
@@ -85,16 +88,15 @@ std::string ParetoTable(const CampaignRecord& record, const std::vector<Trial>& 
     const double decode = t.has_latency() && t.latency().summaries_size() > 0
                               ? t.latency().summaries(0).decode_median_ms_per_token()
                               : t.predicted_decode_ms();
-    absl::StrAppend(&s, absl::StrFormat("| %d | %d | %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %s |\n",
-                                        t.id(), t.stage(), absl::AsciiStrToLower(TrialState_Name(t.state())),
-                                        t.provenance(), ArchSummary(t.arch()), t.parameters(),
-                                        Ms(t.predicted_ttft_ms()), Ms(t.measured_ttft_ms()),
-                                        decode > 0 ? absl::StrFormat("%.2f", decode) : "-",
-                                        t.memory_mb(),
-                                        t.stage() == 2 && t.state() == DONE
-                                            ? absl::StrFormat("%.4f", t.loss())
-                                            : "-",
-                                        front ? "*" : ""));
+    absl::StrAppend(
+        &s, absl::StrFormat(
+                "| %d | %d | %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %s |\n", t.id(),
+                t.stage(), absl::AsciiStrToLower(TrialState_Name(t.state())), t.provenance(),
+                ArchSummary(t.arch()), t.parameters(), Ms(t.predicted_ttft_ms()),
+                Ms(t.measured_ttft_ms()), decode > 0 ? absl::StrFormat("%.2f", decode) : "-",
+                t.memory_mb(),
+                t.stage() == 2 && t.state() == DONE ? absl::StrFormat("%.4f", t.loss()) : "-",
+                front ? "*" : ""));
   };
   if (all) {
     for (const Trial& t : trials) {
@@ -116,12 +118,12 @@ std::string ParetoCsv(const CampaignRecord& record, const std::vector<Trial>& tr
     const Trial& t = *v.evaluated[i];
     std::string pattern = ArchSummary(t.arch());
     pattern = pattern.substr(pattern.rfind(' ') + 1);
-    absl::StrAppend(&s, absl::StrFormat("%d,%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.3f,%.6f,%d\n", t.id(),
-                                        t.provenance(), t.arch().num_layers(), t.arch().d_model(),
-                                        t.arch().d_ffn(), pattern, t.parameters(),
-                                        t.predicted_ttft_ms(), t.measured_ttft_ms(),
-                                        t.predicted_decode_ms(), t.memory_mb(), t.loss(),
-                                        v.on_front[i] ? 1 : 0));
+    absl::StrAppend(
+        &s,
+        absl::StrFormat("%d,%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.3f,%.6f,%d\n", t.id(),
+                        t.provenance(), t.arch().num_layers(), t.arch().d_model(), t.arch().d_ffn(),
+                        pattern, t.parameters(), t.predicted_ttft_ms(), t.measured_ttft_ms(),
+                        t.predicted_decode_ms(), t.memory_mb(), t.loss(), v.on_front[i] ? 1 : 0));
   }
   return s;
 }
@@ -180,14 +182,15 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
       "fill='white'/>\n<text x='%.0f' y='20' text-anchor='middle' font-size='15'>%s</text>\n"
       "<text x='%.0f' y='38' text-anchor='middle' font-size='11'>%s</text>\n"
       "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n",
-      W, H, W / 2, record.config.name(), W / 2, FrontSummary(record, trials), L, T,
-      W - L - R, H - T - B);
+      W, H, W / 2, record.config.name(), W / 2, FrontSummary(record, trials), L, T, W - L - R,
+      H - T - B);
   for (double d = std::pow(10, std::floor(xa)); d <= std::pow(10, xb); d *= 10) {
     for (double m : {1.0, 2.0, 5.0}) {
       const double t = d * m;
       if (std::log10(t) < xa || std::log10(t) > xb) continue;
-      absl::StrAppend(&s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%g</text>\n",
-                                          px(t), H - B + 16, t));
+      absl::StrAppend(
+          &s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%g</text>\n", px(t),
+                              H - B + 16, t));
     }
   }
   for (int i = 0; i <= 5; ++i) {
@@ -195,57 +198,61 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
     absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.1f' text-anchor='end'>%.3f</text>\n",
                                         L - 6, py(l) + 4, l));
   }
-  absl::StrAppend(&s, absl::StrFormat(
-                          "<text x='%.0f' y='%.0f' text-anchor='middle'>TTFT ms (predicted, log "
+  absl::StrAppend(
+      &s, absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>TTFT ms (predicted, log "
                           "scale)</text>\n<text x='18' y='%.0f' transform='rotate(-90 18 %.0f)' "
                           "text-anchor='middle'>held-out loss</text>\n",
                           (W + L - R) / 2, H - 18, (H + T - B) / 2, (H + T - B) / 2));
   if (v.reference.size() >= 2 && v.reference[1] > 0) {
-    absl::StrAppend(&s, absl::StrFormat("<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#d62728' "
-                                        "stroke-dasharray='5'/>\n<line x1='%.0f' y1='%.1f' x2='%.0f' "
-                                        "y2='%.1f' stroke='#d62728' stroke-dasharray='5'/>\n"
-                                        "<circle cx='%.1f' cy='%.1f' r='5' fill='#d62728'/>\n"
-                                        "<text x='%.1f' y='%.1f' fill='#d62728'>reference</text>\n",
-                                        px(v.reference[1]), T, px(v.reference[1]), H - B, L,
-                                        py(v.reference[0]), W - R, py(v.reference[0]),
-                                        px(v.reference[1]), py(v.reference[0]), px(v.reference[1]) - 70,
-                                        py(v.reference[0]) - 8));
+    absl::StrAppend(
+        &s, absl::StrFormat("<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#d62728' "
+                            "stroke-dasharray='5'/>\n<line x1='%.0f' y1='%.1f' x2='%.0f' "
+                            "y2='%.1f' stroke='#d62728' stroke-dasharray='5'/>\n"
+                            "<circle cx='%.1f' cy='%.1f' r='5' fill='#d62728'/>\n"
+                            "<text x='%.1f' y='%.1f' fill='#d62728'>reference</text>\n",
+                            px(v.reference[1]), T, px(v.reference[1]), H - B, L, py(v.reference[0]),
+                            W - R, py(v.reference[0]), px(v.reference[1]), py(v.reference[0]),
+                            px(v.reference[1]) - 70, py(v.reference[0]) - 8));
   }
   for (const auto& [label, ms] : markers) {
-    absl::StrAppend(&s, absl::StrFormat("<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#2ca02c' "
-                                        "stroke-dasharray='2 3'/>\n<text x='%.1f' y='%.0f' fill='#2ca02c' "
-                                        "transform='rotate(-90 %.1f %.0f)'>%s</text>\n",
-                                        px(ms), T, px(ms), H - B, px(ms) - 3, T + 6, px(ms) - 3, T + 6,
-                                        label));
+    absl::StrAppend(
+        &s, absl::StrFormat("<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#2ca02c' "
+                            "stroke-dasharray='2 3'/>\n<text x='%.1f' y='%.0f' fill='#2ca02c' "
+                            "transform='rotate(-90 %.1f %.0f)'>%s</text>\n",
+                            px(ms), T, px(ms), H - B, px(ms) - 3, T + 6, px(ms) - 3, T + 6, label));
   }
   // The front as a staircase in (TTFT, loss); the legend sits in the
   // lower left, the corner no trial reaches.
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
-    if (v.on_front[i]) front.push_back({v.evaluated[i]->predicted_ttft_ms(), v.evaluated[i]->loss()});
+    if (v.on_front[i])
+      front.push_back({v.evaluated[i]->predicted_ttft_ms(), v.evaluated[i]->loss()});
   }
   std::sort(front.begin(), front.end());
   if (!front.empty()) {
     std::string path = absl::StrFormat("M%.1f,%.1f", px(front[0].first), py(front[0].second));
     for (size_t i = 1; i < front.size(); ++i) {
-      absl::StrAppend(&path, absl::StrFormat(" H%.1f V%.1f", px(front[i].first), py(front[i].second)));
+      absl::StrAppend(&path,
+                      absl::StrFormat(" H%.1f V%.1f", px(front[i].first), py(front[i].second)));
     }
     absl::StrAppend(&s, "<path d='", path, "' fill='none' stroke='#ff7f0e' stroke-width='2'/>\n");
   }
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
     const Trial& t = *v.evaluated[i];
-    absl::StrAppend(&s, absl::StrFormat(
-                            "<circle cx='%.1f' cy='%.1f' r='%d' fill='%s' fill-opacity='0.75'>"
+    absl::StrAppend(
+        &s, absl::StrFormat("<circle cx='%.1f' cy='%.1f' r='%d' fill='%s' fill-opacity='0.75'>"
                             "<title>trial %d: %s, loss %.4f, TTFT %.1f ms</title></circle>\n",
                             px(t.predicted_ttft_ms()), py(t.loss()), v.on_front[i] ? 5 : 3,
                             v.on_front[i] ? "#ff7f0e" : "#1f77b4", t.id(), ArchSummary(t.arch()),
                             t.loss(), t.predicted_ttft_ms()));
   }
-  absl::StrAppend(&s, absl::StrFormat(
-                          "<circle cx='%.0f' cy='%.0f' r='3' fill='#1f77b4'/><text x='%.0f' y='%.0f'>trial</text>\n"
-                          "<circle cx='%.0f' cy='%.0f' r='5' fill='#ff7f0e'/><text x='%.0f' y='%.0f'>Pareto front</text>\n",
-                          L + 14, H - B - 34.0, L + 24, H - B - 30.0, L + 14, H - B - 16.0,
-                          L + 24, H - B - 12.0));
+  absl::StrAppend(
+      &s,
+      absl::StrFormat(
+          "<circle cx='%.0f' cy='%.0f' r='3' fill='#1f77b4'/><text x='%.0f' y='%.0f'>trial</text>\n"
+          "<circle cx='%.0f' cy='%.0f' r='5' fill='#ff7f0e'/><text x='%.0f' y='%.0f'>Pareto "
+          "front</text>\n",
+          L + 14, H - B - 34.0, L + 24, H - B - 30.0, L + 14, H - B - 16.0, L + 24, H - B - 12.0));
   return s + "</svg>\n";
 }
 

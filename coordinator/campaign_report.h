@@ -19,7 +19,8 @@
 namespace hilnas {
 
 // The reference point's coordinates in the order of `objectives`.
-Objectives ReferenceVector(const ReferencePoint& reference, const std::vector<Objective>& objectives);
+Objectives ReferenceVector(const ReferencePoint& reference,
+                           const std::vector<Objective>& objectives);
 
 // The objective values of a finished stage-2 trial.
 Objectives TrialObjectives(const Trial& trial, const std::vector<Objective>& objectives);

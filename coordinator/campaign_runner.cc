@@ -26,10 +26,10 @@ namespace fs = std::filesystem;
 // What a campaign's steps need beyond the store; rebuilt after a restart.
 struct CampaignContext {
   std::unique_ptr<Space> space;
-  std::unique_ptr<Backbone> backbone;            // loaded for stage 2
-  std::unique_ptr<QualityEvaluator> evaluator;   // for stage 2
-  std::unique_ptr<LatencyModel> ttft, decode;    // fitted on the measured trials
-  size_t measured_at_fit = 0;                    // measured trials the models saw
+  std::unique_ptr<Backbone> backbone;           // loaded for stage 2
+  std::unique_ptr<QualityEvaluator> evaluator;  // for stage 2
+  std::unique_ptr<LatencyModel> ttft, decode;   // fitted on the measured trials
+  size_t measured_at_fit = 0;                   // measured trials the models saw
 };
 
 namespace {
@@ -37,7 +37,6 @@ namespace {
 std::string DeviceClass(const CampaignConfig& c) {
   return c.device_pool().empty() ? "any" : c.device_pool();
 }
-
 
 double Median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -59,7 +58,9 @@ Trial NewTrial(int stage, const Proposal& p, int prompt_tokens) {
   return t;
 }
 
-bool Measured(const Trial& t) { return t.state() != FAILED && t.has_latency() && t.measured_ttft_ms() > 0; }
+bool Measured(const Trial& t) {
+  return t.state() != FAILED && t.has_latency() && t.measured_ttft_ms() > 0;
+}
 
 }  // namespace
 
@@ -163,16 +164,15 @@ absl::Status CampaignRunner::SubmitMeasurement(const CampaignRecord& record, Tri
   request.set_seed(record.config.seed());
   // The key makes a re-submission after a restart return the same job.
   HILNAS_ASSIGN_OR_RETURN(
-      int64_t job, jobs_->SubmitJob(request, "", record.config.device_pool(),
-                                    absl::StrCat("campaign/", record.config.name(), "/trial/",
-                                                 trial.id())));
+      int64_t job,
+      jobs_->SubmitJob(request, "", record.config.device_pool(),
+                       absl::StrCat("campaign/", record.config.name(), "/trial/", trial.id())));
   trial.set_job_id(job);
   trial.set_state(MEASURING);
   return campaigns_->UpdateTrial(trial);
 }
 
-absl::StatusOr<bool> CampaignRunner::CollectMeasurements(CampaignContext& ctx,
-                                                         std::vector<Trial>& trials) {
+absl::StatusOr<bool> CampaignRunner::CollectMeasurements(std::vector<Trial>& trials) {
   bool changed = false;
   for (Trial& t : trials) {
     if (t.state() != MEASURING) continue;
@@ -210,7 +210,6 @@ absl::StatusOr<bool> CampaignRunner::CollectMeasurements(CampaignContext& ctx,
       Log(t.campaign(), absl::StrCat("trial ", t.id(), " failed: ", t.message()));
     }
   }
-  (void)ctx;
   return changed;
 }
 
@@ -254,8 +253,9 @@ absl::Status CampaignRunner::FitLatencyModels(CampaignRecord& record, CampaignCo
   GpOptions gp;
   gp.seed = record.config.seed();
   const int prompt = record.config.ttft_prompt_tokens();
-  HILNAS_ASSIGN_OR_RETURN(LatencyModel ttft, LatencyModel::Fit(*ctx.space, DeviceClass(record.config),
-                                                              LatencyMetric::kTtft, prompt, rows, gp));
+  HILNAS_ASSIGN_OR_RETURN(LatencyModel ttft,
+                          LatencyModel::Fit(*ctx.space, DeviceClass(record.config),
+                                            LatencyMetric::kTtft, prompt, rows, gp));
   ctx.ttft = std::make_unique<LatencyModel>(std::move(ttft));
   const std::vector<Objective> objectives = CampaignObjectives(record.config);
   if (std::count(objectives.begin(), objectives.end(), DECODE)) {
@@ -267,16 +267,18 @@ absl::Status CampaignRunner::FitLatencyModels(CampaignRecord& record, CampaignCo
   ctx.measured_at_fit = measured;
   if (!cross_validate) return absl::OkStatus();
   const auto t0 = std::chrono::steady_clock::now();
-  HILNAS_ASSIGN_OR_RETURN(LatencyCv cv, CrossValidateLatency(*ctx.ttft, rows, options_.k_folds, gp));
+  HILNAS_ASSIGN_OR_RETURN(LatencyCv cv,
+                          CrossValidateLatency(*ctx.ttft, rows, options_.k_folds, gp));
   record.cv_r2 = cv.r2;
   record.cv_tau = cv.tau;
   const GpHyperparameters& h = ctx.ttft->gp().hyperparameters();
   Log(record.config.name(),
-      absl::StrFormat("stage 1: latency model on %zu points: %d-fold CV R^2 %.3f (log %.3f), "
-                      "Kendall tau %.3f, RMSE %.2f ms; noise %.2e, outputscale %.2f (%.1f s)",
-                      measured, std::min<int>(options_.k_folds, measured), cv.r2, cv.r2_log,
-                      cv.tau, cv.rmse_ms, h.noise, h.outputscale,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      absl::StrFormat(
+          "stage 1: latency model on %zu points: %d-fold CV R^2 %.3f (log %.3f), "
+          "Kendall tau %.3f, RMSE %.2f ms; noise %.2e, outputscale %.2f (%.1f s)",
+          measured, std::min<int>(options_.k_folds, measured), cv.r2, cv.r2_log, cv.tau, cv.rmse_ms,
+          h.noise, h.outputscale,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   return absl::OkStatus();
 }
 
@@ -290,7 +292,7 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
       return true;
     }
   }
-  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(ctx, trials));
+  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(trials));
   if (collected) {
     HILNAS_ASSIGN_OR_RETURN(bool failed, CheckFailures(record, trials));
     if (failed) return true;
@@ -305,9 +307,8 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
     seen.insert(ArchKey(t.arch()));
   }
   if (open > 0) {
-    const std::string waiting =
-        absl::StrFormat("stage 1: %d latency jobs out, %d measured of %d", open, done,
-                        c.stage1_latency_points());
+    const std::string waiting = absl::StrFormat("stage 1: %d latency jobs out, %d measured of %d",
+                                                open, done, c.stage1_latency_points());
     if (record.message != waiting) {
       record.message = waiting;
       HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
@@ -315,19 +316,22 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
     return collected;
   }
   if (total == 0 || done < 3) {
-    const int n = total == 0 ? c.stage1_sobol_points() : std::min(c.batch_size(), c.stage1_latency_points() - total);
+    const int n = total == 0 ? c.stage1_sobol_points()
+                             : std::min(c.batch_size(), c.stage1_latency_points() - total);
     if (n <= 0) {
-      HILNAS_RETURN_IF_ERROR(campaigns_->Finish(
-          name, "failed", absl::StrCat("stage 1: only ", done, " of ", total,
-                                       " latency measurements succeeded; a GP needs 3")));
+      HILNAS_RETURN_IF_ERROR(
+          campaigns_->Finish(name, "failed",
+                             absl::StrCat("stage 1: only ", done, " of ", total,
+                                          " latency measurements succeeded; a GP needs 3")));
       return true;
     }
-    HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs,
-                            FreshSobol(*ctx.space, n, c.seed(), seen));
+    HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs, FreshSobol(*ctx.space, n, c.seed(), seen));
     std::vector<Trial> batch;
-    for (const Arch& a : archs) batch.push_back(NewTrial(1, {a, "sobol", 0}, c.ttft_prompt_tokens()));
+    for (const Arch& a : archs)
+      batch.push_back(NewTrial(1, {a, "sobol", 0}, c.ttft_prompt_tokens()));
     HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
-    Log(name, absl::StrFormat("stage 1: proposed %zu Sobol architectures for latency", archs.size()));
+    Log(name,
+        absl::StrFormat("stage 1: proposed %zu Sobol architectures for latency", archs.size()));
     return true;
   }
   HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/true));
@@ -350,18 +354,17 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
     Log(name, absl::StrFormat(
                   "stage 1 done: %d latency points, CV R^2 %.3f (target %.2f), tau %.3f; "
                   "reference point loss %.3f, TTFT %.1f ms%s",
-                  done, record.cv_r2, c.stage1_target_r2(), record.cv_tau,
-                  record.reference.loss(), ref_ttft,
-                  c.reference().ttft_ms() > 0 ? "" : " (median of stage 1)"));
+                  done, record.cv_r2, c.stage1_target_r2(), record.cv_tau, record.reference.loss(),
+                  ref_ttft, c.reference().ttft_ms() > 0 ? "" : " (median of stage 1)"));
     Log(name, absl::StrFormat("stage 2: %d trials in batches of %d, strategy %s (%d initial Sobol)",
                               c.stage2_trials(), c.batch_size(), c.strategy(),
                               c.stage2_initial_points()));
     return true;
   }
   const int q = std::min(c.batch_size(), c.stage1_latency_points() - total);
-  HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks,
-                          ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft, q, c.candidates(),
-                                              c.seed(), seen));
+  HILNAS_ASSIGN_OR_RETURN(
+      std::vector<Proposal> picks,
+      ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft, q, c.candidates(), c.seed(), seen));
   std::vector<Trial> batch;
   for (const Proposal& p : picks) batch.push_back(NewTrial(1, p, c.ttft_prompt_tokens()));
   HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
@@ -375,15 +378,17 @@ absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, Campaig
                                            Trial& trial) {
   const CampaignConfig& c = record.config;
   if (ctx.backbone == nullptr) {
-    HILNAS_ASSIGN_OR_RETURN(Backbone b, LoadBackbone(c.backbone_checkpoint(), c.backbone_metrics()));
+    HILNAS_ASSIGN_OR_RETURN(Backbone b,
+                            LoadBackbone(c.backbone_checkpoint(), c.backbone_metrics()));
     ctx.backbone = std::make_unique<Backbone>(std::move(b));
   }
   if (ctx.evaluator == nullptr) {
     if (c.quality_evaluator() == "in-process") {
       HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                               ReadTokenFile(c.tokens(), ctx.backbone->model->arch().vocab_size));
-      HILNAS_ASSIGN_OR_RETURN(TokenSplit split, SplitTokens(std::move(ids), c.train().heldout_fraction(),
-                                                            c.train().seq_len() + 1));
+      HILNAS_ASSIGN_OR_RETURN(
+          TokenSplit split,
+          SplitTokens(std::move(ids), c.train().heldout_fraction(), c.train().seq_len() + 1));
       TrainOptions o;
       o.steps = c.train().steps();
       o.batch_size = c.train().batch_size();
@@ -392,7 +397,8 @@ absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, Campaig
       o.warmup_steps = c.train().warmup_steps();
       o.eval_windows = c.train().eval_windows();
       o.seed = c.seed();
-      ctx.evaluator = NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)), o);
+      ctx.evaluator =
+          NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)), o);
     } else {
       ctx.evaluator = NewExternalCommandEvaluator(c.quality_evaluator(), c.quality_timeout_s());
     }
@@ -406,8 +412,8 @@ absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, Campaig
   HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(*ctx.backbone, arch, po, (dir / "checkpoint").string()));
   trial.set_state(TRAINING);
   HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
-  HILNAS_ASSIGN_OR_RETURN(QualityResult q,
-                          ctx.evaluator->Evaluate((dir / "checkpoint").string(), (dir / "eval").string()));
+  HILNAS_ASSIGN_OR_RETURN(QualityResult q, ctx.evaluator->Evaluate((dir / "checkpoint").string(),
+                                                                   (dir / "eval").string()));
   if (!std::isfinite(q.loss)) {
     return absl::InternalError(absl::StrCat("the evaluator returned loss ", q.loss));
   }
@@ -426,7 +432,8 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
   HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/false));
   // Finish what is under way first, one trial per step so a stop is seen.
   for (Trial& t : trials) {
-    if (t.stage() != 2 || (t.state() != PROPOSED && t.state() != PRUNING && t.state() != TRAINING)) {
+    if (t.stage() != 2 ||
+        (t.state() != PROPOSED && t.state() != PRUNING && t.state() != TRAINING)) {
       continue;
     }
     absl::Status s = EvaluateTrial(record, ctx, t);
@@ -435,7 +442,8 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
       t.set_message(std::string(s.message()));
       t.set_finished_ms(clock_->NowMs());
       HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
-      Log(name, absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", s.message()));
+      Log(name,
+          absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", s.message()));
       HILNAS_RETURN_IF_ERROR(CheckFailures(record, trials).status());
       return true;
     }
@@ -446,13 +454,14 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
       t.set_finished_ms(clock_->NowMs());
       HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
     }
-    Log(name, absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, "
-                              "%.1f s", t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
-                              t.predicted_ttft_ms(), absl::StrCat(t.parameters()),
-                              t.quality_seconds()));
+    Log(name,
+        absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, "
+                        "%.1f s",
+                        t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
+                        t.predicted_ttft_ms(), absl::StrCat(t.parameters()), t.quality_seconds()));
     return true;
   }
-  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(ctx, trials));
+  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(trials));
   int open = 0, counted = 0;
   SearchState state;
   state.space = ctx.space.get();
@@ -486,8 +495,8 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
   if (open > 0) return collected;
   const int q = std::min(c.batch_size(), c.stage2_trials() - counted);
   ProposeOptions po;
-  po.strategy = counted < c.stage2_initial_points() && c.strategy() == "qnehvi" ? "sobol"
-                                                                                 : c.strategy();
+  po.strategy =
+      counted < c.stage2_initial_points() && c.strategy() == "qnehvi" ? "sobol" : c.strategy();
   po.q = po.strategy == "sobol" && c.strategy() == "qnehvi"
              ? std::min(q, c.stage2_initial_points() - counted)
              : q;
@@ -500,9 +509,10 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
   HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks, ProposeBatch(state, po));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (picks.empty()) {
-    HILNAS_RETURN_IF_ERROR(campaigns_->Finish(
-        name, "done", absl::StrCat("done early: no unseen architecture left to propose; ",
-                                   FrontSummary(record, trials))));
+    HILNAS_RETURN_IF_ERROR(
+        campaigns_->Finish(name, "done",
+                           absl::StrCat("done early: no unseen architecture left to propose; ",
+                                        FrontSummary(record, trials))));
     return true;
   }
   std::vector<Arch> archs;
@@ -514,7 +524,8 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
     t.set_predicted_ttft_ms(pred[i].median_ms);
     t.set_predicted_ttft_log_sd(pred[i].log_sd);
     if (ctx.decode != nullptr) {
-      HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> d, ctx.decode->Predict({picks[i].arch}));
+      HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> d,
+                              ctx.decode->Predict({picks[i].arch}));
       t.set_predicted_decode_ms(d[0].median_ms);
     }
   }

@@ -66,7 +66,7 @@ class CampaignRunner {
   absl::StatusOr<bool> Stage2(CampaignRecord& record, CampaignContext& ctx,
                               std::vector<Trial>& trials);
   // Moves MEASURING trials whose jobs finished; true when any did.
-  absl::StatusOr<bool> CollectMeasurements(CampaignContext& ctx, std::vector<Trial>& trials);
+  absl::StatusOr<bool> CollectMeasurements(std::vector<Trial>& trials);
   absl::Status SubmitMeasurement(const CampaignRecord& record, Trial& trial);
   absl::Status EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx, Trial& trial);
   // Fails the campaign when too many trials failed; true when it did.

@@ -34,7 +34,8 @@ absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std:
   *s.mutable_reference() = r.reference;
   const FrontView front = ComputeFront(r, trials);
   s.set_hypervolume(front.hypervolume);
-  s.set_front_size(static_cast<int>(std::count(front.on_front.begin(), front.on_front.end(), true)));
+  s.set_front_size(
+      static_cast<int>(std::count(front.on_front.begin(), front.on_front.end(), true)));
   for (const LogLine& l : log) s.add_log(l.text);
   *s.mutable_config() = r.config;
   return s;
@@ -44,9 +45,10 @@ absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig&
   const CampaignConfig c = WithCampaignDefaults(config);
   HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, absl::StrCat("campaign \"", c.name(), "\"")));
   HILNAS_RETURN_IF_ERROR(store_->Create(c));
-  store_->Log(c.name(), absl::StrFormat("created: space of %s members, strategy %s, q %d",
-                                        absl::StrCat(Space::FromProto(c.search_space())->Size()),
-                                        c.strategy(), c.batch_size()))
+  store_
+      ->Log(c.name(), absl::StrFormat("created: space of %s members, strategy %s, q %d",
+                                      absl::StrCat(Space::FromProto(c.search_space())->Size()),
+                                      c.strategy(), c.batch_size()))
       .IgnoreError();
   return DescribeCampaign(*store_, c.name());
 }

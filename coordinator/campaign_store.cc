@@ -177,9 +177,8 @@ absl::Status CampaignStore::SetStateLocked(const std::string& name,
   return u.Bind(1, to).Bind(2, message).Bind(3, clock_->NowMs()).Bind(4, name).Run();
 }
 
-absl::Status CampaignStore::SetState(const std::string& name,
-                                     const std::vector<std::string>& from, const std::string& to,
-                                     const std::string& message) {
+absl::Status CampaignStore::SetState(const std::string& name, const std::vector<std::string>& from,
+                                     const std::string& to, const std::string& message) {
   absl::MutexLock lock(&mu_);
   SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
@@ -232,10 +231,9 @@ absl::StatusOr<std::vector<Trial>> CampaignStore::AddTrials(const std::string& c
 }
 
 absl::Status CampaignStore::WriteTrialLocked(const Trial& t) {
-  HILNAS_ASSIGN_OR_RETURN(
-      SqliteStatement q,
-      db_->Prepare("UPDATE trials SET state = ?, trial = ?, updated_ms = ? "
-                   "WHERE campaign = ? AND seq = ?"));
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("UPDATE trials SET state = ?, trial = ?, updated_ms = ? "
+                                       "WHERE campaign = ? AND seq = ?"));
   return q.Bind(1, static_cast<int64_t>(t.state()))
       .BindBlob(2, t.SerializeAsString())
       .Bind(3, clock_->NowMs())
@@ -256,8 +254,8 @@ absl::Status CampaignStore::UpdateTrial(const Trial& t) {
 
 absl::StatusOr<std::vector<Trial>> CampaignStore::Trials(const std::string& campaign) {
   absl::MutexLock lock(&mu_);
-  HILNAS_ASSIGN_OR_RETURN(
-      SqliteStatement q, db_->Prepare("SELECT trial FROM trials WHERE campaign = ? ORDER BY seq"));
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("SELECT trial FROM trials WHERE campaign = ? ORDER BY seq"));
   q.Bind(1, campaign);
   std::vector<Trial> out;
   while (true) {

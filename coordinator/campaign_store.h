@@ -33,7 +33,7 @@ struct CampaignRecord {
   std::string state = "created";
   int stage = 0;  // 0 before start, then 1 (latency) and 2 (quality and latency)
   std::string message;
-  ReferencePoint reference;  // the effective point (automatic parts filled in stage 1)
+  ReferencePoint reference;          // the effective point (automatic parts filled in stage 1)
   double cv_r2 = NAN, cv_tau = NAN;  // the latency model's last diagnostics
   // The failure limit counts only trials numbered above this: those before
   // the last resume were seen by the user who resumed.

@@ -109,7 +109,8 @@ TEST_F(CampaignStoreTest, FinishAbandonsEveryOpenTrial) {
   EXPECT_EQ(all[2].message(), "too many failures");
   ASSERT_OK_AND_ASSIGN(CampaignRecord r, store_->Get("c1"));
   EXPECT_EQ(r.state, "failed");
-  EXPECT_THAT(store_->Finish("c1", "done", ""), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+  EXPECT_THAT(store_->Finish("c1", "done", ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
 }
 
 TEST_F(CampaignStoreTest, LogKeepsTheNewestLinesInOrder) {

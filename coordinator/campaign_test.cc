@@ -130,7 +130,8 @@ class CampaignTest : public ::testing::Test {
       EXPECT_EQ(t.id(), static_cast<int64_t>(i + 1)) << "gap or reordering";
       EXPECT_TRUE(keys[t.stage()].insert(ArchKey(t.arch())).second) << "duplicate in stage";
       EXPECT_EQ(t.state(), DONE) << t.id() << ": " << t.message();
-      ++provenance[absl::StrCat(t.stage(), ":", t.provenance().substr(0, t.provenance().find('/')))];
+      ++provenance[absl::StrCat(t.stage(), ":",
+                                t.provenance().substr(0, t.provenance().find('/')))];
       if (t.stage() == 1) {
         ++stage1;
         EXPECT_GT(t.measured_ttft_ms(), 0);
@@ -303,7 +304,8 @@ TEST_F(CampaignTest, StopHaltsAndResumeContinues) {
   EXPECT_FALSE(progressed);
   ASSERT_OK_AND_ASSIGN(auto after, campaigns_->Trials("pausing"));
   EXPECT_EQ(before.size(), after.size());
-  EXPECT_THAT(service_->Start("pausing"), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+  EXPECT_THAT(service_->Start("pausing"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
   ASSERT_OK(service_->Resume("pausing").status());
   EXPECT_EQ(RunToEnd("pausing"), "done");
 }

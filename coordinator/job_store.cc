@@ -56,7 +56,6 @@ std::string RandomId(const char* prefix) {
   return absl::StrFormat("%s%016x%08x", prefix, rng(), static_cast<uint32_t>(rng()));
 }
 
-
 bool ServesPool(const DeviceIdentity& d, const std::string& pool) {
   if (pool.empty()) return true;
   for (const std::string& p : d.pools()) {
@@ -90,9 +89,9 @@ absl::Status JobStore::CreateSchema() {
     HILNAS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE jobs ADD COLUMN client_key TEXT"));
   }
   HILNAS_RETURN_IF_ERROR(db_->Exec(kSchema));
-  HILNAS_RETURN_IF_ERROR(db_->Exec(
-      "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_client_key ON jobs(client_key) "
-      "WHERE client_key IS NOT NULL"));
+  HILNAS_RETURN_IF_ERROR(
+      db_->Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_client_key ON jobs(client_key) "
+                "WHERE client_key IS NOT NULL"));
   return db_->Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
 }
 

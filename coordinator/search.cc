@@ -18,8 +18,8 @@ absl::StatusOr<std::vector<Arch>> FreshSobol(const Space& space, int n, uint64_t
   std::vector<Arch> out;
   if (n <= 0) return out;
   const uint64_t size = space.Size();
-  const int want = static_cast<int>(
-      std::min<uint64_t>(size, static_cast<uint64_t>(n) + seen.size()));
+  const int want =
+      static_cast<int>(std::min<uint64_t>(size, static_cast<uint64_t>(n) + seen.size()));
   HILNAS_ASSIGN_OR_RETURN(SobolSample sample, SampleSobol(space, want, seed));
   for (const Arch& a : sample.archs) {
     if (static_cast<int>(out.size()) == n) break;
@@ -202,8 +202,8 @@ absl::StatusOr<std::vector<Proposal>> SobolBatch(const SearchState& state,
                                                  const ProposeOptions& o) {
   std::vector<Proposal> out;
   if (o.pool.empty()) {
-    HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs, FreshSobol(*state.space, o.q, o.seed,
-                                                                state.seen));
+    HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs,
+                            FreshSobol(*state.space, o.q, o.seed, state.seen));
     for (Arch& a : archs) out.push_back({std::move(a), "sobol", 0});
     return out;
   }
@@ -215,8 +215,7 @@ absl::StatusOr<std::vector<Proposal>> SobolBatch(const SearchState& state,
     enc.push_back(std::move(e));
   }
   const int64_t skip = static_cast<int64_t>(state.seen.size());
-  HILNAS_ASSIGN_OR_RETURN(auto points,
-                          SobolPoints(state.space->dimensions(), skip + o.q, o.seed));
+  HILNAS_ASSIGN_OR_RETURN(auto points, SobolPoints(state.space->dimensions(), skip + o.q, o.seed));
   std::vector<bool> used(pool.size(), false);
   for (int64_t p = skip; p < static_cast<int64_t>(points.size()); ++p) {
     int best = -1;
@@ -282,9 +281,9 @@ absl::StatusOr<std::vector<Proposal>> QNehviBatch(const SearchState& state,
   all.insert(all.end(), state.pending.begin(), state.pending.end());
   const int baseline = static_cast<int>(all.size());
   all.insert(all.end(), candidates.begin(), candidates.end());
-  HILNAS_ASSIGN_OR_RETURN(JointSamples draws,
-                          SampleObjectives(state, all, o.mc_samples,
-                                           o.seed * 7919 + o.round * 104729 + 17, o.gp));
+  HILNAS_ASSIGN_OR_RETURN(
+      JointSamples draws,
+      SampleObjectives(state, all, o.mc_samples, o.seed * 7919 + o.round * 104729 + 17, o.gp));
   std::vector<int> index(candidates.size());
   for (size_t i = 0; i < index.size(); ++i) index[i] = baseline + static_cast<int>(i);
   HILNAS_ASSIGN_OR_RETURN(std::vector<QNehviPick> picks,
@@ -345,13 +344,12 @@ absl::StatusOr<std::vector<Proposal>> ProposeBatch(const SearchState& state,
     return SobolBatch(state, options);
   }
   if (options.strategy != "qnehvi") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "strategy \"", options.strategy, "\" is not one of qnehvi, sobol, random"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("strategy \"", options.strategy, "\" is not one of qnehvi, sobol, random"));
   }
   if (state.objectives.size() != state.reference.size()) {
     return absl::InvalidArgumentError(absl::StrCat(state.objectives.size(), " objectives but a ",
-                                                   state.reference.size(),
-                                                   "-D reference point"));
+                                                   state.reference.size(), "-D reference point"));
   }
   return QNehviBatch(state, options);
 }

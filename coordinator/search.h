@@ -52,8 +52,8 @@ struct SearchState {
   const LatencyModel* decode = nullptr;  // required when DECODE is an objective
   std::vector<Arch> observed;            // evaluated stage-2 trials
   std::vector<double> observed_loss;
-  std::vector<Arch> pending;             // proposed, not yet evaluated
-  std::set<std::string> seen;            // keys of every stage-2 trial
+  std::vector<Arch> pending;   // proposed, not yet evaluated
+  std::set<std::string> seen;  // keys of every stage-2 trial
 };
 
 struct ProposeOptions {
@@ -61,11 +61,11 @@ struct ProposeOptions {
   int q = 8;
   int candidates = 1000;  // Sobol draws; the front's mutations are added
   int mc_samples = 128;
-  uint64_t seed = 0;      // Sobol sequence seed (fixed over a campaign)
-  uint64_t round = 0;     // distinguishes rounds for random draws and MC
+  uint64_t seed = 0;   // Sobol sequence seed (fixed over a campaign)
+  uint64_t round = 0;  // distinguishes rounds for random draws and MC
   // When non-empty, proposals come from these only (a tabular oracle).
   std::vector<Arch> pool;
-  GpOptions gp;           // the loss GP's fit
+  GpOptions gp;  // the loss GP's fit
 };
 
 struct Proposal {

@@ -13,8 +13,8 @@ namespace {
 
 Space DemoSpace() {
   SearchSpace proto;
-  EXPECT_OK(ReadTextProtoFile(std::string(HILNAS_SOURCE_DIR) + "/configs/demo-space.textproto",
-                              &proto));
+  EXPECT_OK(
+      ReadTextProtoFile(std::string(HILNAS_SOURCE_DIR) + "/configs/demo-space.textproto", &proto));
   return *Space::FromProto(proto);
 }
 

@@ -129,7 +129,8 @@ absl::StatusOr<WebServer::Response> WebServer::Handle(const std::string& target,
     HILNAS_ASSIGN_OR_RETURN(std::vector<CampaignRecord> all, campaigns.List());
     ListCampaignsResponse list;
     for (const CampaignRecord& r : all) {
-      HILNAS_ASSIGN_OR_RETURN(*list.add_campaigns(), DescribeCampaign(campaigns, r.config.name(), 0));
+      HILNAS_ASSIGN_OR_RETURN(*list.add_campaigns(),
+                              DescribeCampaign(campaigns, r.config.name(), 0));
       list.mutable_campaigns()->rbegin()->clear_config();
     }
     return Response{"application/json", ProtoJson(list)};
@@ -249,8 +250,8 @@ absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(const std::string& a
   if (!ec) impl->acceptor.bind(endpoint, ec);
   if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return absl::UnavailableError(absl::StrCat("web page: cannot listen on ", address, ": ",
-                                               ec.message()));
+    return absl::UnavailableError(
+        absl::StrCat("web page: cannot listen on ", address, ": ", ec.message()));
   }
   impl->port = impl->acceptor.local_endpoint().port();
   Impl* raw = impl.get();

@@ -26,8 +26,7 @@ class WebServer {
   // Listens on `address` ("127.0.0.1:8080"; port 0 picks one). The stores
   // are not owned and must outlive the server.
   static absl::StatusOr<std::unique_ptr<WebServer>> Start(const std::string& address,
-                                                          CampaignStore* campaigns,
-                                                          JobStore* jobs);
+                                                          CampaignStore* campaigns, JobStore* jobs);
   ~WebServer();  // stops accepting and waits for open connections
   int port() const;
 

@@ -116,8 +116,8 @@ class LibtorchRuntime : public Runtime {
       absl::StatusOr<KvPredictor> kvp =
           KvPredictor::Create(std::make_shared<Decoder>(*std::move(decoder)), req.seed() + 1);
       if (!kvp.ok()) return Classify(kvp.status());
-      return std::unique_ptr<PreparedModel>(new LibtorchModel(
-          std::make_shared<KvPredictor>(*std::move(kvp)), chunk, req.seed()));
+      return std::unique_ptr<PreparedModel>(
+          new LibtorchModel(std::make_shared<KvPredictor>(*std::move(kvp)), chunk, req.seed()));
     }
     return std::unique_ptr<PreparedModel>(
         new LibtorchModel(*std::move(decoder), chunk, req.seed()));

@@ -269,9 +269,8 @@ absl::StatusOr<LatencyCv> CrossValidateLatency(const LatencyModel& model,
         train.push_back(*cv.rows[order[i]]);
       }
     }
-    absl::StatusOr<LatencyModel> m =
-        LatencyModel::Fit(model.space(), model.device_class(), model.metric(),
-                          model.prompt_tokens(), train, options);
+    absl::StatusOr<LatencyModel> m = LatencyModel::Fit(
+        model.space(), model.device_class(), model.metric(), model.prompt_tokens(), train, options);
     if (!m.ok()) return m.status();
     absl::StatusOr<std::vector<LatencyPrediction>> p = m->Predict(test_archs);
     if (!p.ok()) return p.status();

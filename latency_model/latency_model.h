@@ -4,9 +4,9 @@
 // positive. Its prior mean is a least-squares line in log FLOPs (the
 // analytic estimate as a prior mean): with the few points of a stage-1
 // budget the GP then starts from the FLOPs proxy's ranking and learns what
-// FLOPs miss (attention pattern, memory-bound layers) as it grows. Measured standard errors become per-point noise (delta method:
-// var(log t) ~ (se / t)^2). MobileLLM-Flash Sec. 3.4 fits the same kind of
-// GP on ~800 on-device TTFT measurements.
+// FLOPs miss (attention pattern, memory-bound layers) as it grows. Measured standard errors become
+// per-point noise (delta method: var(log t) ~ (se / t)^2). MobileLLM-Flash Sec. 3.4 fits the same
+// kind of GP on ~800 on-device TTFT measurements.
 #ifndef HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
 #define HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
 
@@ -41,8 +41,8 @@ class LatencyModel {
 
   absl::StatusOr<std::vector<LatencyPrediction>> Predict(const std::vector<Arch>& archs) const;
   // `n` joint posterior draws of log ms at `archs`, n x |archs|.
-  absl::StatusOr<std::vector<std::vector<double>>> SampleLogMs(const std::vector<Arch>& archs, int n,
-                                                               uint64_t seed) const;
+  absl::StatusOr<std::vector<std::vector<double>>> SampleLogMs(const std::vector<Arch>& archs,
+                                                               int n, uint64_t seed) const;
   // The prior mean (log ms) at a feature vector from Features(); the GP
   // models log ms minus this.
   double Trend(const std::vector<double>& features) const;

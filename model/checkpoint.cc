@@ -330,10 +330,9 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
       a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
       a.kv_prediction.layer_pruned_ratio = k["ratio"].get<double>();
     } else if (type == "canonical") {
-      const std::string aux_path =
-          (std::filesystem::path(path).parent_path() / k.value("auxiliary", "auxiliary") /
-           "config.json")
-              .string();
+      const std::string aux_path = (std::filesystem::path(path).parent_path() /
+                                    k.value("auxiliary", "auxiliary") / "config.json")
+                                       .string();
       HILNAS_ASSIGN_OR_RETURN(Arch aux, ReadConfigJson(aux_path));
       a.kv_prediction.kind = KvPredictionSpec::Kind::kCanonical;
       a.kv_prediction.canonical = {aux};

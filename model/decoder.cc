@@ -338,8 +338,9 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
     t = kv[i].keys.size(1);
     TORCH_CHECK(t <= cache.capacity(), "FillCache: ", t, " tokens > capacity ", cache.capacity());
     const auto [cos, sin] = impl_->Rope(0, t);
-    cache.keys(static_cast<int>(i)).narrow(2, 0, t).copy_(
-        layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin));
+    cache.keys(static_cast<int>(i))
+        .narrow(2, 0, t)
+        .copy_(layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin));
     cache.values(static_cast<int>(i)).narrow(2, 0, t).copy_(kv[i].values.transpose(1, 2));
   }
   cache.Advance(t);

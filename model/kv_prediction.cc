@@ -1,6 +1,5 @@
 #include "model/kv_prediction.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 
@@ -52,9 +51,9 @@ absl::StatusOr<KvPredictor> KvPredictor::Create(std::shared_ptr<Decoder> base, u
   try {
     if (aux != nullptr) {
       if (aux->arch().num_layers != aux_arch.num_layers) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "KV prediction: the auxiliary model has ", aux->arch().num_layers,
-            " layers; the architecture's auxiliary has ", aux_arch.num_layers));
+        return absl::InvalidArgumentError(
+            absl::StrCat("KV prediction: the auxiliary model has ", aux->arch().num_layers,
+                         " layers; the architecture's auxiliary has ", aux_arch.num_layers));
       }
       impl->aux = aux;
     } else {
@@ -62,8 +61,9 @@ absl::StatusOr<KvPredictor> KvPredictor::Create(std::shared_ptr<Decoder> base, u
       impl->aux = std::make_shared<Decoder>(std::move(d));
       if (a.kv_prediction.kind == KvPredictionSpec::Kind::kLayerPruned) {
         // KVP-LP: the auxiliary model is the base's retained layers (App. A).
-        HILNAS_ASSIGN_OR_RETURN(std::vector<int> kept,
-                                LayerPrunedKeptLayers(a.num_layers, a.kv_prediction.layer_pruned_ratio));
+        HILNAS_ASSIGN_OR_RETURN(
+            std::vector<int> kept,
+            LayerPrunedKeptLayers(a.num_layers, a.kv_prediction.layer_pruned_ratio));
         torch::NoGradGuard no_grad;
         std::map<std::string, torch::Tensor> from;
         for (auto& [name, t] : base->NamedTensors()) from[name] = t;
@@ -87,9 +87,9 @@ absl::StatusOr<KvPredictor> KvPredictor::Create(std::shared_ptr<Decoder> base, u
     for (int l = 0; l < a.num_layers; ++l) {
       if (a.attention[l] == Attention::kSkip) continue;
       if (x.attention[map[l]] == Attention::kSkip) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "KV prediction: base layer ", l, " maps to auxiliary layer ", map[l],
-            ", which has no attention"));
+        return absl::InvalidArgumentError(absl::StrCat("KV prediction: base layer ", l,
+                                                       " maps to auxiliary layer ", map[l],
+                                                       ", which has no attention"));
       }
       for (auto* maps : {&impl->k_maps, &impl->v_maps}) {
         torch::nn::Linear m(torch::nn::LinearOptions(x.kv_width(), a.kv_width()).bias(true));
@@ -204,8 +204,8 @@ absl::StatusOr<KvPredictor> LoadKvpCheckpoint(const std::string& dir, torch::Dty
   for (auto& [name, t] : kvp.PredictorTensors()) {
     auto it = stored.find(name);
     if (it == stored.end() || it->second.sizes() != t.sizes()) {
-      return absl::DataLossError(absl::StrCat(path, ": tensor ", name,
-                                              it == stored.end() ? " is missing" : " has the wrong shape"));
+      return absl::DataLossError(absl::StrCat(
+          path, ": tensor ", name, it == stored.end() ? " is missing" : " has the wrong shape"));
     }
     t.copy_(it->second.to(t.dtype()));
   }

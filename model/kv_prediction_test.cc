@@ -27,7 +27,9 @@ Arch Small() {
   return a;
 }
 
-torch::Tensor Tokens(int64_t t) { return torch::arange(t, torch::kLong).remainder(61).view({1, t}); }
+torch::Tensor Tokens(int64_t t) {
+  return torch::arange(t, torch::kLong).remainder(61).view({1, t});
+}
 
 // KV Prediction with the base as its own auxiliary model and identity maps:
 // the predicted cache is the base's own, so outputs equal the base's.
@@ -68,7 +70,8 @@ TEST(KvPredictorTest, LayerPrunedAuxiliaryStartsAsTheRetainedLayers) {
   std::map<std::string, torch::Tensor> b, x;
   for (auto& [n, t] : base->NamedTensors()) b[n] = t;
   for (auto& [n, t] : kvp.auxiliary().NamedTensors()) x[n] = t;
-  EXPECT_TRUE(torch::equal(x["model.layers.1.mlp.up_proj.weight"], b["model.layers.2.mlp.up_proj.weight"]));
+  EXPECT_TRUE(
+      torch::equal(x["model.layers.1.mlp.up_proj.weight"], b["model.layers.2.mlp.up_proj.weight"]));
   EXPECT_TRUE(torch::equal(x["model.embed_tokens.weight"], b["model.embed_tokens.weight"]));
   // Mapped base layers 0 and 2 are predicted exactly by the copied layers'
   // own K/V only at the first layer (later ones see a different residual).
@@ -106,7 +109,8 @@ TEST(KvPredictorTest, LossWeightsFollowEquation2) {
   a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
   a.kv_prediction.layer_pruned_ratio = 0.5;
   ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 1));
-  ASSERT_OK_AND_ASSIGN(KvPredictor kvp, KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
+  ASSERT_OK_AND_ASSIGN(KvPredictor kvp,
+                       KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = Tokens(17);
   KvPredictor::Outputs o = kvp.Forward(tokens.narrow(1, 0, 16));
@@ -138,7 +142,8 @@ TEST(KvPredictorTest, CheckpointsRoundTripForBothAuxiliaryKinds) {
       a.kv_prediction.layer_pruned_ratio = 0.5;
     }
     ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 1));
-    ASSERT_OK_AND_ASSIGN(KvPredictor kvp, KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
+    ASSERT_OK_AND_ASSIGN(KvPredictor kvp,
+                         KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
     {  // make the maps something other than their initial value
       torch::NoGradGuard no_grad;
       for (auto& [n, t] : kvp.PredictorTensors()) t.add_(0.01);
@@ -157,7 +162,8 @@ TEST(KvPredictorTest, CheckpointsRoundTripForBothAuxiliaryKinds) {
     ASSERT_OK(LoadCheckpoint(dir).status());
     std::filesystem::remove(dir + "/kv_predictor.safetensors");
     EXPECT_THAT(LoadKvpCheckpoint(dir),
-                ::hilnas::testing::StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("kv_predictor.safetensors")));
+                ::hilnas::testing::StatusIs(absl::StatusCode::kNotFound,
+                                            ::testing::HasSubstr("kv_predictor.safetensors")));
   }
 }
 

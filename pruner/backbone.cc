@@ -30,9 +30,8 @@ absl::StatusOr<Decoder> Cut(Backbone& backbone, const Arch& target, const PruneO
 
 }  // namespace
 
-absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target,
-                               const PruneOptions& options, const std::string& out_dir,
-                               StorageDtype dtype) {
+absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
+                               const std::string& out_dir, StorageDtype dtype) {
   if (target.kv_prediction.kind == KvPredictionSpec::Kind::kNone) {
     HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, target, options));
     return SaveCheckpoint(pruned, out_dir, dtype);
@@ -55,8 +54,8 @@ absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target,
       HILNAS_ASSIGN_OR_RETURN(Decoder a, Cut(backbone, target.kv_prediction.canonical[0], options));
       aux = std::make_shared<Decoder>(std::move(a));
     }
-    HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp,
-                            KvPredictor::Create(std::make_shared<Decoder>(std::move(base)), 0, aux));
+    HILNAS_ASSIGN_OR_RETURN(
+        KvPredictor kvp, KvPredictor::Create(std::make_shared<Decoder>(std::move(base)), 0, aux));
     return SaveKvpCheckpoint(kvp, out_dir, dtype);
   } catch (const std::out_of_range& e) {
     return absl::InternalError(absl::StrCat("KV-prediction candidate: ", e.what()));

@@ -29,9 +29,8 @@ absl::StatusOr<Backbone> LoadBackbone(const std::string& dir, std::string metric
 // Prune(metrics, target) written as a dense checkpoint in `out_dir`.
 // INVALID_ARGUMENT (from PlanPrune) when the target cannot be cut from the
 // backbone. Not thread-safe on the same Backbone.
-absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target,
-                               const PruneOptions& options, const std::string& out_dir,
-                               StorageDtype dtype = StorageDtype::kF32);
+absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
+                               const std::string& out_dir, StorageDtype dtype = StorageDtype::kF32);
 
 }  // namespace hilnas
 

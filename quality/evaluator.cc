@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/kv_prediction.h"
-#include "quality/kvp_trainer.h"
 #include "nlohmann/json.hpp"
+#include "quality/kvp_trainer.h"
 #include "util/status_macros.h"
 #include "util/subprocess.h"
 #include "util/textproto.h"
@@ -29,7 +29,8 @@ class InProcessEvaluator : public QualityEvaluator {
   absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
                                          const std::string& work_dir) override {
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
-    if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone) return EvaluateKvp(checkpoint_dir);
+    if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone)
+      return EvaluateKvp(checkpoint_dir);
     HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(checkpoint_dir));
     std::unique_ptr<Decoder> teacher;
     if (options_.distill_weight > 0) {

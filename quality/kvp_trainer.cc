@@ -15,9 +15,8 @@ absl::StatusOr<double> KvpHeldOutLoss(KvPredictor& kvp, const std::vector<int32_
   const std::vector<int64_t> offsets =
       HeldOutOffsets(static_cast<int64_t>(tokens.size()), seq_len, windows);
   if (offsets.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(tokens.size(),
-                                                   " held-out tokens do not fill one window of ",
-                                                   seq_len + 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat(tokens.size(), " held-out tokens do not fill one window of ", seq_len + 1));
   }
   try {
     torch::NoGradGuard no_grad;
@@ -62,7 +61,8 @@ absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
       torch::Tensor loss =
           kvp.Loss(TrainBatch(data.train, o, step), weights.consistency, weights.auxiliary);
       loss.backward();
-      if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(kvp.TrainableParameters(), o.grad_clip);
+      if (o.grad_clip > 0)
+        torch::nn::utils::clip_grad_norm_(kvp.TrainableParameters(), o.grad_clip);
       opt.step();
       r.final_train_loss = loss.item<double>();
       HILNAS_RETURN_IF_ERROR(CheckFinite(r.final_train_loss, step));

@@ -28,9 +28,9 @@ struct KvpLossWeights {
 };
 
 // Trains `kvp` in place; TrainResult's losses are KvpHeldOutLoss.
-absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
-                                     const TrainOptions& options, KvpLossWeights weights = {},
-                                     const std::function<void(const TrainProgress&)>& progress = {});
+absl::StatusOr<TrainResult> TrainKvp(
+    KvPredictor& kvp, const TokenSplit& data, const TrainOptions& options,
+    KvpLossWeights weights = {}, const std::function<void(const TrainProgress&)>& progress = {});
 
 }  // namespace hilnas
 

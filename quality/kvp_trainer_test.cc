@@ -57,7 +57,8 @@ TEST(KvpTrainerTest, TrainingMovesThePredictedCacheTowardsTheBasesOwn) {
   const torch::Tensor before = base->NamedTensors()[1].second.clone();
   ASSERT_OK_AND_ASSIGN(KvPredictor kvp, KvPredictor::Create(base, 2));
   std::vector<int32_t> window(data.heldout.begin(), data.heldout.begin() + 33);
-  const torch::Tensor held = torch::tensor(std::vector<int64_t>(window.begin(), window.end())).view({1, 33});
+  const torch::Tensor held =
+      torch::tensor(std::vector<int64_t>(window.begin(), window.end())).view({1, 33});
   auto consistency = [&] {
     torch::NoGradGuard no_grad;
     return kvp.Forward(held).consistency.item<double>();
@@ -65,8 +66,7 @@ TEST(KvpTrainerTest, TrainingMovesThePredictedCacheTowardsTheBasesOwn) {
   const double c0 = consistency();
   double first = 0, last = 0;
   int evaluated = 0;
-  ASSERT_OK_AND_ASSIGN(TrainResult r,
-                       TrainKvp(kvp, data, o, {}, [&](const TrainProgress& p) {
+  ASSERT_OK_AND_ASSIGN(TrainResult r, TrainKvp(kvp, data, o, {}, [&](const TrainProgress& p) {
                          evaluated += !std::isnan(p.eval_loss);
                          (p.step == 1 ? first : last) = p.train_loss;
                        }));
@@ -80,7 +80,8 @@ TEST(KvpTrainerTest, TrainingMovesThePredictedCacheTowardsTheBasesOwn) {
 
 TEST(KvpTrainerTest, RefusesTooFewTokens) {
   ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(Base(), 1));
-  ASSERT_OK_AND_ASSIGN(KvPredictor kvp, KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
+  ASSERT_OK_AND_ASSIGN(KvPredictor kvp,
+                       KvPredictor::Create(std::make_shared<Decoder>(std::move(d)), 2));
   TokenSplit tiny;
   tiny.train = {1, 2, 3};
   tiny.heldout = {1, 2, 3};

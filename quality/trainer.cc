@@ -136,8 +136,9 @@ TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, dou
   p.steps = o.steps;
   p.train_loss = loss;
   p.lr = lr;
-  p.tokens_per_s = o.batch_size * o.seq_len /
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  p.tokens_per_s =
+      o.batch_size * o.seq_len /
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return p;
 }
 

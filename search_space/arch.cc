@@ -140,7 +140,8 @@ absl::StatusOr<std::vector<int>> AvoidSkipLayers(const Arch& base, std::vector<i
     if (aux.attention[a] != Attention::kSkip) attention.push_back(a);
   }
   for (int i = 0; i < base.num_layers; ++i) {
-    if (base.attention[i] == Attention::kSkip || aux.attention[map[i]] != Attention::kSkip) continue;
+    if (base.attention[i] == Attention::kSkip || aux.attention[map[i]] != Attention::kSkip)
+      continue;
     if (attention.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "kv_prediction: the auxiliary model keeps no attention layer to predict base layer ", i,
@@ -254,7 +255,8 @@ void ValidateKvPrediction(const Arch& arch, std::vector<std::string>* errors) {
     aux_layers = aux.num_layers;
   }
   if (kvp.layer_map.empty() && arch.num_attention_layers() > 0) {
-    if (absl::StatusOr<Arch> aux = AuxiliaryArch(arch); aux.ok() && aux->num_attention_layers() == 0) {
+    if (absl::StatusOr<Arch> aux = AuxiliaryArch(arch);
+        aux.ok() && aux->num_attention_layers() == 0) {
       errors->push_back(
           "kv_prediction: the auxiliary model keeps no attention layer to predict the base's keys "
           "and values from");

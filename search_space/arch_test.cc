@@ -180,8 +180,8 @@ TEST(KvPredictionTest, MapsAvoidAuxiliarySkipLayers) {
   ASSERT_OK_AND_ASSIGN(std::vector<int> map, KvPredictionLayerMap(a));
   EXPECT_EQ(map, (std::vector<int>{0, 1, 1, 1}));  // layer 0 is a skip layer itself: any entry
   a.attention = {Attention::kSkip, Attention::kFull, Attention::kSkip, Attention::kFull};
-  EXPECT_THAT(ValidateArch(a), StatusIs(absl::StatusCode::kInvalidArgument,
-                                        HasSubstr("keeps no attention layer")));
+  EXPECT_THAT(ValidateArch(a),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keeps no attention layer")));
 }
 
 }  // namespace

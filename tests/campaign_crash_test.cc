@@ -52,12 +52,12 @@ class CampaignCrashTest : public ::testing::Test {
     fs::remove(port_file);
     auto p = std::make_unique<Process>(
         std::vector<std::string>{"coordinator", absl::StrCat("--listen=127.0.0.1:", port_),
-                                 "--db=" + db_, "--port_file=" + port_file,
-                                 "--lease_ttl_ms=2000", "--heartbeat_ms=300"},
+                                 "--db=" + db_, "--port_file=" + port_file, "--lease_ttl_ms=2000",
+                                 "--heartbeat_ms=300"},
         dir_ + "/coordinator.log");
     std::string text;
-    EXPECT_TRUE(WaitFor([&] { return ReadFileToString(port_file, &text).ok() && !text.empty(); },
-                        60))
+    EXPECT_TRUE(
+        WaitFor([&] { return ReadFileToString(port_file, &text).ok() && !text.empty(); }, 60))
         << p->Log();
     EXPECT_TRUE(absl::SimpleAtoi(text, &port_)) << text;
     return p;
@@ -87,14 +87,15 @@ class CampaignCrashTest : public ::testing::Test {
 };
 
 TEST_F(CampaignCrashTest, ThreeKillsLoseAndRepeatNothing) {
-  auto [rc, out] = Run({"corpus", "--sources=/usr/share/common-licenses",
-                        "--out=" + dir_ + "/tokens.bin"});
+  auto [rc, out] =
+      Run({"corpus", "--sources=/usr/share/common-licenses", "--out=" + dir_ + "/tokens.bin"});
   ASSERT_EQ(rc, 0) << out;
   const std::string config = dir_ + "/crash.textproto";
-  ASSERT_OK(WriteFileAtomically(
-      config, absl::StrCat(R"(name: "crash"
-backbone_checkpoint: ")", HILNAS_SOURCE_DIR, R"(/data/demo-backbone"
-tokens: ")", dir_, R"(/tokens.bin"
+  ASSERT_OK(WriteFileAtomically(config, absl::StrCat(R"(name: "crash"
+backbone_checkpoint: ")",
+                                                     HILNAS_SOURCE_DIR, R"(/data/demo-backbone"
+tokens: ")",
+                                                     dir_, R"(/tokens.bin"
 search_space {
   base { num_heads: 8 num_kv_heads: 2 head_dim: 32 vocab_size: 256 tie_embeddings: true
          rope_theta: 10000 norm_eps: 1e-05 sliding_window: 32 }
@@ -179,8 +180,8 @@ train { steps: 4 batch_size: 4 seq_len: 64 eval_windows: 8 }
   std::tie(rc, out) = Run({"pareto", "show", "crash", "--db=" + db_});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("on the front"));
-  std::tie(rc, out) = Run({"pareto", "export", "crash", "--db=" + db_, "--format=csv",
-                           "--out=" + dir_ + "/front.csv"});
+  std::tie(rc, out) = Run(
+      {"pareto", "export", "crash", "--db=" + db_, "--format=csv", "--out=" + dir_ + "/front.csv"});
   EXPECT_EQ(rc, 0) << out;
   std::string csv;
   ASSERT_OK(ReadFileToString(dir_ + "/front.csv", &csv));
@@ -197,8 +198,8 @@ train { steps: 4 batch_size: 4 seq_len: 64 eval_windows: 8 }
   EXPECT_EQ(rc, 0) << out;
   std::tie(rc, out) = Run({"checkpoint", "check", dir_ + "/export"});
   EXPECT_EQ(rc, 0) << out;
-  std::tie(rc, out) = Run({"export", "--db=" + db_, "--campaign=crash", "--trial=999",
-                           "--out=" + dir_ + "/nope"});
+  std::tie(rc, out) =
+      Run({"export", "--db=" + db_, "--campaign=crash", "--trial=999", "--out=" + dir_ + "/nope"});
   EXPECT_NE(rc, 0);
   EXPECT_THAT(out, HasSubstr("has no trial 999"));
   std::tie(rc, out) = Run({"pareto", "show", "crash", "--db=" + dir_ + "/missing.db"});
@@ -207,8 +208,8 @@ train { steps: 4 batch_size: 4 seq_len: 64 eval_windows: 8 }
   std::tie(rc, out) = Run({"latency", "eval", "--campaign=crash", "--db=" + db_, "--folds=3"});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("GP (cross-validated)"));
-  std::tie(rc, out) = Run({"latency", "fit", "--campaign=crash", "--db=" + db_,
-                           "--out=" + dir_ + "/ttft.model"});
+  std::tie(rc, out) =
+      Run({"latency", "fit", "--campaign=crash", "--db=" + db_, "--out=" + dir_ + "/ttft.model"});
   EXPECT_EQ(rc, 0) << out;
 }
 

@@ -64,36 +64,36 @@ TEST(WebTest, ChromiumRendersProgressTrialsChartAndAgents) {
     d.set_threads(4);
     ASSERT_OK((*jobs)->RegisterAgent(d).status());
   }
-  Process coordinator({"coordinator", "--listen=127.0.0.1:0", "--db=" + db,
-                       "--port_file=" + dir + "/port", "--http=127.0.0.1:0",
-                       "--http_port_file=" + dir + "/http_port"},
-                      dir + "/coordinator.log");
+  Process coordinator(
+      {"coordinator", "--listen=127.0.0.1:0", "--db=" + db, "--port_file=" + dir + "/port",
+       "--http=127.0.0.1:0", "--http_port_file=" + dir + "/http_port"},
+      dir + "/coordinator.log");
   std::string port;
-  ASSERT_TRUE(WaitFor([&] { return ReadFileToString(dir + "/http_port", &port).ok() && !port.empty(); },
-                      60))
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadFileToString(dir + "/http_port", &port).ok() && !port.empty(); }, 60))
       << coordinator.Log();
   while (!port.empty() && port.back() == '\n') port.pop_back();
   const std::string url = "http://127.0.0.1:" + port + "/?campaign=webdemo";
   const std::string chromium =
       "chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-      "--virtual-time-budget=8000 --user-data-dir=" + dir + "/profile ";
+      "--virtual-time-budget=8000 --user-data-dir=" +
+      dir + "/profile ";
   auto dom = RunCapturing(chromium + "--dump-dom '" + url + "'", 120);
   ASSERT_TRUE(dom.ok()) << dom.status() << " (scripts/setup installs Debian's chromium)";
   const std::string& html = dom->out;
   EXPECT_THAT(html, HasSubstr("Campaign webdemo: created, stage 2"));
-  EXPECT_THAT(html, HasSubstr("0.930"));                // CV R^2
-  EXPECT_THAT(html, HasSubstr("5 / 8"));                // stage-2 progress bar
-  EXPECT_THAT(html, HasSubstr("front.svg"));            // the live chart
+  EXPECT_THAT(html, HasSubstr("0.930"));                 // CV R^2
+  EXPECT_THAT(html, HasSubstr("5 / 8"));                 // stage-2 progress bar
+  EXPECT_THAT(html, HasSubstr("front.svg"));             // the live chart
   EXPECT_THAT(html, HasSubstr("proposed 2 by qnehvi"));  // the progress log
-  EXPECT_THAT(html, HasSubstr("pixel-8"));              // the agents table
+  EXPECT_THAT(html, HasSubstr("pixel-8"));               // the agents table
   int rows = 0;
   for (size_t at = 0; (at = html.find("L2 d128", at)) != std::string::npos; ++at) ++rows;
   EXPECT_EQ(rows, 1);
   EXPECT_THAT(html, HasSubstr("L6 d128"));
   const std::string png = dir + "/web.png";
-  auto shot = RunCapturing(chromium + "--window-size=1100,1300 --screenshot=" + png + " '" + url +
-                               "'",
-                           120);
+  auto shot = RunCapturing(
+      chromium + "--window-size=1100,1300 --screenshot=" + png + " '" + url + "'", 120);
   ASSERT_TRUE(shot.ok()) << shot.status();
   ASSERT_TRUE(fs::exists(png));
   EXPECT_GT(fs::file_size(png), 20000u) << "a blank page would be far smaller";

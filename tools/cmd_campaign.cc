@@ -53,8 +53,8 @@ void PrintStatus(const CampaignStatus& s) {
   const CampaignConfig& c = s.config();
   std::printf("campaign %s: %s, stage %d%s%s\n", s.name().c_str(), s.state().c_str(), s.stage(),
               s.message().empty() ? "" : ": ", s.message().c_str());
-  std::printf("  stage 1: %d of %d latency points, CV R^2 %s, Kendall tau %s\n",
-              s.latency_points(), c.stage1_latency_points(),
+  std::printf("  stage 1: %d of %d latency points, CV R^2 %s, Kendall tau %s\n", s.latency_points(),
+              c.stage1_latency_points(),
               s.cv_r2() != 0 ? absl::StrFormat("%.3f", s.cv_r2()).c_str() : "-",
               s.cv_tau() != 0 ? absl::StrFormat("%.3f", s.cv_tau()).c_str() : "-");
   std::printf("  stage 2: %d of %d trials (%d done, %d failed), front %d, hypervolume %.4g\n",
@@ -137,12 +137,12 @@ int List() {
   std::printf("%-20s %-8s %-5s %-10s %-12s %-8s %s\n", "NAME", "STATE", "STAGE", "LATENCY",
               "TRIALS", "FRONT", "HYPERVOLUME");
   for (const CampaignStatus& c : resp.campaigns()) {
-    std::printf("%-20s %-8s %-5d %-10d %-12s %-8d %.4g\n", c.name().c_str(), c.state().c_str(),
-                c.stage(), c.latency_points(),
-                absl::StrCat(c.trials_done(), "/", c.trials_total(), " (", c.trials_failed(),
-                             " failed)")
-                    .c_str(),
-                c.front_size(), c.hypervolume());
+    std::printf(
+        "%-20s %-8s %-5d %-10d %-12s %-8d %.4g\n", c.name().c_str(), c.state().c_str(), c.stage(),
+        c.latency_points(),
+        absl::StrCat(c.trials_done(), "/", c.trials_total(), " (", c.trials_failed(), " failed)")
+            .c_str(),
+        c.front_size(), c.hypervolume());
   }
   std::printf("%d campaigns\n", resp.campaigns_size());
   return 0;
@@ -227,11 +227,11 @@ int ParetoCommand(const std::vector<std::string>& args) {
   if (args[0] == "export") {
     const std::string format = absl::GetFlag(FLAGS_format);
     if (format != "csv" && format != "json") {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("--format ", format,
-                                                          " is not one of csv, json")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--format ", format, " is not one of csv, json")));
     }
-    const std::string text = format == "csv" ? ParetoCsv(c->record, c->trials)
-                                             : ParetoJson(c->record, c->trials);
+    const std::string text =
+        format == "csv" ? ParetoCsv(c->record, c->trials) : ParetoJson(c->record, c->trials);
     absl::Status s = WriteOrPrint(out, text);
     return s.ok() ? 0 : Fail(s);
   }
@@ -268,11 +268,12 @@ int ExportCommand(const std::vector<std::string>& args) {
     return PruneToCheckpoint(backbone, arch, po, out, dtype);
   }();
   if (!s.ok()) return Fail(s);
-  std::printf("trial %lld of %s (%s, %s parameters, loss %.4f after the search's training) "
-              "pruned from %s -> %s\n",
-              static_cast<long long>(id), name.c_str(), ArchSummary(trial->arch()).c_str(),
-              WithCommas(trial->parameters()).c_str(), trial->loss(),
-              c->record.config.backbone_checkpoint().c_str(), out.c_str());
+  std::printf(
+      "trial %lld of %s (%s, %s parameters, loss %.4f after the search's training) "
+      "pruned from %s -> %s\n",
+      static_cast<long long>(id), name.c_str(), ArchSummary(trial->arch()).c_str(),
+      WithCommas(trial->parameters()).c_str(), trial->loss(),
+      c->record.config.backbone_checkpoint().c_str(), out.c_str());
   return 0;
 }
 

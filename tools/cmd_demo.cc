@@ -53,7 +53,8 @@ void StopChild(pid_t pid) {
 int DemoCommand(const std::vector<std::string>& args) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("demo takes flags only"));
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string out = absl::GetFlag(FLAGS_out).empty() ? "hilnas-demo" : absl::GetFlag(FLAGS_out);
+  const std::string out =
+      absl::GetFlag(FLAGS_out).empty() ? "hilnas-demo" : absl::GetFlag(FLAGS_out);
   std::string config_path = absl::GetFlag(FLAGS_config);
   if (config_path.empty()) {
     config_path = std::string(HILNAS_SOURCE_DIR) + "/configs/demo-campaign.textproto";
@@ -99,9 +100,8 @@ int DemoCommand(const std::vector<std::string>& args) {
   const std::string address = "127.0.0.1:" + port;
   std::printf("coordinator on %s; web page http://127.0.0.1:%s/ (live progress and front)\n",
               address.c_str(), http_port.c_str());
-  const pid_t fleet = SpawnSelf({"fleet", "--coordinator=" + address, "--agents=2",
-                                 "--fleet_threads=1"},
-                                dir + "/fleet.log");
+  const pid_t fleet = SpawnSelf(
+      {"fleet", "--coordinator=" + address, "--agents=2", "--fleet_threads=1"}, dir + "/fleet.log");
   absl::SetFlag(&FLAGS_coordinator, address);
   std::fflush(stdout);
 
@@ -117,9 +117,10 @@ int DemoCommand(const std::vector<std::string>& args) {
     if (!s.ok()) {
       rc = Fail(FromGrpc(s, "create the demo campaign"));
     } else {
-      std::printf("== campaign %s: stage 1 measures latency on the agents, stage 2 prunes, trains "
-                  "and scores proposals (qNEHVI)\n",
-                  config.name().c_str());
+      std::printf(
+          "== campaign %s: stage 1 measures latency on the agents, stage 2 prunes, trains "
+          "and scores proposals (qNEHVI)\n",
+          config.name().c_str());
       absl::SetFlag(&FLAGS_wait, true);
       rc = CampaignCommand({"start", config.name()});
     }

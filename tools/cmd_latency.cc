@@ -99,7 +99,8 @@ int Collect() {
                    job.result().failure_message().c_str());
       continue;
     }
-    for (LatencyRow& r : LatencyRowsOf(jobs[i].second, job.result(), job.result().device().name())) {
+    for (LatencyRow& r :
+         LatencyRowsOf(jobs[i].second, job.result(), job.result().device().name())) {
       rows.push_back(std::move(r));
     }
     std::fprintf(stderr, "\rcollected %zu/%zu (%d failed)", i + 1, jobs.size(), failed);

@@ -12,8 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
-#include "nlohmann/json.hpp"
 #include "model/kv_prediction.h"
+#include "nlohmann/json.hpp"
 #include "pruner/backbone.h"
 #include "pruner/metrics.h"
 #include "pruner/prune.h"
@@ -260,11 +260,12 @@ absl::Status RunPrune() {
     HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
     HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(b, target, po, out, storage));
     const ParameterCount c = CountParameters(target);
-    std::printf("%s: KV-prediction candidate, base %d layers, d_model %d, d_ffn %d, pattern %s "
-                "(%s parameters); auxiliary and predictor %s parameters\n",
-                out.c_str(), target.num_layers, target.d_model, target.d_ffn,
-                PatternString(target.attention).c_str(), WithCommas(c.model()).c_str(),
-                WithCommas(c.auxiliary + c.predictor).c_str());
+    std::printf(
+        "%s: KV-prediction candidate, base %d layers, d_model %d, d_ffn %d, pattern %s "
+        "(%s parameters); auxiliary and predictor %s parameters\n",
+        out.c_str(), target.num_layers, target.d_model, target.d_ffn,
+        PatternString(target.attention).c_str(), WithCommas(c.model()).c_str(),
+        WithCommas(c.auxiliary + c.predictor).c_str());
     return absl::OkStatus();
   }
   HILNAS_ASSIGN_OR_RETURN(PrunePlan plan, PlanPrune(metrics, backbone.arch(), target, po));

@@ -58,10 +58,10 @@ absl::StatusOr<Built> BuildFromFlags(torch::Dtype dtype) {
   std::shared_ptr<KvPredictor> kvp;
   if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     // Auxiliary prefill + predictor + one base step (KV Prediction Sec. 4.3).
-    absl::StatusOr<KvPredictor> k =
-        ckpt.empty() ? KvPredictor::Create(std::make_shared<Decoder>(*decoder),
-                                           absl::GetFlag(FLAGS_seed) + 1)
-                     : LoadKvpCheckpoint(ckpt, dtype);
+    absl::StatusOr<KvPredictor> k = ckpt.empty()
+                                        ? KvPredictor::Create(std::make_shared<Decoder>(*decoder),
+                                                              absl::GetFlag(FLAGS_seed) + 1)
+                                        : LoadKvpCheckpoint(ckpt, dtype);
     if (!k.ok()) return k.status();
     kvp = std::make_shared<KvPredictor>(*std::move(k));
     how += ", KV prediction from an auxiliary model";
@@ -77,8 +77,7 @@ std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-int RunOnce(Decoder& decoder, const std::string& how, double build_ms,
-            KvPredictor* kvp = nullptr) {
+int RunOnce(Decoder& decoder, const std::string& how, double build_ms, KvPredictor* kvp = nullptr) {
   const Arch& a = decoder.arch();
   std::printf("model: %s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
               a.name.empty() ? "(unnamed)" : a.name.c_str(), a.num_layers, a.d_model, a.d_ffn,
