@@ -238,11 +238,8 @@ absl::Status RunPrune() {
   if (base.empty() || out.empty()) {
     return absl::InvalidArgumentError("prune needs --base DIR and --out DIR");
   }
-  std::string metrics_path = absl::GetFlag(FLAGS_metrics);
-  if (metrics_path.empty()) metrics_path = (fs::path(base) / "metrics.json").string();
-  HILNAS_ASSIGN_OR_RETURN(Decoder backbone, LoadCheckpoint(base));
-  HILNAS_ASSIGN_OR_RETURN(ActivationMetrics metrics, LoadMetrics(metrics_path));
-  HILNAS_RETURN_IF_ERROR(CheckMetricsMatch(metrics, metrics_path, base, backbone.arch()));
+  HILNAS_ASSIGN_OR_RETURN(Backbone b, LoadBackbone(base, absl::GetFlag(FLAGS_metrics)));
+  Decoder& backbone = *b.model;
   Arch target;
   if (!absl::GetFlag(FLAGS_shape).empty() || !absl::GetFlag(FLAGS_arch).empty()) {
     HILNAS_ASSIGN_OR_RETURN(target, ArchFromFlags());
@@ -256,7 +253,6 @@ absl::Status RunPrune() {
   po.block_size = absl::GetFlag(FLAGS_block_size);
   if (target.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     // A KV-prediction candidate: base, auxiliary/ and kv_predictor.safetensors.
-    Backbone b{base, std::make_unique<Decoder>(std::move(backbone)), std::move(metrics)};
     HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
     HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(b, target, po, out, storage));
     const ParameterCount c = CountParameters(target);
@@ -268,7 +264,7 @@ absl::Status RunPrune() {
         WithCommas(c.auxiliary + c.predictor).c_str());
     return absl::OkStatus();
   }
-  HILNAS_ASSIGN_OR_RETURN(PrunePlan plan, PlanPrune(metrics, backbone.arch(), target, po));
+  HILNAS_ASSIGN_OR_RETURN(PrunePlan plan, PlanPrune(b.metrics, backbone.arch(), target, po));
   HILNAS_ASSIGN_OR_RETURN(Decoder pruned, ApplyPrune(backbone, plan, target));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
   HILNAS_RETURN_IF_ERROR(SaveCheckpoint(pruned, out, storage));
