@@ -15,6 +15,21 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store) {
+  absl::StatusOr<std::vector<AgentRecord>> agents = store.ListAgents();
+  if (!agents.ok()) return agents.status();
+  ListAgentsResponse list;
+  for (const AgentRecord& a : *agents) {
+    AgentInfo* info = list.add_agents();
+    info->set_agent_id(a.agent_id);
+    *info->mutable_device() = a.device;
+    info->set_state(a.state);
+    info->set_last_heartbeat_unix_ms(a.last_heartbeat_ms);
+    info->set_jobs_done(a.jobs_done);
+  }
+  return list;
+}
+
 namespace {
 
 absl::StatusOr<int64_t> ParseJobId(const std::string& s) {
@@ -263,17 +278,8 @@ class UserServiceImpl : public UserService::CallbackService {
   grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx, const ListAgentsRequest*,
                                        ListAgentsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    absl::StatusOr<std::vector<AgentRecord>> agents = d_.store->ListAgents();
-    if (agents.ok()) {
-      for (const AgentRecord& a : *agents) {
-        AgentInfo* info = resp->add_agents();
-        info->set_agent_id(a.agent_id);
-        *info->mutable_device() = a.device;
-        info->set_state(a.state);
-        info->set_last_heartbeat_unix_ms(a.last_heartbeat_ms);
-        info->set_jobs_done(a.jobs_done);
-      }
-    }
+    absl::StatusOr<ListAgentsResponse> agents = ListAgentsOf(*d_.store);
+    if (agents.ok()) *resp = *std::move(agents);
     reactor->Finish(ToGrpc(agents.status()));
     return reactor;
   }

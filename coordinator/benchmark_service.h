@@ -67,6 +67,9 @@ class BenchmarkServices {
   std::unique_ptr<grpc::Service> user_;
 };
 
+// The registered agents as the user service and the web page report them.
+absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store);
+
 // absl::Status -> grpc::Status with the same code and message.
 grpc::Status ToGrpc(const absl::Status& s);
 

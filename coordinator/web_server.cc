@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/benchmark_service.h"
 #include "coordinator/campaign_report.h"
 #include "coordinator/campaign_service.h"
 #include "google/protobuf/util/json_util.h"
@@ -136,16 +137,7 @@ absl::StatusOr<WebServer::Response> WebServer::Handle(const std::string& target,
     return Response{"application/json", ProtoJson(list)};
   }
   if (path == "/api/agents") {
-    HILNAS_ASSIGN_OR_RETURN(std::vector<AgentRecord> agents, jobs.ListAgents());
-    ListAgentsResponse list;
-    for (const AgentRecord& a : agents) {
-      AgentInfo* info = list.add_agents();
-      info->set_agent_id(a.agent_id);
-      *info->mutable_device() = a.device;
-      info->set_state(a.state);
-      info->set_last_heartbeat_unix_ms(a.last_heartbeat_ms);
-      info->set_jobs_done(a.jobs_done);
-    }
+    HILNAS_ASSIGN_OR_RETURN(ListAgentsResponse list, ListAgentsOf(jobs));
     return Response{"application/json", ProtoJson(list)};
   }
   constexpr absl::string_view kPrefix = "/api/campaigns/";
