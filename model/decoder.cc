@@ -56,7 +56,12 @@ struct AttentionBlockImpl : torch::nn::Module {
   AttentionBlockImpl(const Arch& a, Attention type) : arch(a), type(type) {
     q_proj = register_module("q_proj", MakeLinear(a.d_model, a.q_width()));
     k_proj = register_module("k_proj", MakeLinear(a.d_model, a.kv_width()));
-    v_proj = register_module("v_proj", MakeLinear(a.d_model, a.kv_width()));
+    if (a.kv_cache == KvLayout::kSlim) {
+      // Slim Attention Eq. 4: V = K W_KV, stored in place of W_V.
+      kv_proj = register_module("kv_proj", MakeLinear(a.kv_width(), a.kv_width()));
+    } else {
+      v_proj = register_module("v_proj", MakeLinear(a.d_model, a.kv_width()));
+    }
     o_proj = register_module("o_proj", MakeLinear(a.q_width(), a.d_model));
     if (a.qk_norm) {
       q_norm = register_module("q_norm", RmsNorm(a.head_dim, a.norm_eps));
@@ -71,6 +76,9 @@ struct AttentionBlockImpl : torch::nn::Module {
                         const torch::Tensor& sin, torch::Tensor* cache_k, torch::Tensor* cache_v,
                         const LayerKv* provided = nullptr, ForwardObserver* observer = nullptr,
                         int layer = 0) {
+    if (kv_proj && provided == nullptr) {
+      return SlimForward(x, start, cos, sin, cache_k, observer, layer);
+    }
     const int64_t b = x.size(0), t = x.size(1);
     const int64_t h = arch.num_heads, kvh = arch.num_kv_heads, hd = arch.head_dim;
     auto q = Project(x, q_proj->weight).view({b, t, h, hd});
@@ -80,7 +88,7 @@ struct AttentionBlockImpl : torch::nn::Module {
       v = provided->values;
     } else {
       k = Project(x, k_proj->weight).view({b, t, kvh, hd});
-      v = Project(x, v_proj->weight).view({b, t, kvh, hd});
+      v = Project(kv_proj ? k : x, kv_proj ? kv_proj->weight : v_proj->weight).view({b, t, kvh, hd});
     }
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
@@ -100,15 +108,26 @@ struct AttentionBlockImpl : torch::nn::Module {
       keys = cache_k->narrow(2, key_start, end - key_start);
       values = cache_v->narrow(2, key_start, end - key_start);
     }
+    auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
+    auto out = torch::matmul(probs, values.unsqueeze(2));     // [B, KVH, G, T, hd]
+    out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
+    return Project(out, o_proj->weight);
+  }
+
+  // Attention weights of queries q [B, H, T, hd] (positions start..start+T-1)
+  // over keys [B, KVH, S, hd] (positions key_start..key_start+S-1), with the
+  // causal and window masks: [B, KVH, H/KVH, T, S].
+  torch::Tensor Probabilities(const torch::Tensor& q, const torch::Tensor& keys, int64_t start,
+                              int64_t key_start) {
+    const int64_t b = q.size(0), t = q.size(2), kvh = arch.num_kv_heads, hd = arch.head_dim;
     const int64_t n_keys = keys.size(2);
-    const int64_t groups = h / kvh;
-    auto qg = q.view({b, kvh, groups, t, hd});
+    auto qg = q.view({b, kvh, arch.num_heads / kvh, t, hd});
     auto scores = torch::matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) /
-                  std::sqrt(static_cast<double>(hd));  // [B, KVH, G, T, S]
+                  std::sqrt(static_cast<double>(hd));
     // Causal (and window) mask; a single full-attention query needs none.
     if (t > 1 || type == Attention::kSlidingWindow) {
       auto opts = torch::TensorOptions().dtype(torch::kLong);
-      auto qpos = torch::arange(start, end, opts).view({t, 1});
+      auto qpos = torch::arange(start, start + t, opts).view({t, 1});
       auto kpos = torch::arange(key_start, key_start + n_keys, opts).view({1, n_keys});
       auto blocked = kpos > qpos;
       if (type == Attention::kSlidingWindow) {
@@ -116,9 +135,56 @@ struct AttentionBlockImpl : torch::nn::Module {
       }
       scores = scores.masked_fill(blocked, -std::numeric_limits<double>::infinity());
     }
-    auto probs = torch::softmax(scores, -1);
-    auto out = torch::matmul(probs, values.unsqueeze(2));  // [B, KVH, G, T, hd]
-    out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
+    return torch::softmax(scores, -1);
+  }
+
+  // Slim attention (Slim Attention Sec. 2): the cache holds each token's raw
+  // keys K = x W_K (before K-norm and RoPE), [B, capacity, d]; values are
+  // never stored but follow from V = K W_KV (Eq. 4). Scores need the
+  // normalised, rotated keys, recomputed from the raw ones over the keys
+  // read. Prompt chunks (T > 1) take Option 1 (V = K W_KV, then the
+  // weighted sum); a single decode query takes the optimised Option 2 of
+  // Eq. 5: (softmax(q K^T) K) W_KV,i per head, 2nd(h+1) OPs instead of
+  // 2nd^2 (Tab. 2). Without a cache (training), Option 1 over the chunk.
+  torch::Tensor SlimForward(const torch::Tensor& x, int64_t start, const torch::Tensor& cos,
+                            const torch::Tensor& sin, torch::Tensor* cache_k,
+                            ForwardObserver* observer, int layer) {
+    const int64_t b = x.size(0), t = x.size(1);
+    const int64_t h = arch.num_heads, hd = arch.head_dim, width = arch.kv_width();
+    auto q = Project(x, q_proj->weight).view({b, t, h, hd});
+    auto raw = Project(x, k_proj->weight);  // [B, T, d]
+    if (observer != nullptr) {
+      observer->OnKeysValues(layer, raw.view({b, t, h, hd}),
+                             Project(raw, kv_proj->weight).view({b, t, h, hd}));
+    }
+    if (arch.qk_norm) q = q_norm(q);
+    q = ApplyRope(q, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd})).transpose(1, 2);
+    int64_t key_start = 0;
+    torch::Tensor keys_raw = raw, key_cos = cos, key_sin = sin;
+    const int64_t end = start + t;
+    if (cache_k != nullptr) {
+      cache_k->narrow(1, start, t).copy_(raw);
+      if (type == Attention::kSlidingWindow) {
+        key_start = std::max<int64_t>(0, start - arch.sliding_window + 1);
+      }
+      keys_raw = cache_k->narrow(1, key_start, end - key_start);
+      key_cos = rope_cos->narrow(0, key_start, end - key_start);
+      key_sin = rope_sin->narrow(0, key_start, end - key_start);
+    }
+    const int64_t n = keys_raw.size(1);
+    auto keys = RotatedKeys(keys_raw.view({b, n, h, hd}), key_cos, key_sin);  // [B, H, S, hd]
+    auto probs = Probabilities(q, keys, start, key_start).view({b, h, t, n});
+    torch::Tensor out;
+    if (t == 1 && cache_k != nullptr) {
+      // Option 2: u_i = softmax_i K (one d-vector per head), then
+      // head_i = u_i W_KV,i with W_KV,i the rows i*hd..(i+1)*hd of kv_proj.
+      auto u = torch::matmul(probs.view({b, h, n}), keys_raw);  // [B, H, d]
+      auto w = kv_proj->weight.view({h, hd, width}).transpose(1, 2);  // [H, d, hd]
+      out = torch::bmm(u.transpose(0, 1), w).transpose(0, 1).reshape({b, t, h * hd});
+    } else {
+      auto values = Project(keys_raw, kv_proj->weight).view({b, n, h, hd}).transpose(1, 2);
+      out = torch::matmul(probs, values).transpose(1, 2).reshape({b, t, h * hd});
+    }
     return Project(out, o_proj->weight);
   }
 
@@ -132,7 +198,12 @@ struct AttentionBlockImpl : torch::nn::Module {
 
   Arch arch;
   Attention type;
+  // The decoder's RoPE tables from position 0, long enough for any cache it
+  // made (slim layers rotate every cached key at each step).
+  const torch::Tensor* rope_cos = nullptr;
+  const torch::Tensor* rope_sin = nullptr;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  torch::nn::Linear kv_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};
 };
 TORCH_MODULE(AttentionBlock);
@@ -220,33 +291,62 @@ class DecoderImpl : public torch::nn::Module {
     // RoPE inverse frequencies: theta^(-2i/hd), i < hd/2.
     inv_freq_ = torch::pow(a.rope_theta, -torch::arange(0, a.head_dim, 2, torch::kDouble) /
                                              static_cast<double>(a.head_dim));
+    for (auto& layer : model_->typed_layers) {
+      if (!layer->self_attn) continue;
+      layer->self_attn->rope_cos = &cos_table_;
+      layer->self_attn->rope_sin = &sin_table_;
+    }
+  }
+
+  // Grows the RoPE tables to cover positions 0..end-1 (doubling, so a
+  // decode loop recomputes them O(log n) times). Values do not depend on the
+  // table's length: each entry is cos/sin(pos * inv_freq) in double, cast.
+  void ReserveRope(int64_t end) {
+    if (cos_table_.defined() && cos_table_.size(0) >= end) return;
+    const int64_t n = std::max<int64_t>(end, cos_table_.defined() ? 2 * cos_table_.size(0) : 64);
+    auto pos = torch::arange(0, n, torch::kDouble);
+    auto freqs = torch::outer(pos, inv_freq_);
+    auto emb = torch::cat({freqs, freqs}, -1);
+    cos_table_ = emb.cos().to(dtype_);
+    sin_table_ = emb.sin().to(dtype_);
   }
 
   // RoPE tables for positions start..start+t-1, [t, head_dim] each.
-  std::pair<torch::Tensor, torch::Tensor> Rope(int64_t start, int64_t t) const {
-    auto pos = torch::arange(start, start + t, torch::kDouble);
-    auto freqs = torch::outer(pos, inv_freq_);
-    auto emb = torch::cat({freqs, freqs}, -1);
-    return {emb.cos().to(dtype_), emb.sin().to(dtype_)};
+  std::pair<torch::Tensor, torch::Tensor> Rope(int64_t start, int64_t t) {
+    ReserveRope(start + t);
+    return {cos_table_.narrow(0, start, t), sin_table_.narrow(0, start, t)};
+  }
+
+  torch::Tensor Embed(const torch::Tensor& tokens) { return model_->embed_tokens(tokens); }
+
+  // Layers [first, last) over hidden states x [B, T, d] at positions
+  // start..start+T-1, writing their keys and values into `cache` (if any).
+  torch::Tensor RunLayers(torch::Tensor x, int64_t start, int first, int last, KvCache* cache,
+                          ForwardObserver* observer = nullptr,
+                          const std::vector<LayerKv>* provided = nullptr) {
+    const auto [cos, sin] = Rope(start, x.size(1));
+    for (int i = first; i < last; ++i) {
+      torch::Tensor* ck = cache ? &cache->keys(i) : nullptr;
+      torch::Tensor* cv = cache ? &cache->values(i) : nullptr;
+      x = model_->typed_layers[i]->forward(x, start, cos, sin, ck, cv, observer, i,
+                                           provided ? &(*provided)[i] : nullptr);
+    }
+    return x;
+  }
+
+  // Final norm and output head.
+  torch::Tensor Head(const torch::Tensor& x) {
+    const auto& head = arch_.tie_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
+    return Project(model_->norm(x), head);
   }
 
   torch::Tensor Run(const torch::Tensor& tokens, int64_t start, KvCache* cache, bool last_only,
                     ForwardObserver* observer = nullptr,
                     const std::vector<LayerKv>* provided = nullptr) {
     const int64_t t = tokens.size(1);
-    const auto [cos, sin] = Rope(start, t);
-    auto x = model_->embed_tokens(tokens);
-    for (size_t i = 0; i < model_->typed_layers.size(); ++i) {
-      torch::Tensor* ck = cache ? &cache->keys(static_cast<int>(i)) : nullptr;
-      torch::Tensor* cv = cache ? &cache->values(static_cast<int>(i)) : nullptr;
-      x = model_->typed_layers[i]->forward(x, start, cos, sin, ck, cv, observer,
-                                           static_cast<int>(i),
-                                           provided ? &(*provided)[i] : nullptr);
-    }
+    auto x = RunLayers(Embed(tokens), start, 0, arch_.num_layers, cache, observer, provided);
     if (last_only) x = x.narrow(1, t - 1, 1);
-    x = model_->norm(x);
-    const auto& head = arch_.tie_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
-    return Project(x, head);
+    return Head(x);
   }
 
   Arch arch_;
@@ -254,25 +354,45 @@ class DecoderImpl : public torch::nn::Module {
   Backbone model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};
   torch::Tensor inv_freq_;
+  torch::Tensor cos_table_, sin_table_;
 };
 
 KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype)
-    : capacity_(capacity) {
+    : capacity_(capacity), slim_(arch.kv_cache == KvLayout::kSlim) {
   for (Attention at : arch.attention) {
-    if (at == Attention::kSkip) {
-      keys_.emplace_back();
-      values_.emplace_back();
+    keys_.emplace_back();
+    values_.emplace_back();
+    if (at == Attention::kSkip) continue;
+    if (slim_) {
+      keys_.back() = torch::zeros({batch, capacity, arch.kv_width()}, dtype);
       continue;
     }
-    keys_.push_back(torch::zeros({batch, arch.num_kv_heads, capacity, arch.head_dim}, dtype));
-    values_.push_back(torch::zeros({batch, arch.num_kv_heads, capacity, arch.head_dim}, dtype));
+    keys_.back() = torch::zeros({batch, arch.num_kv_heads, capacity, arch.head_dim}, dtype);
+    values_.back() = torch::zeros({batch, arch.num_kv_heads, capacity, arch.head_dim}, dtype);
+  }
+}
+
+void KvCache::CopyPositions(const KvCache& from, int64_t begin, int64_t end, int first_layer,
+                            int last_layer) {
+  TORCH_CHECK(slim_ == from.slim_ && keys_.size() == from.keys_.size() && end <= capacity_ &&
+                  end <= from.capacity_,
+              "KvCache::CopyPositions between caches of different shapes");
+  const int dim = slim_ ? 1 : 2;
+  for (int i = first_layer; i < last_layer; ++i) {
+    if (!keys_[i].defined()) continue;
+    keys_[i].narrow(dim, begin, end - begin).copy_(from.keys_[i].narrow(dim, begin, end - begin));
+    if (values_[i].defined()) {
+      values_[i].narrow(dim, begin, end - begin)
+          .copy_(from.values_[i].narrow(dim, begin, end - begin));
+    }
   }
 }
 
 int64_t KvCache::bytes() const {
   int64_t n = 0;
   for (size_t i = 0; i < keys_.size(); ++i) {
-    if (keys_[i].defined()) n += keys_[i].nbytes() + values_[i].nbytes();
+    if (keys_[i].defined()) n += keys_[i].nbytes();
+    if (values_[i].defined()) n += values_[i].nbytes();
   }
   return n;
 }
@@ -332,6 +452,8 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
   auto& layers = impl_->model_->typed_layers;
   TORCH_CHECK(kv.size() == layers.size() && cache.length() == 0, "FillCache: ", kv.size(),
               " layers for ", layers.size(), ", cache length ", cache.length());
+  TORCH_CHECK(impl_->arch_.kv_cache != KvLayout::kSlim,
+              "FillCache: a SLIM cache cannot take predicted values");
   int64_t t = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     if (!layers[i]->self_attn) continue;
@@ -347,8 +469,22 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
 }
 
 KvCache Decoder::NewCache(int64_t batch, int64_t capacity) const {
+  impl_->ReserveRope(capacity);
   return KvCache(impl_->arch_, batch, capacity, impl_->dtype_);
 }
+
+torch::Tensor Decoder::Embed(const torch::Tensor& tokens) { return impl_->Embed(tokens); }
+
+torch::Tensor Decoder::RunLayers(const torch::Tensor& hidden, KvCache& cache, int64_t start,
+                                 int first, int last) {
+  TORCH_CHECK(0 <= first && first <= last && last <= impl_->arch_.num_layers, "RunLayers: layers [",
+              first, ", ", last, ") of ", impl_->arch_.num_layers);
+  TORCH_CHECK(start + hidden.size(1) <= cache.capacity(), "KV cache overflow: ", start, " + ",
+              hidden.size(1), " > capacity ", cache.capacity());
+  return impl_->RunLayers(hidden, start, first, last, &cache);
+}
+
+torch::Tensor Decoder::Head(const torch::Tensor& hidden) { return impl_->Head(hidden); }
 
 std::vector<std::pair<std::string, torch::Tensor>> Decoder::NamedTensors() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -369,7 +505,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(c
       out.push_back({p + "input_layernorm.weight", {a.d_model}});
       out.push_back({p + "self_attn.q_proj.weight", {a.q_width(), a.d_model}});
       out.push_back({p + "self_attn.k_proj.weight", {a.kv_width(), a.d_model}});
-      out.push_back({p + "self_attn.v_proj.weight", {a.kv_width(), a.d_model}});
+      if (a.kv_cache == KvLayout::kSlim) {
+        out.push_back({p + "self_attn.kv_proj.weight", {a.kv_width(), a.kv_width()}});
+      } else {
+        out.push_back({p + "self_attn.v_proj.weight", {a.kv_width(), a.d_model}});
+      }
       out.push_back({p + "self_attn.o_proj.weight", {a.d_model, a.q_width()}});
       if (a.qk_norm) {
         out.push_back({p + "self_attn.q_norm.weight", {a.head_dim}});

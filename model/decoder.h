@@ -24,6 +24,9 @@ namespace hilnas {
 // K and V of shape [batch, kv_heads, capacity, head_dim]. Appending writes
 // into the preallocated storage, so decoding allocates no cache memory per
 // token. Keys are stored after RoPE. Skip layers hold nothing.
+//
+// A SLIM architecture (Slim Attention Sec. 2) caches keys only, before
+// K-norm and RoPE, [batch, capacity, kv_width]: exactly half the bytes.
 class KvCache {
  public:
   KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype);
@@ -36,11 +39,20 @@ class KvCache {
   torch::Tensor& keys(int layer) { return keys_[layer]; }
   torch::Tensor& values(int layer) { return values_[layer]; }
   void Advance(int64_t tokens) { length_ += tokens; }
+  void SetLength(int64_t tokens) { length_ = tokens; }
+  bool slim() const { return slim_; }
+
+  // Copies positions [begin, end) of layers [first_layer, last_layer) from a
+  // cache of the same architecture (pipelined decoding keeps one cache per
+  // compute unit and shares committed tokens this way).
+  void CopyPositions(const KvCache& from, int64_t begin, int64_t end, int first_layer,
+                     int last_layer);
 
  private:
   int64_t capacity_;
   int64_t length_ = 0;
-  std::vector<torch::Tensor> keys_, values_;  // undefined for skip layers
+  bool slim_ = false;
+  std::vector<torch::Tensor> keys_, values_;  // undefined for skip layers (values: and SLIM)
 };
 
 class DecoderImpl;
@@ -91,7 +103,22 @@ class Decoder {
   // position only when `last_only`. REQUIRES: cache.length() + T <= capacity.
   torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only);
 
+  // A cache for `capacity` tokens. Also extends the decoder's RoPE tables to
+  // `capacity`, after which decoding into this cache mutates nothing shared
+  // (pipelined decoding runs several caches on one Decoder from threads).
   KvCache NewCache(int64_t batch, int64_t capacity) const;
+
+  // ForwardCached taken apart, for decoding that runs layers on different
+  // threads (Predictive Pipelined Decoding Alg. 1): token embedding; layers
+  // [first, last) over hidden [batch, T, d] at positions start.., writing
+  // their keys and values into `cache` without advancing its length; final
+  // norm and head. Embed, then RunLayers over all layers, then Head is
+  // ForwardCached, operation for operation. Head on an intermediate layer's
+  // hidden state is the early-exit prediction (PPD Sec. 3).
+  torch::Tensor Embed(const torch::Tensor& tokens);
+  torch::Tensor RunLayers(const torch::Tensor& hidden, KvCache& cache, int64_t start, int first,
+                          int last);
+  torch::Tensor Head(const torch::Tensor& hidden);
 
   // Causal forward over tokens [batch, T] in which every attention layer
   // attends to `kv[layer]` (T positions) instead of its own keys and values;

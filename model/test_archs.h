@@ -27,6 +27,15 @@ inline Arch TinyMixedArch() {
   return a;
 }
 
+// TinyMixedArch with multi-head attention (4 heads x 8 = d_model 32), the
+// shape slim attention applies to.
+inline Arch TinyMhaArch() {
+  Arch a = TinyMixedArch();
+  a.name = "tiny-mha";
+  a.num_kv_heads = 4;
+  return a;
+}
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_TEST_ARCHS_H_

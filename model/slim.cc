@@ -1,0 +1,164 @@
+#include "model/slim.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace hilnas {
+namespace {
+
+constexpr double kFloat16Max = 65504.0;
+
+torch::Dtype TorchDtypeOf(StorageDtype d) {
+  switch (d) {
+    case StorageDtype::kF16:
+      return torch::kHalf;
+    case StorageDtype::kBF16:
+      return torch::kBFloat16;
+    case StorageDtype::kF32:
+      break;
+  }
+  return torch::kFloat;
+}
+
+const char* NameOf(StorageDtype d) {
+  switch (d) {
+    case StorageDtype::kF16:
+      return "float16";
+    case StorageDtype::kBF16:
+      return "bfloat16";
+    case StorageDtype::kF32:
+      break;
+  }
+  return "float32";
+}
+
+absl::Status CheckEligible(const Arch& a) {
+  if (a.kv_cache == KvLayout::kSlim) {
+    return absl::InvalidArgumentError(absl::StrCat(a.name, " already has kv_cache SLIM"));
+  }
+  if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.name, " has a KV-prediction auxiliary model; its predicted values are not "
+                             "K W_KV, so it cannot use a SLIM cache"));
+  }
+  if (a.num_kv_heads != a.num_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        a.name, ": slim attention needs multi-head attention, but ", a.num_heads,
+        " query heads share ", a.num_kv_heads, " key/value heads (",
+        a.num_kv_heads == 1 ? "MQA" : "GQA", "): W_K is not square and V cannot come from K"));
+  }
+  if (a.q_width() != a.d_model) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.name, ": slim attention needs square W_K, but ", a.num_heads, " heads x ",
+                     a.head_dim, " = ", a.q_width(), " != d_model ", a.d_model));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string SlimReport::ToText() const {
+  std::string out = "layer  cond(W_K)  max|W_KV|  rel.error(V)\n";
+  for (const auto& l : layers) {
+    absl::StrAppendFormat(&out, "%5d  %9.3g  %9.3g  %12.3g\n", l.layer, l.condition, l.max_abs,
+                          l.relative_error);
+  }
+  return out;
+}
+
+absl::StatusOr<torch::Tensor> SlimKvWeight(const torch::Tensor& k_proj,
+                                           const torch::Tensor& v_proj) {
+  try {
+    torch::NoGradGuard no_grad;
+    auto wk = k_proj.to(torch::kDouble);
+    auto wv = v_proj.to(torch::kDouble);
+    // v = x Wv^T and k = x Wk^T; v = k W^T needs Wk^T W^T = Wv^T (Eq. 4 in
+    // Linear layout).
+    return torch::linalg::solve(wk.t(), wv.t(), /*left=*/true).t().contiguous();
+  } catch (const c10::Error& e) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("W_K is singular: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<Decoder> ConvertToSlim(const Decoder& standard, const SlimOptions& options,
+                                      SlimReport* report) {
+  const Arch& a = standard.arch();
+  if (absl::Status s = CheckEligible(a); !s.ok()) return s;
+  Arch slim_arch = a;
+  slim_arch.kv_cache = KvLayout::kSlim;
+  auto slim = Decoder::Create(slim_arch, /*seed=*/0, standard.dtype());
+  if (!slim.ok()) return slim.status();
+  std::map<std::string, torch::Tensor> source;
+  for (auto& [name, t] : standard.NamedTensors()) source[name] = t;
+  SlimReport local;
+  try {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : slim->NamedTensors()) {
+      const std::string suffix = "self_attn.kv_proj.weight";
+      if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(),
+                                                      suffix) != 0) {
+        t.copy_(source.at(name));
+        continue;
+      }
+      const std::string prefix = name.substr(0, name.size() - suffix.size());
+      const int layer = std::stoi(prefix.substr(std::string("model.layers.").size()));
+      const torch::Tensor& wk = source.at(prefix + "self_attn.k_proj.weight");
+      const torch::Tensor& wv = source.at(prefix + "self_attn.v_proj.weight");
+      SlimLayerReport r;
+      r.layer = layer;
+      auto sv = torch::linalg::svdvals(wk.to(torch::kDouble), c10::nullopt);
+      const double smax = sv.max().item<double>(), smin = sv.min().item<double>();
+      r.condition = smin > 0 ? smax / smin : std::numeric_limits<double>::infinity();
+      if (!std::isfinite(r.condition) || r.condition > 1e15) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s layer %d: W_K is singular (smallest singular value %g, largest %g); slim "
+            "attention cannot recover V from K",
+            a.name, layer, smin, smax));
+      }
+      if (r.condition > options.max_condition) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s layer %d: W_K condition number %.3g exceeds the limit %.3g; values computed as "
+            "K W_KV would lose about %.0f more decimal digits than K",
+            a.name, layer, r.condition, options.max_condition, std::log10(r.condition)));
+      }
+      auto w = SlimKvWeight(wk, wv);
+      if (!w.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(a.name, " layer ", layer, ": ", w.status().message()));
+      }
+      r.max_abs = w->abs().max().item<double>();
+      if (options.storage == StorageDtype::kF16 && r.max_abs >= kFloat16Max) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s layer %d: W_KV entries reach %.4g, beyond float16's largest value %g; store the "
+            "slim checkpoint as f32 or bf16",
+            a.name, layer, r.max_abs, kFloat16Max));
+      }
+      auto stored = w->to(TorchDtypeOf(options.storage)).to(torch::kDouble);
+      auto wk_d = wk.to(torch::kDouble), wv_d = wv.to(torch::kDouble);
+      r.relative_error =
+          (torch::matmul(stored, wk_d) - wv_d).norm().item<double>() / wv_d.norm().item<double>();
+      if (!(r.relative_error <= options.max_relative_error)) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s layer %d: W_KV rounded to %s reconstructs W_V with relative error %.3g, above the "
+            "limit %.3g (cond(W_K) %.3g)",
+            a.name, layer, NameOf(options.storage), r.relative_error, options.max_relative_error,
+            r.condition));
+      }
+      t.copy_(*w);
+      local.layers.push_back(r);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("converting ", a.name, " to slim: ", e.what_without_backtrace()));
+  } catch (const std::out_of_range& e) {
+    return absl::InternalError(absl::StrCat("converting ", a.name, ": missing tensor"));
+  }
+  if (report != nullptr) *report = std::move(local);
+  return slim;
+}
+
+}  // namespace hilnas
