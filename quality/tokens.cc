@@ -134,4 +134,20 @@ absl::StatusOr<std::vector<int32_t>> BuildByteCorpus(const std::vector<std::stri
   return ids;
 }
 
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvenlySpacedPrompts(
+    const std::vector<int32_t>& ids, int count, int64_t length) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (count < 1 || length < 1 || n < length) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot take ", count, " prompts of ", length,
+                                                   " tokens from ", n, " tokens"));
+  }
+  std::vector<std::vector<int64_t>> out;
+  const int64_t span = n - length;
+  for (int i = 0; i < count; ++i) {
+    const int64_t start = count == 1 ? 0 : span * i / (count - 1);
+    out.emplace_back(ids.begin() + start, ids.begin() + start + length);
+  }
+  return out;
+}
+
 }  // namespace hilnas

@@ -28,6 +28,12 @@ struct TokenSplit {
 absl::StatusOr<TokenSplit> SplitTokens(std::vector<int32_t> ids, double heldout_fraction,
                                        int64_t min_tokens);
 
+// `count` prompts of `length` tokens spread evenly over `ids` (real text for
+// decoding measurements such as PPD's match rates). INVALID_ARGUMENT when
+// `ids` is shorter than one prompt.
+absl::StatusOr<std::vector<std::vector<int64_t>>> EvenlySpacedPrompts(
+    const std::vector<int32_t>& ids, int count, int64_t length);
+
 // Where the demo corpus comes from: every regular file under these paths
 // (fortune `.dat` indexes and symlinks skipped), in sorted order.
 std::vector<std::string> DefaultCorpusSources();

@@ -1,0 +1,315 @@
+#include "model/ppd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace hilnas {
+namespace {
+
+// k worker threads that run one task each per round: Start(f) calls f(j) on
+// worker j; Wait() returns when all have finished. Workers run without
+// autograd (grad mode is per thread).
+class Units {
+ public:
+  explicit Units(int n) : errors_(n) {
+    for (int j = 0; j < n; ++j) threads_.emplace_back([this, j] { Loop(j); });
+  }
+  ~Units() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void Start(std::function<void(int)> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = std::move(task);
+      pending_ = static_cast<int>(threads_.size());
+      ++round_;
+    }
+    start_.notify_all();
+  }
+
+  // The first worker error of the round, or empty.
+  std::string Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    for (auto& e : errors_) {
+      if (!e.empty()) return std::exchange(e, "");
+    }
+    return "";
+  }
+
+ private:
+  void Loop(int j) {
+    torch::NoGradGuard no_grad;
+    uint64_t seen = 0;
+    for (;;) {
+      std::function<void(int)> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        start_.wait(lock, [&] { return stop_ || round_ != seen; });
+        if (stop_) return;
+        seen = round_;
+        task = task_;
+      }
+      try {
+        task(j);
+      } catch (const c10::Error& e) {
+        errors_[j] = e.what_without_backtrace();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  uint64_t round_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::function<void(int)> task_;
+  std::vector<std::string> errors_;
+  std::vector<std::thread> threads_;
+};
+
+std::vector<int64_t> TopK(const torch::Tensor& logits, int k) {
+  auto idx = std::get<1>(logits.view({-1}).topk(k)).contiguous();
+  return std::vector<int64_t>(idx.data_ptr<int64_t>(), idx.data_ptr<int64_t>() + k);
+}
+
+}  // namespace
+
+PpdPrediction PredictPpd(int d, int d_bar, int k, int64_t l, double p) {
+  PpdPrediction out;
+  const double saved = double(d - d_bar) * double(l - 1) * p;
+  out.latency_layers = double(d) * l - saved;
+  out.compute_layers = out.latency_layers + double(k) * (d - d_bar) * l;
+  out.latency_ratio = out.latency_layers / (double(d) * l);
+  out.compute_ratio = out.compute_layers / (double(d) * l);
+  return out;
+}
+
+absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
+                                          const PpdOptions& options) {
+  const Arch& a = decoder.arch();
+  const int d = a.num_layers, d_bar = options.layer, k = options.k;
+  if (2 * d_bar < d || d_bar >= d) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layer ", d_bar, " is outside [", (d + 1) / 2, ", ", d - 1, "] for ", d,
+        " layers: pipelined decoding predicts at d_bar >= d/2 (Theorem 4.1) and before the last "
+        "layer"));
+  }
+  if (k < 1 || k > a.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--k ", k, " must be in 1..", a.vocab_size, " (the vocabulary)"));
+  }
+  if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.name, ": pipelined decoding of KV-prediction models is not supported"));
+  }
+  if (absl::Status s = ValidatePrompt(prompt, a.vocab_size); !s.ok()) return s;
+  const GenerateOptions& g = options.generate;
+  if (g.prefill_chunk <= 0 || g.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill_chunk ", g.prefill_chunk,
+                                                   " and max_new_tokens ", g.max_new_tokens,
+                                                   " must be positive"));
+  }
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  const int m = d - d_bar;  // layers a sub-computation runs
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int64_t capacity = n + g.max_new_tokens;
+  try {
+    torch::NoGradGuard no_grad;
+    PpdGeneration out;
+    Stats& s = out.stats;
+    PpdCounts& c = out.counts;
+    s.prompt_tokens = n;
+    s.prefill_chunk = g.prefill_chunk;
+    KvCache main = decoder.NewCache(1, capacity);
+    std::vector<KvCache> subs;
+    for (int j = 0; j < k; ++j) subs.push_back(decoder.NewCache(1, capacity));
+    s.kv_cache_bytes = main.bytes();
+    Units units(k);
+    // Per sub-computation: its guess, hidden state after its layers, and
+    // how many layers it finished before a cancel.
+    std::vector<int64_t> guess(k);
+    std::vector<torch::Tensor> sub_hidden(k);
+    std::vector<int> sub_done(k);
+    std::atomic<bool> cancel{false};
+    int64_t pos = 0;  // position of the token being run
+
+    const auto t0 = Clock::now();
+    auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
+    torch::Tensor logits;
+    for (int64_t p = 0; p < n; p += g.prefill_chunk) {
+      const int64_t len = std::min(g.prefill_chunk, n - p);
+      logits = decoder.ForwardCached(prompt_t.narrow(1, p, len), main, /*last_only=*/true);
+    }
+    s.prompt_eval_end_ms = ms_since(t0);
+    int64_t next = logits.view({-1}).argmax().item<int64_t>();
+    out.tokens.push_back(next);
+    s.first_token_ms = ms_since(t0);
+    for (auto& sub : subs) sub.CopyPositions(main, 0, n, 0, m);
+    pos = n;
+    torch::Tensor h = decoder.Embed(torch::tensor({next}, torch::kLong).view({1, 1}));
+    int from = 0;  // layers of the current token already run (by a matched sub)
+    for (int64_t i = 1; i < g.max_new_tokens; ++i) {
+      h = decoder.RunLayers(h, main, pos, from, d_bar);
+      c.main_layers += d_bar - from;
+      // The guess is only useful when another token will follow this one.
+      const bool predict = i + 1 < g.max_new_tokens;
+      if (predict) {
+        guess = TopK(decoder.Head(h), k);
+        for (auto& sub : subs) sub.CopyPositions(main, pos, pos + 1, 0, m);
+        cancel = false;
+        const int64_t sub_pos = pos + 1;
+        units.Start([&, sub_pos](int j) {
+          sub_done[j] = 0;
+          torch::Tensor x = decoder.Embed(torch::tensor({guess[j]}, torch::kLong).view({1, 1}));
+          for (int layer = 0; layer < m && !cancel.load(std::memory_order_relaxed); ++layer) {
+            x = decoder.RunLayers(x, subs[j], sub_pos, layer, layer + 1);
+            ++sub_done[j];
+          }
+          sub_hidden[j] = x;
+        });
+      }
+      h = decoder.RunLayers(h, main, pos, d_bar, d);
+      c.main_layers += m;
+      next = decoder.Head(h).view({-1}).argmax().item<int64_t>();
+      out.tokens.push_back(next);
+      ++c.decode_steps;
+      from = 0;
+      if (predict) {
+        const auto hit = std::find(guess.begin(), guess.end(), next);
+        if (hit == guess.end()) cancel = true;
+        if (std::string err = units.Wait(); !err.empty()) {
+          return absl::InternalError(absl::StrCat("pipelined decoding of ", a.name, ": ", err));
+        }
+        ++c.predictions;
+        for (int j = 0; j < k; ++j) c.sub_layers += sub_done[j];
+        const int j = static_cast<int>(hit - guess.begin());
+        if (hit != guess.end() && sub_done[j] == m) {
+          ++c.matches;
+          main.CopyPositions(subs[j], pos + 1, pos + 2, 0, m);
+          h = sub_hidden[j];
+          from = m;
+        }
+      }
+      ++pos;
+      if (from == 0) h = decoder.Embed(torch::tensor({next}, torch::kLong).view({1, 1}));
+    }
+    main.SetLength(pos);
+    s.inference_end_ms = ms_since(t0);
+    s.generated_tokens = static_cast<int64_t>(out.tokens.size());
+    return out;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("pipelined decoding of ", a.name, ": ", e.what_without_backtrace()));
+  }
+}
+
+namespace {
+
+// Keeps the residual stream after chosen layers.
+class LayerOutputs : public ForwardObserver {
+ public:
+  explicit LayerOutputs(const std::vector<int>& layers) : layers_(layers) {}
+  void OnLayer(int layer, const torch::Tensor&, const torch::Tensor& output) override {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (layers_[i] == layer + 1) outputs[i] = output;
+    }
+  }
+  std::map<size_t, torch::Tensor> outputs;
+
+ private:
+  std::vector<int> layers_;
+};
+
+}  // namespace
+
+std::string MatchRates::ToMarkdown() const {
+  std::string out = "| k |";
+  for (int l : layers) absl::StrAppend(&out, " layer ", l, " |");
+  absl::StrAppend(&out, "\n|---:|");
+  for (size_t i = 0; i < layers.size(); ++i) absl::StrAppend(&out, "---:|");
+  absl::StrAppend(&out, "\n");
+  for (size_t ki = 0; ki < ks.size(); ++ki) {
+    absl::StrAppend(&out, "| ", ks[ki], " |");
+    for (size_t li = 0; li < layers.size(); ++li) {
+      absl::StrAppendFormat(&out, " %.2f%% |", 100.0 * rate(li, ki));
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<MatchRates> MeasureMatchRates(Decoder& decoder,
+                                             const std::vector<std::vector<int64_t>>& prompts,
+                                             int64_t new_tokens, const std::vector<int>& layers,
+                                             const std::vector<int>& ks) {
+  const Arch& a = decoder.arch();
+  for (int l : layers) {
+    if (l < 1 || l > a.num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l, " is outside 1..", a.num_layers));
+    }
+  }
+  int kmax = 0;
+  for (int k : ks) {
+    if (k < 1 || k > a.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("k ", k, " is outside 1..", a.vocab_size));
+    }
+    kmax = std::max(kmax, k);
+  }
+  if (new_tokens < 1) return absl::InvalidArgumentError("new_tokens must be positive");
+  MatchRates r;
+  r.layers = layers;
+  r.ks = ks;
+  r.hits.assign(layers.size(), std::vector<int64_t>(ks.size(), 0));
+  GenerateOptions o;
+  o.max_new_tokens = new_tokens;
+  for (const auto& prompt : prompts) {
+    auto g = GreedyGenerate(decoder, prompt, o);
+    if (!g.ok()) return g.status();
+    try {
+      torch::NoGradGuard no_grad;
+      std::vector<int64_t> seq = prompt;
+      seq.insert(seq.end(), g->tokens.begin(), g->tokens.end() - 1);
+      const int64_t n = static_cast<int64_t>(prompt.size());
+      LayerOutputs obs(layers);
+      auto logits = decoder.Forward(torch::tensor(seq, torch::kLong).view({1, -1}), &obs);
+      // Positions n-1 .. n+G-2 choose the G generated tokens.
+      auto truth = logits.narrow(1, n - 1, new_tokens).argmax(-1).view({new_tokens, 1});
+      for (size_t li = 0; li < layers.size(); ++li) {
+        auto early = decoder.Head(obs.outputs.at(li).narrow(1, n - 1, new_tokens));
+        auto top = std::get<1>(early.view({new_tokens, -1}).topk(kmax));  // [G, kmax]
+        for (size_t ki = 0; ki < ks.size(); ++ki) {
+          r.hits[li][ki] += top.narrow(1, 0, ks[ki]).eq(truth).any(1).sum().item<int64_t>();
+        }
+      }
+      r.positions += new_tokens;
+    } catch (const c10::Error& e) {
+      return absl::InternalError(
+          absl::StrCat("measuring match rates of ", a.name, ": ", e.what_without_backtrace()));
+    }
+  }
+  return r;
+}
+
+}  // namespace hilnas
