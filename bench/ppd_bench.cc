@@ -33,12 +33,6 @@ using hilnas::bench::Die;
 
 namespace {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::vector<int> Ints(const std::string& s) {
   std::vector<int> out;
   for (auto part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
@@ -107,36 +101,18 @@ int main(int argc, char** argv) {
     p.layer = dk.at(0);
     p.k = dk.at(1);
     p.generate = o;
-    std::vector<double> ratios, greedy_ms, ppd_ms;
-    int64_t predictions = 0, matches = 0, main_layers = 0, sub_layers = 0, steps = 0;
-    bool identical = true;
-    for (const auto& prompt : *prompts) {
-      auto greedy = hilnas::GreedyGenerate(*decoder, prompt, o);
-      if (!greedy.ok()) Die(greedy.status());
-      auto ppd = hilnas::PpdGenerate(*decoder, prompt, p);
-      if (!ppd.ok()) Die(ppd.status());
-      identical = identical && ppd->tokens == greedy->tokens;
-      ratios.push_back(ppd->stats.decode_ms_per_token() / greedy->stats.decode_ms_per_token());
-      greedy_ms.push_back(greedy->stats.decode_ms_per_token());
-      ppd_ms.push_back(ppd->stats.decode_ms_per_token());
-      predictions += ppd->counts.predictions;
-      matches += ppd->counts.matches;
-      main_layers += ppd->counts.main_layers;
-      sub_layers += ppd->counts.sub_layers;
-      steps += ppd->counts.decode_steps;
-    }
+    auto cmp = hilnas::ComparePpdWithGreedy(*decoder, *prompts, p);
+    if (!cmp.ok()) Die(cmp.status());
     const size_t li = p.layer - 1;
     const size_t ki = std::find(ks.begin(), ks.end(), p.k) - ks.begin();
     const double p_text = ki < ks.size() ? rates->rate(li, ki) : -1;
-    const double p_run = predictions ? double(matches) / predictions : 0;
     auto predicted = hilnas::PredictPpd(d, p.layer, p.k, new_tokens - 1, p_text);
     std::printf("| %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3fx | %.3fx | %.2fx | %.2fx | %s |\n",
-                p.layer, p.k, p.k + 1, p_text, p_run, Median(greedy_ms), Median(ppd_ms),
-                predicted.latency_ratio, Median(ratios),
-                predicted.compute_ratio, double(main_layers + sub_layers) / (double(d) * steps),
-                identical ? "yes" : "NO");
+                p.layer, p.k, p.k + 1, p_text, cmp->counts.p_correct(), cmp->greedy_ms_per_token,
+                cmp->ppd_ms_per_token, predicted.latency_ratio, cmp->latency_ratio,
+                predicted.compute_ratio, cmp->compute_ratio, cmp->identical ? "yes" : "NO");
     std::fflush(stdout);
-    if (!identical) return 1;
+    if (!cmp->identical) return 1;
   }
   std::printf("\nLatency and compute are relative to greedy decoding (d layer passes per token); "
               "measured compute counts layer passes run, including sub-computations cut short "

@@ -74,6 +74,7 @@ class LibtorchModel : public PreparedModel {
     r.ttft_ms = g->stats.ttft_ms();
     r.decode_tokens = decode_tokens;
     r.decode_ms_per_token = decode_tokens > 0 ? g->stats.decode_ms_per_token() : 0.0;
+    r.kv_cache_bytes = g->stats.kv_cache_bytes;
     return r;
   }
 

@@ -58,6 +58,7 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
     s->set_decode_ms_per_token(t->decode_ms_per_token);
     s->set_decode_tokens(t->decode_tokens);
     s->set_peak_rss_bytes(PeakRssBytes());
+    s->set_kv_cache_bytes(t->kv_cache_bytes);
     result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), s->peak_rss_bytes()));
     // Both figures the latency model learns from must have settled.
     const auto [ttfts, decodes] = Times(result, prompt);

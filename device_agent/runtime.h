@@ -17,6 +17,7 @@ struct RunTiming {
   double ttft_ms = 0;              // prompt submitted -> first token chosen
   double decode_ms_per_token = 0;  // over the tokens after the first
   int decode_tokens = 0;           // tokens generated after the first
+  int64_t kv_cache_bytes = 0;      // the run's KV cache (0 when the runtime cannot tell)
 };
 
 // A model built and ready to run. Not thread-safe.

@@ -226,6 +226,46 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
 
 namespace {
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+absl::StatusOr<PpdComparison> ComparePpdWithGreedy(Decoder& decoder,
+                                                   const std::vector<std::vector<int64_t>>& prompts,
+                                                   const PpdOptions& options) {
+  PpdComparison out;
+  std::vector<double> ratios, greedy_ms, ppd_ms;
+  for (const auto& prompt : prompts) {
+    auto greedy = GreedyGenerate(decoder, prompt, options.generate);
+    if (!greedy.ok()) return greedy.status();
+    auto ppd = PpdGenerate(decoder, prompt, options);
+    if (!ppd.ok()) return ppd.status();
+    out.identical = out.identical && ppd->tokens == greedy->tokens;
+    greedy_ms.push_back(greedy->stats.decode_ms_per_token());
+    ppd_ms.push_back(ppd->stats.decode_ms_per_token());
+    ratios.push_back(ppd_ms.back() / greedy_ms.back());
+    PpdCounts& c = out.counts;
+    c.decode_steps += ppd->counts.decode_steps;
+    c.predictions += ppd->counts.predictions;
+    c.matches += ppd->counts.matches;
+    c.main_layers += ppd->counts.main_layers;
+    c.sub_layers += ppd->counts.sub_layers;
+  }
+  out.greedy_ms_per_token = Median(greedy_ms);
+  out.ppd_ms_per_token = Median(ppd_ms);
+  out.latency_ratio = Median(ratios);
+  const double greedy_layers = double(decoder.arch().num_layers) * out.counts.decode_steps;
+  out.compute_ratio =
+      greedy_layers > 0 ? (out.counts.main_layers + out.counts.sub_layers) / greedy_layers : 0;
+  return out;
+}
+
+namespace {
+
 // Keeps the residual stream after chosen layers.
 class LayerOutputs : public ForwardObserver {
  public:

@@ -67,6 +67,20 @@ struct PpdPrediction {
 };
 PpdPrediction PredictPpd(int d, int d_bar, int k, int64_t l, double p_correct);
 
+// Paired timing of PPD against greedy decoding: on each prompt greedy then
+// PPD, alternating, so that machine noise hits both alike.
+struct PpdComparison {
+  double greedy_ms_per_token = 0;  // median decode time over prompts
+  double ppd_ms_per_token = 0;
+  double latency_ratio = 0;  // median over prompts of PPD / greedy decode time
+  double compute_ratio = 0;  // layer passes run / (d x decode steps)
+  PpdCounts counts;          // summed over prompts
+  bool identical = true;     // every PPD generation equals greedy's
+};
+absl::StatusOr<PpdComparison> ComparePpdWithGreedy(Decoder& decoder,
+                                                   const std::vector<std::vector<int64_t>>& prompts,
+                                                   const PpdOptions& options);
+
 // Match rates p_correct (Sec. 4.3, Tab. 2): each prompt is continued
 // greedily for `new_tokens` tokens; at each generated position the early
 // prediction after each of `layers` (1..d) is correct at k when its top-k

@@ -210,6 +210,37 @@ TEST_F(AgentsTest, AgentReconnectsAfterCoordinatorRestartAndBenchPrintsResult) {
   EXPECT_EQ(WaitJob(first, 0).state(), JOB_DONE);
 }
 
+// `kv_cache: SLIM` in an ArchSpec makes the agent build and time the K-only
+// cache (Slim Attention Sec. 2); its KV cache is exactly half the standard
+// twin's at every prompt length.
+TEST_F(AgentsTest, SlimCacheArchitecturesAreMeasuredWithHalfTheCache) {
+  auto coordinator = StartCoordinator();
+  auto agent = StartAgent("phone", "0");
+  BenchmarkRequest standard = TinyJob();
+  standard.mutable_arch()->set_num_kv_heads(4);  // MHA: 4 heads x 16 = d_model 64
+  BenchmarkRequest slim = standard;
+  slim.mutable_arch()->set_kv_cache(SLIM);
+  const std::string standard_id = Submit(standard), slim_id = Submit(slim);
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(slim_id, 5000).state() == JOB_DONE; }, 120))
+      << agent->Log();
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(standard_id, 5000).state() == JOB_DONE; }, 120));
+  const BenchmarkResult s = WaitJob(slim_id, 0).result(), f = WaitJob(standard_id, 0).result();
+  ASSERT_EQ(s.samples_size(), f.samples_size());
+  ASSERT_GT(s.samples_size(), 0);
+  for (int i = 0; i < s.samples_size(); ++i) {
+    EXPECT_GT(s.samples(i).kv_cache_bytes(), 0);
+    EXPECT_EQ(2 * s.samples(i).kv_cache_bytes(), f.samples(i).kv_cache_bytes());
+    EXPECT_GT(s.samples(i).ttft_ms(), 0);
+  }
+  // GQA cannot be slim: the job fails as an unsupported architecture.
+  BenchmarkRequest gqa = TinyJob();
+  gqa.mutable_arch()->set_kv_cache(SLIM);
+  const std::string gqa_id = Submit(gqa);
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(gqa_id, 5000).state() == JOB_FAILED; }, 60));
+  EXPECT_THAT(WaitJob(gqa_id, 0).result().failure_message(),
+              HasSubstr("kv_cache SLIM needs multi-head attention"));
+}
+
 TEST_F(AgentsTest, AgentWithWrongTokenIsRejectedAndExits) {
   auto coordinator = StartCoordinator(0, "s3cret");
   auto agent = StartAgent("intruder", "0", "guess");

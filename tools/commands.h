@@ -33,6 +33,8 @@ int BackboneCommand(const std::vector<std::string>& args);
 int CampaignCommand(const std::vector<std::string>& args);
 int ParetoCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
+int SlimCommand(const std::vector<std::string>& args);
+int PpdCommand(const std::vector<std::string>& args);
 
 // Starts this binary with `args` as a child process, its output to `log`
 // (inherited when empty).

@@ -94,6 +94,12 @@ usage: hilnas COMMAND [ARGS] [--flags]
                                    the dense pruned checkpoint of any trial
   latency fit|eval --campaign C [--db FILE]
                                    the latency model on a campaign's own measurements
+  slim --in CKPT --out CKPT [--dtype f32|f16|bf16 --max-condition 1e5 --max-error 1e-3]
+                                   K-only KV cache: store W_KV = W_K^-1 W_V (MHA checkpoints)
+  ppd --ckpt CKPT --layer D --k K --tokens FILE [--prompts 4 --prompt-tokens 256
+      --max-new-tokens 256 --json]
+                                   predictive pipelined decoding: p_correct, Theorem 4.1's
+                                   latency and compute against measured, identity with greedy
   demo [--out hilnas-demo]         the README's main job: a small two-stage campaign end to end
 )";
 
@@ -121,11 +127,15 @@ std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
 void ReexecForStableTiming(char** argv, const std::string& command) {
   if (command != "agent" && command != "run" && command != "demo" && command != "train" &&
       command != "calibrate" && command != "prune" && command != "backbone" &&
-      command != "coordinator") {
+      command != "coordinator" && command != "ppd" && command != "slim") {
     return;
   }
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  // Pipelined decoding runs one BLAS thread per compute unit.
+  if (command == "ppd" && std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  }
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && absl::GetFlag(FLAGS_threads) > 0) {
     setenv("OPENBLAS_NUM_THREADS", absl::StrCat(absl::GetFlag(FLAGS_threads)).c_str(), 1);
   }
@@ -168,6 +178,8 @@ int main(int argc, char** argv) {
   if (command == "campaign") return CampaignCommand(args);
   if (command == "pareto") return ParetoCommand(args);
   if (command == "export") return ExportCommand(args);
+  if (command == "slim") return SlimCommand(args);
+  if (command == "ppd") return PpdCommand(args);
   std::fprintf(stderr, "hilnas: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
   return 2;
 }
