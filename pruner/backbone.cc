@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "model/kv_prediction.h"
+#include "model/slim.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -32,6 +33,16 @@ absl::StatusOr<Decoder> Cut(Backbone& backbone, const Arch& target, const PruneO
 
 absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
                                const std::string& out_dir, StorageDtype dtype) {
+  if (target.kv_cache == KvLayout::kSlim) {
+    // Slim Attention Eq. 4: prune the standard twin, then store W_KV.
+    Arch standard = target;
+    standard.kv_cache = KvLayout::kStandard;
+    HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, standard, options));
+    SlimOptions slim_options;
+    slim_options.storage = dtype;
+    HILNAS_ASSIGN_OR_RETURN(Decoder slim, ConvertToSlim(pruned, slim_options));
+    return SaveCheckpoint(slim, out_dir, dtype);
+  }
   if (target.kv_prediction.kind == KvPredictionSpec::Kind::kNone) {
     HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, target, options));
     return SaveCheckpoint(pruned, out_dir, dtype);

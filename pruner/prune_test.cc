@@ -1,4 +1,5 @@
 #include "pruner/prune.h"
+#include "pruner/backbone.h"
 
 #include <torch/torch.h>
 
@@ -224,6 +225,35 @@ TEST(PruneTest, OverridesCheckThePatternLength) {
   EXPECT_EQ(PatternString(t.attention), "FWF");
   ASSERT_OK_AND_ASSIGN(Arch shallow, OverrideShape(b, 2, 0, 0, "", 0));
   EXPECT_EQ(PatternString(shallow.attention), "FF");
+}
+
+// A SLIM target (Slim Attention Eq. 4) is its standard twin pruned, then
+// converted: the same logits from a K-only cache.
+TEST(PruneToCheckpointTest, SlimTargetIsTheStandardTwinConverted) {
+  Backbone b;
+  b.model = std::make_unique<Decoder>(*Decoder::Create(TinyMhaArch(), 7));
+  CalibrationOptions o;
+  o.seq_len = 16;
+  o.batch_size = 4;
+  b.metrics = *Calibrate(*b.model, RandomTokens(256, 50, 1), o);
+  Arch standard = TinyMhaArch();
+  standard.d_ffn = 32;
+  standard.num_layers = 3;
+  standard.attention = {Attention::kFull, Attention::kSlidingWindow, Attention::kFull};
+  Arch slim = standard;
+  slim.kv_cache = KvLayout::kSlim;
+  const std::string dir = ::testing::TempDir() + "/prune_slim";
+  fs::remove_all(dir);
+  const PruneOptions blocks{32};
+  ASSERT_OK(PruneToCheckpoint(b, standard, blocks, dir + "/standard", StorageDtype::kF32));
+  ASSERT_OK(PruneToCheckpoint(b, slim, blocks, dir + "/slim", StorageDtype::kF32));
+  ASSERT_OK_AND_ASSIGN(Decoder s, LoadCheckpoint(dir + "/standard"));
+  ASSERT_OK_AND_ASSIGN(Decoder l, LoadCheckpoint(dir + "/slim"));
+  EXPECT_EQ(l.arch().kv_cache, KvLayout::kSlim);
+  torch::NoGradGuard g;
+  auto tokens = torch::randint(0, 50, {1, 10}, torch::kLong);
+  EXPECT_TRUE(torch::allclose(l.Forward(tokens), s.Forward(tokens), 1e-4, 1e-4));
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -323,6 +323,10 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
         "head_dim == d_model); got ",
         a.num_heads, "/", a.num_kv_heads, " heads of ", a.head_dim, " with d_model ", a.d_model));
   }
+  if (a.kv_cache == KvLayout::kSlim && a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    errors.push_back(
+        "kv_cache SLIM cannot be combined with kv_prediction: predicted values are not K W_KV");
+  }
   ValidateKvPrediction(a, &errors);
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(

@@ -202,6 +202,21 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
     sp.aux_.push_back(std::move(k));
   }
   if (sp.aux_.empty()) sp.aux_.push_back(KvPredictionSpec{});
+  for (int i = 0; i < proto.kv_cache_choices_size(); ++i) {
+    const KvLayout k = proto.kv_cache_choices(i) == SLIM ? KvLayout::kSlim : KvLayout::kStandard;
+    if (IndexOf(sp.kv_cache_, k) >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("search space: kv_cache_choices[", i, "] repeats a choice"));
+    }
+    if (k == KvLayout::kSlim && sp.base_.num_kv_heads != sp.base_.num_heads) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search space: kv_cache_choices has SLIM but base has ", sp.base_.num_heads,
+          " query heads sharing ", sp.base_.num_kv_heads,
+          " key/value heads; slim attention needs multi-head attention"));
+    }
+    sp.kv_cache_.push_back(k);
+  }
+  if (sp.kv_cache_.empty()) sp.kv_cache_.push_back(KvLayout::kStandard);
 
   // Coordinate names, in encoding order.
   const int max_layers = *std::max_element(sp.layers_.begin(), sp.layers_.end());
@@ -212,6 +227,7 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
     for (int i = 0; i < max_layers; ++i) sp.names_.push_back(absl::StrCat("attention[", i, "]"));
   }
   if (sp.aux_.size() > 1) sp.names_.push_back("kv_prediction");
+  if (sp.kv_cache_.size() > 1) sp.names_.push_back("kv_cache");
   return sp;
 }
 
@@ -264,6 +280,9 @@ absl::Status Space::Contains(const Arch& arch) const {
   bool aux_found = false;
   for (const auto& k : aux_) aux_found = aux_found || SameAux(k, arch.kv_prediction);
   if (!aux_found) errors.push_back("kv_prediction is not one of the space's auxiliary choices");
+  if (IndexOf(kv_cache_, arch.kv_cache) < 0) {
+    errors.push_back("kv_cache is not one of the space's kv_cache_choices");
+  }
   ValidateOptions options;
   options.block_size = block_size();
   HILNAS_RETURN_IF_ERROR(ValidateArch(arch, options));
@@ -294,6 +313,7 @@ absl::StatusOr<std::vector<double>> Space::Encode(const Arch& arch) const {
     if (SameAux(aux_[i], arch.kv_prediction)) aux_index = static_cast<int>(i);
   }
   put(aux_index, aux_.size());
+  put(IndexOf(kv_cache_, arch.kv_cache), kv_cache_.size());
   return x;
 }
 
@@ -324,6 +344,8 @@ absl::StatusOr<Arch> Space::Decode(absl::Span<const double> x) const {
   }
   HILNAS_ASSIGN_OR_RETURN(int xi, take(aux_.size()));
   a.kv_prediction = aux_[xi];
+  HILNAS_ASSIGN_OR_RETURN(int ci, take(kv_cache_.size()));
+  a.kv_cache = kv_cache_[ci];
   return a;
 }
 
@@ -335,7 +357,9 @@ uint64_t Space::Size(bool constrained) const {
   for (int l : layers_) patterns = SatAdd(patterns, CountPatterns(l, full, efficient, max_run));
   uint64_t n = SatMul(patterns, ffn_.size());
   n = SatMul(n, model_.size());
-  return SatMul(n, aux_.size());
+  // SLIM members with an auxiliary model or non-MHA widths are infeasible
+  // (ValidateArch), so this counts an upper bound when both dimensions vary.
+  return SatMul(SatMul(n, aux_.size()), kv_cache_.size());
 }
 
 }  // namespace hilnas

@@ -32,7 +32,7 @@ class Space {
 
   // Encoding: one coordinate per searched dimension with more than one
   // choice: num_layers, d_ffn, d_model, one attention coordinate per layer up
-  // to the largest layer count, and the auxiliary choice. Choice i of n is
+  // to the largest layer count, the auxiliary choice and the KV-cache layout. Choice i of n is
   // encoded as the bin centre (i + 0.5) / n; decoding takes the bin, so
   // Decode(Encode(a)) == a exactly. Attention coordinates past a candidate's
   // depth are ignored by Decode and encoded as choice 0.
@@ -56,6 +56,7 @@ class Space {
   const std::vector<int>& ffn_choices() const { return ffn_; }
   const std::vector<int>& model_choices() const { return model_; }
   const std::vector<Attention>& attention_choices() const { return attention_; }
+  const std::vector<KvLayout>& kv_cache_choices() const { return kv_cache_; }
   int block_size() const { return proto_.block_size(); }
   int max_consecutive_efficient() const { return proto_.max_consecutive_efficient(); }
 
@@ -68,6 +69,7 @@ class Space {
   std::vector<int> layers_, ffn_, model_;
   std::vector<Attention> attention_;
   std::vector<KvPredictionSpec> aux_;
+  std::vector<KvLayout> kv_cache_;
   std::vector<std::string> names_;
 };
 

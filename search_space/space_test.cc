@@ -156,5 +156,31 @@ TEST(SpaceTest, AuxiliaryChoicesAddADimension) {
   EXPECT_DOUBLE_EQ(enc.back(), 0.75);
 }
 
+TEST(SpaceTest, KvCacheChoicesAddADimensionFeasibleOnlyForMultiHeadWidths) {
+  SearchSpace p = SmallProto();
+  p.mutable_base()->set_num_heads(4);
+  p.mutable_base()->set_num_kv_heads(4);
+  p.mutable_base()->set_head_dim(64);  // 4 x 64 = d_model 256, not 128
+  p.add_kv_cache_choices(STANDARD);
+  p.add_kv_cache_choices(SLIM);
+  ASSERT_OK_AND_ASSIGN(Space s, Space::FromProto(p));
+  EXPECT_EQ(s.dimension_names().back(), "kv_cache");
+  std::vector<double> x(s.dimensions(), 0.9);  // deepest, widest, ..., SLIM
+  ASSERT_OK_AND_ASSIGN(Arch a, s.Decode(x));
+  EXPECT_EQ(a.kv_cache, KvLayout::kSlim);
+  a.attention.assign(a.num_layers, Attention::kFull);
+  EXPECT_OK(s.Contains(a));
+  ASSERT_OK_AND_ASSIGN(auto enc, s.Encode(a));
+  EXPECT_DOUBLE_EQ(enc.back(), 0.75);
+  a.d_model = 128;
+  EXPECT_THAT(s.Contains(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("kv_cache SLIM needs multi-head attention")));
+  SearchSpace gqa = SmallProto();
+  gqa.add_kv_cache_choices(SLIM);
+  EXPECT_THAT(Space::FromProto(gqa),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("kv_cache_choices has SLIM but base has")));
+}
+
 }  // namespace
 }  // namespace hilnas

@@ -295,6 +295,70 @@ kv_prediction { layer_pruned_ratio: 0.5 }
   std::filesystem::remove_all(dir);
 }
 
+// Slim attention as a user runs it: refused on the GQA demo backbone, a
+// multi-head checkpoint converted (report, greedy check), checked and run;
+// the KV cache halves.
+TEST(CliTest, SlimConvertsMultiHeadCheckpointsAndRefusesGqa) {
+  const std::string dir = ::testing::TempDir() + "/hilnas_cli_slim";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Result gqa = Hilnas("slim --in " + SourceDir() + "/data/demo-backbone --out " + dir + "/x");
+  EXPECT_EQ(gqa.exit_code, 1);
+  EXPECT_THAT(gqa.output, HasSubstr("8 query heads share 2 key/value heads (GQA)"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
+  Result init = Hilnas("checkpoint init --arch " + SourceDir() +
+                       "/configs/demo-mha.textproto --out " + dir + "/mha");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  Result slim = Hilnas("slim --in " + dir + "/mha --out " + dir + "/slim");
+  ASSERT_EQ(slim.exit_code, 0) << slim.output;
+  EXPECT_THAT(slim.output, HasSubstr("cond(W_K)"));
+  EXPECT_THAT(slim.output, HasSubstr("greedy check: 64 of 64 tokens identical"));
+  EXPECT_THAT(slim.output, HasSubstr("67,108,864 -> 33,554,432 bytes"));
+  Result again = Hilnas("slim --in " + dir + "/mha --out " + dir + "/slim");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.output, HasSubstr("exists and is not empty"));
+  Result f16 = Hilnas("slim --in " + dir + "/mha --out " + dir + "/slim16 --dtype f16");
+  EXPECT_EQ(f16.exit_code, 1);
+  EXPECT_THAT(f16.output, HasSubstr("rounded to float16"));
+  Result check = Hilnas("checkpoint check " + dir + "/slim");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  Result a = Hilnas("run --ckpt " + dir + "/mha --prompt-tokens 64 --max-new-tokens 4");
+  Result b = Hilnas("run --ckpt " + dir + "/slim --prompt-tokens 64 --max-new-tokens 4");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_THAT(a.output, HasSubstr("\"kv_cache_bytes\": 1114112"));  // 8 x 2 x 68 x 256 x 4
+  EXPECT_THAT(b.output, HasSubstr("\"kv_cache_bytes\": 557056"));
+  std::filesystem::remove_all(dir);
+}
+
+// `hilnas ppd` on the demo backbone: match rate, Theorem 4.1 and measured
+// figures, identity with greedy; and the theorem's layer range.
+TEST(CliTest, PpdReportsMatchRatePredictedAndMeasured) {
+  const std::string dir = ::testing::TempDir() + "/hilnas_cli_ppd";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Result corpus = Hilnas("corpus --sources /usr/share/common-licenses --out " + dir + "/t.bin");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const std::string base = "ppd --ckpt " + SourceDir() + "/data/demo-backbone --tokens " + dir +
+                           "/t.bin --prompts 2 --prompt-tokens 64 --max-new-tokens 48";
+  Result r = Hilnas(base + " --layer 5 --k 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("early prediction after layer 5, top-2 (3 compute units"));
+  EXPECT_THAT(r.output, HasSubstr("p_correct: "));
+  EXPECT_THAT(r.output, HasSubstr("PPD, Theorem 4.1"));
+  EXPECT_THAT(r.output, HasSubstr("PPD (measured)"));
+  EXPECT_THAT(r.output, HasSubstr("tokens identical to greedy decoding: yes (2 x 48)"));
+  Result json = Hilnas(base + " --layer 7 --k 1 --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr("\"predicted_latency_ratio\""));
+  Result low = Hilnas(base + " --layer 3 --k 1");
+  EXPECT_EQ(low.exit_code, 1);
+  EXPECT_THAT(low.output, HasSubstr("--layer 3 is outside [4, 7] for 8 layers"));
+  Result no_text = Hilnas("ppd --ckpt " + SourceDir() + "/data/demo-backbone --layer 4");
+  EXPECT_EQ(no_text.exit_code, 1);
+  EXPECT_THAT(no_text.output, HasSubstr("--tokens FILE"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, UnknownCommandShowsUsage) {
   Result r = Hilnas("frobnicate");
   EXPECT_EQ(r.exit_code, 2);
