@@ -18,6 +18,7 @@ std::string ArchSummary(const ArchSpec& a) {
       absl::StrFormat("L%d d%d f%d %s", a.num_layers(), a.d_model(), a.d_ffn(), pattern);
   if (a.has_kv_prediction()) absl::StrAppend(&s, " +KVP");
   if (a.kv_cache() == SLIM) absl::StrAppend(&s, " +slim");
+  if (a.ppd().k() > 0) absl::StrAppend(&s, " +ppd", a.ppd().layer(), "/", a.ppd().k());
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include "model/decoder.h"
 #include "model/generate.h"
 #include "model/kv_prediction.h"
+#include "model/ppd.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
 #include "util/status_macros.h"
@@ -67,8 +68,7 @@ class LibtorchModel : public PreparedModel {
     GenerateOptions o;
     o.max_new_tokens = decode_tokens + 1;  // the first token closes TTFT
     o.prefill_chunk = prefill_chunk_;
-    absl::StatusOr<Generation> g =
-        kvp_ != nullptr ? kvp_->Generate(prompt, o) : GreedyGenerate(decoder_, prompt, o);
+    absl::StatusOr<Generation> g = Generate(prompt, o);
     if (!g.ok()) return Classify(g.status());
     RunTiming r;
     r.ttft_ms = g->stats.ttft_ms();
@@ -83,6 +83,23 @@ class LibtorchModel : public PreparedModel {
   std::shared_ptr<KvPredictor> kvp_;  // null unless the arch has an auxiliary model
   int64_t prefill_chunk_;
   uint64_t seed_;
+
+  absl::StatusOr<Generation> Generate(const std::vector<int64_t>& prompt,
+                                      const GenerateOptions& o) {
+    if (kvp_ != nullptr) return kvp_->Generate(prompt, o);
+    const PpdSpec& ppd = decoder_.arch().ppd;
+    if (ppd.k == 0) return GreedyGenerate(decoder_, prompt, o);
+    // Predictive pipelined decoding: k threads beside this one.
+    PpdOptions p;
+    p.layer = ppd.layer;
+    p.k = ppd.k;
+    p.generate = o;
+    p.forced_match_rate = ppd.timing_match_rate > 0 ? ppd.timing_match_rate : -1;
+    p.seed = seed_;
+    auto g = PpdGenerate(decoder_, prompt, p);
+    if (!g.ok()) return g.status();
+    return Generation{std::move(g->tokens), g->stats};
+  }
 };
 
 class LibtorchRuntime : public Runtime {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +153,7 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
     std::vector<torch::Tensor> sub_hidden(k);
     std::vector<int> sub_done(k);
     std::atomic<bool> cancel{false};
+    std::mt19937_64 rng(options.seed);
     int64_t pos = 0;  // position of the token being run
 
     const auto t0 = Clock::now();
@@ -196,7 +198,13 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
       ++c.decode_steps;
       from = 0;
       if (predict) {
-        const auto hit = std::find(guess.begin(), guess.end(), next);
+        auto hit = std::find(guess.begin(), guess.end(), next);
+        if (options.forced_match_rate >= 0) {
+          const bool match = std::uniform_real_distribution<double>(0, 1)(rng) <
+                             options.forced_match_rate;
+          hit = match ? guess.begin() : guess.end();
+          if (match) out.tokens.back() = next = guess[0];
+        }
         if (hit == guess.end()) cancel = true;
         if (std::string err = units.Wait(); !err.empty()) {
           return absl::InternalError(absl::StrCat("pipelined decoding of ", a.name, ": ", err));

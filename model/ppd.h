@@ -30,6 +30,12 @@ struct PpdOptions {
   int layer = 0;  // d_bar: early prediction after this many layers; d/2 <= d_bar < d
   int k = 1;      // early candidates, one sub-computation each
   GenerateOptions generate;
+  // Timing only (agents measuring random-weight models): when in [0, 1], the
+  // first guess is taken as correct with this probability, drawn from
+  // `seed`, instead of comparing with the final layer; the generation then
+  // follows the guesses and is not greedy's. Negative: real matches.
+  double forced_match_rate = -1;
+  uint64_t seed = 0;
 };
 
 // What one PPD generation did, counted in layer passes (Theorem 4.1's time

@@ -105,6 +105,29 @@ TEST(PpdGenerateTest, RejectsLayersOutsideTheTheoremsRange) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside vocabulary")));
 }
 
+// Agents time random-weight models at a trained model's match rate.
+TEST(PpdGenerateTest, ForcedMatchRateDrivesTheMatchesForTiming) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 1, torch::kFloat));
+  PpdOptions p;
+  p.layer = 2;
+  p.k = 2;
+  p.generate.max_new_tokens = 101;
+  for (double rate : {0.0, 1.0, 0.5}) {
+    p.forced_match_rate = rate;
+    ASSERT_OK_AND_ASSIGN(PpdGeneration g, PpdGenerate(d, {1, 2, 3}, p));
+    const PpdCounts& c = g.counts;
+    EXPECT_EQ(c.predictions, 99);
+    EXPECT_EQ(g.tokens.size(), 101u);
+    EXPECT_EQ(c.main_layers, 4 * c.decode_steps - 2 * c.matches);
+    if (rate == 0) EXPECT_EQ(c.matches, 0);
+    if (rate == 1) EXPECT_EQ(c.matches, 99);
+    if (rate == 0.5) {
+      EXPECT_GT(c.matches, 30);
+      EXPECT_LT(c.matches, 70);
+    }
+  }
+}
+
 TEST(MeasureMatchRatesTest, GrowWithLayerAndK) {
   ASSERT_OK_AND_ASSIGN(Decoder d, LoadCheckpoint(kBackbone));
   ASSERT_OK_AND_ASSIGN(MatchRates r,

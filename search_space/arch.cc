@@ -323,6 +323,24 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
         "head_dim == d_model); got ",
         a.num_heads, "/", a.num_kv_heads, " heads of ", a.head_dim, " with d_model ", a.d_model));
   }
+  if (a.ppd.k != 0 || a.ppd.layer != 0) {
+    if (a.ppd.k < 1 || a.ppd.k > a.vocab_size) {
+      errors.push_back(absl::StrCat("ppd.k ", a.ppd.k, " must be in 1..", a.vocab_size));
+    }
+    if (2 * a.ppd.layer < a.num_layers || a.ppd.layer >= a.num_layers) {
+      errors.push_back(absl::StrCat("ppd.layer ", a.ppd.layer, " is outside [",
+                                    (a.num_layers + 1) / 2, ", ", a.num_layers - 1,
+                                    "] (PPD Theorem 4.1 needs num_layers/2 <= layer < "
+                                    "num_layers)"));
+    }
+    if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+      errors.push_back("ppd cannot be combined with kv_prediction");
+    }
+    if (!(a.ppd.timing_match_rate >= 0 && a.ppd.timing_match_rate <= 1)) {
+      errors.push_back(
+          absl::StrCat("ppd.timing_match_rate ", a.ppd.timing_match_rate, " is outside [0, 1]"));
+    }
+  }
   if (a.kv_cache == KvLayout::kSlim && a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     errors.push_back(
         "kv_cache SLIM cannot be combined with kv_prediction: predicted values are not K W_KV");
@@ -369,6 +387,9 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
     }
   }
   a.kv_cache = p.kv_cache() == SLIM ? KvLayout::kSlim : KvLayout::kStandard;
+  a.ppd.layer = p.ppd().layer();
+  a.ppd.k = p.ppd().k();
+  a.ppd.timing_match_rate = p.ppd().timing_match_rate();
   if (p.has_kv_prediction()) {
     const KvPrediction& k = p.kv_prediction();
     if (k.has_layer_pruned_ratio()) {
@@ -412,6 +433,11 @@ ArchSpec ArchToProto(const Arch& a) {
   }
   p.set_sliding_window(a.sliding_window);
   p.set_kv_cache(a.kv_cache == KvLayout::kSlim ? SLIM : STANDARD);
+  if (a.ppd.k != 0 || a.ppd.layer != 0) {
+    p.mutable_ppd()->set_layer(a.ppd.layer);
+    p.mutable_ppd()->set_k(a.ppd.k);
+    p.mutable_ppd()->set_timing_match_rate(a.ppd.timing_match_rate);
+  }
   const KvPredictionSpec& k = a.kv_prediction;
   if (k.kind != KvPredictionSpec::Kind::kNone) {
     KvPrediction* kp = p.mutable_kv_prediction();

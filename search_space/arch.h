@@ -28,6 +28,13 @@ struct KvPredictionSpec {
   std::vector<int> layer_map;     // explicit aux layer per base layer, or empty
 };
 
+// Predictive pipelined decoding at run time; k == 0 is plain greedy.
+struct PpdSpec {
+  int layer = 0;  // early prediction after this many layers
+  int k = 0;      // candidates
+  double timing_match_rate = 0;  // > 0: matches drawn at this rate (timing only)
+};
+
 struct Arch {
   std::string name;
   int num_layers = 0;
@@ -45,6 +52,7 @@ struct Arch {
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;
   KvLayout kv_cache = KvLayout::kStandard;
+  PpdSpec ppd;
 
   int q_width() const { return num_heads * head_dim; }
   int kv_width() const { return num_kv_heads * head_dim; }

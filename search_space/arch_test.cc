@@ -184,5 +184,30 @@ TEST(KvPredictionTest, MapsAvoidAuxiliarySkipLayers) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keeps no attention layer")));
 }
 
+TEST(ValidateArchTest, PipelinedDecodingNeedsTheTheoremsLayerRange) {
+  Arch a = Tiny();
+  a.num_layers = 8;
+  a.attention.assign(8, Attention::kFull);
+  a.ppd = {4, 3};
+  EXPECT_OK(ValidateArch(a));
+  a.ppd = {3, 1};
+  EXPECT_THAT(ValidateArch(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("ppd.layer 3 is outside [4, 7]")));
+  a.ppd = {8, 1};
+  EXPECT_THAT(ValidateArch(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("ppd.layer 8 is outside [4, 7]")));
+  a.ppd = {5, 0};
+  EXPECT_THAT(ValidateArch(a),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ppd.k 0 must be in 1..")));
+  a.ppd = {5, 1, 1.5};
+  EXPECT_THAT(ValidateArch(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("ppd.timing_match_rate 1.5 is outside")));
+  a.ppd = {5, 2, 0.7};
+  ASSERT_OK_AND_ASSIGN(Arch back, ArchFromProto(ArchToProto(a)));
+  EXPECT_EQ(back.ppd.layer, 5);
+  EXPECT_EQ(back.ppd.k, 2);
+  EXPECT_DOUBLE_EQ(back.ppd.timing_match_rate, 0.7);
+}
+
 }  // namespace
 }  // namespace hilnas

@@ -212,8 +212,8 @@ TEST_F(AgentsTest, AgentReconnectsAfterCoordinatorRestartAndBenchPrintsResult) {
 
 // `kv_cache: SLIM` in an ArchSpec makes the agent build and time the K-only
 // cache (Slim Attention Sec. 2); its KV cache is exactly half the standard
-// twin's at every prompt length.
-TEST_F(AgentsTest, SlimCacheArchitecturesAreMeasuredWithHalfTheCache) {
+// twin's at every prompt length. `ppd` makes it decode pipelined.
+TEST_F(AgentsTest, SlimCacheAndPipelinedDecodingCandidatesAreMeasured) {
   auto coordinator = StartCoordinator();
   auto agent = StartAgent("phone", "0");
   BenchmarkRequest standard = TinyJob();
@@ -232,6 +232,15 @@ TEST_F(AgentsTest, SlimCacheArchitecturesAreMeasuredWithHalfTheCache) {
     EXPECT_EQ(2 * s.samples(i).kv_cache_bytes(), f.samples(i).kv_cache_bytes());
     EXPECT_GT(s.samples(i).ttft_ms(), 0);
   }
+  // Pipelined decoding (timed at a given match rate) runs on the agent too.
+  BenchmarkRequest ppd = TinyJob();
+  ppd.mutable_arch()->mutable_ppd()->set_layer(3);
+  ppd.mutable_arch()->mutable_ppd()->set_k(1);
+  ppd.mutable_arch()->mutable_ppd()->set_timing_match_rate(0.8);
+  const std::string ppd_id = Submit(ppd);
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(ppd_id, 5000).state() == JOB_DONE; }, 120))
+      << agent->Log();
+  EXPECT_GT(WaitJob(ppd_id, 0).result().summaries(0).decode_median_ms_per_token(), 0);
   // GQA cannot be slim: the job fails as an unsupported architecture.
   BenchmarkRequest gqa = TinyJob();
   gqa.mutable_arch()->set_kv_cache(SLIM);
