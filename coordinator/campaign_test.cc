@@ -249,6 +249,13 @@ TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
   CampaignConfig c = Config("four");
   c.add_objectives(DECODE);
   c.add_objectives(MEMORY);
+  // Pipelined decoding as a decoding dimension: candidates carry it to the
+  // agents; pruning and training ignore it.
+  c.mutable_search_space()->add_ppd_choices();
+  PpdChoice* ppd = c.mutable_search_space()->add_ppd_choices();
+  ppd->set_k(1);
+  ppd->set_layers_from_end(1);
+  ppd->set_timing_match_rate(0.8);
   ASSERT_OK(service_->Create(c).status());
   ASSERT_OK(service_->Start("four").status());
   EXPECT_EQ(RunToEnd("four"), "done");
@@ -265,6 +272,14 @@ TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
     EXPECT_GT(t->memory_mb(), 0);
   }
   EXPECT_GT(front.hypervolume, 0);
+  int with_ppd = 0;
+  for (const Trial& t : trials) {
+    if (t.arch().ppd().k() == 0) continue;
+    ++with_ppd;
+    EXPECT_EQ(t.arch().ppd().layer(), t.arch().num_layers() - 1);
+    EXPECT_THAT(ArchSummary(t.arch()), HasSubstr("+ppd"));
+  }
+  EXPECT_GT(with_ppd, 0);
 }
 
 TEST_F(CampaignTest, TooManyFailuresStopTheCampaignWithAReport) {

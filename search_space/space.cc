@@ -217,6 +217,18 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
     sp.kv_cache_.push_back(k);
   }
   if (sp.kv_cache_.empty()) sp.kv_cache_.push_back(KvLayout::kStandard);
+  for (int i = 0; i < proto.ppd_choices_size(); ++i) {
+    const PpdChoice& c = proto.ppd_choices(i);
+    if (c.k() < 0 || (c.k() > 0 && c.layers_from_end() < 1) ||
+        !(c.timing_match_rate() >= 0 && c.timing_match_rate() <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "search space: ppd_choices[", i, "]: k ", c.k(), ", layers_from_end ",
+          c.layers_from_end(), ", timing_match_rate ", c.timing_match_rate(),
+          ": need k >= 0, layers_from_end >= 1 when k > 0, and a rate in [0, 1]"));
+    }
+    sp.ppd_.push_back(c);
+  }
+  if (sp.ppd_.empty()) sp.ppd_.emplace_back();
 
   // Coordinate names, in encoding order.
   const int max_layers = *std::max_element(sp.layers_.begin(), sp.layers_.end());
@@ -228,6 +240,7 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
   }
   if (sp.aux_.size() > 1) sp.names_.push_back("kv_prediction");
   if (sp.kv_cache_.size() > 1) sp.names_.push_back("kv_cache");
+  if (sp.ppd_.size() > 1) sp.names_.push_back("ppd");
   return sp;
 }
 
@@ -283,6 +296,7 @@ absl::Status Space::Contains(const Arch& arch) const {
   if (IndexOf(kv_cache_, arch.kv_cache) < 0) {
     errors.push_back("kv_cache is not one of the space's kv_cache_choices");
   }
+  if (PpdIndex(arch) < 0) errors.push_back("ppd is not one of the space's ppd_choices");
   ValidateOptions options;
   options.block_size = block_size();
   HILNAS_RETURN_IF_ERROR(ValidateArch(arch, options));
@@ -314,6 +328,7 @@ absl::StatusOr<std::vector<double>> Space::Encode(const Arch& arch) const {
   }
   put(aux_index, aux_.size());
   put(IndexOf(kv_cache_, arch.kv_cache), kv_cache_.size());
+  put(PpdIndex(arch), ppd_.size());
   return x;
 }
 
@@ -346,6 +361,11 @@ absl::StatusOr<Arch> Space::Decode(absl::Span<const double> x) const {
   a.kv_prediction = aux_[xi];
   HILNAS_ASSIGN_OR_RETURN(int ci, take(kv_cache_.size()));
   a.kv_cache = kv_cache_[ci];
+  HILNAS_ASSIGN_OR_RETURN(int pi, take(ppd_.size()));
+  if (ppd_[pi].k() > 0) {
+    a.ppd = {a.num_layers - ppd_[pi].layers_from_end(), ppd_[pi].k(),
+             ppd_[pi].timing_match_rate()};
+  }
   return a;
 }
 
@@ -359,7 +379,19 @@ uint64_t Space::Size(bool constrained) const {
   n = SatMul(n, model_.size());
   // SLIM members with an auxiliary model or non-MHA widths are infeasible
   // (ValidateArch), so this counts an upper bound when both dimensions vary.
-  return SatMul(SatMul(n, aux_.size()), kv_cache_.size());
+  return SatMul(SatMul(SatMul(n, aux_.size()), kv_cache_.size()), ppd_.size());
+}
+
+int Space::PpdIndex(const Arch& arch) const {
+  for (size_t i = 0; i < ppd_.size(); ++i) {
+    const PpdChoice& c = ppd_[i];
+    const bool same = c.k() == 0 ? arch.ppd.k == 0
+                                 : arch.ppd.k == c.k() &&
+                                       arch.ppd.layer == arch.num_layers - c.layers_from_end() &&
+                                       arch.ppd.timing_match_rate == c.timing_match_rate();
+    if (same) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 }  // namespace hilnas

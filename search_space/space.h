@@ -32,7 +32,8 @@ class Space {
 
   // Encoding: one coordinate per searched dimension with more than one
   // choice: num_layers, d_ffn, d_model, one attention coordinate per layer up
-  // to the largest layer count, the auxiliary choice and the KV-cache layout. Choice i of n is
+  // to the largest layer count, the auxiliary choice, the KV-cache layout
+  // and the decoding option. Choice i of n is
   // encoded as the bin centre (i + 0.5) / n; decoding takes the bin, so
   // Decode(Encode(a)) == a exactly. Attention coordinates past a candidate's
   // depth are ignored by Decode and encoded as choice 0.
@@ -63,6 +64,7 @@ class Space {
  private:
   Space() = default;
   Arch Base(int layers) const;
+  int PpdIndex(const Arch& arch) const;  // -1 when not a choice
 
   SearchSpace proto_;
   Arch base_;  // fixed fields; num_layers, widths and pattern unset
@@ -70,6 +72,7 @@ class Space {
   std::vector<Attention> attention_;
   std::vector<KvPredictionSpec> aux_;
   std::vector<KvLayout> kv_cache_;
+  std::vector<PpdChoice> ppd_;  // k == 0: plain greedy
   std::vector<std::string> names_;
 };
 

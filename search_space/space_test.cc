@@ -182,5 +182,37 @@ TEST(SpaceTest, KvCacheChoicesAddADimensionFeasibleOnlyForMultiHeadWidths) {
                        HasSubstr("kv_cache_choices has SLIM but base has")));
 }
 
+TEST(SpaceTest, PpdChoicesAddADecodingDimension) {
+  SearchSpace p = SmallProto();
+  p.add_ppd_choices();  // plain greedy
+  PpdChoice* c = p.add_ppd_choices();
+  c->set_k(3);
+  c->set_layers_from_end(2);
+  c->set_timing_match_rate(0.9);
+  ASSERT_OK_AND_ASSIGN(Space s, Space::FromProto(p));
+  EXPECT_EQ(s.dimension_names().back(), "ppd");
+  std::vector<double> x(s.dimensions(), 0.9);
+  ASSERT_OK_AND_ASSIGN(Arch a, s.Decode(x));
+  EXPECT_EQ(a.num_layers, 4);
+  EXPECT_EQ(a.ppd.layer, 2);  // 4 - 2
+  EXPECT_EQ(a.ppd.k, 3);
+  a.attention.assign(a.num_layers, Attention::kFull);
+  EXPECT_OK(s.Contains(a));
+  ASSERT_OK_AND_ASSIGN(auto enc, s.Encode(a));
+  EXPECT_DOUBLE_EQ(enc.back(), 0.75);
+  a.ppd.k = 2;
+  EXPECT_THAT(s.Contains(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("ppd is not one of the space's ppd_choices")));
+  // 3 layers, 2 from the end: layer 1 < 3/2 is outside Theorem 4.1's range.
+  x[0] = 0.1;
+  ASSERT_OK_AND_ASSIGN(Arch shallow, s.Decode(x));
+  shallow.attention.assign(shallow.num_layers, Attention::kFull);
+  EXPECT_THAT(s.Contains(shallow), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("ppd.layer 1 is outside")));
+  p.mutable_ppd_choices(1)->set_layers_from_end(0);
+  EXPECT_THAT(Space::FromProto(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("ppd_choices[1]")));
+}
+
 }  // namespace
 }  // namespace hilnas
