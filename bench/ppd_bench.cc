@@ -77,18 +77,20 @@ int main(int argc, char** argv) {
   auto rates = hilnas::MeasureMatchRates(*decoder, *prompts, new_tokens, layers, ks);
   if (!rates.ok()) Die(rates.status());
   std::printf("## Match rate p_correct, %s (%d layers)\n\n", decoder->arch().name.c_str(), d);
-  std::printf("%d held-out prompts of %d tokens, each continued greedily for %d tokens: %lld "
-              "positions. Early prediction = final norm + output head on the residual after the "
-              "layer.\n\n%s\n",
-              n_prompts, prompt_len, new_tokens, static_cast<long long>(rates->positions),
-              rates->ToMarkdown().c_str());
+  std::printf(
+      "%d held-out prompts of %d tokens, each continued greedily for %d tokens: %lld "
+      "positions. Early prediction = final norm + output head on the residual after the "
+      "layer.\n\n%s\n",
+      n_prompts, prompt_len, new_tokens, static_cast<long long>(rates->positions),
+      rates->ToMarkdown().c_str());
   std::fflush(stdout);
 
   std::printf("## Decode speed, 1 BLAS thread per compute unit, %ld cores\n\n",
               sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("| d_bar | k | units | p_correct (text) | p_correct (run) | greedy ms/token | PPD "
-              "ms/token | predicted latency | measured latency | predicted compute | measured "
-              "compute | identical |\n");
+  std::printf(
+      "| d_bar | k | units | p_correct (text) | p_correct (run) | greedy ms/token | PPD "
+      "ms/token | predicted latency | measured latency | predicted compute | measured "
+      "compute | identical |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n");
   hilnas::GenerateOptions o;
   o.max_new_tokens = new_tokens;
@@ -107,15 +109,17 @@ int main(int argc, char** argv) {
     const size_t ki = std::find(ks.begin(), ks.end(), p.k) - ks.begin();
     const double p_text = ki < ks.size() ? rates->rate(li, ki) : -1;
     auto predicted = hilnas::PredictPpd(d, p.layer, p.k, new_tokens - 1, p_text);
-    std::printf("| %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3fx | %.3fx | %.2fx | %.2fx | %s |\n",
-                p.layer, p.k, p.k + 1, p_text, cmp->counts.p_correct(), cmp->greedy_ms_per_token,
-                cmp->ppd_ms_per_token, predicted.latency_ratio, cmp->latency_ratio,
-                predicted.compute_ratio, cmp->compute_ratio, cmp->identical ? "yes" : "NO");
+    std::printf(
+        "| %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3fx | %.3fx | %.2fx | %.2fx | %s |\n",
+        p.layer, p.k, p.k + 1, p_text, cmp->counts.p_correct(), cmp->greedy_ms_per_token,
+        cmp->ppd_ms_per_token, predicted.latency_ratio, cmp->latency_ratio, predicted.compute_ratio,
+        cmp->compute_ratio, cmp->identical ? "yes" : "NO");
     std::fflush(stdout);
     if (!cmp->identical) return 1;
   }
-  std::printf("\nLatency and compute are relative to greedy decoding (d layer passes per token); "
-              "measured compute counts layer passes run, including sub-computations cut short "
-              "when the final layer disagreed.\n");
+  std::printf(
+      "\nLatency and compute are relative to greedy decoding (d layer passes per token); "
+      "measured compute counts layer passes run, including sub-computations cut short "
+      "when the final layer disagreed.\n");
   return 0;
 }

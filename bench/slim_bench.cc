@@ -99,8 +99,9 @@ int main(int argc, char** argv) {
   const hilnas::Arch& a = standard->arch();
   std::printf("## Slim attention, %s (%d layers, d_model %d, %d heads, MHA)\n\n", a.name.c_str(),
               a.num_layers, a.d_model, a.num_heads);
-  std::printf("Conversion (W_KV = W_K^-1 W_V by a double-precision solve, stored f32):\n\n```\n%s```\n\n",
-              report.ToText().c_str());
+  std::printf(
+      "Conversion (W_KV = W_K^-1 W_V by a double-precision solve, stored f32):\n\n```\n%s```\n\n",
+      report.ToText().c_str());
 
   auto ids = hilnas::ReadTokenFile(tokens, a.vocab_size);
   if (!ids.ok()) Die(ids.status());
@@ -118,13 +119,15 @@ int main(int argc, char** argv) {
     if (!y.ok()) Die(y.status());
     identical += x->tokens == y->tokens;
   }
-  std::printf("Greedy generations, 8 held-out prompts of 128 tokens, 256 new tokens each: "
-              "**%d of 8 identical** to the standard cache.\n\n",
-              identical);
+  std::printf(
+      "Greedy generations, 8 held-out prompts of 128 tokens, 256 new tokens each: "
+      "**%d of 8 identical** to the standard cache.\n\n",
+      identical);
 
-  std::printf("| context | standard KV bytes | slim KV bytes | ratio | standard prefill ms | slim "
-              "prefill ms | standard decode ms/token | slim decode ms/token | slim / standard "
-              "decode |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| context | standard KV bytes | slim KV bytes | ratio | standard prefill ms | slim "
+      "prefill ms | standard decode ms/token | slim decode ms/token | slim / standard "
+      "decode |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
   std::vector<int64_t> contexts;
   for (auto part : absl::StrSplit(Arg(argc, argv, "--contexts", "512,2048,8192"), ',')) {

@@ -151,7 +151,8 @@ struct AttentionBlockImpl : torch::nn::Module {
       v = provided->values;
     } else {
       k = Project(x, k_proj->weight).view({b, t, kvh, hd});
-      v = Project(kv_proj ? k : x, kv_proj ? kv_proj->weight : v_proj->weight).view({b, t, kvh, hd});
+      v = Project(kv_proj ? k : x, kv_proj ? kv_proj->weight : v_proj->weight)
+              .view({b, t, kvh, hd});
     }
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
@@ -172,7 +173,7 @@ struct AttentionBlockImpl : torch::nn::Module {
       values = cache_v->narrow(2, key_start, end - key_start);
     }
     auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
-    auto out = torch::matmul(probs, values.unsqueeze(2));     // [B, KVH, G, T, hd]
+    auto out = torch::matmul(probs, values.unsqueeze(2));   // [B, KVH, G, T, hd]
     out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
     return Project(out, o_proj->weight);
   }
@@ -185,8 +186,8 @@ struct AttentionBlockImpl : torch::nn::Module {
     const int64_t b = q.size(0), t = q.size(2), kvh = arch.num_kv_heads, hd = arch.head_dim;
     const int64_t n_keys = keys.size(2);
     auto qg = q.view({b, kvh, arch.num_heads / kvh, t, hd});
-    auto scores = torch::matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) /
-                  std::sqrt(static_cast<double>(hd));
+    auto scores =
+        torch::matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
     // Causal (and window) mask; a single full-attention query needs none.
     if (t > 1 || type == Attention::kSlidingWindow) {
       auto opts = torch::TensorOptions().dtype(torch::kLong);
@@ -238,10 +239,10 @@ struct AttentionBlockImpl : torch::nn::Module {
     torch::Tensor probs;
     if (t == 1 && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble)) {
       // One fused pass over the raw keys (no rotated copy of n x d).
-      probs = torch::softmax(SlimDecodeScores(keys_raw, q, key_cos, key_sin,
-                                              arch.qk_norm ? k_norm->weight : torch::Tensor(),
-                                              arch.norm_eps),
-                             -1);
+      probs = torch::softmax(
+          SlimDecodeScores(keys_raw, q, key_cos, key_sin,
+                           arch.qk_norm ? k_norm->weight : torch::Tensor(), arch.norm_eps),
+          -1);
     } else {
       auto keys = RotatedKeys(keys_raw.view({b, n, h, hd}), key_cos, key_sin);  // [B, H, S, hd]
       probs = Probabilities(q, keys, start, key_start).view({b, h, t, n});
@@ -250,7 +251,7 @@ struct AttentionBlockImpl : torch::nn::Module {
     if (t == 1 && cache_k != nullptr) {
       // Option 2: u_i = softmax_i K (one d-vector per head), then
       // head_i = u_i W_KV,i with W_KV,i the rows i*hd..(i+1)*hd of kv_proj.
-      auto u = torch::matmul(probs.view({b, h, n}), keys_raw);  // [B, H, d]
+      auto u = torch::matmul(probs.view({b, h, n}), keys_raw);        // [B, H, d]
       auto w = kv_proj->weight.view({h, hd, width}).transpose(1, 2);  // [H, d, hd]
       out = torch::bmm(u.transpose(0, 1), w).transpose(0, 1).reshape({b, t, h * hd});
     } else {
@@ -454,7 +455,8 @@ void KvCache::CopyPositions(const KvCache& from, int64_t begin, int64_t end, int
     if (!keys_[i].defined()) continue;
     keys_[i].narrow(dim, begin, end - begin).copy_(from.keys_[i].narrow(dim, begin, end - begin));
     if (values_[i].defined()) {
-      values_[i].narrow(dim, begin, end - begin)
+      values_[i]
+          .narrow(dim, begin, end - begin)
           .copy_(from.values_[i].narrow(dim, begin, end - begin));
     }
   }

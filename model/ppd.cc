@@ -5,8 +5,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -200,8 +200,8 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
       if (predict) {
         auto hit = std::find(guess.begin(), guess.end(), next);
         if (options.forced_match_rate >= 0) {
-          const bool match = std::uniform_real_distribution<double>(0, 1)(rng) <
-                             options.forced_match_rate;
+          const bool match =
+              std::uniform_real_distribution<double>(0, 1)(rng) < options.forced_match_rate;
           hit = match ? guess.begin() : guess.end();
           if (match) out.tokens.back() = next = guess[0];
         }
@@ -314,8 +314,7 @@ absl::StatusOr<MatchRates> MeasureMatchRates(Decoder& decoder,
   const Arch& a = decoder.arch();
   for (int l : layers) {
     if (l < 1 || l > a.num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", l, " is outside 1..", a.num_layers));
+      return absl::InvalidArgumentError(absl::StrCat("layer ", l, " is outside 1..", a.num_layers));
     }
   }
   int kmax = 0;

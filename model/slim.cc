@@ -41,8 +41,9 @@ absl::Status CheckEligible(const Arch& a) {
   }
   if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     return absl::InvalidArgumentError(
-        absl::StrCat(a.name, " has a KV-prediction auxiliary model; its predicted values are not "
-                             "K W_KV, so it cannot use a SLIM cache"));
+        absl::StrCat(a.name,
+                     " has a KV-prediction auxiliary model; its predicted values are not "
+                     "K W_KV, so it cannot use a SLIM cache"));
   }
   if (a.num_kv_heads != a.num_heads) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -99,8 +100,8 @@ absl::StatusOr<Decoder> ConvertToSlim(const Decoder& standard, const SlimOptions
     torch::NoGradGuard no_grad;
     for (auto& [name, t] : slim->NamedTensors()) {
       const std::string suffix = "self_attn.kv_proj.weight";
-      if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(),
-                                                      suffix) != 0) {
+      if (name.size() < suffix.size() ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
         t.copy_(source.at(name));
         continue;
       }

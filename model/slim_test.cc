@@ -129,14 +129,14 @@ TEST(SlimTest, RefusesSingularAndIllConditionedKeys) {
   torch::NoGradGuard no_grad;
   Decoder singular = Make(TinyMhaArch(), torch::kFloat);
   Tensor(singular, "model.layers.3.self_attn.k_proj.weight")[5].zero_();
-  EXPECT_THAT(ConvertToSlim(singular, SlimOptions{}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("layer 3: W_K is singular")));
+  EXPECT_THAT(
+      ConvertToSlim(singular, SlimOptions{}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("layer 3: W_K is singular")));
   Decoder ill = Make(TinyMhaArch(), torch::kFloat);
   Tensor(ill, "model.layers.1.self_attn.k_proj.weight")[2].mul_(1e-6);
-  EXPECT_THAT(ConvertToSlim(ill, SlimOptions{}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("layer 1: W_K condition number")));
+  EXPECT_THAT(
+      ConvertToSlim(ill, SlimOptions{}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("layer 1: W_K condition number")));
   SlimOptions loose;
   loose.max_condition = 1e9;
   loose.max_relative_error = 1;
@@ -149,9 +149,8 @@ TEST(SlimTest, ChecksTheStorageDtypeRange) {
   Tensor(d, "model.layers.0.self_attn.v_proj.weight").mul_(1e6);
   SlimOptions f16;
   f16.storage = StorageDtype::kF16;
-  EXPECT_THAT(ConvertToSlim(d, f16),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("layer 0: W_KV entries reach")));
+  EXPECT_THAT(ConvertToSlim(d, f16), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                              HasSubstr("layer 0: W_KV entries reach")));
   EXPECT_OK(ConvertToSlim(d, SlimOptions{}).status());  // f32 holds them
   SlimOptions bf16;
   bf16.storage = StorageDtype::kBF16;  // in range, but 8 bits of mantissa

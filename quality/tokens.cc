@@ -138,8 +138,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> EvenlySpacedPrompts(
     const std::vector<int32_t>& ids, int count, int64_t length) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (count < 1 || length < 1 || n < length) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot take ", count, " prompts of ", length,
-                                                   " tokens from ", n, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot take ", count, " prompts of ", length, " tokens from ", n, " tokens"));
   }
   std::vector<std::vector<int64_t>> out;
   const int64_t span = n - length;

@@ -30,8 +30,8 @@ struct KvPredictionSpec {
 
 // Predictive pipelined decoding at run time; k == 0 is plain greedy.
 struct PpdSpec {
-  int layer = 0;  // early prediction after this many layers
-  int k = 0;      // candidates
+  int layer = 0;                 // early prediction after this many layers
+  int k = 0;                     // candidates
   double timing_match_rate = 0;  // > 0: matches drawn at this rate (timing only)
 };
 

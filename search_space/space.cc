@@ -209,10 +209,10 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
           absl::StrCat("search space: kv_cache_choices[", i, "] repeats a choice"));
     }
     if (k == KvLayout::kSlim && sp.base_.num_kv_heads != sp.base_.num_heads) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search space: kv_cache_choices has SLIM but base has ", sp.base_.num_heads,
-          " query heads sharing ", sp.base_.num_kv_heads,
-          " key/value heads; slim attention needs multi-head attention"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("search space: kv_cache_choices has SLIM but base has ", sp.base_.num_heads,
+                       " query heads sharing ", sp.base_.num_kv_heads,
+                       " key/value heads; slim attention needs multi-head attention"));
     }
     sp.kv_cache_.push_back(k);
   }
@@ -221,10 +221,10 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
     const PpdChoice& c = proto.ppd_choices(i);
     if (c.k() < 0 || (c.k() > 0 && c.layers_from_end() < 1) ||
         !(c.timing_match_rate() >= 0 && c.timing_match_rate() <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "search space: ppd_choices[", i, "]: k ", c.k(), ", layers_from_end ",
-          c.layers_from_end(), ", timing_match_rate ", c.timing_match_rate(),
-          ": need k >= 0, layers_from_end >= 1 when k > 0, and a rate in [0, 1]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("search space: ppd_choices[", i, "]: k ", c.k(), ", layers_from_end ",
+                       c.layers_from_end(), ", timing_match_rate ", c.timing_match_rate(),
+                       ": need k >= 0, layers_from_end >= 1 when k > 0, and a rate in [0, 1]"));
     }
     sp.ppd_.push_back(c);
   }
@@ -363,8 +363,7 @@ absl::StatusOr<Arch> Space::Decode(absl::Span<const double> x) const {
   a.kv_cache = kv_cache_[ci];
   HILNAS_ASSIGN_OR_RETURN(int pi, take(ppd_.size()));
   if (ppd_[pi].k() > 0) {
-    a.ppd = {a.num_layers - ppd_[pi].layers_from_end(), ppd_[pi].k(),
-             ppd_[pi].timing_match_rate()};
+    a.ppd = {a.num_layers - ppd_[pi].layers_from_end(), ppd_[pi].k(), ppd_[pi].timing_match_rate()};
   }
   return a;
 }

@@ -177,9 +177,8 @@ TEST(SpaceTest, KvCacheChoicesAddADimensionFeasibleOnlyForMultiHeadWidths) {
                                       HasSubstr("kv_cache SLIM needs multi-head attention")));
   SearchSpace gqa = SmallProto();
   gqa.add_kv_cache_choices(SLIM);
-  EXPECT_THAT(Space::FromProto(gqa),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("kv_cache_choices has SLIM but base has")));
+  EXPECT_THAT(Space::FromProto(gqa), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("kv_cache_choices has SLIM but base has")));
 }
 
 TEST(SpaceTest, PpdChoicesAddADecodingDimension) {
@@ -207,11 +206,11 @@ TEST(SpaceTest, PpdChoicesAddADecodingDimension) {
   x[0] = 0.1;
   ASSERT_OK_AND_ASSIGN(Arch shallow, s.Decode(x));
   shallow.attention.assign(shallow.num_layers, Attention::kFull);
-  EXPECT_THAT(s.Contains(shallow), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("ppd.layer 1 is outside")));
+  EXPECT_THAT(s.Contains(shallow),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ppd.layer 1 is outside")));
   p.mutable_ppd_choices(1)->set_layers_from_end(0);
-  EXPECT_THAT(Space::FromProto(p), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("ppd_choices[1]")));
+  EXPECT_THAT(Space::FromProto(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ppd_choices[1]")));
 }
 
 }  // namespace

@@ -96,23 +96,24 @@ absl::Status RunPpd() {
   PpdOptions p;
   p.layer = absl::GetFlag(FLAGS_layer);
   p.k = absl::GetFlag(FLAGS_k);
-  p.generate.max_new_tokens =
-      Changed("max_new_tokens") ? absl::GetFlag(FLAGS_max_new_tokens) : 256;
+  p.generate.max_new_tokens = Changed("max_new_tokens") ? absl::GetFlag(FLAGS_max_new_tokens) : 256;
   p.generate.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokenFile(tokens, a.vocab_size));
-  HILNAS_ASSIGN_OR_RETURN(TokenSplit split,
-                          SplitTokens(std::move(ids), absl::GetFlag(FLAGS_heldout),
-                                      prompt_tokens + 1));
   HILNAS_ASSIGN_OR_RETURN(
-      auto prompts, EvenlySpacedPrompts(split.heldout, absl::GetFlag(FLAGS_prompts), prompt_tokens));
+      TokenSplit split,
+      SplitTokens(std::move(ids), absl::GetFlag(FLAGS_heldout), prompt_tokens + 1));
+  HILNAS_ASSIGN_OR_RETURN(
+      auto prompts,
+      EvenlySpacedPrompts(split.heldout, absl::GetFlag(FLAGS_prompts), prompt_tokens));
   // Validates --layer and --k before the long part.
   HILNAS_RETURN_IF_ERROR(PpdGenerate(decoder, {0}, PpdOptions{p.layer, p.k, {}}).status());
   const bool json = absl::GetFlag(FLAGS_json);
   if (!json) {
-    std::printf("%s: %d layers; early prediction after layer %d, top-%d (%d compute units, %d "
-                "thread each)\n",
-                a.name.c_str(), a.num_layers, p.layer, p.k, p.k + 1, at::get_num_threads());
+    std::printf(
+        "%s: %d layers; early prediction after layer %d, top-%d (%d compute units, %d "
+        "thread each)\n",
+        a.name.c_str(), a.num_layers, p.layer, p.k, p.k + 1, at::get_num_threads());
     std::printf("%zu held-out prompts of %lld tokens from %s, %lld new tokens each\n",
                 prompts.size(), static_cast<long long>(prompt_tokens), tokens.c_str(),
                 static_cast<long long>(p.generate.max_new_tokens));
@@ -143,12 +144,12 @@ absl::Status RunPpd() {
   }
   std::printf("p_correct: %.3f on text (%lld positions), %.3f during the PPD runs\n", p_text,
               static_cast<long long>(rates.positions), cmp.counts.p_correct());
-  std::printf("%-22s %12s %10s %14s %10s\n", "", "ms/token", "latency", "layers/token",
-              "compute");
+  std::printf("%-22s %12s %10s %14s %10s\n", "", "ms/token", "latency", "layers/token", "compute");
   const double d = a.num_layers;
   std::printf("%-22s %12.3f %9.3fx %14.2f %9.2fx\n", "greedy (measured)", greedy, 1.0, d, 1.0);
-  std::printf("%-22s %12.3f %9.3fx %14.2f %9.2fx\n", "PPD, Theorem 4.1", greedy * pred.latency_ratio,
-              pred.latency_ratio, d * pred.compute_ratio, pred.compute_ratio);
+  std::printf("%-22s %12.3f %9.3fx %14.2f %9.2fx\n", "PPD, Theorem 4.1",
+              greedy * pred.latency_ratio, pred.latency_ratio, d * pred.compute_ratio,
+              pred.compute_ratio);
   std::printf("%-22s %12.3f %9.3fx %14.2f %9.2fx\n", "PPD (measured)", cmp.ppd_ms_per_token,
               cmp.latency_ratio, d * cmp.compute_ratio, cmp.compute_ratio);
   std::printf("tokens identical to greedy decoding: yes (%zu x %lld)\n", prompts.size(),
