@@ -146,7 +146,6 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
     std::vector<KvCache> subs;
     for (int j = 0; j < k; ++j) subs.push_back(decoder.NewCache(1, capacity));
     s.kv_cache_bytes = main.bytes();
-    Units units(k);
     // Per sub-computation: its guess, hidden state after its layers, and
     // how many layers it finished before a cancel.
     std::vector<int64_t> guess(k);
@@ -154,6 +153,9 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
     std::vector<int> sub_done(k);
     std::atomic<bool> cancel{false};
     std::mt19937_64 rng(options.seed);
+    // Declared after everything its tasks touch, so that on an early return
+    // it joins its threads before that state goes away.
+    Units units(k);
     int64_t pos = 0;  // position of the token being run
 
     const auto t0 = Clock::now();
