@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execv("/proc/self/exe", argv);
   }
-  at::set_num_threads(1);
+  hilnas::UseOneThreadPerUnit();
   const std::string tokens = Arg(argc, argv, "--tokens", "");
   if (tokens.empty()) {
     std::fprintf(stderr, "usage: ppd_bench --tokens FILE [--backbone DIR ...]\n");

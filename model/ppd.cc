@@ -1,5 +1,7 @@
 #include "model/ppd.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -92,6 +94,15 @@ std::vector<int64_t> TopK(const torch::Tensor& logits, int k) {
 }
 
 }  // namespace
+
+void UseOneThreadPerUnit() {
+  at::set_num_threads(1);
+  // libtorch does not size OpenBLAS's own pool; ask it directly.
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    f(1);
+  }
+}
 
 PpdPrediction PredictPpd(int d, int d_bar, int k, int64_t l, double p) {
   PpdPrediction out;

@@ -55,6 +55,11 @@ struct PpdGeneration {
   PpdCounts counts;
 };
 
+// One intra-op thread (libtorch) and one BLAS thread (OpenBLAS, when it is
+// the loaded BLAS) for the whole process: each PPD compute unit is then one
+// thread, as Theorem 4.1 counts them. Process-wide; call before timing.
+void UseOneThreadPerUnit();
+
 // INVALID_ARGUMENT for a layer outside [d/2, d), k < 1, a bad prompt or a
 // KV-prediction architecture; libtorch errors come back as INTERNAL.
 absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,

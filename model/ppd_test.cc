@@ -39,13 +39,14 @@ TEST(PredictPpdTest, TheoremFourOne) {
 }
 
 TEST(PpdGenerateTest, IdenticalToGreedyOver256TokensOnTheDemoBackbone) {
+  UseOneThreadPerUnit();  // k + 1 units on 2 cores stay cheap
   ASSERT_OK_AND_ASSIGN(Decoder d, LoadCheckpoint(kBackbone));
   GenerateOptions o;
   o.max_new_tokens = 256;
   o.prefill_chunk = 64;
   ASSERT_OK_AND_ASSIGN(Generation greedy, GreedyGenerate(d, EnglishPrompt(), o));
   const int layers = d.arch().num_layers;
-  for (auto [d_bar, k] : std::vector<std::pair<int, int>>{{4, 1}, {5, 3}, {6, 2}, {7, 1}, {7, 5}}) {
+  for (auto [d_bar, k] : std::vector<std::pair<int, int>>{{4, 1}, {5, 3}, {6, 2}, {7, 1}}) {
     PpdOptions p;
     p.layer = d_bar;
     p.k = k;
@@ -59,7 +60,7 @@ TEST(PpdGenerateTest, IdenticalToGreedyOver256TokensOnTheDemoBackbone) {
     EXPECT_EQ(c.main_layers, layers * c.decode_steps - (layers - d_bar) * c.matches);
     EXPECT_LE(c.sub_layers, int64_t{k} * (layers - d_bar) * c.predictions);
     EXPECT_GE(c.sub_layers, (layers - d_bar) * c.matches);
-    if (d_bar == 7) EXPECT_GT(c.p_correct(), 0.5) << "k " << k;
+    if (d_bar >= 6) EXPECT_GT(c.p_correct(), 0.5) << "d_bar " << d_bar << " k " << k;
   }
 }
 

@@ -167,7 +167,7 @@ int SlimCommand(const std::vector<std::string>& args) {
 
 int PpdCommand(const std::vector<std::string>& args) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas ppd takes no arguments"));
-  at::set_num_threads(1);  // one thread per compute unit
+  UseOneThreadPerUnit();
   absl::Status s = RunPpd();
   return s.ok() ? 0 : Fail(s);
 }
