@@ -430,12 +430,14 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor cos_table_, sin_table_;
 };
 
-KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype)
+KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype,
+                 int layers)
     : capacity_(capacity), slim_(arch.kv_cache == KvLayout::kSlim) {
   for (Attention at : arch.attention) {
     keys_.emplace_back();
     values_.emplace_back();
     if (at == Attention::kSkip) continue;
+    if (layers >= 0 && static_cast<int>(keys_.size()) > layers) continue;
     if (slim_) {
       keys_.back() = torch::zeros({batch, capacity, arch.kv_width()}, dtype);
       continue;
@@ -542,9 +544,9 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
   cache.Advance(t);
 }
 
-KvCache Decoder::NewCache(int64_t batch, int64_t capacity) const {
+KvCache Decoder::NewCache(int64_t batch, int64_t capacity, int layers) const {
   impl_->ReserveRope(capacity);
-  return KvCache(impl_->arch_, batch, capacity, impl_->dtype_);
+  return KvCache(impl_->arch_, batch, capacity, impl_->dtype_, layers);
 }
 
 torch::Tensor Decoder::Embed(const torch::Tensor& tokens) { return impl_->Embed(tokens); }

@@ -29,7 +29,9 @@ namespace hilnas {
 // K-norm and RoPE, [batch, capacity, kv_width]: exactly half the bytes.
 class KvCache {
  public:
-  KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype);
+  // Storage for attention layers below `layers` only (all when negative).
+  KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype,
+          int layers = -1);
 
   int64_t length() const { return length_; }      // tokens cached
   int64_t capacity() const { return capacity_; }  // tokens that fit
@@ -106,7 +108,7 @@ class Decoder {
   // A cache for `capacity` tokens. Also extends the decoder's RoPE tables to
   // `capacity`, after which decoding into this cache mutates nothing shared
   // (pipelined decoding runs several caches on one Decoder from threads).
-  KvCache NewCache(int64_t batch, int64_t capacity) const;
+  KvCache NewCache(int64_t batch, int64_t capacity, int layers = -1) const;
 
   // ForwardCached taken apart, for decoding that runs layers on different
   // threads (Predictive Pipelined Decoding Alg. 1): token embedding; layers

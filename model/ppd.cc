@@ -155,8 +155,9 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
     s.prefill_chunk = g.prefill_chunk;
     KvCache main = decoder.NewCache(1, capacity);
     std::vector<KvCache> subs;
-    for (int j = 0; j < k; ++j) subs.push_back(decoder.NewCache(1, capacity));
+    for (int j = 0; j < k; ++j) subs.push_back(decoder.NewCache(1, capacity, m));
     s.kv_cache_bytes = main.bytes();
+    for (const auto& sub : subs) s.kv_cache_bytes += sub.bytes();
     // Per sub-computation: its guess, hidden state after its layers, and
     // how many layers it finished before a cancel.
     std::vector<int64_t> guess(k);

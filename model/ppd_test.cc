@@ -5,6 +5,7 @@
 #include "model/checkpoint.h"
 #include "model/slim.h"
 #include "model/test_archs.h"
+#include "search_space/counts.h"
 #include "util/status_matchers.h"
 
 namespace hilnas {
@@ -53,6 +54,9 @@ TEST(PpdGenerateTest, IdenticalToGreedyOver256TokensOnTheDemoBackbone) {
     p.generate = o;
     ASSERT_OK_AND_ASSIGN(PpdGeneration g, PpdGenerate(d, EnglishPrompt(), p));
     EXPECT_EQ(g.tokens, greedy.tokens) << "d_bar " << d_bar << " k " << k;
+    Arch with_ppd = d.arch();
+    with_ppd.ppd = {d_bar, k};
+    EXPECT_EQ(g.stats.kv_cache_bytes, KvCacheBytes(with_ppd, greedy.stats.prompt_tokens + 256, 4));
     const PpdCounts& c = g.counts;
     EXPECT_EQ(c.decode_steps, 255);
     EXPECT_EQ(c.predictions, 254);

@@ -96,13 +96,16 @@ double DecodeFlops(const Arch& a, int64_t context_tokens) {
 
 int64_t KvCacheBytes(const Arch& a, int64_t context_tokens, int bytes_per_element) {
   const int64_t tensors = a.kv_cache == KvLayout::kSlim ? 1 : 2;
+  const int sub_layers = a.ppd.k > 0 ? a.num_layers - a.ppd.layer : 0;
   int64_t elements = 0;
-  for (Attention at : a.attention) {
+  for (size_t i = 0; i < a.attention.size(); ++i) {
+    const Attention at = a.attention[i];
     if (at == Attention::kSkip) continue;
     const int64_t tokens = at == Attention::kSlidingWindow
                                ? std::min<int64_t>(context_tokens, a.sliding_window)
                                : context_tokens;
-    elements += tensors * a.kv_width() * tokens;
+    const int64_t copies = 1 + (static_cast<int>(i) < sub_layers ? a.ppd.k : 0);
+    elements += copies * tensors * a.kv_width() * tokens;
   }
   return elements * bytes_per_element;
 }

@@ -45,7 +45,9 @@ double DecodeFlops(const Arch& arch, int64_t context_tokens);
 
 // Bytes of the base model's KV cache holding `context_tokens` tokens with
 // `bytes_per_element` (2 for fp16/bf16). SWA layers keep at most the window;
-// skip layers keep nothing; a SLIM cache keeps keys only.
+// skip layers keep nothing; a SLIM cache keeps keys only. Pipelined decoding
+// (arch.ppd) adds one cache per candidate for the num_layers - ppd.layer
+// layers its sub-computations run.
 int64_t KvCacheBytes(const Arch& arch, int64_t context_tokens, int bytes_per_element);
 
 }  // namespace hilnas

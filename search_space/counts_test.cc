@@ -83,5 +83,13 @@ TEST(KvCacheBytesTest, SlimCacheHalvesTheBytes) {
   EXPECT_EQ(KvCacheBytes(a, 100, 2) * 2, standard);
 }
 
+TEST(KvCacheBytesTest, PipelinedDecodingAddsACachePerCandidateForTheSubLayers) {
+  Arch a = Tiny();
+  a.attention.assign(a.num_layers, Attention::kFull);
+  const int64_t plain = KvCacheBytes(a, 100, 4);
+  a.ppd = {a.num_layers - 1, 3};  // each of 3 subs runs the first layer
+  EXPECT_EQ(KvCacheBytes(a, 100, 4), plain + 3 * plain / a.num_layers);
+}
+
 }  // namespace
 }  // namespace hilnas
