@@ -237,8 +237,10 @@ struct AttentionBlockImpl : torch::nn::Module {
     }
     const int64_t n = keys_raw.size(1);
     torch::Tensor probs;
-    if (t == 1 && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble)) {
-      // One fused pass over the raw keys (no rotated copy of n x d).
+    if (t == 1 && cache_k != nullptr && !torch::GradMode::is_enabled() &&
+        (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble)) {
+      // One fused pass over the raw keys (no rotated copy of n x d); decode
+      // only: the loop has no gradient.
       probs = torch::softmax(
           SlimDecodeScores(keys_raw, q, key_cos, key_sin,
                            arch.qk_norm ? k_norm->weight : torch::Tensor(), arch.norm_eps),
