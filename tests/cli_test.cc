@@ -353,9 +353,12 @@ TEST(CliTest, PpdReportsMatchRatePredictedAndMeasured) {
   Result low = Hilnas(base + " --layer 3 --k 1");
   EXPECT_EQ(low.exit_code, 1);
   EXPECT_THAT(low.output, HasSubstr("--layer 3 is outside [4, 7] for 8 layers"));
-  Result no_text = Hilnas("ppd --ckpt " + SourceDir() + "/data/demo-backbone --layer 4");
-  EXPECT_EQ(no_text.exit_code, 1);
-  EXPECT_THAT(no_text.output, HasSubstr("--tokens FILE"));
+  // Without --tokens: the demo corpus, built in memory.
+  Result no_text = Hilnas("ppd --ckpt " + SourceDir() +
+                          "/data/demo-backbone --layer 4 --prompts 1 --prompt-tokens 32 "
+                          "--max-new-tokens 16");
+  EXPECT_EQ(no_text.exit_code, 0) << no_text.output;
+  EXPECT_THAT(no_text.output, HasSubstr("the demo corpus (Debian English text)"));
   std::filesystem::remove_all(dir);
 }
 

@@ -85,21 +85,31 @@ absl::Status RunSlim() {
 }
 
 absl::Status RunPpd() {
-  const std::string ckpt = absl::GetFlag(FLAGS_ckpt), tokens = absl::GetFlag(FLAGS_tokens);
-  if (ckpt.empty() || tokens.empty()) {
-    return absl::InvalidArgumentError(
-        "ppd needs --ckpt CKPT and --tokens FILE (real text for the match rate, e.g. from "
-        "`hilnas corpus --out corpus.bin`)");
-  }
+  const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
+  if (ckpt.empty()) return absl::InvalidArgumentError("ppd needs --ckpt CKPT");
   HILNAS_ASSIGN_OR_RETURN(Decoder decoder, LoadCheckpoint(ckpt));
   const Arch& a = decoder.arch();
+  // Real text for the match rate and the prompts: --tokens, else the
+  // checkpoint's own corpus (`hilnas backbone` leaves one), else the demo
+  // corpus built in memory from Debian's English text.
+  std::string tokens = absl::GetFlag(FLAGS_tokens);
+  std::vector<int32_t> ids;
+  if (tokens.empty() && fs::exists(fs::path(ckpt) / "corpus.bin")) {
+    tokens = (fs::path(ckpt) / "corpus.bin").string();
+  }
+  if (tokens.empty()) {
+    CorpusManifest manifest;
+    HILNAS_ASSIGN_OR_RETURN(ids, BuildByteCorpus(DefaultCorpusSources(), &manifest));
+    tokens = "the demo corpus (Debian English text)";
+  } else {
+    HILNAS_ASSIGN_OR_RETURN(ids, ReadTokenFile(tokens, a.vocab_size));
+  }
   PpdOptions p;
   p.layer = absl::GetFlag(FLAGS_layer);
   p.k = absl::GetFlag(FLAGS_k);
   p.generate.max_new_tokens = Changed("max_new_tokens") ? absl::GetFlag(FLAGS_max_new_tokens) : 256;
   p.generate.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
-  HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokenFile(tokens, a.vocab_size));
   HILNAS_ASSIGN_OR_RETURN(
       TokenSplit split,
       SplitTokens(std::move(ids), absl::GetFlag(FLAGS_heldout), prompt_tokens + 1));

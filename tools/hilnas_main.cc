@@ -96,7 +96,7 @@ usage: hilnas COMMAND [ARGS] [--flags]
                                    the latency model on a campaign's own measurements
   slim --in CKPT --out CKPT [--dtype f32|f16|bf16 --max-condition 1e5 --max-error 1e-3]
                                    K-only KV cache: store W_KV = W_K^-1 W_V (MHA checkpoints)
-  ppd --ckpt CKPT --layer D --k K --tokens FILE [--prompts 4 --prompt-tokens 256
+  ppd --ckpt CKPT --layer D --k K [--tokens FILE --prompts 4 --prompt-tokens 256
       --max-new-tokens 256 --json]
                                    predictive pipelined decoding: p_correct, Theorem 4.1's
                                    latency and compute against measured, identity with greedy
