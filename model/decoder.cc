@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/slim.h"
 
 namespace hilnas {
 namespace {
@@ -50,69 +51,6 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);
   return x * cos + torch::cat({-x2, x1}, -1) * sin;
-}
-
-template <typename T>
-void SlimDecodeScoresKernel(const torch::Tensor& raw, const torch::Tensor& q,
-                            const torch::Tensor& cos, const torch::Tensor& sin,
-                            const torch::Tensor& norm_weight, double eps, torch::Tensor& out) {
-  const int64_t b_n = raw.size(0), n = raw.size(1), h = q.size(1), hd = q.size(3), half = hd / 2;
-  const T scale = T(1) / std::sqrt(T(hd));
-  const T* w = norm_weight.defined() ? norm_weight.data_ptr<T>() : nullptr;
-  for (int64_t b = 0; b < b_n; ++b) {
-    const T* kb = raw[b].data_ptr<T>();  // [n, h * hd], rows contiguous
-    const int64_t row = raw.stride(1);
-    const T* qb = q[b].data_ptr<T>();  // [h, hd]
-    T* ob = out[b].data_ptr<T>();      // [h, n]
-    at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
-      std::vector<T> normed(hd);
-      for (int64_t j = begin; j < end; ++j) {
-        const T* c = cos.data_ptr<T>() + j * cos.stride(0);
-        const T* s = sin.data_ptr<T>() + j * sin.stride(0);
-        for (int64_t i = 0; i < h; ++i) {
-          const T* k = kb + j * row + i * hd;
-          if (w != nullptr) {  // the layer's K-norm (RMSNorm over the head)
-            T ss = 0;
-            for (int64_t f = 0; f < hd; ++f) ss += k[f] * k[f];
-            const T inv = T(1) / std::sqrt(ss / T(hd) + T(eps));
-            for (int64_t f = 0; f < hd; ++f) normed[f] = k[f] * inv * w[f];
-            k = normed.data();
-          }
-          const T* q1 = qb + i * hd;
-          const T* q2 = q1 + half;
-          T acc = 0;
-          for (int64_t f = 0; f < half; ++f) {
-            const T a = k[f], bb = k[f + half];
-            acc += c[f] * (q1[f] * a + q2[f] * bb) + s[f] * (q2[f] * a - q1[f] * bb);
-          }
-          ob[i * n + j] = acc * scale;
-        }
-      }
-    });
-  }
-}
-
-// Slim decode scores, fused: q_i . RoPE_j(K-norm(k_j)) / sqrt(hd) for one
-// query per head, q [B, H, 1, hd] already normalised and rotated, over raw
-// keys [B, S, H*hd] (rows contiguous) at positions whose cos/sin rows are
-// given [S, hd]. Rotating key pair (a, b) and dotting with (q1, q2) is
-// c (q1 a + q2 b) + s (q2 a - q1 b), so each key is read once and no rotated
-// copy is made; the op-by-op route (rotate into n x d temporaries, then a
-// matmul) was 3x the standard cache's decode time at 8k tokens. Returns
-// [B, H, 1, S]; float and double only.
-torch::Tensor SlimDecodeScores(const torch::Tensor& raw, const torch::Tensor& q,
-                               const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& norm_weight, double eps) {
-  auto qc = q.contiguous();
-  auto out = torch::empty({raw.size(0), q.size(1), raw.size(1)}, raw.options());
-  if (raw.scalar_type() == torch::kDouble) {
-    SlimDecodeScoresKernel<double>(raw, qc, cos.contiguous(), sin.contiguous(), norm_weight, eps,
-                                   out);
-  } else {
-    SlimDecodeScoresKernel<float>(raw, qc, cos.contiguous(), sin.contiguous(), norm_weight, eps,
-                                  out);
-  }
-  return out.unsqueeze(2);
 }
 
 struct AttentionBlockImpl : torch::nn::Module {
@@ -432,8 +370,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor cos_table_, sin_table_;
 };
 
-KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype,
-                 int layers)
+KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype, int layers)
     : capacity_(capacity), slim_(arch.kv_cache == KvLayout::kSlim) {
   for (Attention at : arch.attention) {
     keys_.emplace_back();

@@ -59,6 +59,46 @@ absl::Status CheckEligible(const Arch& a) {
   return absl::OkStatus();
 }
 
+template <typename T>
+void SlimDecodeScoresKernel(const torch::Tensor& raw, const torch::Tensor& q,
+                            const torch::Tensor& cos, const torch::Tensor& sin,
+                            const torch::Tensor& norm_weight, double eps, torch::Tensor& out) {
+  const int64_t b_n = raw.size(0), n = raw.size(1), h = q.size(1), hd = q.size(3), half = hd / 2;
+  const T scale = T(1) / std::sqrt(T(hd));
+  const T* w = norm_weight.defined() ? norm_weight.data_ptr<T>() : nullptr;
+  for (int64_t b = 0; b < b_n; ++b) {
+    const T* kb = raw[b].data_ptr<T>();  // [n, h * hd], rows contiguous
+    const int64_t row = raw.stride(1);
+    const T* qb = q[b].data_ptr<T>();  // [h, hd]
+    T* ob = out[b].data_ptr<T>();      // [h, n]
+    at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+      std::vector<T> normed(hd);
+      for (int64_t j = begin; j < end; ++j) {
+        const T* c = cos.data_ptr<T>() + j * cos.stride(0);
+        const T* s = sin.data_ptr<T>() + j * sin.stride(0);
+        for (int64_t i = 0; i < h; ++i) {
+          const T* k = kb + j * row + i * hd;
+          if (w != nullptr) {  // the layer's K-norm (RMSNorm over the head)
+            T ss = 0;
+            for (int64_t f = 0; f < hd; ++f) ss += k[f] * k[f];
+            const T inv = T(1) / std::sqrt(ss / T(hd) + T(eps));
+            for (int64_t f = 0; f < hd; ++f) normed[f] = k[f] * inv * w[f];
+            k = normed.data();
+          }
+          const T* q1 = qb + i * hd;
+          const T* q2 = q1 + half;
+          T acc = 0;
+          for (int64_t f = 0; f < half; ++f) {
+            const T a = k[f], bb = k[f + half];
+            acc += c[f] * (q1[f] * a + q2[f] * bb) + s[f] * (q2[f] * a - q1[f] * bb);
+          }
+          ob[i * n + j] = acc * scale;
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 
 std::string SlimReport::ToText() const {
@@ -160,6 +200,21 @@ absl::StatusOr<Decoder> ConvertToSlim(const Decoder& standard, const SlimOptions
   }
   if (report != nullptr) *report = std::move(local);
   return slim;
+}
+
+torch::Tensor SlimDecodeScores(const torch::Tensor& raw, const torch::Tensor& q,
+                               const torch::Tensor& cos, const torch::Tensor& sin,
+                               const torch::Tensor& norm_weight, double eps) {
+  auto qc = q.contiguous();
+  auto out = torch::empty({raw.size(0), q.size(1), raw.size(1)}, raw.options());
+  if (raw.scalar_type() == torch::kDouble) {
+    SlimDecodeScoresKernel<double>(raw, qc, cos.contiguous(), sin.contiguous(), norm_weight, eps,
+                                   out);
+  } else {
+    SlimDecodeScoresKernel<float>(raw, qc, cos.contiguous(), sin.contiguous(), norm_weight, eps,
+                                  out);
+  }
+  return out.unsqueeze(2);
 }
 
 }  // namespace hilnas

@@ -56,6 +56,18 @@ absl::StatusOr<torch::Tensor> SlimKvWeight(const torch::Tensor& k_proj,
 absl::StatusOr<Decoder> ConvertToSlim(const Decoder& standard, const SlimOptions& options,
                                       SlimReport* report = nullptr);
 
+// The scores of the decoder's slim decode step, fused:
+// q_i . RoPE_j(K-norm(k_j)) / sqrt(hd) for one query per head, q [B, H, 1, hd] already normalised
+// and rotated, over raw keys [B, S, H*hd] (rows contiguous) at positions whose cos/sin rows are
+// given [S, hd]. Rotating key pair (a, b) and dotting with (q1, q2) is
+// c (q1 a + q2 b) + s (q2 a - q1 b), so each key is read once and no rotated
+// copy is made; the op-by-op route (rotate into n x d temporaries, then a
+// matmul) was 3x the standard cache's decode time at 8k tokens. Returns
+// [B, H, 1, S]; float and double only.
+torch::Tensor SlimDecodeScores(const torch::Tensor& raw, const torch::Tensor& q,
+                               const torch::Tensor& cos, const torch::Tensor& sin,
+                               const torch::Tensor& norm_weight, double eps);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_SLIM_H_
