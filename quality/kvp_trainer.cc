@@ -60,14 +60,8 @@ absl::StatusOr<TrainResult> TrainKvp(KvPredictor& kvp, const TokenSplit& data,
       opt.zero_grad();
       torch::Tensor loss =
           kvp.Loss(TrainBatch(data.train, o, step), weights.consistency, weights.auxiliary);
-      loss.backward();
-      if (o.grad_clip > 0)
-        torch::nn::utils::clip_grad_norm_(kvp.TrainableParameters(), o.grad_clip);
-      opt.step();
-      r.final_train_loss = loss.item<double>();
-      HILNAS_RETURN_IF_ERROR(CheckFinite(r.final_train_loss, step));
-      r.tokens += o.batch_size * o.seq_len;
-      TrainProgress p = StepProgress(o, step, r.final_train_loss, lr, s0);
+      HILNAS_ASSIGN_OR_RETURN(TrainProgress p,
+                              ApplyStep(loss, kvp.TrainableParameters(), opt, o, step, lr, s0, r));
       if (EvaluatesAt(o, step)) {
         HILNAS_ASSIGN_OR_RETURN(p.eval_loss,
                                 KvpHeldOutLoss(kvp, data.heldout, o.seq_len, o.eval_windows));

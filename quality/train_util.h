@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "quality/trainer.h"
 
 namespace hilnas {
@@ -31,13 +32,18 @@ std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t win
 // scales, biases); marks every tensor as requiring gradients.
 torch::optim::AdamW MakeAdamW(const std::vector<torch::Tensor>& params, const TrainOptions& o);
 void SetLearningRate(torch::optim::AdamW& opt, double lr);
-// The progress record of step `step`, begun at `started`.
-TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, double lr,
-                           std::chrono::steady_clock::time_point started);
+// The end of one optimiser step: backward through `loss`, the gradient-norm
+// clip over `params` (when o.grad_clip > 0), the optimiser step; then the
+// step's loss (INTERNAL "training diverged" unless finite) and tokens recorded
+// in `r`, and its progress record returned.
+absl::StatusOr<TrainProgress> ApplyStep(torch::Tensor& loss,
+                                        const std::vector<torch::Tensor>& params,
+                                        torch::optim::Optimizer& opt, const TrainOptions& o,
+                                        int64_t step, double lr,
+                                        std::chrono::steady_clock::time_point started,
+                                        TrainResult& r);
 // Whether `step` evaluates on held-out data: every eval_every, and the last.
 bool EvaluatesAt(const TrainOptions& o, int64_t step);
-// INTERNAL "training diverged" naming the step unless `loss` is finite.
-absl::Status CheckFinite(double loss, int64_t step);
 
 }  // namespace hilnas
 

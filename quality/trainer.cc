@@ -129,19 +129,6 @@ double LearningRate(const TrainOptions& o, int64_t step) {
   return floor + (o.lr - floor) * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
-TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, double lr,
-                           std::chrono::steady_clock::time_point started) {
-  TrainProgress p;
-  p.step = step;
-  p.steps = o.steps;
-  p.train_loss = loss;
-  p.lr = lr;
-  p.tokens_per_s =
-      o.batch_size * o.seq_len /
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return p;
-}
-
 torch::optim::AdamW MakeAdamW(const std::vector<torch::Tensor>& params, const TrainOptions& o) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const torch::Tensor& t : params) {
@@ -165,10 +152,44 @@ bool EvaluatesAt(const TrainOptions& o, int64_t step) {
   return (o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps;
 }
 
+namespace {
+
+// The progress record of step `step`, begun at `started`.
+TrainProgress StepProgress(const TrainOptions& o, int64_t step, double loss, double lr,
+                           std::chrono::steady_clock::time_point started) {
+  TrainProgress p;
+  p.step = step;
+  p.steps = o.steps;
+  p.train_loss = loss;
+  p.lr = lr;
+  p.tokens_per_s =
+      o.batch_size * o.seq_len /
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return p;
+}
+
+// INTERNAL "training diverged" naming the step unless `loss` is finite.
 absl::Status CheckFinite(double loss, int64_t step) {
   if (std::isfinite(loss)) return absl::OkStatus();
   return absl::InternalError(absl::StrCat("training diverged: loss ", loss, " at step ", step,
                                           " (lower the learning rate)"));
+}
+
+}  // namespace
+
+absl::StatusOr<TrainProgress> ApplyStep(torch::Tensor& loss,
+                                        const std::vector<torch::Tensor>& params,
+                                        torch::optim::Optimizer& opt, const TrainOptions& o,
+                                        int64_t step, double lr,
+                                        std::chrono::steady_clock::time_point started,
+                                        TrainResult& r) {
+  loss.backward();
+  if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, o.grad_clip);
+  opt.step();
+  r.final_train_loss = loss.item<double>();
+  HILNAS_RETURN_IF_ERROR(CheckFinite(r.final_train_loss, step));
+  r.tokens += o.batch_size * o.seq_len;
+  return StepProgress(o, step, r.final_train_loss, lr, started);
 }
 
 std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t windows) {
@@ -278,13 +299,8 @@ absl::StatusOr<TrainResult> Train(Decoder& student, Decoder* teacher, const Toke
                             F::KLDivFuncOptions().reduction(torch::kBatchMean).log_target(true));
         loss = (1 - o.distill_weight) * loss + o.distill_weight * t * t * kl;
       }
-      loss.backward();
-      if (o.grad_clip > 0) torch::nn::utils::clip_grad_norm_(student.Parameters(), o.grad_clip);
-      opt.step();
-      r.final_train_loss = loss.item<double>();
-      HILNAS_RETURN_IF_ERROR(CheckFinite(r.final_train_loss, step));
-      r.tokens += o.batch_size * o.seq_len;
-      TrainProgress p = StepProgress(o, step, r.final_train_loss, lr, s0);
+      HILNAS_ASSIGN_OR_RETURN(TrainProgress p,
+                              ApplyStep(loss, student.Parameters(), opt, o, step, lr, s0, r));
       if (EvaluatesAt(o, step)) {
         HILNAS_ASSIGN_OR_RETURN(p.eval_loss,
                                 HeldOutLoss(student, data.heldout, o.seq_len, o.eval_windows));
