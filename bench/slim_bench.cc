@@ -26,6 +26,7 @@
 #include "model/generate.h"
 #include "model/slim.h"
 #include "quality/tokens.h"
+#include "util/median.h"
 
 using hilnas::bench::Arg;
 using hilnas::bench::Die;
@@ -36,12 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // A model prefilled to `context` tokens, ready to decode from there again
@@ -154,7 +149,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(context), static_cast<long long>(ps.cache.bytes()),
                 static_cast<long long>(pl.cache.bytes()),
                 double(pl.cache.bytes()) / double(ps.cache.bytes()), ps.prefill_ms, pl.prefill_ms,
-                Median(s_ms), Median(l_ms), Median(ratio));
+                hilnas::Median(s_ms), hilnas::Median(l_ms), hilnas::Median(ratio));
     std::fflush(stdout);
   }
   return 0;

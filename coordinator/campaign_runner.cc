@@ -17,6 +17,7 @@
 #include "quality/evaluator.h"
 #include "quality/tokens.h"
 #include "search_space/counts.h"
+#include "util/median.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -38,12 +39,7 @@ std::string DeviceClass(const CampaignConfig& c) {
   return c.device_pool().empty() ? "any" : c.device_pool();
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double MedianOrNan(std::vector<double> v) { return v.empty() ? NAN : Median(std::move(v)); }
 
 // A new trial of `stage` proposing `p`, with its exact counts.
 Trial NewTrial(int stage, const Proposal& p, int prompt_tokens) {
@@ -342,12 +338,13 @@ absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignCont
     decodes.push_back(t.latency().summaries(0).decode_median_ms_per_token());
     memory.push_back(t.memory_mb());
   }
-  const double ref_ttft = c.reference().ttft_ms() > 0 ? c.reference().ttft_ms() : Median(ttfts);
+  const double ref_ttft =
+      c.reference().ttft_ms() > 0 ? c.reference().ttft_ms() : MedianOrNan(ttfts);
   if (record.cv_r2 >= c.stage1_target_r2() || total >= c.stage1_latency_points()) {
     record.reference = c.reference();
     record.reference.set_ttft_ms(ref_ttft);
-    if (record.reference.decode_ms() <= 0) record.reference.set_decode_ms(Median(decodes));
-    if (record.reference.memory_mb() <= 0) record.reference.set_memory_mb(Median(memory));
+    if (record.reference.decode_ms() <= 0) record.reference.set_decode_ms(MedianOrNan(decodes));
+    if (record.reference.memory_mb() <= 0) record.reference.set_memory_mb(MedianOrNan(memory));
     record.stage = 2;
     record.message = "stage 2: quality and latency";
     HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));

@@ -24,14 +24,6 @@ std::vector<double> Ranks(const std::vector<double>& x) {
 
 }  // namespace
 
-double Median(std::vector<double> x) {
-  const size_t n = x.size();
-  std::nth_element(x.begin(), x.begin() + n / 2, x.end());
-  const double upper = x[n / 2];
-  if (n % 2 == 1) return upper;
-  return 0.5 * (upper + *std::max_element(x.begin(), x.begin() + n / 2));
-}
-
 double RelativeSpread(const std::vector<double>& x) {
   if (x.size() < 2) return 0.0;
   const double m = Median(x);

@@ -5,10 +5,11 @@
 
 #include <vector>
 
+#include "util/median.h"  // Median
+
 namespace hilnas {
 
 // REQUIRES for all: `x` non-empty.
-double Median(std::vector<double> x);
 
 // Median absolute deviation divided by the median: a spread that one
 // outlier cannot move. 0 for a single sample.

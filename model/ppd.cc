@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/median.h"
 
 namespace hilnas {
 namespace {
@@ -246,20 +247,11 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
   }
 }
 
-namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
-
 absl::StatusOr<PpdComparison> ComparePpdWithGreedy(Decoder& decoder,
                                                    const std::vector<std::vector<int64_t>>& prompts,
                                                    const PpdOptions& options) {
   PpdComparison out;
+  if (prompts.empty()) return out;
   std::vector<double> ratios, greedy_ms, ppd_ms;
   for (const auto& prompt : prompts) {
     auto greedy = GreedyGenerate(decoder, prompt, options.generate);
