@@ -115,9 +115,7 @@ PpdPrediction PredictPpd(int d, int d_bar, int k, int64_t l, double p) {
   return out;
 }
 
-absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
-                                          const PpdOptions& options) {
-  const Arch& a = decoder.arch();
+absl::Status ValidatePpdOptions(const Arch& a, const PpdOptions& options) {
   const int d = a.num_layers, d_bar = options.layer, k = options.k;
   if (2 * d_bar < d || d_bar >= d) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -133,13 +131,22 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
     return absl::InvalidArgumentError(
         absl::StrCat(a.name, ": pipelined decoding of KV-prediction models is not supported"));
   }
-  if (absl::Status s = ValidatePrompt(prompt, a.vocab_size); !s.ok()) return s;
   const GenerateOptions& g = options.generate;
   if (g.prefill_chunk <= 0 || g.max_new_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("prefill_chunk ", g.prefill_chunk,
                                                    " and max_new_tokens ", g.max_new_tokens,
                                                    " must be positive"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
+                                          const PpdOptions& options) {
+  const Arch& a = decoder.arch();
+  if (absl::Status s = ValidatePpdOptions(a, options); !s.ok()) return s;
+  if (absl::Status s = ValidatePrompt(prompt, a.vocab_size); !s.ok()) return s;
+  const GenerateOptions& g = options.generate;
+  const int d = a.num_layers, d_bar = options.layer, k = options.k;
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

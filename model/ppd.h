@@ -60,8 +60,12 @@ struct PpdGeneration {
 // thread, as Theorem 4.1 counts them. Process-wide; call before timing.
 void UseOneThreadPerUnit();
 
-// INVALID_ARGUMENT for a layer outside [d/2, d), k < 1, a bad prompt or a
-// KV-prediction architecture; libtorch errors come back as INTERNAL.
+// INVALID_ARGUMENT for a layer outside [d/2, d), k outside 1..vocab, a
+// KV-prediction architecture or non-positive generation options.
+absl::Status ValidatePpdOptions(const Arch& arch, const PpdOptions& options);
+
+// ValidatePpdOptions' errors, and INVALID_ARGUMENT for a bad prompt;
+// libtorch errors come back as INTERNAL.
 absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
                                           const PpdOptions& options);
 

@@ -116,8 +116,7 @@ absl::Status RunPpd() {
   HILNAS_ASSIGN_OR_RETURN(
       auto prompts,
       EvenlySpacedPrompts(split.heldout, absl::GetFlag(FLAGS_prompts), prompt_tokens));
-  // Validates --layer and --k before the long part.
-  HILNAS_RETURN_IF_ERROR(PpdGenerate(decoder, {0}, PpdOptions{p.layer, p.k, {}}).status());
+  HILNAS_RETURN_IF_ERROR(ValidatePpdOptions(a, p));  // before the long part
   const bool json = absl::GetFlag(FLAGS_json);
   if (!json) {
     std::printf(

@@ -132,10 +132,6 @@ void ReexecForStableTiming(char** argv, const std::string& command) {
   }
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  // Pipelined decoding runs one BLAS thread per compute unit.
-  if (command == "ppd" && std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  }
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && absl::GetFlag(FLAGS_threads) > 0) {
     setenv("OPENBLAS_NUM_THREADS", absl::StrCat(absl::GetFlag(FLAGS_threads)).c_str(), 1);
   }
