@@ -89,8 +89,7 @@ struct AttentionBlockImpl : torch::nn::Module {
       v = provided->values;
     } else {
       k = Project(x, k_proj->weight).view({b, t, kvh, hd});
-      v = Project(kv_proj ? k : x, kv_proj ? kv_proj->weight : v_proj->weight)
-              .view({b, t, kvh, hd});
+      v = Project(x, v_proj->weight).view({b, t, kvh, hd});
     }
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
@@ -447,10 +446,19 @@ torch::Tensor Decoder::Forward(const torch::Tensor& tokens, ForwardObserver* obs
   return impl_->Run(tokens, 0, nullptr, false, observer);
 }
 
+namespace {
+
+// Writing positions start..start+t-1 must stay inside the preallocated cache.
+void CheckCapacity(const KvCache& cache, int64_t start, int64_t t) {
+  TORCH_CHECK(start + t <= cache.capacity(), "KV cache overflow: ", start, " + ", t, " > capacity ",
+              cache.capacity());
+}
+
+}  // namespace
+
 torch::Tensor Decoder::ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only) {
   const int64_t start = cache.length();
-  TORCH_CHECK(start + tokens.size(1) <= cache.capacity(), "KV cache overflow: ", start, " + ",
-              tokens.size(1), " > capacity ", cache.capacity());
+  CheckCapacity(cache, start, tokens.size(1));
   auto logits = impl_->Run(tokens, start, &cache, last_only);
   cache.Advance(tokens.size(1));
   return logits;
@@ -494,8 +502,7 @@ torch::Tensor Decoder::RunLayers(const torch::Tensor& hidden, KvCache& cache, in
                                  int first, int last) {
   TORCH_CHECK(0 <= first && first <= last && last <= impl_->arch_.num_layers, "RunLayers: layers [",
               first, ", ", last, ") of ", impl_->arch_.num_layers);
-  TORCH_CHECK(start + hidden.size(1) <= cache.capacity(), "KV cache overflow: ", start, " + ",
-              hidden.size(1), " > capacity ", cache.capacity());
+  CheckCapacity(cache, start, hidden.size(1));
   return impl_->RunLayers(hidden, start, first, last, &cache);
 }
 
