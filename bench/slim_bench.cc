@@ -51,12 +51,8 @@ Prefilled Prefill(hilnas::Decoder& d, const std::vector<int64_t>& prompt, int64_
   torch::NoGradGuard no_grad;
   const int64_t n = static_cast<int64_t>(prompt.size());
   Prefilled p{d.NewCache(1, n + decode), torch::Tensor(), 0};
-  auto t = torch::tensor(prompt, torch::kLong).view({1, n});
   const auto t0 = Clock::now();
-  torch::Tensor logits;
-  for (int64_t s = 0; s < n; s += 1024) {
-    logits = d.ForwardCached(t.narrow(1, s, std::min<int64_t>(1024, n - s)), p.cache, true);
-  }
+  torch::Tensor logits = hilnas::PrefillChunked(d, prompt, 1024, p.cache);
   p.prefill_ms = MsSince(t0);
   p.next = logits.view({-1}).argmax().view({1, 1});
   return p;

@@ -82,14 +82,20 @@ absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<in
   }
   const int64_t n = static_cast<int64_t>(prompt.size());
   return GenerateAfterPrefill(decoder, n, options.prefill_chunk, options, [&](KvCache& cache) {
-    auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
-    torch::Tensor logits;
-    for (int64_t pos = 0; pos < n; pos += options.prefill_chunk) {
-      const int64_t len = std::min(options.prefill_chunk, n - pos);
-      logits = decoder.ForwardCached(prompt_t.narrow(1, pos, len), cache, /*last_only=*/true);
-    }
-    return logits;
+    return PrefillChunked(decoder, prompt, options.prefill_chunk, cache);
   });
+}
+
+torch::Tensor PrefillChunked(Decoder& decoder, const std::vector<int64_t>& prompt, int64_t chunk,
+                             KvCache& cache) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
+  torch::Tensor logits;
+  for (int64_t pos = 0; pos < n; pos += chunk) {
+    const int64_t len = std::min(chunk, n - pos);
+    logits = decoder.ForwardCached(prompt_t.narrow(1, pos, len), cache, /*last_only=*/true);
+  }
+  return logits;
 }
 
 }  // namespace hilnas

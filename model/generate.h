@@ -49,6 +49,12 @@ struct Generation {
 absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
                                           const GenerateOptions& options);
 
+// Appends `prompt` to `cache` in chunks of `chunk` tokens (MobileLLM-Flash
+// Sec. 4.2.2) and returns the logits of the last prompt position,
+// [1, 1, vocab]. REQUIRES: a valid prompt, chunk > 0, room in the cache.
+torch::Tensor PrefillChunked(Decoder& decoder, const std::vector<int64_t>& prompt, int64_t chunk,
+                             KvCache& cache);
+
 // INVALID_ARGUMENT for an empty prompt or an id outside the vocabulary.
 absl::Status ValidatePrompt(const std::vector<int64_t>& prompt, int64_t vocab_size);
 

@@ -176,21 +176,15 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
     // Declared after everything its tasks touch, so that on an early return
     // it joins its threads before that state goes away.
     Units units(k);
-    int64_t pos = 0;  // position of the token being run
 
     const auto t0 = Clock::now();
-    auto prompt_t = torch::tensor(prompt, torch::kLong).view({1, n});
-    torch::Tensor logits;
-    for (int64_t p = 0; p < n; p += g.prefill_chunk) {
-      const int64_t len = std::min(g.prefill_chunk, n - p);
-      logits = decoder.ForwardCached(prompt_t.narrow(1, p, len), main, /*last_only=*/true);
-    }
+    torch::Tensor logits = PrefillChunked(decoder, prompt, g.prefill_chunk, main);
     s.prompt_eval_end_ms = ms_since(t0);
     int64_t next = logits.view({-1}).argmax().item<int64_t>();
     out.tokens.push_back(next);
     s.first_token_ms = ms_since(t0);
     for (auto& sub : subs) sub.CopyPositions(main, 0, n, 0, m);
-    pos = n;
+    int64_t pos = n;  // position of the token being run
     torch::Tensor h = decoder.Embed(torch::tensor({next}, torch::kLong).view({1, 1}));
     int from = 0;  // layers of the current token already run (by a matched sub)
     for (int64_t i = 1; i < g.max_new_tokens; ++i) {
@@ -244,7 +238,6 @@ absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<in
       ++pos;
       if (from == 0) h = decoder.Embed(torch::tensor({next}, torch::kLong).view({1, 1}));
     }
-    main.SetLength(pos);
     s.inference_end_ms = ms_since(t0);
     s.generated_tokens = static_cast<int64_t>(out.tokens.size());
     return out;
