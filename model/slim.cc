@@ -147,11 +147,12 @@ absl::StatusOr<Decoder> ConvertToSlim(const Decoder& standard, const SlimOptions
       }
       const std::string prefix = name.substr(0, name.size() - suffix.size());
       const int layer = std::stoi(prefix.substr(std::string("model.layers.").size()));
-      const torch::Tensor& wk = source.at(prefix + "self_attn.k_proj.weight");
-      const torch::Tensor& wv = source.at(prefix + "self_attn.v_proj.weight");
+      // Everything below in double: the solve, the conditioning, the error.
+      const torch::Tensor wk = source.at(prefix + "self_attn.k_proj.weight").to(torch::kDouble);
+      const torch::Tensor wv = source.at(prefix + "self_attn.v_proj.weight").to(torch::kDouble);
       SlimLayerReport r;
       r.layer = layer;
-      auto sv = torch::linalg::svdvals(wk.to(torch::kDouble), c10::nullopt);
+      auto sv = torch::linalg::svdvals(wk, c10::nullopt);
       const double smax = sv.max().item<double>(), smin = sv.min().item<double>();
       r.condition = smin > 0 ? smax / smin : std::numeric_limits<double>::infinity();
       if (!std::isfinite(r.condition) || r.condition > 1e15) {
@@ -179,9 +180,8 @@ absl::StatusOr<Decoder> ConvertToSlim(const Decoder& standard, const SlimOptions
             a.name, layer, r.max_abs, kFloat16Max));
       }
       auto stored = w->to(TorchDtypeOf(options.storage)).to(torch::kDouble);
-      auto wk_d = wk.to(torch::kDouble), wv_d = wv.to(torch::kDouble);
       r.relative_error =
-          (torch::matmul(stored, wk_d) - wv_d).norm().item<double>() / wv_d.norm().item<double>();
+          (torch::matmul(stored, wk) - wv).norm().item<double>() / wv.norm().item<double>();
       if (!(r.relative_error <= options.max_relative_error)) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "%s layer %d: W_KV rounded to %s reconstructs W_V with relative error %.3g, above the "
