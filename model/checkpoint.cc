@@ -86,6 +86,10 @@ absl::StatusOr<T> Field(const json& j, const std::string& path, const char* key,
 
 }  // namespace
 
+torch::Dtype TorchDtypeOf(StorageDtype dtype) {
+  return FindDtype(SafetensorsName(dtype))->torch_dtype;
+}
+
 absl::StatusOr<StorageDtype> ParseStorageDtype(const std::string& name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "f32" || n == "float32") return StorageDtype::kF32;

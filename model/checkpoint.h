@@ -17,6 +17,7 @@ namespace hilnas {
 // On-disk element type of a safetensors file.
 enum class StorageDtype { kF32, kF16, kBF16 };
 absl::StatusOr<StorageDtype> ParseStorageDtype(const std::string& name);  // "f32", "F16", "bf16"
+torch::Dtype TorchDtypeOf(StorageDtype dtype);
 
 // Safetensors (https://huggingface.co/docs/safetensors): 8-byte little-endian
 // header length, JSON header, one contiguous data buffer with no holes.

@@ -11,18 +11,6 @@ namespace {
 
 constexpr double kFloat16Max = 65504.0;
 
-torch::Dtype TorchDtypeOf(StorageDtype d) {
-  switch (d) {
-    case StorageDtype::kF16:
-      return torch::kHalf;
-    case StorageDtype::kBF16:
-      return torch::kBFloat16;
-    case StorageDtype::kF32:
-      break;
-  }
-  return torch::kFloat;
-}
-
 const char* NameOf(StorageDtype d) {
   switch (d) {
     case StorageDtype::kF16:
