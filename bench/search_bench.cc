@@ -25,8 +25,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "coordinator/pareto.h"
-#include "coordinator/search.h"
+#include "search/pareto.h"
+#include "search/search.h"
 #include "latency_model/latency_model.h"
 #include "search_space/sobol.h"
 #include "util/textproto.h"
@@ -108,7 +108,8 @@ struct Runner {
     std::vector<int> order;
     while (static_cast<int>(order.size()) < trials) {
       const int n = static_cast<int>(order.size());
-      o.strategy = strategy == "qnehvi" && n < initial ? "sobol" : strategy;
+      o.strategy = strategy == "qnehvi" && n < initial ? hilnas::Strategy::kSobol
+                                                    : *hilnas::ParseStrategy(strategy);
       o.q = std::min(batch, trials - n);
       if (strategy == "qnehvi" && n < initial) o.q = std::min(o.q, initial - n);
       o.round = static_cast<uint64_t>(n);

@@ -23,7 +23,7 @@ absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store) {
     AgentInfo* info = list.add_agents();
     info->set_agent_id(a.agent_id);
     *info->mutable_device() = a.device;
-    info->set_state(a.state);
+    info->set_state(std::string(AgentStateName(a.state)));
     info->set_last_heartbeat_unix_ms(a.last_heartbeat_ms);
     info->set_jobs_done(a.jobs_done);
   }

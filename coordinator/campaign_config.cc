@@ -6,10 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "device_agent/protocol.h"
 #include "model/checkpoint.h"
+#include "proto/benchmark_request.h"
 #include "pruner/metrics.h"
 #include "pruner/prune.h"
+#include "search/strategy.h"
 #include "search_space/sobol.h"
 #include "search_space/space.h"
 #include "util/status_macros.h"
@@ -37,7 +38,7 @@ CampaignConfig WithCampaignDefaults(CampaignConfig c) {
   set([&] { return c.stage2_initial_points(); }, [&](int v) { c.set_stage2_initial_points(v); },
       2 * c.batch_size());
   set([&] { return c.strategy(); }, [&](std::string v) { c.set_strategy(v); },
-      std::string("qnehvi"));
+      std::string(StrategyName(Strategy::kQnehvi)));
   set([&] { return c.candidates(); }, [&](int v) { c.set_candidates(v); }, 1000);
   set([&] { return c.mc_samples(); }, [&](int v) { c.set_mc_samples(v); }, 128);
   set([&] { return c.max_failed_fraction(); }, [&](double v) { c.set_max_failed_fraction(v); },
@@ -150,12 +151,9 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
       static_cast<uint64_t>(c.stage2_trials()) > space->Size()) {
     return bad("stage2_trials", absl::StrCat("the space has only ", space->Size(), " members"));
   }
-  const std::set<std::string> strategies = {"qnehvi", "sobol", "random"};
-  if (!strategies.count(c.strategy())) {
-    return bad("strategy",
-               absl::StrCat("\"", c.strategy(), "\" is not one of qnehvi, sobol, random"));
-  }
-  if (c.strategy() == "qnehvi" && c.stage2_initial_points() < 2) {
+  absl::StatusOr<Strategy> strategy = ParseStrategy(c.strategy());
+  if (!strategy.ok()) return bad("strategy", std::string(strategy.status().message()));
+  if (*strategy == Strategy::kQnehvi && c.stage2_initial_points() < 2) {
     return bad("stage2_initial_points", "qNEHVI needs at least 2 initial trials");
   }
   if (c.max_failed_fraction() <= 0 || c.max_failed_fraction() > 1) {

@@ -133,7 +133,7 @@ std::string ParetoJson(const CampaignRecord& record, const std::vector<Trial>& t
   const FrontView v = ComputeFront(record, trials);
   nlohmann::json j;
   j["campaign"] = record.config.name();
-  j["state"] = record.state;
+  j["state"] = std::string(CampaignStateName(record.state));
   j["stage"] = record.stage;
   j["hypervolume"] = v.hypervolume;
   for (size_t k = 0; k < v.objectives.size(); ++k) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "coordinator/campaign_store.h"
-#include "coordinator/pareto.h"
+#include "search/pareto.h"
 
 namespace hilnas {
 

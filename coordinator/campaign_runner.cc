@@ -9,13 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/campaign_config.h"
+#include "coordinator/campaign_plan.h"
 #include "coordinator/campaign_report.h"
-#include "coordinator/search.h"
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"
 #include "pruner/backbone.h"
-#include "quality/evaluator.h"
-#include "quality/tokens.h"
+#include "search/search.h"
 #include "search_space/counts.h"
 #include "util/median.h"
 #include "util/status_macros.h"
@@ -47,11 +46,16 @@ Trial NewTrial(int stage, const Proposal& p, int prompt_tokens) {
   t.set_stage(stage);
   *t.mutable_arch() = ArchToProto(p.arch);
   t.set_state(PROPOSED);
-  t.set_provenance(p.provenance);
+  t.set_provenance(std::string(ProvenanceName(p.provenance)));
   t.set_acquisition(p.acquisition);
   t.set_parameters(CountParameters(p.arch).model());
   t.set_memory_mb(MemoryMb(p.arch, prompt_tokens));
   return t;
+}
+
+// The trial numbered `id`, which the caller knows is in `trials`.
+Trial& FindTrial(std::vector<Trial>& trials, int64_t id) {
+  return *std::find_if(trials.begin(), trials.end(), [id](const Trial& t) { return t.id() == id; });
 }
 
 bool Measured(const Trial& t) {
@@ -61,8 +65,14 @@ bool Measured(const Trial& t) {
 }  // namespace
 
 CampaignRunner::CampaignRunner(CampaignStore* campaigns, JobStore* jobs, const Clock* clock,
-                               CampaignRunnerOptions options)
-    : campaigns_(campaigns), jobs_(jobs), clock_(clock), options_(std::move(options)) {}
+                               CampaignRunnerOptions options, BackboneLoader load_backbone,
+                               EvaluatorFactory make_evaluator)
+    : campaigns_(campaigns),
+      jobs_(jobs),
+      clock_(clock),
+      options_(std::move(options)),
+      load_backbone_(std::move(load_backbone)),
+      make_evaluator_(std::move(make_evaluator)) {}
 
 CampaignRunner::~CampaignRunner() { Stop(); }
 
@@ -96,7 +106,7 @@ void CampaignRunner::Loop() {
           absl::MutexLock lock(&mu_);
           if (stop_) return;
         }
-        if (r.state != "running") continue;
+        if (r.state != CampaignState::kRunning) continue;
         absl::StatusOr<bool> p = Step(r.config.name());
         progressed = progressed || (p.ok() && *p);
       }
@@ -129,27 +139,33 @@ absl::StatusOr<CampaignContext*> CampaignRunner::Context(const CampaignRecord& r
 absl::StatusOr<bool> CampaignRunner::Step(const std::string& name) {
   absl::MutexLock lock(&step_mu_);
   HILNAS_ASSIGN_OR_RETURN(CampaignRecord record, campaigns_->Get(name));
-  if (record.state != "running") return false;
+  if (record.state != CampaignState::kRunning) return false;
   absl::StatusOr<CampaignContext*> ctx = Context(record);
   if (!ctx.ok()) {
-    HILNAS_RETURN_IF_ERROR(campaigns_->Finish(name, "failed", std::string(ctx.status().message())));
+    HILNAS_RETURN_IF_ERROR(
+        campaigns_->Finish(name, CampaignEvent::kFail, std::string(ctx.status().message())));
     return true;
   }
   HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, campaigns_->Trials(name));
   if (record.stage == 0) {
-    record.stage = 1;
-    record.message = "stage 1: measuring latency";
-    HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
-    Log(name, absl::StrFormat(
-                  "stage 1: %d Sobol points, then uncertainty batches of %d, up to %d latency "
-                  "points or CV R^2 %.2f; TTFT at %d tokens on pool %s",
-                  record.config.stage1_sobol_points(), record.config.batch_size(),
-                  record.config.stage1_latency_points(), record.config.stage1_target_r2(),
-                  record.config.ttft_prompt_tokens(), DeviceClass(record.config)));
+    HILNAS_RETURN_IF_ERROR(StartStage1(record));
     return true;
   }
   if (record.stage == 1) return Stage1(record, **ctx, trials);
   return Stage2(record, **ctx, trials);
+}
+
+absl::Status CampaignRunner::StartStage1(CampaignRecord& record) {
+  const CampaignConfig& c = record.config;
+  record.stage = 1;
+  record.message = "stage 1: measuring latency";
+  HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
+  Log(c.name(), absl::StrFormat("stage 1: %d Sobol points, then uncertainty batches of %d, up to "
+                                "%d latency points or CV R^2 %.2f; TTFT at %d tokens on pool %s",
+                                c.stage1_sobol_points(), c.batch_size(),
+                                c.stage1_latency_points(), c.stage1_target_r2(),
+                                c.ttft_prompt_tokens(), DeviceClass(c)));
+  return absl::OkStatus();
 }
 
 absl::Status CampaignRunner::SubmitMeasurement(const CampaignRecord& record, Trial& trial) {
@@ -211,21 +227,16 @@ absl::StatusOr<bool> CampaignRunner::CollectMeasurements(std::vector<Trial>& tri
 
 absl::StatusOr<bool> CampaignRunner::CheckFailures(const CampaignRecord& record,
                                                    const std::vector<Trial>& trials) {
-  int failed = 0, finished = 0;
-  std::string last;
-  for (const Trial& t : trials) {
-    if (t.stage() != record.stage || t.id() <= record.failures_count_after) continue;
-    if (t.state() == FAILED) ++failed, last = absl::StrCat("trial ", t.id(), ": ", t.message());
-    if (t.state() == FAILED || t.state() == DONE) ++finished;
-  }
-  if (failed < 3 || failed <= record.config.max_failed_fraction() * finished) return false;
+  const FailureCheck f =
+      CheckStageFailures(record.config, record.stage, record.failures_count_after, trials);
+  if (!f.stop) return false;
   const std::string report = absl::StrFormat(
       "stopped: %d of %d stage-%d trials failed%s, more than the limit of %.0f%% "
       "(max_failed_fraction); last error: %s",
-      failed, finished, record.stage,
+      f.failed, f.finished, record.stage,
       record.failures_count_after > 0 ? " since the last resume" : "",
-      100 * record.config.max_failed_fraction(), last);
-  HILNAS_RETURN_IF_ERROR(campaigns_->Finish(record.config.name(), "failed", report));
+      100 * record.config.max_failed_fraction(), f.last);
+  HILNAS_RETURN_IF_ERROR(campaigns_->Finish(record.config.name(), CampaignEvent::kFail, report));
   Log(record.config.name(), report);
   return true;
 }
@@ -281,125 +292,143 @@ absl::Status CampaignRunner::FitLatencyModels(CampaignRecord& record, CampaignCo
 absl::StatusOr<bool> CampaignRunner::Stage1(CampaignRecord& record, CampaignContext& ctx,
                                             std::vector<Trial>& trials) {
   const CampaignConfig& c = record.config;
-  const std::string& name = c.name();
-  for (Trial& t : trials) {
-    if (t.stage() == 1 && t.state() == PROPOSED) {
-      HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
+  StageTally tally = TallyStage(trials, 1);
+  bool collected = false;
+  if (tally.proposed_id == 0) {
+    HILNAS_ASSIGN_OR_RETURN(collected, CollectMeasurements(trials));
+    if (collected) {
+      HILNAS_ASSIGN_OR_RETURN(bool failed, CheckFailures(record, trials));
+      if (failed) return true;
+      tally = TallyStage(trials, 1);
+    }
+  }
+  const Stage1Plan plan = PlanStage1(c, tally);
+  switch (plan.kind) {
+    case Stage1Plan::Kind::kSubmit:
+      HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, FindTrial(trials, plan.trial)));
       return true;
-    }
-  }
-  HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(trials));
-  if (collected) {
-    HILNAS_ASSIGN_OR_RETURN(bool failed, CheckFailures(record, trials));
-    if (failed) return true;
-  }
-  int open = 0, done = 0, total = 0;
-  std::set<std::string> seen;
-  for (const Trial& t : trials) {
-    if (t.stage() != 1) continue;
-    ++total;
-    open += !TrialFinished(t.state());
-    done += t.state() == DONE;
-    seen.insert(ArchKey(t.arch()));
-  }
-  if (open > 0) {
-    const std::string waiting = absl::StrFormat("stage 1: %d latency jobs out, %d measured of %d",
-                                                open, done, c.stage1_latency_points());
-    if (record.message != waiting) {
-      record.message = waiting;
-      HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
-    }
-    return collected;
-  }
-  if (total == 0 || done < 3) {
-    const int n = total == 0 ? c.stage1_sobol_points()
-                             : std::min(c.batch_size(), c.stage1_latency_points() - total);
-    if (n <= 0) {
-      HILNAS_RETURN_IF_ERROR(
-          campaigns_->Finish(name, "failed",
-                             absl::StrCat("stage 1: only ", done, " of ", total,
-                                          " latency measurements succeeded; a GP needs 3")));
+    case Stage1Plan::Kind::kWait:
+      HILNAS_RETURN_IF_ERROR(ShowStage1Progress(record, tally));
+      return collected;
+    case Stage1Plan::Kind::kTooFew:
+      HILNAS_RETURN_IF_ERROR(campaigns_->Finish(
+          c.name(), CampaignEvent::kFail,
+          absl::StrCat("stage 1: only ", tally.done, " of ", tally.total,
+                       " latency measurements succeeded; a GP needs ", kMinLatencyPoints)));
       return true;
-    }
-    HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs, FreshSobol(*ctx.space, n, c.seed(), seen));
-    std::vector<Trial> batch;
-    for (const Arch& a : archs)
-      batch.push_back(NewTrial(1, {a, "sobol", 0}, c.ttft_prompt_tokens()));
-    HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
-    Log(name,
-        absl::StrFormat("stage 1: proposed %zu Sobol architectures for latency", archs.size()));
-    return true;
+    case Stage1Plan::Kind::kSobol:
+      HILNAS_RETURN_IF_ERROR(ProposeStage1Sobol(record, ctx, tally, plan.n));
+      return true;
+    case Stage1Plan::Kind::kFit:
+      break;
   }
   HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/true));
-  std::vector<double> ttfts, decodes, memory;
+  if (Stage1Finished(c, tally, record.cv_r2)) {
+    HILNAS_RETURN_IF_ERROR(StartStage2(record, tally, trials));
+  } else {
+    HILNAS_RETURN_IF_ERROR(ProposeUncertaintyBatch(record, ctx, tally, trials));
+  }
+  return true;
+}
+
+absl::Status CampaignRunner::ShowStage1Progress(CampaignRecord& record, const StageTally& tally) {
+  const std::string waiting =
+      absl::StrFormat("stage 1: %d latency jobs out, %d measured of %d", tally.open, tally.done,
+                      record.config.stage1_latency_points());
+  if (record.message == waiting) return absl::OkStatus();
+  record.message = waiting;
+  return campaigns_->Update(record);
+}
+
+absl::Status CampaignRunner::ProposeStage1Sobol(const CampaignRecord& record, CampaignContext& ctx,
+                                                const StageTally& tally, int n) {
+  const CampaignConfig& c = record.config;
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs, FreshSobol(*ctx.space, n, c.seed(), tally.seen));
+  std::vector<Trial> batch;
+  for (const Arch& a : archs) {
+    batch.push_back(NewTrial(1, {a, Provenance::kSobol, 0}, c.ttft_prompt_tokens()));
+  }
+  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(c.name(), std::move(batch)).status());
+  Log(c.name(),
+      absl::StrFormat("stage 1: proposed %zu Sobol architectures for latency", archs.size()));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The reference TTFT: the configured one, else the median of stage 1.
+double ReferenceTtft(const CampaignConfig& c, const std::vector<Trial>& trials) {
+  if (c.reference().ttft_ms() > 0) return c.reference().ttft_ms();
+  std::vector<double> ttfts;
+  for (const Trial& t : trials) {
+    if (t.stage() == 1 && Measured(t)) ttfts.push_back(t.measured_ttft_ms());
+  }
+  return MedianOrNan(ttfts);
+}
+
+}  // namespace
+
+absl::Status CampaignRunner::StartStage2(CampaignRecord& record, const StageTally& tally,
+                                         const std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
+  std::vector<double> decodes, memory;
   for (const Trial& t : trials) {
     if (t.stage() != 1 || !Measured(t)) continue;
-    ttfts.push_back(t.measured_ttft_ms());
     decodes.push_back(t.latency().summaries(0).decode_median_ms_per_token());
     memory.push_back(t.memory_mb());
   }
-  const double ref_ttft =
-      c.reference().ttft_ms() > 0 ? c.reference().ttft_ms() : MedianOrNan(ttfts);
-  if (record.cv_r2 >= c.stage1_target_r2() || total >= c.stage1_latency_points()) {
-    record.reference = c.reference();
-    record.reference.set_ttft_ms(ref_ttft);
-    if (record.reference.decode_ms() <= 0) record.reference.set_decode_ms(MedianOrNan(decodes));
-    if (record.reference.memory_mb() <= 0) record.reference.set_memory_mb(MedianOrNan(memory));
-    record.stage = 2;
-    record.message = "stage 2: quality and latency";
-    HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
-    Log(name, absl::StrFormat(
-                  "stage 1 done: %d latency points, CV R^2 %.3f (target %.2f), tau %.3f; "
-                  "reference point loss %.3f, TTFT %.1f ms%s",
-                  done, record.cv_r2, c.stage1_target_r2(), record.cv_tau, record.reference.loss(),
-                  ref_ttft, c.reference().ttft_ms() > 0 ? "" : " (median of stage 1)"));
-    Log(name, absl::StrFormat("stage 2: %d trials in batches of %d, strategy %s (%d initial Sobol)",
-                              c.stage2_trials(), c.batch_size(), c.strategy(),
-                              c.stage2_initial_points()));
-    return true;
-  }
-  const int q = std::min(c.batch_size(), c.stage1_latency_points() - total);
-  HILNAS_ASSIGN_OR_RETURN(
-      std::vector<Proposal> picks,
-      ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft, q, c.candidates(), c.seed(), seen));
+  const double ref_ttft = ReferenceTtft(c, trials);
+  record.reference = c.reference();
+  record.reference.set_ttft_ms(ref_ttft);
+  if (record.reference.decode_ms() <= 0) record.reference.set_decode_ms(MedianOrNan(decodes));
+  if (record.reference.memory_mb() <= 0) record.reference.set_memory_mb(MedianOrNan(memory));
+  record.stage = 2;
+  record.message = "stage 2: quality and latency";
+  HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
+  Log(c.name(), absl::StrFormat("stage 1 done: %d latency points, CV R^2 %.3f (target %.2f), tau "
+                                "%.3f; reference point loss %.3f, TTFT %.1f ms%s",
+                                tally.done, record.cv_r2, c.stage1_target_r2(), record.cv_tau,
+                                record.reference.loss(), ref_ttft,
+                                c.reference().ttft_ms() > 0 ? "" : " (median of stage 1)"));
+  Log(c.name(), absl::StrFormat("stage 2: %d trials in batches of %d, strategy %s (%d initial "
+                                "Sobol)",
+                                c.stage2_trials(), c.batch_size(), c.strategy(),
+                                c.stage2_initial_points()));
+  return absl::OkStatus();
+}
+
+absl::Status CampaignRunner::ProposeUncertaintyBatch(const CampaignRecord& record,
+                                                     CampaignContext& ctx, const StageTally& tally,
+                                                     const std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
+  const double ref_ttft = ReferenceTtft(c, trials);
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks,
+                          ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft,
+                                              UncertaintyBatchSize(c, tally), c.candidates(),
+                                              c.seed(), tally.seen));
   std::vector<Trial> batch;
   for (const Proposal& p : picks) batch.push_back(NewTrial(1, p, c.ttft_prompt_tokens()));
-  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
-  Log(name, absl::StrFormat("stage 1: CV R^2 %.3f below %.2f; %zu more points where the model is "
-                            "least sure under %.1f ms",
-                            record.cv_r2, c.stage1_target_r2(), picks.size(), ref_ttft));
-  return true;
+  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(c.name(), std::move(batch)).status());
+  Log(c.name(), absl::StrFormat("stage 1: CV R^2 %.3f below %.2f; %zu more points where the model "
+                                "is least sure under %.1f ms",
+                                record.cv_r2, c.stage1_target_r2(), picks.size(), ref_ttft));
+  return absl::OkStatus();
+}
+
+absl::Status CampaignRunner::EnsureEvaluator(const CampaignConfig& c, CampaignContext& ctx) {
+  if (ctx.backbone == nullptr) {
+    HILNAS_ASSIGN_OR_RETURN(ctx.backbone, load_backbone_(c));
+  }
+  if (ctx.evaluator == nullptr) {
+    HILNAS_ASSIGN_OR_RETURN(ctx.evaluator, make_evaluator_(c, *ctx.backbone));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx,
                                            Trial& trial) {
   const CampaignConfig& c = record.config;
-  if (ctx.backbone == nullptr) {
-    HILNAS_ASSIGN_OR_RETURN(Backbone b,
-                            LoadBackbone(c.backbone_checkpoint(), c.backbone_metrics()));
-    ctx.backbone = std::make_unique<Backbone>(std::move(b));
-  }
-  if (ctx.evaluator == nullptr) {
-    if (c.quality_evaluator() == "in-process") {
-      HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                              ReadTokenFile(c.tokens(), ctx.backbone->model->arch().vocab_size));
-      HILNAS_ASSIGN_OR_RETURN(
-          TokenSplit split,
-          SplitTokens(std::move(ids), c.train().heldout_fraction(), c.train().seq_len() + 1));
-      TrainOptions o;
-      o.steps = c.train().steps();
-      o.batch_size = c.train().batch_size();
-      o.seq_len = c.train().seq_len();
-      o.lr = c.train().lr();
-      o.warmup_steps = c.train().warmup_steps();
-      o.eval_windows = c.train().eval_windows();
-      o.seed = c.seed();
-      ctx.evaluator =
-          NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)), o);
-    } else {
-      ctx.evaluator = NewExternalCommandEvaluator(c.quality_evaluator(), c.quality_timeout_s());
-    }
-  }
+  HILNAS_RETURN_IF_ERROR(EnsureEvaluator(c, ctx));
   const fs::path dir = fs::path(options_.work_dir) / c.name() / absl::StrCat("trial-", trial.id());
   trial.set_state(PRUNING);
   HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
@@ -422,44 +451,71 @@ absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, Campaig
   return absl::OkStatus();
 }
 
+absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, CampaignContext& ctx,
+                                              Trial& t,
+                                              std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
+  absl::Status s = EvaluateTrial(record, ctx, t);
+  if (!s.ok()) {
+    t.set_state(FAILED);
+    t.set_message(std::string(s.message()));
+    t.set_finished_ms(clock_->NowMs());
+    HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+    Log(c.name(),
+        absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", s.message()));
+    return CheckFailures(record, trials).status();
+  }
+  if (c.confirm_latency()) {
+    HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
+  } else {
+    t.set_state(DONE);
+    t.set_finished_ms(clock_->NowMs());
+    HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+  }
+  Log(c.name(),
+      absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, %.1f s",
+                      t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
+                      t.predicted_ttft_ms(), absl::StrCat(t.parameters()), t.quality_seconds()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignContext& ctx,
                                             std::vector<Trial>& trials) {
   const CampaignConfig& c = record.config;
-  const std::string& name = c.name();
   HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/false));
   // Finish what is under way first, one trial per step so a stop is seen.
-  for (Trial& t : trials) {
-    if (t.stage() != 2 ||
-        (t.state() != PROPOSED && t.state() != PRUNING && t.state() != TRAINING)) {
-      continue;
-    }
-    absl::Status s = EvaluateTrial(record, ctx, t);
-    if (!s.ok()) {
-      t.set_state(FAILED);
-      t.set_message(std::string(s.message()));
-      t.set_finished_ms(clock_->NowMs());
-      HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
-      Log(name,
-          absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", s.message()));
-      HILNAS_RETURN_IF_ERROR(CheckFailures(record, trials).status());
-      return true;
-    }
-    if (c.confirm_latency()) {
-      HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
-    } else {
-      t.set_state(DONE);
-      t.set_finished_ms(clock_->NowMs());
-      HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
-    }
-    Log(name,
-        absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, "
-                        "%.1f s",
-                        t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
-                        t.predicted_ttft_ms(), absl::StrCat(t.parameters()), t.quality_seconds()));
+  if (const int64_t id = TallyStage(trials, 2).evaluating_id; id != 0) {
+    HILNAS_RETURN_IF_ERROR(FinishEvaluation(record, ctx, FindTrial(trials, id), trials));
     return true;
   }
   HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(trials));
-  int open = 0, counted = 0;
+  HILNAS_ASSIGN_OR_RETURN(const Strategy strategy, ParseStrategy(c.strategy()));
+  const StageTally tally = TallyStage(trials, 2);
+  const Stage2Plan plan = PlanStage2(c, strategy, tally);
+  switch (plan.kind) {
+    case Stage2Plan::Kind::kWait:
+      return collected;
+    case Stage2Plan::Kind::kComplete: {
+      const std::string report = absl::StrCat("done: ", FrontSummary(record, trials));
+      HILNAS_RETURN_IF_ERROR(campaigns_->Finish(c.name(), CampaignEvent::kComplete, report));
+      Log(c.name(), report);
+      return true;
+    }
+    case Stage2Plan::Kind::kPropose:
+      break;
+  }
+  HILNAS_RETURN_IF_ERROR(ProposeStage2Batch(record, ctx, trials, tally, plan));
+  return true;
+}
+
+namespace {
+
+// What the search sees of stage 2: observed losses, pending proposals, the
+// fitted latency models and the reference point.
+absl::StatusOr<SearchState> Stage2SearchState(const CampaignRecord& record,
+                                              const CampaignContext& ctx,
+                                              const std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
   SearchState state;
   state.space = ctx.space.get();
   state.objectives = CampaignObjectives(c);
@@ -470,8 +526,6 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
   for (const Trial& t : trials) {
     if (t.stage() != 2) continue;
     state.seen.insert(ArchKey(t.arch()));
-    open += !TrialFinished(t.state()) && t.state() != MEASURING;
-    counted += t.state() != ABANDONED;
     HILNAS_ASSIGN_OR_RETURN(Arch a, ArchFromProto(t.arch()));
     if (t.state() == DONE || (t.state() == MEASURING && t.loss() > 0)) {
       state.observed.push_back(a);
@@ -480,37 +534,32 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
       state.pending.push_back(a);
     }
   }
-  bool measuring = false;
-  for (const Trial& t : trials) measuring = measuring || t.state() == MEASURING;
-  if (counted >= c.stage2_trials()) {
-    if (measuring) return collected;
-    const std::string report = absl::StrCat("done: ", FrontSummary(record, trials));
-    HILNAS_RETURN_IF_ERROR(campaigns_->Finish(name, "done", report));
-    Log(name, report);
-    return true;
-  }
-  if (open > 0) return collected;
-  const int q = std::min(c.batch_size(), c.stage2_trials() - counted);
+  return state;
+}
+
+}  // namespace
+
+absl::Status CampaignRunner::ProposeStage2Batch(const CampaignRecord& record,
+                                                const CampaignContext& ctx,
+                                                const std::vector<Trial>& trials,
+                                                const StageTally& tally, const Stage2Plan& plan) {
+  const CampaignConfig& c = record.config;
+  HILNAS_ASSIGN_OR_RETURN(const SearchState state, Stage2SearchState(record, ctx, trials));
   ProposeOptions po;
-  po.strategy =
-      counted < c.stage2_initial_points() && c.strategy() == "qnehvi" ? "sobol" : c.strategy();
-  po.q = po.strategy == "sobol" && c.strategy() == "qnehvi"
-             ? std::min(q, c.stage2_initial_points() - counted)
-             : q;
+  po.strategy = plan.strategy;
+  po.q = plan.q;
   po.candidates = c.candidates();
   po.mc_samples = c.mc_samples();
   po.seed = c.seed() + 1;  // stage 2's Sobol sequence differs from stage 1's
-  po.round = static_cast<uint64_t>(counted);
+  po.round = static_cast<uint64_t>(tally.counted);
   po.gp.seed = c.seed();
   const auto t0 = std::chrono::steady_clock::now();
   HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks, ProposeBatch(state, po));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (picks.empty()) {
-    HILNAS_RETURN_IF_ERROR(
-        campaigns_->Finish(name, "done",
-                           absl::StrCat("done early: no unseen architecture left to propose; ",
-                                        FrontSummary(record, trials))));
-    return true;
+    return campaigns_->Finish(c.name(), CampaignEvent::kComplete,
+                              absl::StrCat("done early: no unseen architecture left to propose; ",
+                                           FrontSummary(record, trials)));
   }
   std::vector<Arch> archs;
   for (const Proposal& p : picks) archs.push_back(p.arch);
@@ -526,10 +575,11 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
       t.set_predicted_decode_ms(d[0].median_ms);
     }
   }
-  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(name, std::move(batch)).status());
-  Log(name, absl::StrFormat("stage 2: proposed %zu by %s over %zu observed trials in %.2f s",
-                            picks.size(), po.strategy, state.observed.size(), secs));
-  return true;
+  HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(c.name(), std::move(batch)).status());
+  Log(c.name(), absl::StrFormat("stage 2: proposed %zu by %s over %zu observed trials in %.2f s",
+                                picks.size(), StrategyName(po.strategy), state.observed.size(),
+                                secs));
+  return absl::OkStatus();
 }
 
 }  // namespace hilnas

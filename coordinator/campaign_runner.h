@@ -24,7 +24,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/campaign_plan.h"
 #include "coordinator/campaign_store.h"
+#include "coordinator/evaluators.h"
 #include "coordinator/job_store.h"
 #include "util/clock.h"
 
@@ -43,8 +45,12 @@ struct CampaignContext;
 class CampaignRunner {
  public:
   // `campaigns`, `jobs` and `clock` are not owned and must outlive the runner.
+  // Stage 2 gets each campaign's backbone from `load_backbone` and its
+  // quality evaluator from `make_evaluator` (coordinator/evaluators.h).
   CampaignRunner(CampaignStore* campaigns, JobStore* jobs, const Clock* clock,
-                 CampaignRunnerOptions options);
+                 CampaignRunnerOptions options,
+                 BackboneLoader load_backbone = DefaultBackboneLoader(),
+                 EvaluatorFactory make_evaluator = DefaultEvaluatorFactory());
   ~CampaignRunner();
 
   // Steps every running campaign on a background thread until Stop().
@@ -61,14 +67,37 @@ class CampaignRunner {
 
  private:
   absl::StatusOr<CampaignContext*> Context(const CampaignRecord& record);
+
+  // Stage 1 (latency): decisions come from PlanStage1 (campaign_plan.h);
+  // each effect below commits before the next step.
+  absl::Status StartStage1(CampaignRecord& record);
   absl::StatusOr<bool> Stage1(CampaignRecord& record, CampaignContext& ctx,
                               std::vector<Trial>& trials);
+  absl::Status ShowStage1Progress(CampaignRecord& record, const StageTally& tally);
+  absl::Status ProposeStage1Sobol(const CampaignRecord& record, CampaignContext& ctx,
+                                  const StageTally& tally, int n);
+  absl::Status ProposeUncertaintyBatch(const CampaignRecord& record, CampaignContext& ctx,
+                                       const StageTally& tally, const std::vector<Trial>& trials);
+  absl::Status StartStage2(CampaignRecord& record, const StageTally& tally,
+                           const std::vector<Trial>& trials);
+
+  // Stage 2 (quality and latency): decisions from PlanStage2.
   absl::StatusOr<bool> Stage2(CampaignRecord& record, CampaignContext& ctx,
                               std::vector<Trial>& trials);
+  absl::Status ProposeStage2Batch(const CampaignRecord& record, const CampaignContext& ctx,
+                                  const std::vector<Trial>& trials, const StageTally& tally,
+                                  const Stage2Plan& plan);
+  absl::Status EnsureEvaluator(const CampaignConfig& config, CampaignContext& ctx);
+  // Prunes and evaluates `trial`; the error is the trial's, not the campaign's.
+  absl::Status EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx, Trial& trial);
+  // EvaluateTrial, then records its result or its failure.
+  absl::Status FinishEvaluation(const CampaignRecord& record, CampaignContext& ctx, Trial& trial,
+                                std::vector<Trial>& trials);
+
+  // Both stages.
   // Moves MEASURING trials whose jobs finished; true when any did.
   absl::StatusOr<bool> CollectMeasurements(std::vector<Trial>& trials);
   absl::Status SubmitMeasurement(const CampaignRecord& record, Trial& trial);
-  absl::Status EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx, Trial& trial);
   // Fails the campaign when too many trials failed; true when it did.
   absl::StatusOr<bool> CheckFailures(const CampaignRecord& record,
                                      const std::vector<Trial>& trials);
@@ -81,6 +110,8 @@ class CampaignRunner {
   JobStore* jobs_;            // not owned
   const Clock* clock_;        // not owned
   const CampaignRunnerOptions options_;
+  const BackboneLoader load_backbone_;
+  const EvaluatorFactory make_evaluator_;
 
   absl::Mutex step_mu_;  // one Step at a time
   std::map<std::string, std::unique_ptr<CampaignContext>> contexts_ ABSL_GUARDED_BY(step_mu_);

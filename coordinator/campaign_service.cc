@@ -19,7 +19,7 @@ absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std:
   HILNAS_ASSIGN_OR_RETURN(std::vector<LogLine> log, store.LogLines(name, log_lines));
   CampaignStatus s;
   s.set_name(name);
-  s.set_state(r.state);
+  s.set_state(std::string(CampaignStateName(r.state)));
   s.set_stage(r.stage);
   s.set_message(r.message);
   for (const Trial& t : trials) {
@@ -54,7 +54,7 @@ absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig&
 }
 
 absl::StatusOr<CampaignStatus> CampaignServiceImpl::Start(const std::string& name) {
-  HILNAS_RETURN_IF_ERROR(store_->SetState(name, {"created"}, "running", "starting"));
+  HILNAS_RETURN_IF_ERROR(store_->SetState(name, CampaignEvent::kStart, "starting"));
   store_->Log(name, "started").IgnoreError();
   runner_->Poke();
   return DescribeCampaign(*store_, name);
@@ -76,15 +76,17 @@ absl::StatusOr<std::vector<CampaignStatus>> CampaignServiceImpl::List() {
 }
 
 absl::StatusOr<CampaignStatus> CampaignServiceImpl::Stop(const std::string& name) {
-  HILNAS_RETURN_IF_ERROR(store_->SetState(name, {"running"}, "stopped", "stopped by the user"));
+  HILNAS_RETURN_IF_ERROR(store_->SetState(name, CampaignEvent::kStop, "stopped by the user"));
   store_->Log(name, "stopped by the user").IgnoreError();
   return DescribeCampaign(*store_, name);
 }
 
 absl::StatusOr<CampaignStatus> CampaignServiceImpl::Resume(const std::string& name) {
   HILNAS_ASSIGN_OR_RETURN(CampaignRecord r, store_->Get(name));
-  if (r.state != "stopped" && r.state != "failed") {
-    return absl::FailedPreconditionError(absl::StrCat("campaign \"", name, "\" is ", r.state,
+  if (absl::StatusOr<CampaignState> next = NextCampaignState(r.state, CampaignEvent::kResume);
+      !next.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("campaign \"", name, "\" is ",
+                                                      CampaignStateName(r.state),
                                                       "; only a stopped or failed one resumes"));
   }
   HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, store_->Trials(name));
@@ -97,7 +99,7 @@ absl::StatusOr<CampaignStatus> CampaignServiceImpl::Resume(const std::string& na
     forgiven += t.state() == FAILED;
   }
   HILNAS_RETURN_IF_ERROR(store_->Update(r));
-  HILNAS_RETURN_IF_ERROR(store_->SetState(name, {"stopped", "failed"}, "running", "resumed"));
+  HILNAS_RETURN_IF_ERROR(store_->SetState(name, CampaignEvent::kResume, "resumed"));
   store_->Log(name, absl::StrCat("resumed (", forgiven, " earlier failures no longer count)"))
       .IgnoreError();
   runner_->Poke();

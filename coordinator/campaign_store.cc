@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "search_space/arch.h"
 #include "util/status_macros.h"
 
@@ -82,12 +81,13 @@ absl::Status CampaignStore::Create(const CampaignConfig& config) {
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement ins,
       db_->Prepare("INSERT INTO campaigns(name, config, state, reference, created_ms, updated_ms) "
-                   "VALUES(?, ?, 'created', ?, ?, ?)"));
+                   "VALUES(?, ?, ?, ?, ?, ?)"));
   HILNAS_RETURN_IF_ERROR(ins.Bind(1, config.name())
                              .BindBlob(2, config.SerializeAsString())
-                             .BindBlob(3, config.reference().SerializeAsString())
-                             .Bind(4, now)
+                             .Bind(3, std::string(CampaignStateName(CampaignState::kCreated)))
+                             .BindBlob(4, config.reference().SerializeAsString())
                              .Bind(5, now)
+                             .Bind(6, now)
                              .Run());
   return tx.Commit();
 }
@@ -97,13 +97,20 @@ constexpr char kSelectCampaign[] =
     "SELECT name, config, state, stage, message, reference, cv_r2, cv_tau, "
     "failures_count_after, created_ms, updated_ms FROM campaigns";
 
-CampaignRecord RecordFrom(const SqliteStatement& q) {
+absl::StatusOr<CampaignRecord> RecordFrom(const SqliteStatement& q) {
   CampaignRecord r;
-  r.config.ParseFromString(q.Blob(1));
-  r.state = q.Text(2);
+  const std::string name = q.Text(0);
+  HILNAS_RETURN_IF_ERROR(q.ParseBlob(1, &r.config, absl::StrCat("campaign \"", name, "\"'s config")));
+  absl::StatusOr<CampaignState> state = ParseCampaignState(q.Text(2));
+  if (!state.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("campaign \"", name, "\": stored state ", state.status().message()));
+  }
+  r.state = *state;
   r.stage = static_cast<int>(q.Int(3));
   r.message = q.Text(4);
-  r.reference.ParseFromString(q.Blob(5));
+  HILNAS_RETURN_IF_ERROR(
+      q.ParseBlob(5, &r.reference, absl::StrCat("campaign \"", name, "\"'s reference point")));
   r.cv_r2 = NullableDouble(q, 6);
   r.cv_tau = NullableDouble(q, 7);
   r.failures_count_after = q.Int(8);
@@ -134,7 +141,8 @@ absl::StatusOr<std::vector<CampaignRecord>> CampaignStore::List() {
   while (true) {
     HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
-    out.push_back(RecordFrom(q));
+    HILNAS_ASSIGN_OR_RETURN(CampaignRecord r, RecordFrom(q));
+    out.push_back(std::move(r));
   }
   return out;
 }
@@ -158,31 +166,42 @@ absl::Status CampaignStore::Update(const CampaignRecord& r) {
   return absl::OkStatus();
 }
 
-absl::Status CampaignStore::SetStateLocked(const std::string& name,
-                                           const std::vector<std::string>& from,
-                                           const std::string& to, const std::string& message) {
+absl::Status CampaignStore::SetStateLocked(const std::string& name, CampaignEvent event,
+                                           const std::string& message) {
   HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
                           db_->Prepare("SELECT state FROM campaigns WHERE name = ?"));
   q.Bind(1, name);
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("no campaign \"", name, "\""));
-  const std::string state = q.Text(0);
-  if (std::find(from.begin(), from.end(), state) == from.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "campaign \"", name, "\" is ", state, "; this needs it ", absl::StrJoin(from, " or ")));
+  absl::StatusOr<CampaignState> from = ParseCampaignState(q.Text(0));
+  if (!from.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("campaign \"", name, "\": stored state ", from.status().message()));
+  }
+  absl::StatusOr<CampaignState> to = NextCampaignState(*from, event);
+  if (!to.ok()) {
+    return absl::Status(to.status().code(),
+                        absl::StrCat("campaign \"", name, "\": ", to.status().message()));
   }
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement u,
       db_->Prepare("UPDATE campaigns SET state = ?, message = ?, updated_ms = ? WHERE name = ?"));
-  return u.Bind(1, to).Bind(2, message).Bind(3, clock_->NowMs()).Bind(4, name).Run();
+  return u.Bind(1, std::string(CampaignStateName(*to)))
+      .Bind(2, message)
+      .Bind(3, clock_->NowMs())
+      .Bind(4, name)
+      .Run();
 }
 
-absl::Status CampaignStore::SetState(const std::string& name, const std::vector<std::string>& from,
-                                     const std::string& to, const std::string& message) {
+absl::Status CampaignStore::SetState(const std::string& name, CampaignEvent event,
+                                     const std::string& message) {
   absl::MutexLock lock(&mu_);
   SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
-  HILNAS_RETURN_IF_ERROR(SetStateLocked(name, from, to, message));
+  if (event == CampaignEvent::kComplete || event == CampaignEvent::kFail) {
+    return absl::InvalidArgumentError("complete and fail end a campaign through Finish");
+  }
+  HILNAS_RETURN_IF_ERROR(SetStateLocked(name, event, message));
   return tx.Commit();
 }
 
@@ -269,12 +288,16 @@ absl::StatusOr<std::vector<Trial>> CampaignStore::Trials(const std::string& camp
   return out;
 }
 
-absl::Status CampaignStore::Finish(const std::string& name, const std::string& to,
+absl::Status CampaignStore::Finish(const std::string& name, CampaignEvent event,
                                    const std::string& why) {
+  if (event != CampaignEvent::kComplete && event != CampaignEvent::kFail) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Finish takes complete or fail, not ", CampaignEventName(event)));
+  }
   absl::MutexLock lock(&mu_);
   SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
-  HILNAS_RETURN_IF_ERROR(SetStateLocked(name, {"running"}, to, why));
+  HILNAS_RETURN_IF_ERROR(SetStateLocked(name, event, why));
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
       db_->Prepare("SELECT trial FROM trials WHERE campaign = ? AND state NOT IN (?, ?, ?)"));
@@ -286,7 +309,8 @@ absl::Status CampaignStore::Finish(const std::string& name, const std::string& t
   while (true) {
     HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
-    open.emplace_back().ParseFromString(q.Blob(0));
+    HILNAS_RETURN_IF_ERROR(
+        q.ParseBlob(0, &open.emplace_back(), absl::StrCat("a trial of campaign \"", name, "\"")));
   }
   const int64_t now = clock_->NowMs();
   for (Trial& t : open) {

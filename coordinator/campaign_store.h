@@ -20,17 +20,17 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/lifecycle.h"
 #include "coordinator/sqlite.h"
 #include "proto/campaign.pb.h"
 #include "util/clock.h"
 
 namespace hilnas {
 
-// A campaign's lifecycle: created -> running <-> stopped; running -> done | failed;
-// failed -> running again by resume.
+// A campaign's lifecycle is coordinator/lifecycle.h's table.
 struct CampaignRecord {
   CampaignConfig config;
-  std::string state = "created";
+  CampaignState state = CampaignState::kCreated;
   int stage = 0;  // 0 before start, then 1 (latency) and 2 (quality and latency)
   std::string message;
   ReferencePoint reference;          // the effective point (automatic parts filled in stage 1)
@@ -64,10 +64,10 @@ class CampaignStore {
   // the config or the state, which change only through SetState and Finish
   // (so the runner cannot undo a user's stop it has not seen yet).
   absl::Status Update(const CampaignRecord& record);
-  // Moves the campaign to `to` (with `message`) when its state is one of
-  // `from`; FAILED_PRECONDITION naming the state otherwise.
-  absl::Status SetState(const std::string& name, const std::vector<std::string>& from,
-                        const std::string& to, const std::string& message);
+  // Applies `event` (with `message`) by the lifecycle table: start, stop,
+  // resume. FAILED_PRECONDITION naming the state when the table has no such
+  // edge from it. Complete and fail go through Finish.
+  absl::Status SetState(const std::string& name, CampaignEvent event, const std::string& message);
 
   // Inserts `trials` (ids ignored) with the campaign's next sequence numbers,
   // all or none. ALREADY_EXISTS naming the architecture when one is already
@@ -78,10 +78,10 @@ class CampaignStore {
   absl::Status UpdateTrial(const Trial& trial);
   // Every trial of the campaign in sequence order.
   absl::StatusOr<std::vector<Trial>> Trials(const std::string& campaign);
-  // A running campaign ends for good: state `to` ("done" or "failed") with
+  // A running campaign ends: `event` (complete -> done, fail -> failed) with
   // `message`, and every unfinished trial ABANDONED with it, in one
   // transaction. FAILED_PRECONDITION when it is not running.
-  absl::Status Finish(const std::string& name, const std::string& to, const std::string& message);
+  absl::Status Finish(const std::string& name, CampaignEvent event, const std::string& message);
 
   absl::Status Log(const std::string& campaign, const std::string& text);
   // The newest `limit` lines, oldest first.
@@ -92,8 +92,8 @@ class CampaignStore {
       : db_(std::move(db)), clock_(clock) {}
   absl::Status CreateSchema();
   absl::Status WriteTrialLocked(const Trial& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SetStateLocked(const std::string& name, const std::vector<std::string>& from,
-                              const std::string& to, const std::string& message)
+  absl::Status SetStateLocked(const std::string& name, CampaignEvent event,
+                              const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;

@@ -77,39 +77,39 @@ TEST_F(CampaignStoreTest, ARepeatedArchitectureRefusesTheWholeBatch) {
 }
 
 TEST_F(CampaignStoreTest, StateChangesOnlyFromTheStatesNamed) {
-  EXPECT_THAT(store_->SetState("c1", {"running"}, "stopped", ""),
+  EXPECT_THAT(store_->SetState("c1", CampaignEvent::kStop, ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is created")));
-  ASSERT_OK(store_->SetState("c1", {"created"}, "running", "go"));
+  ASSERT_OK(store_->SetState("c1", CampaignEvent::kStart, "go"));
   ASSERT_OK_AND_ASSIGN(CampaignRecord r, store_->Get("c1"));
-  EXPECT_EQ(r.state, "running");
+  EXPECT_EQ(r.state, CampaignState::kRunning);
   // Update writes progress but never the state.
-  r.state = "created";
+  r.state = CampaignState::kCreated;
   r.stage = 2;
   r.cv_r2 = 0.5;
   ASSERT_OK(store_->Update(r));
   ASSERT_OK_AND_ASSIGN(r, store_->Get("c1"));
-  EXPECT_EQ(r.state, "running");
+  EXPECT_EQ(r.state, CampaignState::kRunning);
   EXPECT_EQ(r.stage, 2);
   EXPECT_DOUBLE_EQ(r.cv_r2, 0.5);
   EXPECT_DOUBLE_EQ(r.reference.loss(), 2.5);
 }
 
 TEST_F(CampaignStoreTest, FinishAbandonsEveryOpenTrial) {
-  ASSERT_OK(store_->SetState("c1", {"created"}, "running", ""));
+  ASSERT_OK(store_->SetState("c1", CampaignEvent::kStart, ""));
   ASSERT_OK_AND_ASSIGN(auto t, store_->AddTrials("c1", {Proposal(2), Proposal(3), Proposal(4)}));
   t[0].set_state(DONE);
   t[1].set_state(TRAINING);
   ASSERT_OK(store_->UpdateTrial(t[0]));
   ASSERT_OK(store_->UpdateTrial(t[1]));
-  ASSERT_OK(store_->Finish("c1", "failed", "too many failures"));
+  ASSERT_OK(store_->Finish("c1", CampaignEvent::kFail, "too many failures"));
   ASSERT_OK_AND_ASSIGN(auto all, store_->Trials("c1"));
   EXPECT_EQ(all[0].state(), DONE);
   EXPECT_EQ(all[1].state(), ABANDONED);
   EXPECT_EQ(all[2].state(), ABANDONED);
   EXPECT_EQ(all[2].message(), "too many failures");
   ASSERT_OK_AND_ASSIGN(CampaignRecord r, store_->Get("c1"));
-  EXPECT_EQ(r.state, "failed");
-  EXPECT_THAT(store_->Finish("c1", "done", ""),
+  EXPECT_EQ(r.state, CampaignState::kFailed);
+  EXPECT_THAT(store_->Finish("c1", CampaignEvent::kComplete, ""),
               StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
 }
 

@@ -14,8 +14,10 @@
 #include "coordinator/campaign_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/checkpoint.h"
 #include "quality/tokens.h"
 #include "search_space/counts.h"
+#include "util/status_macros.h"
 #include "util/status_matchers.h"
 #include "util/textproto.h"
 
@@ -51,7 +53,12 @@ class CampaignTest : public ::testing::Test {
     CampaignRunnerOptions o;
     o.work_dir = (dir_ / "work").string();
     o.k_folds = 3;
-    runner_ = std::make_unique<CampaignRunner>(campaigns_.get(), jobs_.get(), &clock_, o);
+    if (make_evaluator_) {
+      runner_ = std::make_unique<CampaignRunner>(campaigns_.get(), jobs_.get(), &clock_, o,
+                                                 DefaultBackboneLoader(), make_evaluator_);
+    } else {
+      runner_ = std::make_unique<CampaignRunner>(campaigns_.get(), jobs_.get(), &clock_, o);
+    }
     service_ = std::make_unique<CampaignServiceImpl>(campaigns_.get(), runner_.get());
     DeviceIdentity d;
     d.set_name("scripted");
@@ -114,11 +121,13 @@ class CampaignTest : public ::testing::Test {
       EXPECT_TRUE(p.ok()) << p.status();
       ServeJobs();
       auto r = campaigns_->Get(name);
-      if (r->state != "running") return r->state;
+      if (r->state != CampaignState::kRunning) return std::string(CampaignStateName(r->state));
       if (reopen_every > 0 && step % reopen_every == 0) Open();
     }
     return "still running";
   }
+
+  EvaluatorFactory make_evaluator_;  // empty: the default factory
 
   void ExpectCompleteCampaign(const std::string& name) {
     ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials(name));
@@ -304,6 +313,55 @@ TEST_F(CampaignTest, TooManyFailuresStopTheCampaignWithAReport) {
   // Resuming forgives the old failures; the next ones count anew.
   ASSERT_OK(service_->Resume("failing").status());
   EXPECT_EQ(RunToEnd("failing"), "failed");
+}
+
+// A fault-injecting evaluator: the loss falls with the pruned model's depth,
+// every third call fails.
+class ScriptedEvaluator : public QualityEvaluator {
+ public:
+  explicit ScriptedEvaluator(int* calls) : calls_(calls) {}
+  absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
+                                         const std::string&) override {
+    if (++*calls_ % 3 == 0) return absl::UnavailableError("scripted outage");
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
+    QualityResult q;
+    q.loss = 5.0 - 0.1 * arch.num_layers;
+    return q;
+  }
+
+ private:
+  int* calls_;
+};
+
+TEST_F(CampaignTest, TheInjectedEvaluatorScoresEveryStageTwoTrial) {
+  int calls = 0;
+  std::string named;
+  make_evaluator_ = [&](const CampaignConfig& c, const Backbone& backbone)
+      -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+    named = c.quality_evaluator();
+    EXPECT_GT(backbone.model->arch().num_layers, 0);
+    return std::make_unique<ScriptedEvaluator>(&calls);
+  };
+  Open();
+  CampaignConfig c = Config("injected");
+  c.set_quality_evaluator("scripted {checkpoint} {output}");
+  c.set_max_failed_fraction(0.5);
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("injected").status());
+  EXPECT_EQ(RunToEnd("injected"), "done");
+  EXPECT_EQ(named, "scripted {checkpoint} {output}");
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("injected"));
+  int done = 0, failed = 0;
+  for (const Trial& t : trials) {
+    if (t.stage() != 2) continue;
+    done += t.state() == DONE;
+    failed += t.state() == FAILED;
+    if (t.state() == DONE) EXPECT_DOUBLE_EQ(t.loss(), 5.0 - 0.1 * t.arch().num_layers());
+    if (t.state() == FAILED) EXPECT_THAT(t.message(), HasSubstr("scripted outage"));
+  }
+  EXPECT_EQ(done + failed, calls);
+  EXPECT_EQ(failed, calls / 3);
+  EXPECT_GT(done, 0);
 }
 
 TEST_F(CampaignTest, StopHaltsAndResumeContinues) {

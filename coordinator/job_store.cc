@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "device_agent/protocol.h"
+#include "proto/benchmark_request.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS leases(
   reported_ms INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS leases_by_state ON leases(state, expires_ms);
 )sql";
+
+// The text form SQLite keeps (coordinator/lifecycle.h).
+std::string Text(LeaseState s) { return std::string(LeaseStateName(s)); }
 
 std::string RandomId(const char* prefix) {
   static std::mt19937_64 rng{std::random_device{}()};
@@ -100,24 +103,22 @@ absl::StatusOr<AgentRecord> JobStore::AgentLocked(const std::string& agent_id) {
       SqliteStatement q,
       db_->Prepare("SELECT device, registered_ms, last_heartbeat_ms, jobs_done, jobs_failed, "
                    "(SELECT COUNT(*) FROM leases WHERE agent_id = a.agent_id AND "
-                   "state = 'active') FROM agents a WHERE agent_id = ?"));
-  q.Bind(1, agent_id);
+                   "state = ?) FROM agents a WHERE agent_id = ?"));
+  q.Bind(1, Text(LeaseState::kActive)).Bind(2, agent_id);
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) {
     return absl::NotFoundError(absl::StrCat("unknown agent \"", agent_id, "\"; register first"));
   }
   AgentRecord a;
   a.agent_id = agent_id;
-  a.device.ParseFromString(q.Blob(0));
+  HILNAS_RETURN_IF_ERROR(q.ParseBlob(0, &a.device, absl::StrCat("agent ", agent_id, "'s device")));
   a.registered_ms = q.Int(1);
   a.last_heartbeat_ms = q.Int(2);
   a.jobs_done = q.Int(3);
   a.jobs_failed = q.Int(4);
-  if (clock_->NowMs() - a.last_heartbeat_ms > options_.offline_after_ms) {
-    a.state = "offline";
-  } else {
-    a.state = q.Int(5) > 0 ? "busy" : "idle";
-  }
+  a.state = AgentStateOf(
+      /*heartbeat_fresh=*/clock_->NowMs() - a.last_heartbeat_ms <= options_.offline_after_ms,
+      /*holds_lease=*/q.Int(5) > 0);
   return a;
 }
 
@@ -177,9 +178,12 @@ absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id, const std:
   if (!lease_id.empty()) {
     HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
                             db_->Prepare("UPDATE leases SET expires_ms = ? WHERE lease_id = ? "
-                                         "AND agent_id = ? AND state = 'active'"));
-    HILNAS_RETURN_IF_ERROR(
-        u.Bind(1, now + options_.lease_ttl_ms).Bind(2, lease_id).Bind(3, agent_id).Run());
+                                         "AND agent_id = ? AND state = ?"));
+    HILNAS_RETURN_IF_ERROR(u.Bind(1, now + options_.lease_ttl_ms)
+                               .Bind(2, lease_id)
+                               .Bind(3, agent_id)
+                               .Bind(4, Text(LeaseState::kActive))
+                               .Run());
     valid = db_->Changes() > 0;
   }
   HILNAS_RETURN_IF_ERROR(tx.Commit());
@@ -216,8 +220,8 @@ absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
       db_->Prepare("SELECT l.lease_id, l.job_id, j.attempts FROM leases l JOIN jobs j "
-                   "ON l.job_id = j.job_id WHERE l.state = 'active' AND l.expires_ms < ?"));
-  q.Bind(1, now);
+                   "ON l.job_id = j.job_id WHERE l.state = ? AND l.expires_ms < ?"));
+  q.Bind(1, Text(LeaseState::kActive)).Bind(2, now);
   struct Expired {
     std::string lease_id;
     int64_t job_id;
@@ -230,9 +234,10 @@ absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
     expired.push_back({q.Text(0), q.Int(1), q.Int(2)});
   }
   for (const Expired& e : expired) {
+    HILNAS_RETURN_IF_ERROR(CheckLeaseTransition(LeaseState::kActive, LeaseState::kExpired));
     HILNAS_ASSIGN_OR_RETURN(SqliteStatement ul,
-                            db_->Prepare("UPDATE leases SET state = 'expired' WHERE lease_id = ?"));
-    HILNAS_RETURN_IF_ERROR(ul.Bind(1, e.lease_id).Run());
+                            db_->Prepare("UPDATE leases SET state = ? WHERE lease_id = ?"));
+    HILNAS_RETURN_IF_ERROR(ul.Bind(1, Text(LeaseState::kExpired)).Bind(2, e.lease_id).Run());
     const bool give_up = e.attempts >= options_.max_attempts;
     HILNAS_ASSIGN_OR_RETURN(
         SqliteStatement uj,
@@ -272,13 +277,14 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement own,
       db_->Prepare("SELECT l.lease_id, l.job_id, j.request FROM leases l JOIN jobs j ON "
-                   "l.job_id = j.job_id WHERE l.agent_id = ? AND l.state = 'active' LIMIT 1"));
-  own.Bind(1, agent_id);
+                   "l.job_id = j.job_id WHERE l.agent_id = ? AND l.state = ? LIMIT 1"));
+  own.Bind(1, agent_id).Bind(2, Text(LeaseState::kActive));
   HILNAS_ASSIGN_OR_RETURN(bool has_own, own.Step());
   if (has_own) {
     lease.lease_id = own.Text(0);
     lease.job_id = own.Int(1);
-    lease.request.ParseFromString(own.Blob(2));
+    HILNAS_RETURN_IF_ERROR(
+        own.ParseBlob(2, &lease.request, absl::StrCat("job ", lease.job_id, "'s request")));
     HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
                             db_->Prepare("UPDATE leases SET expires_ms = ? WHERE lease_id = ?"));
     HILNAS_RETURN_IF_ERROR(u.Bind(1, lease.expires_ms).Bind(2, lease.lease_id).Run());
@@ -297,7 +303,8 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
     if (!row) break;
     if (!ServesPool(agent.device, q.Text(2))) continue;
     lease.job_id = q.Int(0);
-    lease.request.ParseFromString(q.Blob(1));
+    HILNAS_RETURN_IF_ERROR(
+        q.ParseBlob(1, &lease.request, absl::StrCat("job ", lease.job_id, "'s request")));
     found = true;
   }
   if (!found) {
@@ -308,12 +315,13 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement ins,
       db_->Prepare("INSERT INTO leases(lease_id, job_id, agent_id, state, granted_ms, expires_ms) "
-                   "VALUES(?, ?, ?, 'active', ?, ?)"));
+                   "VALUES(?, ?, ?, ?, ?, ?)"));
   HILNAS_RETURN_IF_ERROR(ins.Bind(1, lease.lease_id)
                              .Bind(2, lease.job_id)
                              .Bind(3, agent_id)
-                             .Bind(4, now)
-                             .Bind(5, lease.expires_ms)
+                             .Bind(4, Text(LeaseState::kActive))
+                             .Bind(5, now)
+                             .Bind(6, lease.expires_ms)
                              .Run());
   HILNAS_ASSIGN_OR_RETURN(SqliteStatement uj,
                           db_->Prepare("UPDATE jobs SET state = ?, attempts = attempts + 1, "
@@ -342,17 +350,23 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease_id, " is not agent ", agent_id, "'s lease for job ", job_id));
   }
-  const std::string state = q.Text(2);
-  if (state == "reported") return ReportOutcome::kDuplicate;
-  if (state == "expired") {
+  absl::StatusOr<LeaseState> state = ParseLeaseState(q.Text(2));
+  if (!state.ok()) {
+    return absl::DataLossError(absl::StrCat(db_->path(), ": lease ", lease_id, ": stored state ",
+                                            state.status().message()));
+  }
+  if (*state == LeaseState::kReported) return ReportOutcome::kDuplicate;
+  if (*state == LeaseState::kExpired) {
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease_id, " for job ", job_id, " expired at ", q.Int(3), " ms (now ",
                      now, "); the job went back to the queue; result rejected"));
   }
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement ul,
-      db_->Prepare("UPDATE leases SET state = 'reported', reported_ms = ? WHERE lease_id = ?"));
-  HILNAS_RETURN_IF_ERROR(ul.Bind(1, now).Bind(2, lease_id).Run());
+      db_->Prepare("UPDATE leases SET state = ?, reported_ms = ? WHERE lease_id = ?"));
+  HILNAS_RETURN_IF_ERROR(CheckLeaseTransition(*state, LeaseState::kReported));
+  HILNAS_RETURN_IF_ERROR(
+      ul.Bind(1, Text(LeaseState::kReported)).Bind(2, now).Bind(3, lease_id).Run());
   const bool ok = result.failure() == FAILURE_NONE;
   HILNAS_ASSIGN_OR_RETURN(SqliteStatement uj,
                           db_->Prepare("UPDATE jobs SET state = ?, result = ?, finished_ms = ?, "
@@ -383,7 +397,7 @@ absl::StatusOr<JobRecord> JobStore::GetJob(int64_t job_id) {
   if (!row) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
   JobRecord j;
   j.job_id = job_id;
-  j.request.ParseFromString(q.Blob(0));
+  HILNAS_RETURN_IF_ERROR(q.ParseBlob(0, &j.request, absl::StrCat("job ", job_id, "'s request")));
   j.device = q.Text(1);
   j.pool = q.Text(2);
   j.state = static_cast<JobState>(q.Int(3));
@@ -423,8 +437,8 @@ absl::StatusOr<int> JobStore::AcceptedReports(int64_t job_id) {
   absl::MutexLock lock(&mu_);
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare("SELECT COUNT(*) FROM leases WHERE job_id = ? AND state = 'reported'"));
-  q.Bind(1, job_id);
+      db_->Prepare("SELECT COUNT(*) FROM leases WHERE job_id = ? AND state = ?"));
+  q.Bind(1, job_id).Bind(2, Text(LeaseState::kReported));
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   return row ? static_cast<int>(q.Int(0)) : 0;
 }

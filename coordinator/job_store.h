@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/lifecycle.h"
 #include "coordinator/sqlite.h"
 #include "proto/benchmark.pb.h"
 #include "proto/service.pb.h"
@@ -32,7 +33,7 @@ namespace hilnas {
 struct JobStoreOptions {
   int64_t lease_ttl_ms = 30'000;      // a lease lives this long past its last renewal
   int max_attempts = 3;               // lease expiries before a job FAILS
-  int64_t offline_after_ms = 30'000;  // no heartbeat for this long: agent "offline"
+  int64_t offline_after_ms = 30'000;  // no heartbeat for this long: AgentState::kOffline
 };
 
 struct AgentRecord {
@@ -42,7 +43,7 @@ struct AgentRecord {
   int64_t last_heartbeat_ms = 0;
   int64_t jobs_done = 0;
   int64_t jobs_failed = 0;
-  std::string state;  // "idle", "busy" (holds a lease), "offline"
+  AgentState state = AgentState::kIdle;  // derived on each read (lifecycle.h)
 };
 
 struct Lease {

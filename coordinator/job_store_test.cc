@@ -200,13 +200,13 @@ TEST_F(JobStoreTest, AgentStateReflectsLeasesAndHeartbeats) {
   const std::string a = Register("phone-a");
   Submit();
   ASSERT_OK_AND_ASSIGN(auto agents, store_->ListAgents());
-  EXPECT_EQ(agents[0].state, "idle");
+  EXPECT_EQ(agents[0].state, AgentState::kIdle);
   MustLease(a);
   ASSERT_OK_AND_ASSIGN(agents, store_->ListAgents());
-  EXPECT_EQ(agents[0].state, "busy");
+  EXPECT_EQ(agents[0].state, AgentState::kBusy);
   clock_.AdvanceMs(60'000);
   ASSERT_OK_AND_ASSIGN(agents, store_->ListAgents());
-  EXPECT_EQ(agents[0].state, "offline");
+  EXPECT_EQ(agents[0].state, AgentState::kOffline);
 }
 
 TEST_F(JobStoreTest, SubmitWithTheSameClientKeyReturnsTheFirstJob) {

@@ -53,7 +53,7 @@ int64_t SqliteDb::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_
 int SqliteDb::Changes() const { return sqlite3_changes(db_); }
 
 SqliteStatement::SqliteStatement(SqliteStatement&& o) noexcept
-    : db_(o.db_), stmt_(o.stmt_), sql_(std::move(o.sql_)) {
+    : db_(o.db_), stmt_(o.stmt_), sql_(std::move(o.sql_)), bind_status_(std::move(o.bind_status_)) {
   o.stmt_ = nullptr;
 }
 
@@ -62,26 +62,30 @@ SqliteStatement::~SqliteStatement() {
 }
 
 SqliteStatement& SqliteStatement::Bind(int i, int64_t v) {
-  sqlite3_bind_int64(stmt_, i, v);
-  return *this;
+  return Check(sqlite3_bind_int64(stmt_, i, v), i);
 }
 
 SqliteStatement& SqliteStatement::Bind(int i, const std::string& v) {
-  sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  return *this;
+  return Check(sqlite3_bind_text64(stmt_, i, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8), i);
 }
 
 SqliteStatement& SqliteStatement::BindDouble(int i, double v) {
-  sqlite3_bind_double(stmt_, i, v);
-  return *this;
+  return Check(sqlite3_bind_double(stmt_, i, v), i);
 }
 
 SqliteStatement& SqliteStatement::BindBlob(int i, const std::string& bytes) {
-  sqlite3_bind_blob(stmt_, i, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+  return Check(sqlite3_bind_blob64(stmt_, i, bytes.data(), bytes.size(), SQLITE_TRANSIENT), i);
+}
+
+SqliteStatement& SqliteStatement::Check(int rc, int i) {
+  if (rc != SQLITE_OK && bind_status_.ok()) {
+    bind_status_ = db_->Error(absl::StrCat("bind parameter ", i, " of \"", sql_, "\""));
+  }
   return *this;
 }
 
 absl::StatusOr<bool> SqliteStatement::Step() {
+  if (!bind_status_.ok()) return bind_status_;
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
@@ -112,8 +116,14 @@ bool SqliteStatement::IsNull(int col) const {
   return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
 }
 
-}  // namespace hilnas
+absl::Status SqliteStatement::ParseBlob(int col, google::protobuf::MessageLite* out,
+                                        const std::string& what) const {
+  if (out->ParseFromString(Blob(col))) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("database ", db_->path(), ": ", what, " is corrupt (not a ", out->GetTypeName(),
+                   "); restore the file from a backup or remove the row"));
+}
 
-namespace hilnas {
 double SqliteStatement::Double(int col) const { return sqlite3_column_double(stmt_, col); }
+
 }  // namespace hilnas

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/message_lite.h"
 
 namespace hilnas {
 
@@ -22,6 +23,9 @@ class SqliteDb {
   // INVALID_ARGUMENT when the file is not a SQLite database.
   static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path);
   ~SqliteDb();
+  // Owns the raw handle: one owner, never copied.
+  SqliteDb(const SqliteDb&) = delete;
+  SqliteDb& operator=(const SqliteDb&) = delete;
 
   absl::Status Exec(const std::string& sql);
   absl::StatusOr<SqliteStatement> Prepare(const std::string& sql);
@@ -36,10 +40,15 @@ class SqliteDb {
   std::string path_;
 };
 
-// Bind parameters are 1-based, columns 0-based, as in SQLite.
+// Bind parameters are 1-based, columns 0-based, as in SQLite. Binds chain;
+// the first bind that fails is remembered and returned by Step and Run, so
+// no statement runs with a parameter missing.
 class SqliteStatement {
  public:
   SqliteStatement(SqliteStatement&& other) noexcept;
+  SqliteStatement& operator=(SqliteStatement&&) = delete;
+  SqliteStatement(const SqliteStatement&) = delete;
+  SqliteStatement& operator=(const SqliteStatement&) = delete;
   ~SqliteStatement();
 
   SqliteStatement& Bind(int i, int64_t v);
@@ -56,14 +65,21 @@ class SqliteStatement {
   std::string Blob(int col) const;
   double Double(int col) const;
   bool IsNull(int col) const;
+  // Parses the blob in `col` into `out`. DATA_LOSS naming the database and
+  // `what` (e.g. "job 7's request") when the bytes are not such a message.
+  absl::Status ParseBlob(int col, google::protobuf::MessageLite* out, const std::string& what) const;
 
  private:
   friend class SqliteDb;
   SqliteStatement(const SqliteDb* db, sqlite3_stmt* stmt, std::string sql)
       : db_(db), stmt_(stmt), sql_(std::move(sql)) {}
+  // Records the first failed bind (rc != SQLITE_OK) of parameter `i`.
+  SqliteStatement& Check(int rc, int i);
+
   const SqliteDb* db_;
   sqlite3_stmt* stmt_;
   std::string sql_;
+  absl::Status bind_status_;
 };
 
 // BEGIN IMMEDIATE ... COMMIT; rolls back unless committed.

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "device_agent/runtime.h"
 #include "proto/benchmark.pb.h"
+#include "proto/benchmark_request.h"
 
 namespace hilnas {
 
@@ -25,20 +26,6 @@ struct ProtocolOptions {
   // result fails with RUNTIME_ERROR "cancelled" (the lease was lost). Not owned.
   const std::atomic<bool>* cancel = nullptr;
 };
-
-// `request` with every unset field given its documented default:
-// prompt lengths {1024, 2048, 4096}, 16 decode tokens, chunk 1024,
-// 1 warm-up, 3 repeats (the paper's mean of 3), at most 10 repeats,
-// max relative spread 0.05, FP32.
-BenchmarkRequest WithDefaults(BenchmarkRequest request);
-
-// Checks a request before it is queued or run; INVALID_ARGUMENT names the field.
-absl::Status ValidateBenchmarkRequest(const BenchmarkRequest& request);
-
-// The structured failure a status maps to: RESOURCE_EXHAUSTED -> OUT_OF_MEMORY,
-// INVALID_ARGUMENT / UNIMPLEMENTED -> UNSUPPORTED_ARCH, DEADLINE_EXCEEDED ->
-// TIMEOUT, anything else -> RUNTIME_ERROR.
-FailureKind FailureKindFor(const absl::Status& status);
 
 // Runs the protocol. Never fails silently: any error ends in a result whose
 // `failure` and `failure_message` say what happened, with the samples

@@ -200,6 +200,20 @@ std::vector<int64_t> HeldOutOffsets(int64_t tokens, int64_t seq_len, int64_t win
   return offsets;
 }
 
+TrainOptions TrainOptionsFromRecipe(const TrainRecipe& r, uint64_t seed) {
+  TrainOptions o;
+  o.steps = r.steps();
+  o.batch_size = r.batch_size();
+  o.seq_len = r.seq_len();
+  o.lr = r.lr();
+  o.warmup_steps = std::min<int64_t>(r.warmup_steps(), o.steps / 2);
+  if (r.has_weight_decay()) o.weight_decay = r.weight_decay();
+  if (r.has_grad_clip()) o.grad_clip = r.grad_clip();
+  if (r.eval_windows() > 0) o.eval_windows = r.eval_windows();
+  o.seed = seed;
+  return o;
+}
+
 absl::Status TrainOptions::Validate() const {
   auto bad = [](const std::string& field, double v, const char* want) {
     return absl::InvalidArgumentError(absl::StrCat("train option ", field, " = ", v, ": ", want));

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/decoder.h"
+#include "proto/campaign.pb.h"
 #include "quality/tokens.h"
 
 namespace hilnas {
@@ -48,6 +49,13 @@ struct TrainOptions {
   // INVALID_ARGUMENT naming the first bad field.
   absl::Status Validate() const;
 };
+
+// The training a recipe describes, as `hilnas train` and a campaign's
+// in-process evaluator both run it: warm-up clamped to half the steps,
+// weight decay and clipping from the recipe or TrainOptions' defaults.
+// Fields a recipe does not have (evaluation cadence, distillation,
+// resumable checkpoints) keep their defaults.
+TrainOptions TrainOptionsFromRecipe(const TrainRecipe& recipe, uint64_t seed);
 
 struct TrainProgress {
   int64_t step = 0, steps = 0;  // step just finished, 1-based

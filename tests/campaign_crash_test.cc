@@ -79,7 +79,7 @@ class CampaignCrashTest : public ::testing::Test {
     auto store = CampaignStore::Open(db_, &clock);
     if (!store.ok()) return "";
     auto r = (*store)->Get("crash");
-    return r.ok() ? r->state : "";
+    return r.ok() ? std::string(CampaignStateName(r->state)) : "";
   }
 
   std::string dir_, db_;

@@ -102,9 +102,11 @@ int Follow(const std::string& name) {
       shown.push_back(s->log(i));
     }
     std::fflush(stdout);
-    if (s->state() == "done" || s->state() == "failed" || s->state() == "stopped") {
+    absl::StatusOr<CampaignState> state = ParseCampaignState(s->state());
+    if (!state.ok()) return Fail(state.status());
+    if (CampaignAtRest(*state)) {
       std::printf("campaign %s %s: %s\n", name.c_str(), s->state().c_str(), s->message().c_str());
-      return s->state() == "done" ? 0 : 1;
+      return *state == CampaignState::kDone ? 0 : 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   }
@@ -219,7 +221,7 @@ int ParetoCommand(const std::vector<std::string>& args) {
   if (!c.ok()) return Fail(c.status());
   const std::string out = absl::GetFlag(FLAGS_out);
   if (args[0] == "show") {
-    std::printf("campaign %s: %s, stage %d; %s\n\n", args[1].c_str(), c->record.state.c_str(),
+    std::printf("campaign %s: %s, stage %d; %s\n\n", args[1].c_str(), std::string(CampaignStateName(c->record.state)).c_str(),
                 c->record.stage, FrontSummary(c->record, c->trials).c_str());
     std::printf("%s", ParetoTable(c->record, c->trials, absl::GetFlag(FLAGS_all)).c_str());
     return 0;

@@ -19,7 +19,7 @@
 #include "coordinator/campaign_store.h"
 #include "coordinator/job_store.h"
 #include "coordinator/web_server.h"
-#include "device_agent/protocol.h"
+#include "proto/benchmark_request.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/service.grpc.pb.h"
 #include "search_space/arch.h"

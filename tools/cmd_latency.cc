@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "device_agent/protocol.h"
+#include "proto/benchmark_request.h"
 #include "latency_model/analytic.h"
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"

@@ -1,4 +1,4 @@
-#include "coordinator/acquisition.h"
+#include "search/acquisition.h"
 
 #include <random>
 

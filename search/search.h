@@ -5,8 +5,8 @@
 // exact memory), and the batch proposals of every strategy. The campaign
 // runner and bench/search_bench both propose through ProposeBatch, so the
 // benchmark measures the code a campaign runs.
-#ifndef HILNAS_COORDINATOR_SEARCH_H_
-#define HILNAS_COORDINATOR_SEARCH_H_
+#ifndef HILNAS_SEARCH_SEARCH_H_
+#define HILNAS_SEARCH_SEARCH_H_
 
 #include <cstdint>
 #include <random>
@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/acquisition.h"
+#include "search/acquisition.h"
+#include "search/strategy.h"
 #include "latency_model/gp.h"
 #include "latency_model/latency_model.h"
 #include "proto/campaign.pb.h"
@@ -57,7 +58,7 @@ struct SearchState {
 };
 
 struct ProposeOptions {
-  std::string strategy = "qnehvi";  // "qnehvi", "sobol", "random"
+  Strategy strategy = Strategy::kQnehvi;
   int q = 8;
   int candidates = 1000;  // Sobol draws; the front's mutations are added
   int mc_samples = 128;
@@ -70,7 +71,7 @@ struct ProposeOptions {
 
 struct Proposal {
   Arch arch;
-  std::string provenance;  // "sobol", "random", "qnehvi", "mutation"
+  Provenance provenance = Provenance::kSobol;
   double acquisition = 0;  // log qNEHVI of the pick; 0 otherwise
 };
 
@@ -101,4 +102,4 @@ absl::StatusOr<JointSamples> SampleObjectives(const SearchState& state,
 
 }  // namespace hilnas
 
-#endif  // HILNAS_COORDINATOR_SEARCH_H_
+#endif  // HILNAS_SEARCH_SEARCH_H_

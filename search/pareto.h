@@ -4,8 +4,8 @@
 // and bounded by the reference point (MobileLLM-Flash Sec. 3.4 uses loss 0.6
 // and TTFT 4 s); it is what qNEHVI improves and what the search benchmark
 // plots against trial count.
-#ifndef HILNAS_COORDINATOR_PARETO_H_
-#define HILNAS_COORDINATOR_PARETO_H_
+#ifndef HILNAS_SEARCH_PARETO_H_
+#define HILNAS_SEARCH_PARETO_H_
 
 #include <vector>
 
@@ -29,4 +29,4 @@ double Hypervolume(const std::vector<Objectives>& points, const Objectives& ref)
 
 }  // namespace hilnas
 
-#endif  // HILNAS_COORDINATOR_PARETO_H_
+#endif  // HILNAS_SEARCH_PARETO_H_

@@ -9,13 +9,13 @@
 // built sequentially and greedily: each pick joins the baseline of every
 // draw before the next is chosen, and pending points (proposed, not yet
 // evaluated) are in the baseline from the start.
-#ifndef HILNAS_COORDINATOR_ACQUISITION_H_
-#define HILNAS_COORDINATOR_ACQUISITION_H_
+#ifndef HILNAS_SEARCH_ACQUISITION_H_
+#define HILNAS_SEARCH_ACQUISITION_H_
 
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/pareto.h"
+#include "search/pareto.h"
 
 namespace hilnas {
 
@@ -63,4 +63,4 @@ double HypervolumeImprovement(const std::vector<Objectives>& front, const Object
 
 }  // namespace hilnas
 
-#endif  // HILNAS_COORDINATOR_ACQUISITION_H_
+#endif  // HILNAS_SEARCH_ACQUISITION_H_

@@ -1,4 +1,4 @@
-#include "coordinator/search.h"
+#include "search/search.h"
 
 #include <algorithm>
 #include <cmath>
@@ -204,7 +204,7 @@ absl::StatusOr<std::vector<Proposal>> SobolBatch(const SearchState& state,
   if (o.pool.empty()) {
     HILNAS_ASSIGN_OR_RETURN(std::vector<Arch> archs,
                             FreshSobol(*state.space, o.q, o.seed, state.seen));
-    for (Arch& a : archs) out.push_back({std::move(a), "sobol", 0});
+    for (Arch& a : archs) out.push_back({std::move(a), Provenance::kSobol, 0});
     return out;
   }
   // Over a pool: the unseen member nearest each fresh Sobol point.
@@ -226,7 +226,7 @@ absl::StatusOr<std::vector<Proposal>> SobolBatch(const SearchState& state,
     }
     if (best < 0) break;
     used[best] = true;
-    out.push_back({pool[best], "sobol", 0});
+    out.push_back({pool[best], Provenance::kSobol, 0});
   }
   return out;
 }
@@ -236,14 +236,14 @@ std::vector<Proposal> RandomBatch(const SearchState& state, const ProposeOptions
   std::vector<Proposal> out;
   if (o.pool.empty()) {
     for (Arch& a : RandomMembers(*state.space, o.q, rng, state.seen)) {
-      out.push_back({std::move(a), "random", 0});
+      out.push_back({std::move(a), Provenance::kRandom, 0});
     }
     return out;
   }
   std::vector<Arch> pool = UnseenPool(o, state.seen);
   std::shuffle(pool.begin(), pool.end(), rng);
   for (int i = 0; i < o.q && i < static_cast<int>(pool.size()); ++i) {
-    out.push_back({pool[i], "random", 0});
+    out.push_back({pool[i], Provenance::kRandom, 0});
   }
   return out;
 }
@@ -251,15 +251,15 @@ std::vector<Proposal> RandomBatch(const SearchState& state, const ProposeOptions
 absl::StatusOr<std::vector<Proposal>> QNehviBatch(const SearchState& state,
                                                   const ProposeOptions& o) {
   std::vector<Arch> candidates;
-  std::vector<std::string> origin;
+  std::vector<Provenance> origin;
   if (!o.pool.empty()) {
     candidates = UnseenPool(o, state.seen);
-    origin.assign(candidates.size(), "qnehvi");
+    origin.assign(candidates.size(), Provenance::kQnehvi);
   } else {
     std::set<std::string> taken = state.seen;
     for (const Arch& a : state.pending) taken.insert(KeyOf(a));
     HILNAS_ASSIGN_OR_RETURN(candidates, FreshSobol(*state.space, o.candidates, o.seed, taken));
-    origin.assign(candidates.size(), "qnehvi");
+    origin.assign(candidates.size(), Provenance::kQnehvi);
     for (const Arch& a : candidates) taken.insert(KeyOf(a));
     // Mutations of the current front by (loss, predicted TTFT).
     HILNAS_ASSIGN_OR_RETURN(std::vector<LatencyPrediction> ttft,
@@ -272,7 +272,7 @@ absl::StatusOr<std::vector<Proposal>> QNehviBatch(const SearchState& state,
     for (int i : NonDominated(points)) front.push_back(state.observed[i]);
     for (Arch& a : Mutations(*state.space, front, taken)) {
       candidates.push_back(std::move(a));
-      origin.push_back("qnehvi/mutation");
+      origin.push_back(Provenance::kQnehviMutation);
     }
   }
   const int q = std::min<int>(o.q, static_cast<int>(candidates.size()));
@@ -326,7 +326,7 @@ absl::StatusOr<std::vector<Proposal>> ProposeLatencyBatch(const Space& space,
       if (score > best_score) best_score = score, best = static_cast<int>(i);
     }
     taken[best] = true;
-    out.push_back({pool[best], "uncertainty", best_score});
+    out.push_back({pool[best], Provenance::kUncertainty, best_score});
     GpData data = gp.data();
     data.x.push_back(x[best]);
     data.y.push_back(post.mean[best]);
@@ -339,13 +339,9 @@ absl::StatusOr<std::vector<Proposal>> ProposeLatencyBatch(const Space& space,
 absl::StatusOr<std::vector<Proposal>> ProposeBatch(const SearchState& state,
                                                    const ProposeOptions& options) {
   if (state.space == nullptr) return absl::InvalidArgumentError("ProposeBatch: no space");
-  if (options.strategy == "random") return RandomBatch(state, options);
-  if (options.strategy == "sobol" || state.observed.size() < 2) {
+  if (options.strategy == Strategy::kRandom) return RandomBatch(state, options);
+  if (options.strategy == Strategy::kSobol || state.observed.size() < 2) {
     return SobolBatch(state, options);
-  }
-  if (options.strategy != "qnehvi") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("strategy \"", options.strategy, "\" is not one of qnehvi, sobol, random"));
   }
   if (state.objectives.size() != state.reference.size()) {
     return absl::InvalidArgumentError(absl::StrCat(state.objectives.size(), " objectives but a ",

@@ -1,4 +1,4 @@
-#include "coordinator/search.h"
+#include "search/search.h"
 
 #include <cmath>
 
@@ -77,9 +77,10 @@ TEST(ProposeBatchTest, EveryStrategyProposesDistinctUnseenMembers) {
     state.observed_loss.push_back(4 - 0.3 * std::log10(CountParameters(a).model()));
     state.seen.insert(KeyOf(a));
   }
-  for (const std::string strategy : {"qnehvi", "sobol", "random"}) {
+  for (const Strategy s : {Strategy::kQnehvi, Strategy::kSobol, Strategy::kRandom}) {
+    const std::string strategy(StrategyName(s));
     ProposeOptions o;
-    o.strategy = strategy;
+    o.strategy = s;
     o.q = 5;
     o.candidates = 200;
     o.mc_samples = 16;
@@ -92,7 +93,7 @@ TEST(ProposeBatchTest, EveryStrategyProposesDistinctUnseenMembers) {
       EXPECT_OK(space.Contains(p.arch));
       EXPECT_FALSE(state.seen.count(KeyOf(p.arch))) << strategy;
       EXPECT_TRUE(keys.insert(KeyOf(p.arch)).second) << strategy;
-      EXPECT_THAT(p.provenance, ::testing::StartsWith(strategy));
+      EXPECT_THAT(std::string(ProvenanceName(p.provenance)), ::testing::StartsWith(strategy));
     }
   }
 }

@@ -1,4 +1,4 @@
-#include "coordinator/pareto.h"
+#include "search/pareto.h"
 
 #include <cmath>
 #include <random>
