@@ -25,10 +25,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "latency_model/latency_model.h"
 #include "search/pareto.h"
 #include "search/search.h"
-#include "latency_model/latency_model.h"
 #include "search_space/sobol.h"
+#include "util/svg_plot.h"
 #include "util/textproto.h"
 
 namespace {
@@ -95,7 +96,7 @@ struct Runner {
   hilnas::Objectives ref;
   int trials, batch, initial;
 
-  std::vector<int> Run(const std::string& strategy, uint64_t seed) {
+  std::vector<int> Run(hilnas::Strategy strategy, uint64_t seed) {
     hilnas::SearchState state;
     state.space = space;
     state.ttft = ttft;
@@ -108,10 +109,10 @@ struct Runner {
     std::vector<int> order;
     while (static_cast<int>(order.size()) < trials) {
       const int n = static_cast<int>(order.size());
-      o.strategy = strategy == "qnehvi" && n < initial ? hilnas::Strategy::kSobol
-                                                    : *hilnas::ParseStrategy(strategy);
+      const bool warm_up = strategy == hilnas::Strategy::kQnehvi && n < initial;
+      o.strategy = warm_up ? hilnas::Strategy::kSobol : strategy;
       o.q = std::min(batch, trials - n);
-      if (strategy == "qnehvi" && n < initial) o.q = std::min(o.q, initial - n);
+      if (warm_up) o.q = std::min(o.q, initial - n);
       o.round = static_cast<uint64_t>(n);
       auto picks = hilnas::ProposeBatch(state, o);
       if (!picks.ok()) Die(picks.status());
@@ -176,15 +177,18 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < rows.size(); ++i)
     runner.index[hilnas::KeyOf(rows[i].arch)] = static_cast<int>(i);
 
+  using hilnas::Strategy;
+  const std::string kRandom(StrategyName(Strategy::kRandom)),
+      kSobol(StrategyName(Strategy::kSobol)), kQnehvi(StrategyName(Strategy::kQnehvi));
   std::map<std::string, std::vector<std::vector<double>>> curves;
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < random_seeds; ++s) {
-    curves["random"].push_back(Curve(rows, runner.Run("random", 100 + s), ref, total));
+    curves[kRandom].push_back(Curve(rows, runner.Run(Strategy::kRandom, 100 + s), ref, total));
   }
-  curves["sobol"].push_back(Curve(rows, runner.Run("sobol", 1), ref, total));
+  curves[kSobol].push_back(Curve(rows, runner.Run(Strategy::kSobol, 1), ref, total));
   for (int s = 0; s < qnehvi_seeds; ++s) {
     const auto q0 = std::chrono::steady_clock::now();
-    curves["qnehvi"].push_back(Curve(rows, runner.Run("qnehvi", 1 + s), ref, total));
+    curves[kQnehvi].push_back(Curve(rows, runner.Run(Strategy::kQnehvi, 1 + s), ref, total));
     std::fprintf(stderr, "qnehvi seed %d: %.0f s\n", 1 + s,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count());
   }
@@ -199,10 +203,10 @@ int main(int argc, char** argv) {
       random_seeds, qnehvi_seeds);
   for (int t : {8, 16, 32, 64, 96, 128, 160, 200}) {
     if (t > trials) continue;
-    std::printf("| %d | %.3f | %.3f | %.3f |\n", t, median_at("random", t), median_at("sobol", t),
-                median_at("qnehvi", t));
+    std::printf("| %d | %.3f | %.3f | %.3f |\n", t, median_at(kRandom, t), median_at(kSobol, t),
+                median_at(kQnehvi, t));
   }
-  const double target = median_at("random", trials);
+  const double target = median_at(kRandom, trials);
   auto reach = [&](const std::vector<double>& c) {
     for (size_t i = 0; i < c.size(); ++i) {
       if (c[i] >= target) return static_cast<int>(i + 1);
@@ -211,7 +215,7 @@ int main(int argc, char** argv) {
   };
   std::printf("\nrandom search's median hypervolume at %d trials (%.3f) is reached by:\n", trials,
               target);
-  for (const std::string k : {"qnehvi", "sobol", "random"}) {
+  for (const std::string& k : {kQnehvi, kSobol, kRandom}) {
     std::string s;
     for (const auto& c : curves[k]) {
       const int r = reach(c);
@@ -280,47 +284,24 @@ int main(int argc, char** argv) {
     }
   }
   if (!svg_out.empty()) {
-    const double W = 640, H = 420, L = 60, R = 20, T = 40, B = 50;
-    auto px = [&](double t) { return L + (t - 1) / (trials - 1) * (W - L - R); };
-    auto py = [&](double v) { return H - B - v * (H - T - B); };
-    std::string s = absl::StrFormat(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-        "font-family='sans-serif' "
-        "font-size='12'>\n<rect width='100%%' height='100%%' fill='white'/>\n<text x='%.0f' y='22' "
-        "text-anchor='middle' font-size='14'>hypervolume vs trials on the demo oracle (%zu rows; "
-        "medians)</text>\n<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' "
-        "stroke='black'/>\n",
-        W, H, W / 2, rows.size(), L, T, W - L - R, H - T - B);
-    for (int i = 0; i <= 5; ++i) {
-      absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.1f' text-anchor='end'>%.1f</text>\n",
-                                          L - 5, py(i / 5.0) + 4, i / 5.0));
-    }
-    for (int t : {1, 50, 100, 150, 200}) {
-      if (t > trials) continue;
-      absl::StrAppend(
-          &s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%d</text>\n", px(t),
-                              H - B + 16, t));
-    }
-    absl::StrAppend(&s,
-                    absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>trials</text>\n"
-                                    "<text x='16' y='%.0f' transform='rotate(-90 16 %.0f)' "
-                                    "text-anchor='middle'>hypervolume / all rows'</text>\n",
-                                    (W + L - R) / 2, H - 14, (H + T - B) / 2, (H + T - B) / 2));
+    const hilnas::PlotAxis x("trials", 1, trials);
+    hilnas::PlotAxis y("hypervolume / all rows'", 0, 1);
+    y.tick_decimals = 1;
+    hilnas::SvgPlot plot(640, 420,
+                         absl::StrFormat("hypervolume vs trials on the demo oracle (%zu rows; "
+                                         "medians)",
+                                         rows.size()),
+                         x, y);
     const std::map<std::string, std::string> colour = {
-        {"random", "#7f7f7f"}, {"sobol", "#2ca02c"}, {"qnehvi", "#d62728"}};
-    int legend = 0;
+        {kRandom, "#7f7f7f"}, {kSobol, "#2ca02c"}, {kQnehvi, "#d62728"}};
     for (const auto& [k, cs] : curves) {
-      std::string path;
-      for (int t = 1; t <= trials; ++t) {
-        absl::StrAppend(&path, t == 1 ? "M" : " L",
-                        absl::StrFormat("%.1f,%.1f", px(t), py(median_at(k, t))));
-      }
-      absl::StrAppend(&s, "<path d='", path, "' fill='none' stroke='", colour.at(k),
-                      "' stroke-width='2'/>\n",
-                      absl::StrFormat("<text x='%.0f' y='%.0f' fill='%s'>%s</text>\n", W - R - 90,
-                                      H - B - 20 - 16.0 * legend++, colour.at(k), k));
+      std::vector<std::pair<double, double>> points;
+      for (int t = 1; t <= trials; ++t) points.push_back({t, median_at(k, t)});
+      const hilnas::PlotStyle line = hilnas::Stroke(colour.at(k), 2);
+      plot.Curve(points, line);
+      plot.Legend(k, line, /*line=*/true, "lower right");
     }
-    std::ofstream(svg_out) << s << "</svg>\n";
+    std::ofstream(svg_out) << plot.Render();
   }
   return 0;
 }

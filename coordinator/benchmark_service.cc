@@ -1,12 +1,8 @@
 #include "coordinator/benchmark_service.h"
 
-#include <condition_variable>
-#include <list>
-#include <mutex>
-#include <thread>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/long_polls.h"
 
 namespace hilnas {
 
@@ -40,153 +36,9 @@ absl::StatusOr<int64_t> ParseJobId(const std::string& s) {
   return id;
 }
 
-void FillLease(const Lease& l, LeaseJobResponse* r) {
-  r->set_has_job(true);
-  r->set_job_id(absl::StrCat(l.job_id));
-  r->set_lease_id(l.lease_id);
-  r->set_lease_expires_unix_ms(l.expires_ms);
-  *r->mutable_request() = l.request;
-}
-
-void FillJob(const JobRecord& j, GetJobResponse* r) {
-  r->set_job_id(absl::StrCat(j.job_id));
-  r->set_state(j.state);
-  if (j.result.has_value()) {
-    *r->mutable_result() = *j.result;
-  } else if (j.state == JOB_FAILED) {
-    r->mutable_result()->set_failure(RUNTIME_ERROR);
-    r->mutable_result()->set_failure_message(j.message);
-  }
-}
-
 bool Finished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
 
 }  // namespace
-
-// Parked long-poll calls, finished by one thread when their answer exists or
-// their deadline passes. The same thread expires leases every tick.
-class LongPolls {
- public:
-  LongPolls(JobStore* store, const Clock* clock, int64_t tick_ms)
-      : store_(store), clock_(clock), tick_ms_(tick_ms), thread_([this] { Loop(); }) {}
-  ~LongPolls() { Shutdown(); }
-
-  void ParkLease(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-                 LeaseJobResponse* resp, std::string agent_id, int64_t deadline_ms) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return reactor->Finish(grpc::Status::OK);
-    leases_.push_back({ctx, reactor, resp, std::move(agent_id), deadline_ms});
-  }
-  void ParkJob(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
-               GetJobResponse* resp, int64_t job_id, int64_t deadline_ms) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return reactor->Finish(grpc::Status::OK);
-    jobs_.push_back({ctx, reactor, resp, job_id, deadline_ms});
-  }
-  // Something changed (a job queued or finished): check parked calls now.
-  void Poke() {
-    std::lock_guard<std::mutex> lock(mu_);
-    poked_ = true;
-    cv_.notify_one();
-  }
-  void Shutdown() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopped_) return;
-      stopped_ = true;
-      cv_.notify_one();
-    }
-    thread_.join();
-    for (auto& w : leases_) w.reactor->Finish(grpc::Status::OK);
-    for (auto& w : jobs_)
-      w.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down"));
-    leases_.clear();
-    jobs_.clear();
-  }
-
- private:
-  struct LeaseWaiter {
-    grpc::CallbackServerContext* ctx;
-    grpc::ServerUnaryReactor* reactor;
-    LeaseJobResponse* resp;
-    std::string agent_id;
-    int64_t deadline_ms;
-  };
-  struct JobWaiter {
-    grpc::CallbackServerContext* ctx;
-    grpc::ServerUnaryReactor* reactor;
-    GetJobResponse* resp;
-    int64_t job_id;
-    int64_t deadline_ms;
-  };
-
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopped_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(tick_ms_),
-                   [this] { return poked_ || stopped_; });
-      if (stopped_) break;
-      poked_ = false;
-      store_->ExpireLeases().IgnoreError();  // a failure here is retried next tick
-      const int64_t now = clock_->NowMs();
-      for (auto it = leases_.begin(); it != leases_.end();) {
-        it = ServeLease(*it, now) ? leases_.erase(it) : std::next(it);
-      }
-      for (auto it = jobs_.begin(); it != jobs_.end();) {
-        it = ServeJob(*it, now) ? jobs_.erase(it) : std::next(it);
-      }
-    }
-  }
-
-  // True when the call was finished.
-  bool ServeLease(LeaseWaiter& w, int64_t now) {
-    if (w.ctx->IsCancelled()) {  // the agent went away: do not lease to a ghost
-      w.reactor->Finish(grpc::Status::CANCELLED);
-      return true;
-    }
-    absl::StatusOr<std::optional<Lease>> lease = store_->LeaseJob(w.agent_id);
-    if (!lease.ok()) {
-      w.reactor->Finish(ToGrpc(lease.status()));
-      return true;
-    }
-    if (lease->has_value()) {
-      FillLease(**lease, w.resp);
-      w.reactor->Finish(grpc::Status::OK);
-      return true;
-    }
-    if (now >= w.deadline_ms) {
-      w.resp->set_has_job(false);
-      w.reactor->Finish(grpc::Status::OK);
-      return true;
-    }
-    return false;
-  }
-
-  bool ServeJob(JobWaiter& w, int64_t now) {
-    absl::StatusOr<JobRecord> job = store_->GetJob(w.job_id);
-    if (!job.ok()) {
-      w.reactor->Finish(ToGrpc(job.status()));
-      return true;
-    }
-    if (Finished(job->state) || now >= w.deadline_ms || w.ctx->IsCancelled()) {
-      FillJob(*job, w.resp);
-      w.reactor->Finish(grpc::Status::OK);
-      return true;
-    }
-    return false;
-  }
-
-  JobStore* store_;
-  const Clock* clock_;
-  const int64_t tick_ms_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool poked_ = false;
-  bool stopped_ = false;
-  std::list<LeaseWaiter> leases_;
-  std::list<JobWaiter> jobs_;
-  std::thread thread_;  // last: starts after the members it reads
-};
 
 // What both services work with; owned by BenchmarkServices, which outlives them.
 struct ServiceDeps {

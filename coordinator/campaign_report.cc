@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/campaign_config.h"
 #include "nlohmann/json.hpp"
+#include "util/svg_plot.h"
 
 namespace hilnas {
 
@@ -162,99 +163,55 @@ std::string ParetoJson(const CampaignRecord& record, const std::vector<Trial>& t
 std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& trials,
                       const std::vector<std::pair<std::string, double>>& markers) {
   const FrontView v = ComputeFront(record, trials);
-  const double W = 720, H = 480, L = 70, R = 30, T = 50, B = 60;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   auto extend = [&](double x, double y) {
     if (x > 0) x0 = std::min(x0, x), x1 = std::max(x1, x);
     if (std::isfinite(y)) y0 = std::min(y0, y), y1 = std::max(y1, y);
   };
   for (const Trial* t : v.evaluated) extend(t->predicted_ttft_ms(), t->loss());
-  if (v.reference.size() >= 2 && v.reference[1] > 0) extend(v.reference[1], v.reference[0]);
+  const bool has_reference = v.reference.size() >= 2 && v.reference[1] > 0;
+  if (has_reference) extend(v.reference[1], v.reference[0]);
   for (const auto& m : markers) extend(m.second, NAN);
   if (!(x1 > x0)) x0 = 1, x1 = 10;
   if (!(y1 > y0)) y0 = 0, y1 = 1;
-  const double xa = std::log10(x0) - 0.05, xb = std::log10(x1) + 0.05;
-  const double ya = y0 - 0.05 * (y1 - y0), yb = y1 + 0.05 * (y1 - y0);
-  auto px = [&](double ms) { return L + (std::log10(ms) - xa) / (xb - xa) * (W - L - R); };
-  auto py = [&](double loss) { return H - B - (loss - ya) / (yb - ya) * (H - T - B); };
-  std::string s = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-      "font-family='sans-serif' font-size='12'>\n<rect width='100%%' height='100%%' "
-      "fill='white'/>\n<text x='%.0f' y='20' text-anchor='middle' font-size='15'>%s</text>\n"
-      "<text x='%.0f' y='38' text-anchor='middle' font-size='11'>%s</text>\n"
-      "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n",
-      W, H, W / 2, record.config.name(), W / 2, FrontSummary(record, trials), L, T, W - L - R,
-      H - T - B);
-  for (double d = std::pow(10, std::floor(xa)); d <= std::pow(10, xb); d *= 10) {
-    for (double m : {1.0, 2.0, 5.0}) {
-      const double t = d * m;
-      if (std::log10(t) < xa || std::log10(t) > xb) continue;
-      absl::StrAppend(
-          &s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%g</text>\n", px(t),
-                              H - B + 16, t));
-    }
-  }
-  for (int i = 0; i <= 5; ++i) {
-    const double l = ya + (yb - ya) * i / 5;
-    absl::StrAppend(&s, absl::StrFormat("<text x='%.0f' y='%.1f' text-anchor='end'>%.3f</text>\n",
-                                        L - 6, py(l) + 4, l));
-  }
-  absl::StrAppend(
-      &s, absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>TTFT ms (predicted, log "
-                          "scale)</text>\n<text x='18' y='%.0f' transform='rotate(-90 18 %.0f)' "
-                          "text-anchor='middle'>held-out loss</text>\n",
-                          (W + L - R) / 2, H - 18, (H + T - B) / 2, (H + T - B) / 2));
-  if (v.reference.size() >= 2 && v.reference[1] > 0) {
-    absl::StrAppend(
-        &s, absl::StrFormat("<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#d62728' "
-                            "stroke-dasharray='5'/>\n<line x1='%.0f' y1='%.1f' x2='%.0f' "
-                            "y2='%.1f' stroke='#d62728' stroke-dasharray='5'/>\n"
-                            "<circle cx='%.1f' cy='%.1f' r='5' fill='#d62728'/>\n"
-                            "<text x='%.1f' y='%.1f' fill='#d62728'>reference</text>\n",
-                            px(v.reference[1]), T, px(v.reference[1]), H - B, L, py(v.reference[0]),
-                            W - R, py(v.reference[0]), px(v.reference[1]), py(v.reference[0]),
-                            px(v.reference[1]) - 70, py(v.reference[0]) - 8));
+  // 5% room on each side: a factor 10^0.05 on the log axis.
+  const double pad = std::pow(10, 0.05);
+  const PlotAxis x("TTFT ms (predicted, log scale)", x0 / pad, x1 * pad, /*log=*/true);
+  PlotAxis y("held-out loss", y0 - 0.05 * (y1 - y0), y1 + 0.05 * (y1 - y0));
+  y.tick_decimals = 3;
+  SvgPlot plot(720, 480, record.config.name(), x, y, FrontSummary(record, trials));
+  if (has_reference) {
+    const PlotStyle dashed = Stroke("#d62728", 1, "5");
+    plot.Segment(v.reference[1], y.min, v.reference[1], y.max, dashed);
+    plot.Segment(x.min, v.reference[0], x.max, v.reference[0], dashed);
+    plot.Point(v.reference[1], v.reference[0], Dot("#d62728", 5));
+    plot.Label(v.reference[1], v.reference[0], "reference", "#d62728", -70, -8);
   }
   for (const auto& [label, ms] : markers) {
-    absl::StrAppend(
-        &s, absl::StrFormat("<line x1='%.1f' y1='%.0f' x2='%.1f' y2='%.0f' stroke='#2ca02c' "
-                            "stroke-dasharray='2 3'/>\n<text x='%.1f' y='%.0f' fill='#2ca02c' "
-                            "transform='rotate(-90 %.1f %.0f)'>%s</text>\n",
-                            px(ms), T, px(ms), H - B, px(ms) - 3, T + 6, px(ms) - 3, T + 6, label));
+    plot.Segment(ms, y.min, ms, y.max, Stroke("#2ca02c", 1, "2 3"));
+    plot.Label(ms, y.max, label, "#2ca02c", -3, 6, /*vertical=*/true);
   }
   // The front as a staircase in (TTFT, loss); the legend sits in the
   // lower left, the corner no trial reaches.
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
-    if (v.on_front[i])
+    if (v.on_front[i]) {
       front.push_back({v.evaluated[i]->predicted_ttft_ms(), v.evaluated[i]->loss()});
+    }
   }
   std::sort(front.begin(), front.end());
-  if (!front.empty()) {
-    std::string path = absl::StrFormat("M%.1f,%.1f", px(front[0].first), py(front[0].second));
-    for (size_t i = 1; i < front.size(); ++i) {
-      absl::StrAppend(&path,
-                      absl::StrFormat(" H%.1f V%.1f", px(front[i].first), py(front[i].second)));
-    }
-    absl::StrAppend(&s, "<path d='", path, "' fill='none' stroke='#ff7f0e' stroke-width='2'/>\n");
-  }
+  plot.Curve(front, Stroke("#ff7f0e", 2), /*steps=*/true);
+  const PlotStyle trial_style = Dot("#1f77b4", 3, 0.75);
+  const PlotStyle front_style = Dot("#ff7f0e", 5, 0.75);
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
     const Trial& t = *v.evaluated[i];
-    absl::StrAppend(
-        &s, absl::StrFormat("<circle cx='%.1f' cy='%.1f' r='%d' fill='%s' fill-opacity='0.75'>"
-                            "<title>trial %d: %s, loss %.4f, TTFT %.1f ms</title></circle>\n",
-                            px(t.predicted_ttft_ms()), py(t.loss()), v.on_front[i] ? 5 : 3,
-                            v.on_front[i] ? "#ff7f0e" : "#1f77b4", t.id(), ArchSummary(t.arch()),
-                            t.loss(), t.predicted_ttft_ms()));
+    plot.Point(t.predicted_ttft_ms(), t.loss(), v.on_front[i] ? front_style : trial_style,
+               absl::StrFormat("trial %d: %s, loss %.4f, TTFT %.1f ms", t.id(),
+                               ArchSummary(t.arch()), t.loss(), t.predicted_ttft_ms()));
   }
-  absl::StrAppend(
-      &s,
-      absl::StrFormat(
-          "<circle cx='%.0f' cy='%.0f' r='3' fill='#1f77b4'/><text x='%.0f' y='%.0f'>trial</text>\n"
-          "<circle cx='%.0f' cy='%.0f' r='5' fill='#ff7f0e'/><text x='%.0f' y='%.0f'>Pareto "
-          "front</text>\n",
-          L + 14, H - B - 34.0, L + 24, H - B - 30.0, L + 14, H - B - 16.0, L + 24, H - B - 12.0));
-  return s + "</svg>\n";
+  plot.Legend("Pareto front", front_style);
+  plot.Legend("trial", trial_style);
+  return plot.Render();
 }
 
 }  // namespace hilnas

@@ -247,7 +247,9 @@ TEST_F(CampaignTest, TheKvPredictionChoiceIsSearchedLikeAnyDimension) {
     if (t.arch().has_kv_prediction()) {
       ++with_aux[t.stage()];
       EXPECT_THAT(ArchSummary(t.arch()), HasSubstr("+KVP"));
-      if (t.stage() == 2) EXPECT_TRUE(std::isfinite(t.loss()) && t.loss() > 0 && t.loss() < 6);
+      if (t.stage() == 2) {
+        EXPECT_TRUE(std::isfinite(t.loss()) && t.loss() > 0 && t.loss() < 6);
+      }
     }
   }
   EXPECT_GT(with_aux[1], 0);  // measured on the agent with an auxiliary model
@@ -336,8 +338,9 @@ class ScriptedEvaluator : public QualityEvaluator {
 TEST_F(CampaignTest, TheInjectedEvaluatorScoresEveryStageTwoTrial) {
   int calls = 0;
   std::string named;
-  make_evaluator_ = [&](const CampaignConfig& c, const Backbone& backbone)
-      -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+  make_evaluator_ =
+      [&](const CampaignConfig& c,
+          const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
     named = c.quality_evaluator();
     EXPECT_GT(backbone.model->arch().num_layers, 0);
     return std::make_unique<ScriptedEvaluator>(&calls);
@@ -356,8 +359,12 @@ TEST_F(CampaignTest, TheInjectedEvaluatorScoresEveryStageTwoTrial) {
     if (t.stage() != 2) continue;
     done += t.state() == DONE;
     failed += t.state() == FAILED;
-    if (t.state() == DONE) EXPECT_DOUBLE_EQ(t.loss(), 5.0 - 0.1 * t.arch().num_layers());
-    if (t.state() == FAILED) EXPECT_THAT(t.message(), HasSubstr("scripted outage"));
+    if (t.state() == DONE) {
+      EXPECT_DOUBLE_EQ(t.loss(), 5.0 - 0.1 * t.arch().num_layers());
+    }
+    if (t.state() == FAILED) {
+      EXPECT_THAT(t.message(), HasSubstr("scripted outage"));
+    }
   }
   EXPECT_EQ(done + failed, calls);
   EXPECT_EQ(failed, calls / 3);

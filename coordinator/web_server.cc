@@ -6,15 +6,15 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/benchmark_service.h"
 #include "coordinator/campaign_report.h"
 #include "coordinator/campaign_service.h"
@@ -163,9 +163,8 @@ struct WebServer::Impl {
   tcp::acceptor acceptor;
   int port = 0;
   std::atomic<bool> stopping{false};
-  std::mutex mu;
-  std::condition_variable cv;
-  int connections = 0;  // guarded by mu
+  absl::Mutex mu;
+  int connections ABSL_GUARDED_BY(mu) = 0;  // being served on their own threads
   std::thread thread;
 
   void Serve(tcp::socket socket) {
@@ -203,9 +202,8 @@ struct WebServer::Impl {
       http::write(socket, res, ec);
     }
     socket.shutdown(tcp::socket::shutdown_both, ec);
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     --connections;
-    cv.notify_all();
   }
 
   void Accept() {
@@ -216,7 +214,7 @@ struct WebServer::Impl {
       if (stopping) break;
       if (ec) continue;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         ++connections;
       }
       std::thread([this, s = std::move(socket)]() mutable { Serve(std::move(s)); }).detach();
@@ -263,8 +261,10 @@ WebServer::~WebServer() {
     poke.connect(self, ec);
   }
   impl_->thread.join();
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->cv.wait(lock, [this] { return impl_->connections == 0; });
+  Impl* impl = impl_.get();
+  absl::MutexLock lock(&impl->mu);
+  auto idle = [impl]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->mu) { return impl->connections == 0; };
+  impl->mu.Await(absl::Condition(&idle));
 }
 
 int WebServer::port() const { return impl_->port; }

@@ -3,12 +3,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/service.grpc.pb.h"
 
 namespace hilnas {
@@ -37,8 +37,10 @@ class Agent::Impl {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    channel_ =
-        grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+    channel_ = options_.channel != nullptr
+                   ? options_.channel
+                   : grpc::CreateCustomChannel(options_.coordinator,
+                                               grpc::InsecureChannelCredentials(), args);
     stub_ = AgentService::NewStub(channel_);
     options_.device.set_runtime(runtime_->name());
     options_.device.set_runtime_version(runtime_->version());
@@ -110,13 +112,21 @@ class Agent::Impl {
     }
   }
 
-  // Renews the lease every heartbeat interval until `done`; sets `lost`
-  // when the coordinator says the lease is no longer ours.
-  void HeartbeatLoop(const std::string& lease_id, std::mutex& mu, std::condition_variable& cv,
-                     const bool& done, std::atomic<bool>& lost) {
-    std::unique_lock<std::mutex> lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_), [&] { return done; })) {
-      lock.unlock();
+  // Set by the measuring thread when the measurement is over.
+  struct MeasurementDone {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+
+  // Renews the lease every heartbeat interval until `finished.done`; sets
+  // `lost` when the coordinator says the lease is no longer ours.
+  void HeartbeatLoop(const std::string& lease_id, MeasurementDone& finished,
+                     std::atomic<bool>& lost) {
+    absl::MutexLock lock(&finished.mu);
+    auto done = [&finished]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(finished.mu) { return finished.done; };
+    while (
+        !finished.mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(heartbeat_ms_))) {
+      finished.mu.Unlock();
       HeartbeatRequest req;
       req.set_agent_id(agent_id_);
       req.set_lease_id(lease_id);
@@ -128,17 +138,15 @@ class Agent::Impl {
         Log(absl::StrCat("lease ", lease_id, " is no longer ours; stopping the measurement"));
         lost = true;
       }
-      lock.lock();
+      finished.mu.Lock();
     }
   }
 
   void RunJob(const LeaseJobResponse& lease, const std::atomic<bool>& stop) {
     Log(absl::StrCat("job ", lease.job_id(), ": leased (", lease.lease_id(), ")"));
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
+    MeasurementDone finished;
     std::atomic<bool> lost{false};
-    std::thread heartbeat([&] { HeartbeatLoop(lease.lease_id(), mu, cv, done, lost); });
+    std::thread heartbeat([&] { HeartbeatLoop(lease.lease_id(), finished, lost); });
     ProtocolOptions protocol = options_.protocol;
     protocol.cancel = &lost;
     auto user_progress = protocol.progress;
@@ -151,10 +159,9 @@ class Agent::Impl {
     if (request.threads() <= 0) request.set_threads(options_.device.threads());
     BenchmarkResult result = MeasureBenchmark(*runtime_, request, options_.device, protocol);
     {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
+      absl::MutexLock lock(&finished.mu);
+      finished.done = true;
     }
-    cv.notify_one();
     heartbeat.join();
     if (lost.load()) return;  // another agent has the job now; a report would be rejected
     Report(lease, result, stop);

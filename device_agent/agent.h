@@ -19,10 +19,17 @@
 #include "device_agent/runtime.h"
 #include "proto/benchmark.pb.h"
 
+namespace grpc {
+class Channel;
+}
+
 namespace hilnas {
 
 struct AgentOptions {
   std::string coordinator = "127.0.0.1:50051";
+  // When set, the agent talks over this channel instead of dialling
+  // `coordinator` (tests: an in-process server's channel).
+  std::shared_ptr<grpc::Channel> channel;
   std::string enrollment_token;
   DeviceIdentity device;             // name, threads, cpu_set and pools set by the caller
   int64_t lease_wait_ms = 10'000;    // long-poll length for LeaseJob

@@ -49,7 +49,10 @@ class LibtorchModel : public PreparedModel {
   // A KV-prediction architecture: TTFT is the auxiliary prefill, the
   // predictor and one base step (KV Prediction Sec. 4.4); decode is the base's.
   LibtorchModel(std::shared_ptr<KvPredictor> kvp, int64_t prefill_chunk, uint64_t seed)
-      : decoder_(kvp->base()), kvp_(std::move(kvp)), prefill_chunk_(prefill_chunk), seed_(seed) {}
+      : decoder_(kvp->base().Share()),
+        kvp_(std::move(kvp)),
+        prefill_chunk_(prefill_chunk),
+        seed_(seed) {}
 
   absl::StatusOr<RunTiming> Run(int prompt_tokens, int decode_tokens) override {
     if (prompt_tokens <= 0 || decode_tokens < 0) {

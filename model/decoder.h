@@ -30,8 +30,7 @@ namespace hilnas {
 class KvCache {
  public:
   // Storage for attention layers below `layers` only (all when negative).
-  KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype,
-          int layers = -1);
+  KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype dtype, int layers = -1);
 
   int64_t length() const { return length_; }      // tokens cached
   int64_t capacity() const { return capacity_; }  // tokens that fit
@@ -74,20 +73,32 @@ class ForwardObserver {
   virtual ~ForwardObserver() = default;
   // Output of a norm that feeds a block: the layer's input_layernorm (before
   // attention) and post_attention_layernorm (before the FFN).
-  virtual void OnBlockNorm(int layer, const torch::Tensor& normed) {}
+  virtual void OnBlockNorm(int /*layer*/, const torch::Tensor& /*normed*/) {}
   // The FFN hidden, the input of down_proj: silu(gate) * up.
-  virtual void OnFfnHidden(int layer, const torch::Tensor& hidden) {}
+  virtual void OnFfnHidden(int /*layer*/, const torch::Tensor& /*hidden*/) {}
   // The residual stream entering and leaving a layer.
-  virtual void OnLayer(int layer, const torch::Tensor& input, const torch::Tensor& output) {}
+  virtual void OnLayer(int /*layer*/, const torch::Tensor& /*input*/,
+                       const torch::Tensor& /*output*/) {}
   // The keys (before K-norm and RoPE) and values an attention layer attends
   // to, [batch, T, kv_heads, head_dim]: what a KV predictor reads from an
   // auxiliary model and is trained to match in the base.
-  virtual void OnKeysValues(int layer, const torch::Tensor& keys, const torch::Tensor& values) {}
+  virtual void OnKeysValues(int /*layer*/, const torch::Tensor& /*keys*/,
+                            const torch::Tensor& /*values*/) {}
 };
 
-// Owns the module tree; cheap to move.
+// Owns the module tree; cheap to move, never copied implicitly: a second
+// handle on the same weights is asked for by name (Share).
 class Decoder {
  public:
+  Decoder(Decoder&&) = default;
+  Decoder& operator=(Decoder&&) = default;
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  // Another handle on this decoder's module tree: training through either
+  // changes both (a KV predictor holds its base this way).
+  Decoder Share() const { return Decoder(impl_); }
+
   // Builds the architecture with deterministic random weights from `seed`
   // (latency does not depend on weight values). REQUIRES: ValidateArch ok.
   static absl::StatusOr<Decoder> Create(const Arch& arch, uint64_t seed,

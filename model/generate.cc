@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 
 namespace hilnas {
 
@@ -18,12 +19,16 @@ double Stats::decode_tokens_per_s() const {
 }
 
 std::string Stats::ToJson() const {
-  return absl::StrFormat(
-      "{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"prefill_chunk\": %d, "
-      "\"prompt_eval_end_ms\": %.3f, \"ttft_ms\": %.3f, \"inference_end_ms\": %.3f, "
-      "\"decode_ms_per_token\": %.3f, \"decode_tokens_per_s\": %.2f, \"kv_cache_bytes\": %d}",
-      prompt_tokens, generated_tokens, prefill_chunk, prompt_eval_end_ms, first_token_ms,
-      inference_end_ms, decode_ms_per_token(), decode_tokens_per_s(), kv_cache_bytes);
+  const nlohmann::json j = {{"prompt_tokens", prompt_tokens},
+                            {"generated_tokens", generated_tokens},
+                            {"prefill_chunk", prefill_chunk},
+                            {"prompt_eval_end_ms", prompt_eval_end_ms},
+                            {"ttft_ms", first_token_ms},
+                            {"inference_end_ms", inference_end_ms},
+                            {"decode_ms_per_token", decode_ms_per_token()},
+                            {"decode_tokens_per_s", decode_tokens_per_s()},
+                            {"kv_cache_bytes", kv_cache_bytes}};
+  return j.dump();
 }
 
 absl::Status ValidatePrompt(const std::vector<int64_t>& prompt, int64_t vocab_size) {

@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "util/median.h"
 
 namespace hilnas {
@@ -29,27 +29,24 @@ class Units {
   }
   ~Units() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    start_.notify_all();
     for (auto& t : threads_) t.join();
   }
 
   void Start(std::function<void(int)> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      task_ = std::move(task);
-      pending_ = static_cast<int>(threads_.size());
-      ++round_;
-    }
-    start_.notify_all();
+    absl::MutexLock lock(&mu_);
+    task_ = std::move(task);
+    pending_ = static_cast<int>(threads_.size());
+    ++round_;
   }
 
   // The first worker error of the round, or empty.
   std::string Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    absl::MutexLock lock(&mu_);
+    auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ == 0; };
+    mu_.Await(absl::Condition(&finished));
     for (auto& e : errors_) {
       if (!e.empty()) return std::exchange(e, "");
     }
@@ -63,30 +60,32 @@ class Units {
     for (;;) {
       std::function<void(int)> task;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        start_.wait(lock, [&] { return stop_ || round_ != seen; });
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || round_ != seen; };
+        mu_.Await(absl::Condition(&ready));
         if (stop_) return;
         seen = round_;
         task = task_;
       }
+      std::string error;
       try {
         task(j);
       } catch (const c10::Error& e) {
-        errors_[j] = e.what_without_backtrace();
+        error = e.what_without_backtrace();
       }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_all();
+      absl::MutexLock lock(&mu_);
+      errors_[j] = std::move(error);
+      --pending_;
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable start_, done_;
-  uint64_t round_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::function<void(int)> task_;
-  std::vector<std::string> errors_;
-  std::vector<std::thread> threads_;
+  absl::Mutex mu_;
+  uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(int)> task_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;  // last: started after the state they read
 };
 
 std::vector<int64_t> TopK(const torch::Tensor& logits, int k) {

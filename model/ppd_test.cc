@@ -64,7 +64,9 @@ TEST(PpdGenerateTest, IdenticalToGreedyOver256TokensOnTheDemoBackbone) {
     EXPECT_EQ(c.main_layers, layers * c.decode_steps - (layers - d_bar) * c.matches);
     EXPECT_LE(c.sub_layers, int64_t{k} * (layers - d_bar) * c.predictions);
     EXPECT_GE(c.sub_layers, (layers - d_bar) * c.matches);
-    if (d_bar >= 6) EXPECT_GT(c.p_correct(), 0.5) << "d_bar " << d_bar << " k " << k;
+    if (d_bar >= 6) {
+      EXPECT_GT(c.p_correct(), 0.5) << "d_bar " << d_bar << " k " << k;
+    }
   }
 }
 
@@ -124,8 +126,12 @@ TEST(PpdGenerateTest, ForcedMatchRateDrivesTheMatchesForTiming) {
     EXPECT_EQ(c.predictions, 99);
     EXPECT_EQ(g.tokens.size(), 101u);
     EXPECT_EQ(c.main_layers, 4 * c.decode_steps - 2 * c.matches);
-    if (rate == 0) EXPECT_EQ(c.matches, 0);
-    if (rate == 1) EXPECT_EQ(c.matches, 99);
+    if (rate == 0) {
+      EXPECT_EQ(c.matches, 0);
+    }
+    if (rate == 1) {
+      EXPECT_EQ(c.matches, 99);
+    }
     if (rate == 0.5) {
       EXPECT_GT(c.matches, 30);
       EXPECT_LT(c.matches, 70);

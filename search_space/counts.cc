@@ -12,14 +12,8 @@ int64_t AttentionProjectionParams(const Arch& a) {
 
 int64_t FfnParams(const Arch& a) { return 3 * int64_t{a.d_model} * a.d_ffn; }
 
-// Keys visible to the token at position t (0-based) in a layer of type `at`.
-int64_t VisibleKeys(const Arch& a, Attention at, int64_t t) {
-  if (at == Attention::kSkip) return 0;
-  if (at == Attention::kSlidingWindow) return std::min<int64_t>(t + 1, a.sliding_window);
-  return t + 1;
-}
-
-// Sum over t in [0, n) of VisibleKeys, in closed form.
+// Sum over t in [0, n) of the keys visible to the token at position t in a
+// layer of type `at` (t + 1, capped at the window for SWA), in closed form.
 double SumVisibleKeys(const Arch& a, Attention at, int64_t n) {
   if (at == Attention::kSkip || n <= 0) return 0;
   if (at == Attention::kFull || n <= a.sliding_window) return 0.5 * double(n) * double(n + 1);

@@ -11,8 +11,6 @@
 #include <fstream>
 #include <thread>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -25,27 +23,6 @@
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
 #include "util/subprocess.h"
-
-ABSL_FLAG(std::string, name, "", "agent: device name, unique per coordinator (default: hostname)");
-ABSL_FLAG(std::string, cpu_set, "", "agent: pin to these CPUs, e.g. 0-1 or 2,3");
-ABSL_FLAG(std::string, pools, "", "agent: comma-separated pools this device serves, e.g. s25");
-ABSL_FLAG(std::string, runtime, "libtorch", "agent: libtorch | external");
-ABSL_FLAG(std::string, external_format, "llama-bench", "agent: llama-bench | executorch");
-ABSL_FLAG(std::string, export_command, "",
-          "agent: external runtime: command making {model} from {config}/{checkpoint}");
-ABSL_FLAG(std::string, bench_command, "",
-          "agent: external runtime: command timing {model} at {prompt_tokens}/{decode_tokens}/"
-          "{threads}");
-ABSL_FLAG(std::string, runtime_name, "", "agent: external runtime's name, e.g. llama.cpp");
-ABSL_FLAG(std::string, runtime_version, "", "agent: external runtime's version, e.g. b4521");
-ABSL_FLAG(int32_t, max_jobs, 0, "agent: exit after this many jobs (0 = run until stopped)");
-ABSL_FLAG(double, cooldown_ms, 100, "agent: idle time between timed runs");
-ABSL_FLAG(int64_t, memory_limit_mb, 0,
-          "agent: refuse models needing more (weights + KV cache); 0 = MemAvailable");
-ABSL_DECLARE_FLAG(std::string, prompt_lengths);
-ABSL_FLAG(int32_t, agents, 2, "fleet: how many local agents");
-ABSL_FLAG(std::string, fleet_threads, "",
-          "fleet: threads per agent, cycled (e.g. 1,2); default: cores / agents");
 
 namespace hilnas::tools {
 
@@ -66,26 +43,25 @@ std::string Hostname() {
   return buf[0] ? buf : "agent";
 }
 
-absl::StatusOr<std::unique_ptr<Runtime>> RuntimeFromFlags() {
-  const std::string kind = absl::GetFlag(FLAGS_runtime);
+absl::StatusOr<std::unique_ptr<Runtime>> RuntimeOf(const CommandLine& cl) {
+  const std::string kind = cl.runtime;
   if (kind == "libtorch") {
     LibtorchRuntimeOptions o;
-    o.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_mb) << 20;
+    o.memory_limit_bytes = cl.memory_limit_mb << 20;
     return NewLibtorchRuntime(o);
   }
   if (kind == "external") {
     ExternalRuntimeOptions o;
-    absl::StatusOr<ExternalFormat> f = ParseExternalFormat(absl::GetFlag(FLAGS_external_format));
+    absl::StatusOr<ExternalFormat> f = ParseExternalFormat(cl.external_format);
     if (!f.ok()) return f.status();
     o.format = *f;
-    o.export_command = absl::GetFlag(FLAGS_export_command);
-    o.bench_command = absl::GetFlag(FLAGS_bench_command);
+    o.export_command = cl.export_command;
+    o.bench_command = cl.bench_command;
     if (o.bench_command.empty()) {
       return absl::InvalidArgumentError("--runtime external needs --bench-command");
     }
-    o.name = absl::GetFlag(FLAGS_runtime_name).empty() ? absl::GetFlag(FLAGS_external_format)
-                                                       : absl::GetFlag(FLAGS_runtime_name);
-    o.version = absl::GetFlag(FLAGS_runtime_version);
+    o.name = cl.runtime_name.empty() ? cl.external_format : cl.runtime_name;
+    o.version = cl.runtime_version;
     return NewExternalRuntime(o);
   }
   return absl::InvalidArgumentError(
@@ -97,21 +73,21 @@ absl::StatusOr<std::unique_ptr<Runtime>> RuntimeFromFlags() {
 
 }  // namespace
 
-int AgentCommand(const std::vector<std::string>& args) {
+int AgentCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("agent takes flags only"));
-  const std::string cpu_set = absl::GetFlag(FLAGS_cpu_set);
+  const std::string cpu_set = cl.cpu_set;
   // Pin before libtorch or gRPC create threads: they inherit the mask.
   if (!cpu_set.empty()) {
     if (absl::Status s = PinToCpuSet(cpu_set); !s.ok()) return Fail(s);
   }
-  absl::StatusOr<std::unique_ptr<Runtime>> runtime = RuntimeFromFlags();
+  absl::StatusOr<std::unique_ptr<Runtime>> runtime = RuntimeOf(cl);
   if (!runtime.ok()) return Fail(runtime.status());
   AgentOptions o;
-  o.coordinator = CoordinatorAddress();
-  o.enrollment_token = EnrollmentToken();
+  o.coordinator = CoordinatorAddress(cl);
+  o.enrollment_token = EnrollmentToken(cl);
   o.device = ProbeDevice();
-  o.device.set_name(absl::GetFlag(FLAGS_name).empty() ? Hostname() : absl::GetFlag(FLAGS_name));
-  int threads = absl::GetFlag(FLAGS_threads);
+  o.device.set_name(cl.name.empty() ? Hostname() : cl.name);
+  int threads = cl.threads;
   if (threads <= 0) {
     threads = cpu_set.empty()
                   ? o.device.cores()
@@ -119,11 +95,11 @@ int AgentCommand(const std::vector<std::string>& args) {
   }
   o.device.set_threads(threads);
   o.device.set_cpu_set(cpu_set);
-  for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_pools), ',', absl::SkipEmpty())) {
+  for (absl::string_view p : absl::StrSplit(cl.pools, ',', absl::SkipEmpty())) {
     o.device.add_pools(std::string(p));
   }
-  o.max_jobs = absl::GetFlag(FLAGS_max_jobs);
-  o.protocol.cooldown_ms = absl::GetFlag(FLAGS_cooldown_ms);
+  o.max_jobs = cl.max_jobs;
+  o.protocol.cooldown_ms = cl.cooldown_ms;
   o.log = Log;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
@@ -137,16 +113,15 @@ int AgentCommand(const std::vector<std::string>& args) {
   return s.ok() ? 0 : Fail(s);
 }
 
-int FleetCommand(const std::vector<std::string>& args) {
+int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("fleet takes flags only"));
-  const int n = absl::GetFlag(FLAGS_agents);
+  const int n = cl.agents;
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   if (n <= 0 || n > 64) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--agents ", n, " is not in 1..64")));
   }
   std::vector<int> thread_counts;
-  for (absl::string_view t :
-       absl::StrSplit(absl::GetFlag(FLAGS_fleet_threads), ',', absl::SkipEmpty())) {
+  for (absl::string_view t : absl::StrSplit(cl.fleet_threads, ',', absl::SkipEmpty())) {
     int v = 0;
     if (!absl::SimpleAtoi(t, &v) || v <= 0 || v > cores) {
       return Fail(absl::InvalidArgumentError(
@@ -155,8 +130,7 @@ int FleetCommand(const std::vector<std::string>& args) {
     thread_counts.push_back(v);
   }
   if (thread_counts.empty()) thread_counts.push_back(std::max(1, cores / n));
-  const std::string prefix =
-      absl::GetFlag(FLAGS_name).empty() ? "fleet" : absl::GetFlag(FLAGS_name);
+  const std::string prefix = cl.name.empty() ? "fleet" : cl.name;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   std::vector<pid_t> children;
@@ -169,16 +143,15 @@ int FleetCommand(const std::vector<std::string>& args) {
     for (int k = 0; k < t; ++k)
       absl::StrAppend(&cpus, cpus.empty() ? "" : ",", (next_cpu + k) % cores);
     next_cpu = (next_cpu + t) % cores;
-    std::vector<std::string> argv = {
-        "agent",
-        absl::StrCat("--coordinator=", CoordinatorAddress()),
-        absl::StrCat("--name=", prefix, "-", i),
-        absl::StrCat("--cpu_set=", cpus),
-        absl::StrCat("--threads=", t),
-        absl::StrCat("--pools=", absl::GetFlag(FLAGS_pools)),
-        absl::StrCat("--max_jobs=", absl::GetFlag(FLAGS_max_jobs)),
-        absl::StrCat("--cooldown_ms=", absl::GetFlag(FLAGS_cooldown_ms))};
-    if (!EnrollmentToken().empty()) argv.push_back(absl::StrCat("--token=", EnrollmentToken()));
+    std::vector<std::string> argv = {"agent",
+                                     absl::StrCat("--coordinator=", CoordinatorAddress(cl)),
+                                     absl::StrCat("--name=", prefix, "-", i),
+                                     absl::StrCat("--cpu_set=", cpus),
+                                     absl::StrCat("--threads=", t),
+                                     absl::StrCat("--pools=", cl.pools),
+                                     absl::StrCat("--max_jobs=", cl.max_jobs),
+                                     absl::StrCat("--cooldown_ms=", cl.cooldown_ms)};
+    if (!EnrollmentToken(cl).empty()) argv.push_back(absl::StrCat("--token=", EnrollmentToken(cl)));
     const pid_t pid = SpawnSelf(argv);
     Log(absl::StrCat("fleet: started ", prefix, "-", i, " (pid ", pid, ") on CPUs ", cpus, ", ", t,
                      " threads"));

@@ -11,8 +11,6 @@
 #include <fstream>
 #include <thread>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,14 +29,6 @@
 #include "util/clock.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
-
-ABSL_DECLARE_FLAG(std::string, db);
-ABSL_FLAG(std::string, config, "", "campaign create: the campaign .textproto");
-ABSL_FLAG(bool, wait, false, "campaign start/resume: follow progress until the campaign ends");
-ABSL_FLAG(std::string, format, "csv", "pareto export: csv | json");
-ABSL_FLAG(bool, all, false, "pareto show: every trial of both stages, not only the evaluated ones");
-ABSL_FLAG(std::string, campaign, "", "export / latency: the campaign");
-ABSL_FLAG(int64_t, trial, 0, "export: the trial number");
 
 namespace hilnas::tools {
 namespace {
@@ -66,24 +56,25 @@ void PrintStatus(const CampaignStatus& s) {
 using Call = grpc::Status (UserService::Stub::*)(grpc::ClientContext*, const CampaignRequest&,
                                                  CampaignStatus*);
 
-absl::StatusOr<CampaignStatus> CallCampaign(Call call, const std::string& name) {
-  auto stub = UserStub();
+absl::StatusOr<CampaignStatus> CallCampaign(const CommandLine& cl, Call call,
+                                            const std::string& name) {
+  auto stub = UserStub(cl);
   CampaignRequest req;
   req.set_name(name);
   CampaignStatus status;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(30'000));
   grpc::Status s = ((*stub).*call)(&ctx, req, &status);
-  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress()));
+  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)));
   return status;
 }
 
 // Prints new log lines until the campaign is done, failed or stopped.
 // Exit code 0 only for "done".
-int Follow(const std::string& name) {
+int Follow(const CommandLine& cl, const std::string& name) {
   std::vector<std::string> shown;
   while (true) {
-    absl::StatusOr<CampaignStatus> s = CallCampaign(&UserService::Stub::GetCampaign, name);
+    absl::StatusOr<CampaignStatus> s = CallCampaign(cl, &UserService::Stub::GetCampaign, name);
     if (!s.ok()) {
       std::fprintf(stderr, "%s; retrying\n", std::string(s.status().message()).c_str());
       std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -112,30 +103,30 @@ int Follow(const std::string& name) {
   }
 }
 
-int Create() {
-  const std::string path = absl::GetFlag(FLAGS_config);
+int Create(const CommandLine& cl) {
+  const std::string path = cl.config;
   if (path.empty()) return Fail(absl::InvalidArgumentError("campaign create needs --config FILE"));
   absl::StatusOr<CampaignConfig> config = ReadCampaignConfig(path);
   if (!config.ok()) return Fail(config.status());
-  auto stub = UserStub();
+  auto stub = UserStub(cl);
   CreateCampaignRequest req;
   *req.mutable_config() = *config;
   CampaignStatus status;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(60'000));
   grpc::Status s = stub->CreateCampaign(&ctx, req, &status);
-  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl))));
   PrintStatus(status);
   return 0;
 }
 
-int List() {
-  auto stub = UserStub();
+int List(const CommandLine& cl) {
+  auto stub = UserStub(cl);
   ListCampaignsResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(30'000));
   grpc::Status s = stub->ListCampaigns(&ctx, CampaignRequest(), &resp);
-  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
+  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl))));
   std::printf("%-20s %-8s %-5s %-10s %-12s %-8s %s\n", "NAME", "STATE", "STAGE", "LATENCY",
               "TRIALS", "FRONT", "HYPERVOLUME");
   for (const CampaignStatus& c : resp.campaigns()) {
@@ -152,10 +143,10 @@ int List() {
 
 }  // namespace
 
-int CampaignCommand(const std::vector<std::string>& args) {
+int CampaignCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   const std::string sub = args.empty() ? "" : args[0];
-  if (sub == "create") return Create();
-  if (sub == "list") return List();
+  if (sub == "create") return Create(cl);
+  if (sub == "list") return List(cl);
   const Call call = sub == "start"    ? &UserService::Stub::StartCampaign
                     : sub == "status" ? &UserService::Stub::GetCampaign
                     : sub == "stop"   ? &UserService::Stub::StopCampaign
@@ -166,10 +157,10 @@ int CampaignCommand(const std::vector<std::string>& args) {
         "usage: hilnas campaign create --config FILE | start NAME [--wait] | status NAME | "
         "stop NAME | resume NAME [--wait] | list"));
   }
-  absl::StatusOr<CampaignStatus> s = CallCampaign(call, args[1]);
+  absl::StatusOr<CampaignStatus> s = CallCampaign(cl, call, args[1]);
   if (!s.ok()) return Fail(s.status());
   PrintStatus(*s);
-  if ((sub == "start" || sub == "resume") && absl::GetFlag(FLAGS_wait)) return Follow(args[1]);
+  if ((sub == "start" || sub == "resume") && cl.wait) return Follow(cl, args[1]);
   return 0;
 }
 
@@ -211,23 +202,24 @@ absl::Status WriteOrPrint(const std::string& out, const std::string& text) {
 
 }  // namespace
 
-int ParetoCommand(const std::vector<std::string>& args) {
+int ParetoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (args.size() != 2 || (args[0] != "show" && args[0] != "export" && args[0] != "plot")) {
     return Fail(absl::InvalidArgumentError(
         "usage: hilnas pareto show|export|plot CAMPAIGN [--db FILE --format csv|json --out FILE "
         "--all]"));
   }
-  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(absl::GetFlag(FLAGS_db), args[1]);
+  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, args[1]);
   if (!c.ok()) return Fail(c.status());
-  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string out = cl.out;
   if (args[0] == "show") {
-    std::printf("campaign %s: %s, stage %d; %s\n\n", args[1].c_str(), std::string(CampaignStateName(c->record.state)).c_str(),
-                c->record.stage, FrontSummary(c->record, c->trials).c_str());
-    std::printf("%s", ParetoTable(c->record, c->trials, absl::GetFlag(FLAGS_all)).c_str());
+    std::printf("campaign %s: %s, stage %d; %s\n\n", args[1].c_str(),
+                std::string(CampaignStateName(c->record.state)).c_str(), c->record.stage,
+                FrontSummary(c->record, c->trials).c_str());
+    std::printf("%s", ParetoTable(c->record, c->trials, cl.all).c_str());
     return 0;
   }
   if (args[0] == "export") {
-    const std::string format = absl::GetFlag(FLAGS_format);
+    const std::string format = cl.format;
     if (format != "csv" && format != "json") {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--format ", format, " is not one of csv, json")));
@@ -242,14 +234,14 @@ int ParetoCommand(const std::vector<std::string>& args) {
   return s.ok() ? 0 : Fail(s);
 }
 
-int ExportCommand(const std::vector<std::string>& args) {
-  const std::string name = absl::GetFlag(FLAGS_campaign), out = absl::GetFlag(FLAGS_out);
-  const int64_t id = absl::GetFlag(FLAGS_trial);
+int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl) {
+  const std::string name = cl.campaign, out = cl.out;
+  const int64_t id = cl.trial;
   if (!args.empty() || name.empty() || out.empty() || id <= 0) {
     return Fail(absl::InvalidArgumentError(
         "usage: hilnas export --campaign C --trial N --out DIR [--db FILE --dtype f32|bf16]"));
   }
-  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(absl::GetFlag(FLAGS_db), name);
+  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, name);
   if (!c.ok()) return Fail(c.status());
   const Trial* trial = nullptr;
   for (const Trial& t : c->trials) {
@@ -264,7 +256,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     HILNAS_ASSIGN_OR_RETURN(Backbone backbone,
                             LoadBackbone(cfg.backbone_checkpoint(), cfg.backbone_metrics()));
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial->arch()));
-    HILNAS_ASSIGN_OR_RETURN(StorageDtype dtype, StorageDtypeFromFlags());
+    HILNAS_ASSIGN_OR_RETURN(StorageDtype dtype, StorageDtypeOf(cl));
     PruneOptions po;
     po.block_size = cfg.search_space().block_size();
     return PruneToCheckpoint(backbone, arch, po, out, dtype);

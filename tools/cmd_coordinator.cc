@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <thread>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,8 +18,8 @@
 #include "coordinator/campaign_store.h"
 #include "coordinator/job_store.h"
 #include "coordinator/web_server.h"
-#include "proto/benchmark_request.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/benchmark_request.h"
 #include "proto/service.grpc.pb.h"
 #include "search_space/arch.h"
 #include "tools/commands.h"
@@ -29,41 +28,17 @@
 #include "util/clock.h"
 #include "util/textproto.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "coordinator: address to serve gRPC on");
-ABSL_FLAG(std::string, db, "hilnas.db", "coordinator: SQLite file holding agents, jobs, results");
-ABSL_FLAG(std::string, port_file, "", "coordinator: write the bound port here once serving");
-ABSL_FLAG(int64_t, lease_ttl_ms, 30'000,
-          "coordinator: a lease not renewed for this long expires and its job goes back");
-ABSL_FLAG(int64_t, heartbeat_ms, 2'000, "coordinator: heartbeat interval told to agents");
-ABSL_FLAG(int32_t, max_attempts, 3, "coordinator: lease expiries before a job fails");
-ABSL_FLAG(std::string, work_dir, "",
-          "coordinator: campaign trials' pruned checkpoints go here (default DB.work)");
-ABSL_FLAG(std::string, http, "",
-          "coordinator: serve the web page on HOST:PORT too, e.g. 127.0.0.1:8080 (port 0 picks)");
-ABSL_FLAG(std::string, http_port_file, "", "coordinator: write the web page's port here");
-ABSL_FLAG(std::string, prompt_lengths, "1024,2048,4096",
-          "bench: prompt lengths in tokens (MobileLLM-Flash Sec. 4.2.2)");
-ABSL_FLAG(int32_t, decode_tokens, 16, "bench: tokens decoded after each prompt");
-ABSL_FLAG(int32_t, repeats, 3, "bench: minimum timed runs per prompt length");
-ABSL_FLAG(int32_t, max_repeats, 10, "bench: cap on timed runs while the spread stays high");
-ABSL_FLAG(double, max_spread, 0.05, "bench: stop repeating once MAD/median is below this");
-ABSL_FLAG(int32_t, warmups, 1, "bench: untimed warm-up runs per prompt length");
-ABSL_FLAG(std::string, precision, "fp32", "bench: fp32 | bf16 | fp16");
-ABSL_FLAG(std::string, device, "", "bench: run on this agent name only");
-ABSL_FLAG(std::string, pool, "", "bench: run on an agent of this pool");
-ABSL_FLAG(int64_t, wait_s, 3600, "bench: give up waiting for the result after this long");
-
 namespace hilnas::tools {
 
-std::string CoordinatorAddress() {
-  const std::string flag = absl::GetFlag(FLAGS_coordinator);
+std::string CoordinatorAddress(const CommandLine& cl) {
+  const std::string flag = cl.coordinator;
   if (!flag.empty()) return flag;
   const char* env = std::getenv("HILNAS_COORDINATOR");
   return env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
 }
 
-std::string EnrollmentToken() {
-  const std::string flag = absl::GetFlag(FLAGS_token);
+std::string EnrollmentToken(const CommandLine& cl) {
+  const std::string flag = cl.token;
   if (!flag.empty()) return flag;
   const char* env = std::getenv("HILNAS_TOKEN");
   return env != nullptr ? env : "";
@@ -75,9 +50,9 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
                       absl::StrCat(what, ": ", s.error_message()));
 }
 
-std::unique_ptr<UserService::Stub> UserStub() {
+std::unique_ptr<UserService::Stub> UserStub(const CommandLine& cl) {
   return UserService::NewStub(
-      grpc::CreateChannel(CoordinatorAddress(), grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(CoordinatorAddress(cl), grpc::InsecureChannelCredentials()));
 }
 
 namespace {
@@ -105,14 +80,14 @@ absl::StatusOr<Precision> PrecisionFromFlag(const std::string& p) {
       absl::StrCat("--precision ", p, " is not one of fp32, bf16, fp16, int8"));
 }
 
-absl::StatusOr<BenchmarkRequest> RequestFromFlags() {
-  absl::StatusOr<BenchmarkRequest> r = MeasurementFromFlags();
+absl::StatusOr<BenchmarkRequest> RequestOf(const CommandLine& cl) {
+  absl::StatusOr<BenchmarkRequest> r = MeasurementOf(cl);
   if (!r.ok()) return r.status();
-  const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
+  const std::string ckpt = cl.ckpt;
   if (!ckpt.empty()) {
     r->set_checkpoint_dir(ckpt);
   } else {
-    absl::StatusOr<Arch> arch = ArchFromFlags();
+    absl::StatusOr<Arch> arch = ArchOf(cl);
     if (!arch.ok()) return arch.status();
     *r->mutable_arch() = ArchToProto(*arch);
   }
@@ -158,10 +133,9 @@ void PrintResult(const BenchmarkResult& r) {
 
 }  // namespace
 
-absl::StatusOr<BenchmarkRequest> MeasurementFromFlags() {
+absl::StatusOr<BenchmarkRequest> MeasurementOf(const CommandLine& cl) {
   BenchmarkRequest r;
-  for (absl::string_view p :
-       absl::StrSplit(absl::GetFlag(FLAGS_prompt_lengths), ',', absl::SkipWhitespace())) {
+  for (absl::string_view p : absl::StrSplit(cl.prompt_lengths, ',', absl::SkipWhitespace())) {
     int v = 0;
     if (!absl::SimpleAtoi(p, &v) || v <= 0) {
       return absl::InvalidArgumentError(
@@ -169,31 +143,31 @@ absl::StatusOr<BenchmarkRequest> MeasurementFromFlags() {
     }
     r.add_prompt_lengths(v);
   }
-  r.set_decode_tokens(absl::GetFlag(FLAGS_decode_tokens));
-  r.set_prefill_chunk(static_cast<int>(absl::GetFlag(FLAGS_prefill_chunk)));
-  r.set_threads(absl::GetFlag(FLAGS_threads));
-  r.set_warmup_runs(absl::GetFlag(FLAGS_warmups));
-  r.set_repeats(absl::GetFlag(FLAGS_repeats));
-  r.set_max_repeats(absl::GetFlag(FLAGS_max_repeats));
-  r.set_max_rel_spread(absl::GetFlag(FLAGS_max_spread));
-  r.set_seed(absl::GetFlag(FLAGS_seed));
-  absl::StatusOr<Precision> p = PrecisionFromFlag(absl::GetFlag(FLAGS_precision));
+  r.set_decode_tokens(cl.decode_tokens);
+  r.set_prefill_chunk(static_cast<int>(cl.prefill_chunk));
+  r.set_threads(cl.threads);
+  r.set_warmup_runs(cl.warmups);
+  r.set_repeats(cl.repeats);
+  r.set_max_repeats(cl.max_repeats);
+  r.set_max_rel_spread(cl.max_spread);
+  r.set_seed(cl.seed);
+  absl::StatusOr<Precision> p = PrecisionFromFlag(cl.precision);
   if (!p.ok()) return p.status();
   r.set_precision(*p);
   return r;
 }
 
-absl::StatusOr<std::string> SubmitBenchmark(UserService::Stub& stub,
+absl::StatusOr<std::string> SubmitBenchmark(const CommandLine& cl, UserService::Stub& stub,
                                             const BenchmarkRequest& request) {
   SubmitBenchmarkRequest submit;
   *submit.mutable_request() = request;
-  submit.set_device(absl::GetFlag(FLAGS_device));
-  submit.set_pool(absl::GetFlag(FLAGS_pool));
+  submit.set_device(cl.device);
+  submit.set_pool(cl.pool);
   SubmitBenchmarkResponse submitted;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(10'000));
   grpc::Status s = stub.SubmitBenchmark(&ctx, submit, &submitted);
-  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress()));
+  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)));
   return submitted.job_id();
 }
 
@@ -227,7 +201,7 @@ absl::StatusOr<GetJobResponse> WaitForJob(UserService::Stub& stub, const std::st
                    " s; it stays queued: ask again with the job id"));
 }
 
-int CoordinatorCommand(const std::vector<std::string>& args) {
+int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("coordinator takes no arguments"));
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t set;
@@ -238,42 +212,38 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
 
   SystemClock clock;
   JobStoreOptions store_options;
-  store_options.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
-  store_options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
-  store_options.offline_after_ms = 5 * absl::GetFlag(FLAGS_heartbeat_ms) + 10'000;
-  absl::StatusOr<std::unique_ptr<JobStore>> store =
-      JobStore::Open(absl::GetFlag(FLAGS_db), &clock, store_options);
+  store_options.lease_ttl_ms = cl.lease_ttl_ms;
+  store_options.max_attempts = cl.max_attempts;
+  store_options.offline_after_ms = 5 * cl.heartbeat_ms + 10'000;
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(cl.db, &clock, store_options);
   if (!store.ok()) return Fail(store.status());
-  absl::StatusOr<std::unique_ptr<CampaignStore>> campaigns =
-      CampaignStore::Open(absl::GetFlag(FLAGS_db), &clock);
+  absl::StatusOr<std::unique_ptr<CampaignStore>> campaigns = CampaignStore::Open(cl.db, &clock);
   if (!campaigns.ok()) return Fail(campaigns.status());
   CampaignRunnerOptions runner_options;
-  runner_options.work_dir = absl::GetFlag(FLAGS_work_dir).empty()
-                                ? absl::GetFlag(FLAGS_db) + ".work"
-                                : absl::GetFlag(FLAGS_work_dir);
+  runner_options.work_dir = cl.work_dir.empty() ? cl.db + ".work" : cl.work_dir;
   CampaignRunner runner(campaigns->get(), store->get(), &clock, runner_options);
   CampaignServiceImpl campaign_api(campaigns->get(), &runner);
   BenchmarkServiceOptions options;
-  options.enrollment_token = EnrollmentToken();
-  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  options.enrollment_token = EnrollmentToken(cl);
+  options.heartbeat_interval_ms = cl.heartbeat_ms;
   BenchmarkServices services(store->get(), &clock, options, &campaign_api);
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(cl.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(services.agent_service());
   builder.RegisterService(services.user_service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(absl::UnavailableError(
-        absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_listen), " (address in use?)")));
+    return Fail(
+        absl::UnavailableError(absl::StrCat("cannot listen on ", cl.listen, " (address in use?)")));
   }
   std::printf("hilnas coordinator: serving on port %d (db %s, lease ttl %lld ms, %s)\n", port,
-              absl::GetFlag(FLAGS_db).c_str(), static_cast<long long>(store_options.lease_ttl_ms),
+              cl.db.c_str(), static_cast<long long>(store_options.lease_ttl_ms),
               options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set");
   std::fflush(stdout);
   std::unique_ptr<WebServer> web;
-  if (const std::string http = absl::GetFlag(FLAGS_http); !http.empty()) {
+  if (const std::string http = cl.http; !http.empty()) {
     absl::StatusOr<std::unique_ptr<WebServer>> w =
         WebServer::Start(http, campaigns->get(), store->get());
     if (!w.ok()) return Fail(w.status());
@@ -281,14 +251,14 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
     std::printf("hilnas coordinator: web page on http://%s:%d/\n",
                 http.substr(0, http.rfind(':')).c_str(), web->port());
     std::fflush(stdout);
-    if (const std::string f = absl::GetFlag(FLAGS_http_port_file); !f.empty()) {
+    if (const std::string f = cl.http_port_file; !f.empty()) {
       if (absl::Status s = WriteFileAtomically(f, absl::StrCat(web->port(), "\n")); !s.ok()) {
         return Fail(s);
       }
     }
   }
   runner.Start();  // resumes any campaign that was running when the last process died
-  if (const std::string f = absl::GetFlag(FLAGS_port_file); !f.empty()) {
+  if (const std::string f = cl.port_file; !f.empty()) {
     if (absl::Status s = WriteFileAtomically(f, absl::StrCat(port, "\n")); !s.ok()) return Fail(s);
   }
   const int sig = WaitForSignal();
@@ -300,17 +270,17 @@ int CoordinatorCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-int AgentsCommand(const std::vector<std::string>& args) {
+int AgentsCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (args.empty() || args[0] != "list") {
     return Fail(absl::InvalidArgumentError("usage: hilnas agents list"));
   }
-  auto stub = UserStub();
+  auto stub = UserStub(cl);
   grpc::ClientContext ctx;
   ctx.set_deadline(In(10'000));
   ListAgentsResponse resp;
   grpc::Status s = stub->ListAgents(&ctx, ListAgentsRequest(), &resp);
-  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress())));
-  if (absl::GetFlag(FLAGS_json)) {
+  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl))));
+  if (cl.json) {
     std::string json;
     google::protobuf::util::MessageToJsonString(resp, &json);
     std::printf("%s\n", json.c_str());
@@ -331,20 +301,19 @@ int AgentsCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-int BenchCommand(const std::vector<std::string>& args) {
+int BenchCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("bench takes flags only"));
-  absl::StatusOr<BenchmarkRequest> request = RequestFromFlags();
+  absl::StatusOr<BenchmarkRequest> request = RequestOf(cl);
   if (!request.ok()) return Fail(request.status());
-  auto stub = UserStub();
-  absl::StatusOr<std::string> job_id = SubmitBenchmark(*stub, *request);
+  auto stub = UserStub(cl);
+  absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, *stub, *request);
   if (!job_id.ok()) return Fail(job_id.status());
-  std::fprintf(stderr, "job %s queued on %s\n", job_id->c_str(), CoordinatorAddress().c_str());
-  absl::StatusOr<GetJobResponse> job =
-      WaitForJob(*stub, *job_id, absl::GetFlag(FLAGS_wait_s), [&](JobState state) {
-        std::fprintf(stderr, "job %s: %s\n", job_id->c_str(), JobState_Name(state).c_str());
-      });
+  std::fprintf(stderr, "job %s queued on %s\n", job_id->c_str(), CoordinatorAddress(cl).c_str());
+  absl::StatusOr<GetJobResponse> job = WaitForJob(*stub, *job_id, cl.wait_s, [&](JobState state) {
+    std::fprintf(stderr, "job %s: %s\n", job_id->c_str(), JobState_Name(state).c_str());
+  });
   if (!job.ok()) return Fail(job.status());
-  if (absl::GetFlag(FLAGS_json)) {
+  if (cl.json) {
     std::string json;
     google::protobuf::util::JsonPrintOptions o;
     o.add_whitespace = true;

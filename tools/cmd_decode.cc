@@ -5,45 +5,26 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/checkpoint.h"
 #include "model/generate.h"
 #include "model/ppd.h"
 #include "model/slim.h"
+#include "nlohmann/json.hpp"
 #include "quality/tokens.h"
 #include "search_space/counts.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "util/status_macros.h"
 
-ABSL_DECLARE_FLAG(double, heldout);
-ABSL_DECLARE_FLAG(std::string, tokens);
-
-ABSL_FLAG(std::string, in, "", "slim: the standard-cache checkpoint to convert");
-ABSL_FLAG(double, max_condition, 1e5, "slim: largest accepted condition number of a layer's W_K");
-ABSL_FLAG(double, max_error, 1e-3,
-          "slim: largest accepted relative error of W_K W_KV against W_V in the stored dtype");
-ABSL_FLAG(int32_t, layer, 0, "ppd: early-prediction layer d_bar (d/2 <= d_bar < d)");
-ABSL_FLAG(int32_t, k, 1, "ppd: early candidates, one sub-computation (compute unit) each");
-ABSL_FLAG(int32_t, prompts, 4, "ppd: held-out prompts taken from --tokens");
-
 namespace hilnas::tools {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Whether the user moved a flag off its default (the shared
-// --max-new-tokens defaults to 16, too few for a decode measurement).
-bool Changed(const char* flag) {
-  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
-  return f != nullptr && f->CurrentValue() != f->DefaultValue();
-}
-
-absl::Status RunSlim() {
-  const std::string in = absl::GetFlag(FLAGS_in), out = absl::GetFlag(FLAGS_out);
+absl::Status RunSlim(const CommandLine& cl) {
+  const std::string in = cl.in, out = cl.out;
   if (in.empty() || out.empty()) {
     return absl::InvalidArgumentError("slim needs --in CKPT and --out CKPT");
   }
@@ -52,12 +33,12 @@ absl::Status RunSlim() {
     return absl::AlreadyExistsError(
         absl::StrCat("--out ", out, " exists and is not empty; choose a new folder"));
   }
-  HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeFromFlags());
+  HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl));
   HILNAS_ASSIGN_OR_RETURN(Decoder standard, LoadCheckpoint(in));
   SlimOptions o;
   o.storage = storage;
-  o.max_condition = absl::GetFlag(FLAGS_max_condition);
-  o.max_relative_error = absl::GetFlag(FLAGS_max_error);
+  o.max_condition = cl.max_condition;
+  o.max_relative_error = cl.max_error;
   SlimReport report;
   auto slim = ConvertToSlim(standard, o, &report);
   if (!slim.ok()) {
@@ -84,15 +65,15 @@ absl::Status RunSlim() {
   return absl::OkStatus();
 }
 
-absl::Status RunPpd() {
-  const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
+absl::Status RunPpd(const CommandLine& cl) {
+  const std::string ckpt = cl.ckpt;
   if (ckpt.empty()) return absl::InvalidArgumentError("ppd needs --ckpt CKPT");
   HILNAS_ASSIGN_OR_RETURN(Decoder decoder, LoadCheckpoint(ckpt));
   const Arch& a = decoder.arch();
   // Real text for the match rate and the prompts: --tokens, else the
   // checkpoint's own corpus (`hilnas backbone` leaves one), else the demo
   // corpus built in memory from Debian's English text.
-  std::string tokens = absl::GetFlag(FLAGS_tokens);
+  std::string tokens = cl.tokens;
   std::vector<int32_t> ids;
   if (tokens.empty() && fs::exists(fs::path(ckpt) / "corpus.bin")) {
     tokens = (fs::path(ckpt) / "corpus.bin").string();
@@ -105,19 +86,18 @@ absl::Status RunPpd() {
     HILNAS_ASSIGN_OR_RETURN(ids, ReadTokenFile(tokens, a.vocab_size));
   }
   PpdOptions p;
-  p.layer = absl::GetFlag(FLAGS_layer);
-  p.k = absl::GetFlag(FLAGS_k);
-  p.generate.max_new_tokens = Changed("max_new_tokens") ? absl::GetFlag(FLAGS_max_new_tokens) : 256;
-  p.generate.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
-  HILNAS_ASSIGN_OR_RETURN(
-      TokenSplit split,
-      SplitTokens(std::move(ids), absl::GetFlag(FLAGS_heldout), prompt_tokens + 1));
-  HILNAS_ASSIGN_OR_RETURN(
-      auto prompts,
-      EvenlySpacedPrompts(split.heldout, absl::GetFlag(FLAGS_prompts), prompt_tokens));
+  p.layer = cl.layer;
+  p.k = cl.k;
+  p.generate.max_new_tokens =
+      cl.Changed("max_new_tokens") ? cl.max_new_tokens : 256;  // 16 is too few
+  p.generate.prefill_chunk = cl.prefill_chunk;
+  const int64_t prompt_tokens = cl.prompt_tokens;
+  HILNAS_ASSIGN_OR_RETURN(TokenSplit split,
+                          SplitTokens(std::move(ids), cl.heldout, prompt_tokens + 1));
+  HILNAS_ASSIGN_OR_RETURN(auto prompts,
+                          EvenlySpacedPrompts(split.heldout, cl.prompts, prompt_tokens));
   HILNAS_RETURN_IF_ERROR(ValidatePpdOptions(a, p));  // before the long part
-  const bool json = absl::GetFlag(FLAGS_json);
+  const bool json = cl.json;
   if (!json) {
     std::printf(
         "%s: %d layers; early prediction after layer %d, top-%d (%d compute units, %d "
@@ -140,15 +120,19 @@ absl::Status RunPpd() {
       PredictPpd(a.num_layers, p.layer, p.k, p.generate.max_new_tokens - 1, p_text);
   const double greedy = cmp.greedy_ms_per_token;
   if (json) {
-    std::printf(
-        "{\"layer\": %d, \"k\": %d, \"p_correct_text\": %.4f, \"p_correct_run\": %.4f, "
-        "\"greedy_ms_per_token\": %.4f, \"predicted_ms_per_token\": %.4f, "
-        "\"measured_ms_per_token\": %.4f, \"predicted_latency_ratio\": %.4f, "
-        "\"measured_latency_ratio\": %.4f, \"predicted_compute_ratio\": %.4f, "
-        "\"measured_compute_ratio\": %.4f, \"identical\": true}\n",
-        p.layer, p.k, p_text, cmp.counts.p_correct(), greedy, greedy * pred.latency_ratio,
-        cmp.ppd_ms_per_token, pred.latency_ratio, cmp.latency_ratio, pred.compute_ratio,
-        cmp.compute_ratio);
+    const nlohmann::json j = {{"layer", p.layer},
+                              {"k", p.k},
+                              {"p_correct_text", p_text},
+                              {"p_correct_run", cmp.counts.p_correct()},
+                              {"greedy_ms_per_token", greedy},
+                              {"predicted_ms_per_token", greedy * pred.latency_ratio},
+                              {"measured_ms_per_token", cmp.ppd_ms_per_token},
+                              {"predicted_latency_ratio", pred.latency_ratio},
+                              {"measured_latency_ratio", cmp.latency_ratio},
+                              {"predicted_compute_ratio", pred.compute_ratio},
+                              {"measured_compute_ratio", cmp.compute_ratio},
+                              {"identical", true}};
+    std::printf("%s\n", j.dump().c_str());
     return absl::OkStatus();
   }
   std::printf("p_correct: %.3f on text (%lld positions), %.3f during the PPD runs\n", p_text,
@@ -168,16 +152,16 @@ absl::Status RunPpd() {
 
 }  // namespace
 
-int SlimCommand(const std::vector<std::string>& args) {
+int SlimCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas slim takes no arguments"));
-  absl::Status s = RunSlim();
+  absl::Status s = RunSlim(cl);
   return s.ok() ? 0 : Fail(s);
 }
 
-int PpdCommand(const std::vector<std::string>& args) {
+int PpdCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas ppd takes no arguments"));
   UseOneThreadPerUnit();
-  absl::Status s = RunPpd();
+  absl::Status s = RunPpd(cl);
   return s.ok() ? 0 : Fail(s);
 }
 

@@ -13,8 +13,6 @@
 #include <fstream>
 #include <thread>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_report.h"
@@ -23,9 +21,6 @@
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
 #include "util/textproto.h"
-
-ABSL_DECLARE_FLAG(std::string, config);
-ABSL_DECLARE_FLAG(bool, wait);
 
 namespace hilnas::tools {
 namespace {
@@ -50,12 +45,11 @@ void StopChild(pid_t pid) {
 
 }  // namespace
 
-int DemoCommand(const std::vector<std::string>& args) {
+int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("demo takes flags only"));
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string out =
-      absl::GetFlag(FLAGS_out).empty() ? "hilnas-demo" : absl::GetFlag(FLAGS_out);
-  std::string config_path = absl::GetFlag(FLAGS_config);
+  const std::string out = cl.out.empty() ? "hilnas-demo" : cl.out;
+  std::string config_path = cl.config;
   if (config_path.empty()) {
     config_path = std::string(HILNAS_SOURCE_DIR) + "/configs/demo-campaign.textproto";
   }
@@ -70,8 +64,9 @@ int DemoCommand(const std::vector<std::string>& args) {
   const std::string corpus = dir + "/corpus.bin";
   if (!fs::exists(corpus)) {
     std::printf("== demo corpus: byte-level English text from Debian's fortunes and licences\n");
-    absl::SetFlag(&FLAGS_out, corpus);
-    if (int rc = CorpusCommand({}); rc != 0) return rc;
+    CommandLine corpus_cl = cl;
+    corpus_cl.out = corpus;
+    if (int rc = CorpusCommand({}, corpus_cl); rc != 0) return rc;
   }
   CampaignConfig config;
   if (absl::Status s = ReadTextProtoFile(config_path, &config); !s.ok()) return Fail(s);
@@ -102,12 +97,14 @@ int DemoCommand(const std::vector<std::string>& args) {
               address.c_str(), http_port.c_str());
   const pid_t fleet = SpawnSelf(
       {"fleet", "--coordinator=" + address, "--agents=2", "--fleet_threads=1"}, dir + "/fleet.log");
-  absl::SetFlag(&FLAGS_coordinator, address);
+  CommandLine client = cl;  // the commands below talk to the demo's own coordinator
+  client.coordinator = address;
+  client.wait = true;
   std::fflush(stdout);
 
   int rc = 0;
   {
-    auto stub = UserStub();
+    auto stub = UserStub(client);
     CreateCampaignRequest req;
     *req.mutable_config() = config;
     CampaignStatus status;
@@ -121,8 +118,7 @@ int DemoCommand(const std::vector<std::string>& args) {
           "== campaign %s: stage 1 measures latency on the agents, stage 2 prunes, trains "
           "and scores proposals (qNEHVI)\n",
           config.name().c_str());
-      absl::SetFlag(&FLAGS_wait, true);
-      rc = CampaignCommand({"start", config.name()});
+      rc = CampaignCommand({"start", config.name()}, client);
     }
   }
   StopChild(fleet);

@@ -5,17 +5,15 @@
 #include <cmath>
 #include <cstdio>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "proto/benchmark_request.h"
 #include "latency_model/analytic.h"
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"
 #include "latency_model/metrics.h"
+#include "proto/benchmark_request.h"
 #include "search_space/counts.h"
 #include "search_space/sobol.h"
 #include "search_space/space.h"
@@ -23,30 +21,16 @@
 #include "tools/commands.h"
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
+#include "util/svg_plot.h"
 #include "util/textproto.h"
-
-ABSL_DECLARE_FLAG(std::string, prompt_lengths);
-ABSL_DECLARE_FLAG(int32_t, decode_tokens);
-ABSL_DECLARE_FLAG(int32_t, repeats);
-ABSL_DECLARE_FLAG(int32_t, max_repeats);
-ABSL_DECLARE_FLAG(std::string, campaign);
-ABSL_DECLARE_FLAG(std::string, db);
-ABSL_FLAG(std::string, data, "", "latency: measurements CSV (see `hilnas latency collect`)");
-ABSL_FLAG(std::string, model, "", "latency: fitted model file");
-ABSL_FLAG(std::string, metric, "ttft", "latency: ttft | decode");
-ABSL_FLAG(int32_t, folds, 10, "latency eval: cross-validation folds");
-ABSL_FLAG(std::string, plot, "", "latency eval: write a predicted-vs-measured SVG here");
-ABSL_FLAG(int32_t, restarts, 3, "latency: GP hyperparameter restarts");
-ABSL_FLAG(std::string, gp_prior, "dim-scaled",
-          "latency: lengthscale prior, dim-scaled (LogNormal, BoTorch 2024) | gamma (Gamma(3,6))");
 
 namespace hilnas::tools {
 
 namespace {
 
-absl::StatusOr<Space> SpaceFromFlags() {
+absl::StatusOr<Space> SpaceOf(const CommandLine& cl) {
   SearchSpace proto = DefaultSearchSpace();
-  if (const std::string f = absl::GetFlag(FLAGS_space); !f.empty()) {
+  if (const std::string f = cl.space; !f.empty()) {
     proto.Clear();
     absl::Status s = ReadTextProtoFile(f, &proto);
     if (!s.ok()) return s;
@@ -55,35 +39,32 @@ absl::StatusOr<Space> SpaceFromFlags() {
 }
 
 // Sobol draws of the space, one benchmark job each, results as CSV rows.
-int Collect() {
-  absl::StatusOr<Space> space = SpaceFromFlags();
+int Collect(const CommandLine& cl) {
+  absl::StatusOr<Space> space = SpaceOf(cl);
   if (!space.ok()) return Fail(space.status());
-  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string out = cl.out;
   if (out.empty()) return Fail(absl::InvalidArgumentError("latency collect needs --out FILE"));
-  absl::StatusOr<SobolSample> sample =
-      SampleSobol(*space, absl::GetFlag(FLAGS_n), absl::GetFlag(FLAGS_seed));
+  absl::StatusOr<SobolSample> sample = SampleSobol(*space, cl.n, cl.seed);
   if (!sample.ok()) return Fail(sample.status());
-  absl::StatusOr<BenchmarkRequest> settings = MeasurementFromFlags();
+  absl::StatusOr<BenchmarkRequest> settings = MeasurementOf(cl);
   if (!settings.ok()) return Fail(settings.status());
-  auto stub = UserStub();
+  auto stub = UserStub(cl);
   std::vector<std::pair<std::string, Arch>> jobs;
   for (const Arch& arch : sample->archs) {
     BenchmarkRequest request = *settings;
     *request.mutable_arch() = ArchToProto(arch);
     if (absl::Status s = ValidateBenchmarkRequest(request); !s.ok()) return Fail(s);
-    absl::StatusOr<std::string> job_id = SubmitBenchmark(*stub, request);
+    absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, *stub, request);
     if (!job_id.ok()) return Fail(job_id.status());
     jobs.push_back({*job_id, arch});
   }
   std::fprintf(stderr, "queued %zu benchmark jobs on %s\n", jobs.size(),
-               CoordinatorAddress().c_str());
+               CoordinatorAddress(cl).c_str());
   const std::string comment = absl::StrCat(
-      "hilnas latency collect: ", jobs.size(), " Sobol draws (seed ", absl::GetFlag(FLAGS_seed),
-      ") of ",
-      absl::GetFlag(FLAGS_space).empty() ? "the default space" : absl::GetFlag(FLAGS_space),
-      "\nprompt lengths ", absl::GetFlag(FLAGS_prompt_lengths), ", ",
-      absl::GetFlag(FLAGS_decode_tokens), " decode tokens, repeats ", absl::GetFlag(FLAGS_repeats),
-      "..", absl::GetFlag(FLAGS_max_repeats), ", random weights, libtorch agents; collected ",
+      "hilnas latency collect: ", jobs.size(), " Sobol draws (seed ", cl.seed, ") of ",
+      cl.space.empty() ? "the default space" : cl.space, "\nprompt lengths ", cl.prompt_lengths,
+      ", ", cl.decode_tokens, " decode tokens, repeats ", cl.repeats, "..", cl.max_repeats,
+      ", random weights, libtorch agents; collected ",
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
       "\nvalues are per-prompt-length medians of the agent's timed runs; *_se_ms are standard "
       "errors of the medians");
@@ -121,9 +102,9 @@ struct Loaded {
 
 // The rows of --data (in --space), or of --campaign's measurements (in its
 // space) read from the coordinator's --db.
-absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows() {
-  if (const std::string name = absl::GetFlag(FLAGS_campaign); !name.empty()) {
-    absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(absl::GetFlag(FLAGS_db), name);
+absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows(const CommandLine& cl) {
+  if (const std::string name = cl.campaign; !name.empty()) {
+    absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, name);
     if (!c.ok()) return c.status();
     absl::StatusOr<Space> space = Space::FromProto(c->record.config.search_space());
     if (!space.ok()) return space.status();
@@ -131,26 +112,26 @@ absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows() {
     if (!rows.ok()) return rows.status();
     return std::make_pair(*std::move(space), *std::move(rows));
   }
-  absl::StatusOr<Space> space = SpaceFromFlags();
+  absl::StatusOr<Space> space = SpaceOf(cl);
   if (!space.ok()) return space.status();
-  if (absl::GetFlag(FLAGS_data).empty()) {
+  if (cl.data.empty()) {
     return absl::InvalidArgumentError(
         "give --data FILE (from `hilnas latency collect`) or --campaign NAME [--db FILE]");
   }
-  absl::StatusOr<std::vector<LatencyRow>> rows = ReadLatencyCsv(absl::GetFlag(FLAGS_data), *space);
+  absl::StatusOr<std::vector<LatencyRow>> rows = ReadLatencyCsv(cl.data, *space);
   if (!rows.ok()) return rows.status();
   return std::make_pair(*std::move(space), *std::move(rows));
 }
 
-absl::StatusOr<Loaded> LoadData() {
-  absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> loaded = LoadRows();
+absl::StatusOr<Loaded> LoadData(const CommandLine& cl) {
+  absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> loaded = LoadRows(cl);
   if (!loaded.ok()) return loaded.status();
   Space* space = &loaded->first;
   std::vector<LatencyRow>* rows = &loaded->second;
-  absl::StatusOr<LatencyMetric> metric = ParseLatencyMetric(absl::GetFlag(FLAGS_metric));
+  absl::StatusOr<LatencyMetric> metric = ParseLatencyMetric(cl.metric);
   if (!metric.ok()) return metric.status();
-  int prompt = static_cast<int>(absl::GetFlag(FLAGS_prompt_tokens));
-  if (rows->empty()) return absl::InvalidArgumentError(absl::GetFlag(FLAGS_data) + ": no rows");
+  int prompt = static_cast<int>(cl.prompt_tokens);
+  if (rows->empty()) return absl::InvalidArgumentError(cl.data + ": no rows");
   // Default to the data's first prompt length when the flag was not given.
   bool present = false;
   for (const LatencyRow& r : *rows) present = present || r.prompt_tokens == prompt;
@@ -158,11 +139,11 @@ absl::StatusOr<Loaded> LoadData() {
   return Loaded{*std::move(space), *std::move(rows), *metric, prompt};
 }
 
-GpOptions GpOptionsFromFlags() {
+GpOptions GpOptionsOf(const CommandLine& cl) {
   GpOptions o;
-  o.dimension_scaled_prior = absl::GetFlag(FLAGS_gp_prior) != "gamma";
-  o.restarts = absl::GetFlag(FLAGS_restarts);
-  o.seed = absl::GetFlag(FLAGS_seed);
+  o.dimension_scaled_prior = cl.gp_prior != "gamma";
+  o.restarts = cl.restarts;
+  o.seed = cl.seed;
   return o;
 }
 
@@ -174,47 +155,23 @@ std::string Svg(const std::vector<double>& measured, const std::vector<double>& 
     lo = std::min({lo, measured[i], predicted[i]});
     hi = std::max({hi, measured[i], predicted[i]});
   }
-  const double a = std::log10(lo) - 0.05, b = std::log10(hi) + 0.05;
-  const double W = 520, P = 60;
-  auto px = [&](double v) { return P + (std::log10(v) - a) / (b - a) * (W - 2 * P); };
-  auto py = [&](double v) { return W - P - (std::log10(v) - a) / (b - a) * (W - 2 * P); };
-  std::string s = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' font-family='sans-serif' "
-      "font-size='12'>\n<rect width='100%%' height='100%%' fill='white'/>\n"
-      "<text x='%.0f' y='24' text-anchor='middle' font-size='14'>%s</text>\n"
-      "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#999' stroke-dasharray='4'/>\n"
-      "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n",
-      W, W, W / 2, title, px(lo), py(lo), px(hi), py(hi), P, P, W - 2 * P, W - 2 * P);
-  for (double t = std::pow(10, std::floor(a)); t <= std::pow(10, b); t *= 10) {
-    for (double m : {1.0, 2.0, 5.0}) {
-      const double v = t * m;
-      if (std::log10(v) < a || std::log10(v) > b) continue;
-      absl::StrAppend(&s, absl::StrFormat("<text x='%.1f' y='%.0f' text-anchor='middle'>%g</text>\n"
-                                          "<text x='%.0f' y='%.1f' text-anchor='end'>%g</text>\n",
-                                          px(v), W - P + 16, v, P - 6, py(v) + 4, v));
-    }
-  }
-  absl::StrAppend(
-      &s, absl::StrFormat("<text x='%.0f' y='%.0f' text-anchor='middle'>measured ms</text>\n"
-                          "<text x='16' y='%.0f' transform='rotate(-90 16 %.0f)' "
-                          "text-anchor='middle'>predicted ms (cross-validated)</text>\n",
-                          W / 2, W - 20, W / 2, W / 2));
-  for (size_t i = 0; i < measured.size(); ++i) {
-    absl::StrAppend(&s, absl::StrFormat("<circle cx='%.1f' cy='%.1f' r='2.5' fill='#1f77b4' "
-                                        "fill-opacity='0.6'/>\n",
-                                        px(measured[i]), py(predicted[i])));
-  }
-  return s + "</svg>\n";
+  const double pad = std::pow(10, 0.05);
+  SvgPlot plot(520, 520, title, PlotAxis("measured ms", lo / pad, hi * pad, /*log=*/true),
+               PlotAxis("predicted ms (cross-validated)", lo / pad, hi * pad, /*log=*/true));
+  plot.Segment(lo, lo, hi, hi, Stroke("#999", 1, "4"));
+  const PlotStyle dot = Dot("#1f77b4", 2.5, 0.6);
+  for (size_t i = 0; i < measured.size(); ++i) plot.Point(measured[i], predicted[i], dot);
+  return plot.Render();
 }
 
-int Fit() {
-  absl::StatusOr<Loaded> d = LoadData();
+int Fit(const CommandLine& cl) {
+  absl::StatusOr<Loaded> d = LoadData(cl);
   if (!d.ok()) return Fail(d.status());
-  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string out = cl.out;
   if (out.empty()) return Fail(absl::InvalidArgumentError("latency fit needs --out FILE"));
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<LatencyModel> m = LatencyModel::Fit(d->space, d->rows[0].device, d->metric,
-                                                     d->prompt, d->rows, GpOptionsFromFlags());
+                                                     d->prompt, d->rows, GpOptionsOf(cl));
   if (!m.ok()) return Fail(m.status());
   if (absl::Status s = m->Save(out); !s.ok()) return Fail(s);
   const GpHyperparameters& h = m->gp().hyperparameters();
@@ -231,25 +188,24 @@ int Fit() {
   return 0;
 }
 
-int Eval() {
-  absl::StatusOr<Loaded> d = LoadData();
+int Eval(const CommandLine& cl) {
+  absl::StatusOr<Loaded> d = LoadData(cl);
   if (!d.ok()) return Fail(d.status());
   const std::vector<const LatencyRow*> rows = LatencyModel::Select(d->prompt, d->rows);
-  absl::StatusOr<LatencyModel> full = LatencyModel::Fit(d->space, rows[0]->device, d->metric,
-                                                        d->prompt, d->rows, GpOptionsFromFlags());
+  absl::StatusOr<LatencyModel> full =
+      LatencyModel::Fit(d->space, rows[0]->device, d->metric, d->prompt, d->rows, GpOptionsOf(cl));
   if (!full.ok()) return Fail(full.status());
   // Cross-validate on the same features the model uses. Feature scaling is
   // fitted on all rows: it only rescales FLOPs/params, which are known
   // without measuring anything.
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<LatencyCv> cv =
-      CrossValidateLatency(*full, d->rows, absl::GetFlag(FLAGS_folds), GpOptionsFromFlags());
+  absl::StatusOr<LatencyCv> cv = CrossValidateLatency(*full, d->rows, cl.folds, GpOptionsOf(cl));
   if (!cv.ok()) return Fail(cv.status());
   const double cv_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::vector<double>& measured = cv->measured_ms;
   const std::vector<double>& predicted = cv->predicted_ms;
   std::vector<double> params, flops, roof;
-  const Roofline roofline = MeasureRoofline(absl::GetFlag(FLAGS_threads));
+  const Roofline roofline = MeasureRoofline(cl.threads);
   for (const LatencyRow* r : rows) {
     params.push_back(static_cast<double>(CountParameters(r->arch).model()));
     const bool ttft = d->metric == LatencyMetric::kTtft;
@@ -260,8 +216,8 @@ int Eval() {
   std::printf(
       "%s at prompt %d, %zu architectures, device %s, %d-fold cross-validation (%.1f s), %s "
       "lengthscale prior\n\n",
-      LatencyMetricName(d->metric), d->prompt, rows.size(), rows[0]->device.c_str(),
-      absl::GetFlag(FLAGS_folds), cv_s, absl::GetFlag(FLAGS_gp_prior).c_str());
+      LatencyMetricName(d->metric), d->prompt, rows.size(), rows[0]->device.c_str(), cl.folds, cv_s,
+      cl.gp_prior.c_str());
   std::printf(
       "| predictor | R^2 (ms) | R^2 (log) | RMSE s | Kendall tau |\n|---|---|---|---|---|\n");
   std::printf("| GP (cross-validated) | %.3f | %.3f | %.4f | %.3f |\n", cv->r2, cv->r2_log,
@@ -271,11 +227,10 @@ int Eval() {
   std::printf("| roofline (%.0f GFLOP/s, %.0f GB/s here) | %.3f | - | %.4f | %.3f |\n",
               roofline.peak_flops / 1e9, roofline.bandwidth / 1e9, RSquared(measured, roof),
               Rmse(measured, roof) / 1e3, KendallTau(measured, roof));
-  if (const std::string plot = absl::GetFlag(FLAGS_plot); !plot.empty()) {
-    const std::string title =
-        absl::StrFormat("%s @ %d tokens: GP %d-fold CV, R^2 %.3f, tau %.3f",
-                        LatencyMetricName(d->metric), d->prompt, absl::GetFlag(FLAGS_folds),
-                        RSquared(measured, predicted), KendallTau(measured, predicted));
+  if (const std::string plot = cl.plot; !plot.empty()) {
+    const std::string title = absl::StrFormat(
+        "%s @ %d tokens: GP %d-fold CV, R^2 %.3f, tau %.3f", LatencyMetricName(d->metric),
+        d->prompt, cl.folds, RSquared(measured, predicted), KendallTau(measured, predicted));
     if (absl::Status s = WriteFileAtomically(plot, Svg(measured, predicted, title)); !s.ok()) {
       return Fail(s);
     }
@@ -284,12 +239,12 @@ int Eval() {
   return 0;
 }
 
-int Predict() {
-  absl::StatusOr<Space> space = SpaceFromFlags();
+int Predict(const CommandLine& cl) {
+  absl::StatusOr<Space> space = SpaceOf(cl);
   if (!space.ok()) return Fail(space.status());
-  absl::StatusOr<LatencyModel> m = LatencyModel::Load(absl::GetFlag(FLAGS_model), *space);
+  absl::StatusOr<LatencyModel> m = LatencyModel::Load(cl.model, *space);
   if (!m.ok()) return Fail(m.status());
-  absl::StatusOr<Arch> arch = ArchFromFlags();
+  absl::StatusOr<Arch> arch = ArchOf(cl);
   if (!arch.ok()) return Fail(arch.status());
   if (absl::Status s = space->Contains(*arch); !s.ok()) {
     return Fail(absl::InvalidArgumentError(
@@ -305,16 +260,16 @@ int Predict() {
 
 }  // namespace
 
-int LatencyCommand(const std::vector<std::string>& args) {
+int LatencyCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   const std::string sub = args.empty() ? "" : args[0];
-  if (const std::string p = absl::GetFlag(FLAGS_gp_prior); p != "dim-scaled" && p != "gamma") {
+  if (const std::string p = cl.gp_prior; p != "dim-scaled" && p != "gamma") {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--gp-prior ", p, " is not one of dim-scaled, gamma")));
   }
-  if (sub == "collect") return Collect();
-  if (sub == "fit") return Fit();
-  if (sub == "eval") return Eval();
-  if (sub == "predict") return Predict();
+  if (sub == "collect") return Collect(cl);
+  if (sub == "fit") return Fit(cl);
+  if (sub == "eval") return Eval(cl);
+  if (sub == "predict") return Predict(cl);
   return Fail(absl::InvalidArgumentError(
       "usage: hilnas latency collect|fit|eval|predict (see `hilnas help`)"));
 }

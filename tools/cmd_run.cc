@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
@@ -38,30 +37,29 @@ struct Built {
   std::shared_ptr<KvPredictor> kvp;  // set for KV-prediction architectures
 };
 
-absl::StatusOr<Built> BuildFromFlags(torch::Dtype dtype) {
+absl::StatusOr<Built> BuildModel(const CommandLine& cl, torch::Dtype dtype) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string ckpt = absl::GetFlag(FLAGS_ckpt);
+  const std::string ckpt = cl.ckpt;
   std::string how;
   absl::StatusOr<Decoder> decoder = absl::UnknownError("unset");
   if (!ckpt.empty()) {
-    if (!absl::GetFlag(FLAGS_shape).empty() || !absl::GetFlag(FLAGS_arch).empty()) {
+    if (!cl.shape.empty() || !cl.arch.empty()) {
       return absl::InvalidArgumentError("give --ckpt or one of --shape/--arch, not both");
     }
     decoder = LoadCheckpoint(ckpt, dtype);
     how = absl::StrCat("weights from ", ckpt);
   } else {
-    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromFlags());
-    decoder = Decoder::Create(arch, absl::GetFlag(FLAGS_seed), dtype);
-    how = absl::StrCat("random weights, seed ", absl::GetFlag(FLAGS_seed));
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl));
+    decoder = Decoder::Create(arch, cl.seed, dtype);
+    how = absl::StrCat("random weights, seed ", cl.seed);
   }
   if (!decoder.ok()) return decoder.status();
   std::shared_ptr<KvPredictor> kvp;
   if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     // Auxiliary prefill + predictor + one base step (KV Prediction Sec. 4.3).
-    absl::StatusOr<KvPredictor> k = ckpt.empty()
-                                        ? KvPredictor::Create(std::make_shared<Decoder>(*decoder),
-                                                              absl::GetFlag(FLAGS_seed) + 1)
-                                        : LoadKvpCheckpoint(ckpt, dtype);
+    absl::StatusOr<KvPredictor> k =
+        ckpt.empty() ? KvPredictor::Create(std::make_shared<Decoder>(decoder->Share()), cl.seed + 1)
+                     : LoadKvpCheckpoint(ckpt, dtype);
     if (!k.ok()) return k.status();
     kvp = std::make_shared<KvPredictor>(*std::move(k));
     how += ", KV prediction from an auxiliary model";
@@ -77,21 +75,22 @@ std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-int RunOnce(Decoder& decoder, const std::string& how, double build_ms, KvPredictor* kvp = nullptr) {
+int RunOnce(const CommandLine& cl, Decoder& decoder, const std::string& how, double build_ms,
+            KvPredictor* kvp = nullptr) {
   const Arch& a = decoder.arch();
   std::printf("model: %s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
               a.name.empty() ? "(unnamed)" : a.name.c_str(), a.num_layers, a.d_model, a.d_ffn,
               PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
   std::printf("built in %.0f ms (%s, dtype %s, %d threads)\n", build_ms, how.c_str(),
-              absl::GetFlag(FLAGS_dtype).c_str(), at::get_num_threads());
+              cl.dtype.c_str(), at::get_num_threads());
   GenerateOptions o;
-  o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
-  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  const int64_t n = absl::GetFlag(FLAGS_prompt_tokens);
+  o.max_new_tokens = cl.max_new_tokens;
+  o.prefill_chunk = cl.prefill_chunk;
+  const int64_t n = cl.prompt_tokens;
   if (n <= 0)
     return Fail(
         absl::InvalidArgumentError(absl::StrCat("--prompt-tokens ", n, " must be positive")));
-  const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, absl::GetFlag(FLAGS_seed));
+  const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, cl.seed);
   auto g = kvp != nullptr ? kvp->Generate(prompt, o) : GreedyGenerate(decoder, prompt, o);
   if (!g.ok()) return Fail(g.status());
   const Stats& s = g->stats;
@@ -107,32 +106,31 @@ int RunOnce(Decoder& decoder, const std::string& how, double build_ms, KvPredict
 
 }  // namespace
 
-int RunCommand(const std::vector<std::string>& args) {
+int RunCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty())
     return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
-  ApplyThreadsFlag();
-  auto dtype = ComputeDtype(absl::GetFlag(FLAGS_dtype));
+  ApplyThreads(cl);
+  auto dtype = ComputeDtype(cl.dtype);
   if (!dtype.ok()) return Fail(dtype.status());
-  auto built = BuildFromFlags(*dtype);
+  auto built = BuildModel(cl, *dtype);
   if (!built.ok()) return Fail(built.status());
-  return RunOnce(built->decoder, built->how, built->build_ms, built->kvp.get());
+  return RunOnce(cl, built->decoder, built->how, built->build_ms, built->kvp.get());
 }
 
-int CheckpointCommand(const std::vector<std::string>& args) {
+int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (args.size() == 1 && args[0] == "init") {
-    const std::string out = absl::GetFlag(FLAGS_out);
+    const std::string out = cl.out;
     if (out.empty()) return Fail(absl::InvalidArgumentError("checkpoint init needs --out DIR"));
-    auto storage = StorageDtypeFromFlags();
+    auto storage = StorageDtypeOf(cl);
     if (!storage.ok()) return Fail(storage.status());
-    auto arch = ArchFromFlags();
+    auto arch = ArchOf(cl);
     if (!arch.ok()) return Fail(arch.status());
-    auto decoder = Decoder::Create(*arch, absl::GetFlag(FLAGS_seed));
+    auto decoder = Decoder::Create(*arch, cl.seed);
     if (!decoder.ok()) return Fail(decoder.status());
     absl::Status s = SaveCheckpoint(*decoder, out, *storage);
     if (!s.ok()) return Fail(s);
     std::printf("wrote %s (config.json, model.safetensors; %s parameters, %s)\n", out.c_str(),
-                WithCommas(CountParameters(*arch).model()).c_str(),
-                absl::GetFlag(FLAGS_dtype).c_str());
+                WithCommas(CountParameters(*arch).model()).c_str(), cl.dtype.c_str());
     return 0;
   }
   if (args.size() == 2 && args[0] == "check") {

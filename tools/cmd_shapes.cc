@@ -1,7 +1,6 @@
 // `hilnas shapes list|show` and `hilnas space show|sample`.
 #include <cstdio>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -91,9 +90,9 @@ int Show(const std::string& name) {
   return 0;
 }
 
-absl::StatusOr<Space> SpaceFromFlags() {
+absl::StatusOr<Space> SpaceOf(const CommandLine& cl) {
   SearchSpace proto = DefaultSearchSpace();
-  const std::string file = absl::GetFlag(FLAGS_space);
+  const std::string file = cl.space;
   if (!file.empty()) {
     proto.Clear();
     absl::Status s = ReadTextProtoFile(file, &proto);
@@ -108,14 +107,14 @@ absl::StatusOr<Space> SpaceFromFlags() {
 
 }  // namespace
 
-int ShapesCommand(const std::vector<std::string>& args) {
+int ShapesCommand(const std::vector<std::string>& args, const CommandLine& /*cl*/) {
   if (args.size() == 1 && args[0] == "list") return List();
   if (args.size() == 2 && args[0] == "show") return Show(args[1]);
   return Fail(absl::InvalidArgumentError("usage: hilnas shapes list | hilnas shapes show NAME"));
 }
 
-int SpaceCommand(const std::vector<std::string>& args) {
-  auto space = SpaceFromFlags();
+int SpaceCommand(const std::vector<std::string>& args, const CommandLine& cl) {
+  auto space = SpaceOf(cl);
   if (!space.ok()) return Fail(space.status());
   if (args.size() == 1 && args[0] == "show") {
     std::printf("dimensions (D = %d): %s\n", space->dimensions(),
@@ -132,7 +131,7 @@ int SpaceCommand(const std::vector<std::string>& args) {
     return 0;
   }
   if (args.size() == 1 && args[0] == "sample") {
-    auto sample = SampleSobol(*space, absl::GetFlag(FLAGS_n), absl::GetFlag(FLAGS_seed));
+    auto sample = SampleSobol(*space, cl.n, cl.seed);
     if (!sample.ok()) return Fail(sample.status());
     std::printf("%d feasible of %lld Sobol draws\n", static_cast<int>(sample->archs.size()),
                 static_cast<long long>(sample->drawn));

@@ -1,5 +1,6 @@
 // Subcommands of the `hilnas` binary. Each takes the positional arguments
-// after its name (flags are parsed in main) and returns a process exit code.
+// after its name and the parsed command line (tools/flags.h), and returns a
+// process exit code. hilnas_main.cc holds the one table of commands.
 #ifndef HILNAS_TOOLS_COMMANDS_H_
 #define HILNAS_TOOLS_COMMANDS_H_
 
@@ -11,30 +12,43 @@
 #include "absl/status/statusor.h"
 #include "model/checkpoint.h"
 #include "search_space/arch.h"
+#include "tools/flags.h"
 
 namespace hilnas::tools {
 
-int ShapesCommand(const std::vector<std::string>& args);
-int SpaceCommand(const std::vector<std::string>& args);
-int RunCommand(const std::vector<std::string>& args);
-int CheckpointCommand(const std::vector<std::string>& args);
-int DemoCommand(const std::vector<std::string>& args);
-int CoordinatorCommand(const std::vector<std::string>& args);
-int AgentCommand(const std::vector<std::string>& args);
-int FleetCommand(const std::vector<std::string>& args);
-int AgentsCommand(const std::vector<std::string>& args);
-int BenchCommand(const std::vector<std::string>& args);
-int LatencyCommand(const std::vector<std::string>& args);
-int CorpusCommand(const std::vector<std::string>& args);
-int TrainCommand(const std::vector<std::string>& args);
-int CalibrateCommand(const std::vector<std::string>& args);
-int PruneCommand(const std::vector<std::string>& args);
-int BackboneCommand(const std::vector<std::string>& args);
-int CampaignCommand(const std::vector<std::string>& args);
-int ParetoCommand(const std::vector<std::string>& args);
-int ExportCommand(const std::vector<std::string>& args);
-int SlimCommand(const std::vector<std::string>& args);
-int PpdCommand(const std::vector<std::string>& args);
+// One row of the command table: what `hilnas NAME` runs and how it is
+// described in `hilnas help`.
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>& args, const CommandLine& cl);
+  // Usage lines: "ARGS [--flags]" then what it does (shown under the name).
+  const char* usage;
+  // Re-executes once with a passive OpenMP wait policy for stable timing
+  // and training speed (hilnas_main.cc, ReexecForStableTiming).
+  bool stable_timing;
+};
+
+int ShapesCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int SpaceCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int RunCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int AgentCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int AgentsCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int BenchCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int LatencyCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int CorpusCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int TrainCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int CalibrateCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int PruneCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int BackboneCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int CampaignCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int ParetoCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int SlimCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int PpdCommand(const std::vector<std::string>& args, const CommandLine& cl);
 
 // Starts this binary with `args` as a child process, its output to `log`
 // (inherited when empty).
@@ -42,13 +56,13 @@ pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log = "
 
 // The architecture named by --shape or read from --arch (a .textproto
 // ArchSpec); exactly one must be given.
-absl::StatusOr<Arch> ArchFromFlags();
+absl::StatusOr<Arch> ArchOf(const CommandLine& cl);
 
 // The checkpoint storage type named by --dtype (f32 | f16 | bf16).
-absl::StatusOr<StorageDtype> StorageDtypeFromFlags();
+absl::StatusOr<StorageDtype> StorageDtypeOf(const CommandLine& cl);
 
 // at::set_num_threads(--threads) when --threads > 0.
-void ApplyThreadsFlag();
+void ApplyThreads(const CommandLine& cl);
 
 // 394613632 -> "394,613,632".
 std::string WithCommas(int64_t n);

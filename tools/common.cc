@@ -1,6 +1,5 @@
 #include <cstdio>
 
-#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
@@ -14,9 +13,9 @@
 
 namespace hilnas::tools {
 
-absl::StatusOr<Arch> ArchFromFlags() {
-  const std::string shape = absl::GetFlag(FLAGS_shape);
-  const std::string file = absl::GetFlag(FLAGS_arch);
+absl::StatusOr<Arch> ArchOf(const CommandLine& cl) {
+  const std::string shape = cl.shape;
+  const std::string file = cl.arch;
   if (shape.empty() == file.empty()) {
     return absl::InvalidArgumentError("give exactly one of --shape NAME or --arch FILE");
   }
@@ -33,12 +32,12 @@ absl::StatusOr<Arch> ArchFromFlags() {
   return arch;
 }
 
-absl::StatusOr<StorageDtype> StorageDtypeFromFlags() {
-  return ParseStorageDtype(absl::GetFlag(FLAGS_dtype));
+absl::StatusOr<StorageDtype> StorageDtypeOf(const CommandLine& cl) {
+  return ParseStorageDtype(cl.dtype);
 }
 
-void ApplyThreadsFlag() {
-  if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
+void ApplyThreads(const CommandLine& cl) {
+  if (const int t = cl.threads; t > 0) at::set_num_threads(t);
 }
 
 std::string WithCommas(int64_t n) {

@@ -13,19 +13,19 @@
 namespace hilnas::tools {
 
 // --coordinator, else $HILNAS_COORDINATOR, else 127.0.0.1:50051.
-std::string CoordinatorAddress();
+std::string CoordinatorAddress(const CommandLine& cl);
 // --token, else $HILNAS_TOKEN, else empty.
-std::string EnrollmentToken();
+std::string EnrollmentToken(const CommandLine& cl);
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what);
-std::unique_ptr<UserService::Stub> UserStub();
+std::unique_ptr<UserService::Stub> UserStub(const CommandLine& cl);
 
 // The measurement settings of a benchmark request from the bench flags
 // (--prompt-lengths, --decode-tokens, --repeats, ...), without a model.
 // INVALID_ARGUMENT names a bad flag value.
-absl::StatusOr<BenchmarkRequest> MeasurementFromFlags();
+absl::StatusOr<BenchmarkRequest> MeasurementOf(const CommandLine& cl);
 
 // Queues `request` for --device / --pool; returns the job id.
-absl::StatusOr<std::string> SubmitBenchmark(UserService::Stub& stub,
+absl::StatusOr<std::string> SubmitBenchmark(const CommandLine& cl, UserService::Stub& stub,
                                             const BenchmarkRequest& request);
 
 // Long-polls `job_id` until it is DONE or FAILED, retrying a coordinator

@@ -1,26 +1,128 @@
-// Flags shared by several subcommands; defined in hilnas_main.cc.
+// The parsed command line of `hilnas`: one field per flag, grouped by the
+// commands that read them. Defaults and help texts are the flags' own, in
+// flags.cc; a CommandLine is only ever made by ParseCommandLine or copied
+// from one.
 #ifndef HILNAS_TOOLS_FLAGS_H_
 #define HILNAS_TOOLS_FLAGS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 
-#include "absl/flags/declare.h"
+namespace hilnas::tools {
 
-ABSL_DECLARE_FLAG(std::string, shape);
-ABSL_DECLARE_FLAG(std::string, arch);
-ABSL_DECLARE_FLAG(std::string, ckpt);
-ABSL_DECLARE_FLAG(std::string, space);
-ABSL_DECLARE_FLAG(std::string, out);
-ABSL_DECLARE_FLAG(std::string, dtype);
-ABSL_DECLARE_FLAG(int64_t, prompt_tokens);
-ABSL_DECLARE_FLAG(int64_t, max_new_tokens);
-ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
-ABSL_DECLARE_FLAG(int32_t, threads);
-ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(int32_t, n);
-ABSL_DECLARE_FLAG(bool, json);
-ABSL_DECLARE_FLAG(std::string, coordinator);
-ABSL_DECLARE_FLAG(std::string, token);
+struct CommandLine {
+  // agent, fleet
+  std::string name;
+  std::string cpu_set;
+  std::string pools;
+  std::string runtime;
+  std::string external_format;
+  std::string export_command;
+  std::string bench_command;
+  std::string runtime_name;
+  std::string runtime_version;
+  int32_t max_jobs = 0;
+  double cooldown_ms = 0;
+  int64_t memory_limit_mb = 0;
+  int32_t agents = 0;
+  std::string fleet_threads;
+  // campaign, pareto, export
+  std::string config;
+  bool wait = false;
+  std::string format;
+  bool all = false;
+  std::string campaign;
+  int64_t trial = 0;
+  // coordinator, bench, agents, latency collect
+  std::string listen;
+  std::string db;
+  std::string port_file;
+  int64_t lease_ttl_ms = 0;
+  int64_t heartbeat_ms = 0;
+  int32_t max_attempts = 0;
+  std::string work_dir;
+  std::string http;
+  std::string http_port_file;
+  std::string prompt_lengths;
+  int32_t decode_tokens = 0;
+  int32_t repeats = 0;
+  int32_t max_repeats = 0;
+  double max_spread = 0;
+  int32_t warmups = 0;
+  std::string precision;
+  std::string device;
+  std::string pool;
+  int64_t wait_s = 0;
+  // slim, ppd
+  std::string in;
+  double max_condition = 0;
+  double max_error = 0;
+  int32_t layer = 0;
+  int32_t k = 0;
+  int32_t prompts = 0;
+  // latency
+  std::string data;
+  std::string model;
+  std::string metric;
+  int32_t folds = 0;
+  std::string plot;
+  int32_t restarts = 0;
+  std::string gp_prior;
+  // corpus, train, calibrate, prune, backbone
+  std::string tokens;
+  std::string sources;
+  double heldout = 0;
+  int64_t steps = 0;
+  int64_t batch_size = 0;
+  int64_t seq_len = 0;
+  double lr = 0;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0;
+  double grad_clip = 0;
+  std::string distill_from;
+  double distill_weight = 0;
+  int64_t eval_every = 0;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int64_t calib_tokens = 0;
+  std::string base;
+  std::string metrics;
+  int32_t layers = 0;
+  int32_t d_model = 0;
+  int32_t d_ffn = 0;
+  std::string pattern;
+  int32_t window = 0;
+  int64_t backbone_steps = 0;
+  double kvp_consistency_weight = 0;
+  double kvp_aux_weight = 0;
+  int32_t block_size = 0;
+  // shared by several commands
+  std::string shape;
+  std::string arch;
+  std::string ckpt;
+  std::string space;
+  std::string out;
+  std::string dtype;
+  int64_t prompt_tokens = 0;
+  int64_t max_new_tokens = 0;
+  int64_t prefill_chunk = 0;
+  int32_t threads = 0;
+  uint64_t seed = 0;
+  int32_t n = 0;
+  bool json = false;
+  std::string coordinator;
+  std::string token;
+
+  // Flags moved off their defaults, by Abseil name ("max_new_tokens"): a
+  // command whose own default differs from a shared flag's asks this.
+  std::set<std::string> changed;
+  bool Changed(const std::string& flag) const { return changed.count(flag) > 0; }
+};
+
+// Reads every flag (after absl::ParseCommandLine).
+CommandLine ParseCommandLine();
+
+}  // namespace hilnas::tools
 
 #endif  // HILNAS_TOOLS_FLAGS_H_

@@ -1,0 +1,127 @@
+#include "coordinator/long_polls.h"
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/benchmark_service.h"
+
+namespace hilnas {
+namespace {
+
+bool Finished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
+
+}  // namespace
+
+void FillLease(const Lease& l, LeaseJobResponse* r) {
+  r->set_has_job(true);
+  r->set_job_id(absl::StrCat(l.job_id));
+  r->set_lease_id(l.lease_id);
+  r->set_lease_expires_unix_ms(l.expires_ms);
+  *r->mutable_request() = l.request;
+}
+
+void FillJob(const JobRecord& j, GetJobResponse* r) {
+  r->set_job_id(absl::StrCat(j.job_id));
+  r->set_state(j.state);
+  if (j.result.has_value()) {
+    *r->mutable_result() = *j.result;
+  } else if (j.state == JOB_FAILED) {
+    r->mutable_result()->set_failure(RUNTIME_ERROR);
+    r->mutable_result()->set_failure_message(j.message);
+  }
+}
+
+LongPolls::LongPolls(JobStore* store, const Clock* clock, int64_t tick_ms)
+    : store_(store), clock_(clock), tick_ms_(tick_ms), thread_([this] { Loop(); }) {}
+
+LongPolls::~LongPolls() { Shutdown(); }
+
+void LongPolls::ParkLease(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+                          LeaseJobResponse* resp, std::string agent_id, int64_t deadline_ms) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return reactor->Finish(grpc::Status::OK);
+  leases_.push_back({ctx, reactor, resp, std::move(agent_id), deadline_ms});
+}
+
+void LongPolls::ParkJob(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* reactor,
+                        GetJobResponse* resp, int64_t job_id, int64_t deadline_ms) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return reactor->Finish(grpc::Status::OK);
+  jobs_.push_back({ctx, reactor, resp, job_id, deadline_ms});
+}
+
+void LongPolls::Poke() {
+  absl::MutexLock lock(&mu_);
+  poked_ = true;
+}
+
+void LongPolls::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  thread_.join();
+  absl::MutexLock lock(&mu_);
+  for (auto& w : leases_) w.reactor->Finish(grpc::Status::OK);
+  for (auto& w : jobs_) {
+    w.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down"));
+  }
+  leases_.clear();
+  jobs_.clear();
+}
+
+void LongPolls::Loop() {
+  absl::MutexLock lock(&mu_);
+  auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return poked_ || stopped_; };
+  while (!stopped_) {
+    mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Milliseconds(tick_ms_));
+    if (stopped_) break;
+    poked_ = false;
+    store_->ExpireLeases().IgnoreError();  // a failure here is retried next tick
+    const int64_t now = clock_->NowMs();
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      it = ServeLease(*it, now) ? leases_.erase(it) : std::next(it);
+    }
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      it = ServeJob(*it, now) ? jobs_.erase(it) : std::next(it);
+    }
+  }
+}
+
+bool LongPolls::ServeLease(LeaseWaiter& w, int64_t now) {
+  if (w.ctx->IsCancelled()) {  // the agent went away: do not lease to a ghost
+    w.reactor->Finish(grpc::Status::CANCELLED);
+    return true;
+  }
+  absl::StatusOr<std::optional<Lease>> lease = store_->LeaseJob(w.agent_id);
+  if (!lease.ok()) {
+    w.reactor->Finish(ToGrpc(lease.status()));
+    return true;
+  }
+  if (lease->has_value()) {
+    FillLease(**lease, w.resp);
+    w.reactor->Finish(grpc::Status::OK);
+    return true;
+  }
+  if (now >= w.deadline_ms) {
+    w.resp->set_has_job(false);
+    w.reactor->Finish(grpc::Status::OK);
+    return true;
+  }
+  return false;
+}
+
+bool LongPolls::ServeJob(JobWaiter& w, int64_t now) {
+  absl::StatusOr<JobRecord> job = store_->GetJob(w.job_id);
+  if (!job.ok()) {
+    w.reactor->Finish(ToGrpc(job.status()));
+    return true;
+  }
+  if (Finished(job->state) || now >= w.deadline_ms || w.ctx->IsCancelled()) {
+    FillJob(*job, w.resp);
+    w.reactor->Finish(grpc::Status::OK);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace hilnas

@@ -1,0 +1,230 @@
+// The agent's loop against a scripted coordinator over in-process gRPC
+// (the channel is injected through AgentOptions::channel): registration,
+// long-poll leasing, heartbeats, reports, re-registration and token
+// rejection. The runtime is a fake that times nothing.
+#include "device_agent/agent.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/service.grpc.pb.h"
+
+namespace hilnas {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeModel : public PreparedModel {
+ public:
+  explicit FakeModel(int sleep_ms) : sleep_ms_(sleep_ms) {}
+  absl::StatusOr<RunTiming> Run(int prompt_tokens, int decode_tokens) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    RunTiming t;
+    t.ttft_ms = prompt_tokens / 10.0;
+    t.decode_ms_per_token = 1.5;
+    t.decode_tokens = decode_tokens;
+    return t;
+  }
+
+ private:
+  int sleep_ms_;
+};
+
+class FakeRuntime : public Runtime {
+ public:
+  explicit FakeRuntime(int sleep_ms = 0) : sleep_ms_(sleep_ms) {}
+  std::string name() const override { return "fake"; }
+  std::string version() const override { return "1"; }
+  absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(const BenchmarkRequest&) override {
+    return std::make_unique<FakeModel>(sleep_ms_);
+  }
+
+ private:
+  int sleep_ms_;
+};
+
+// A coordinator that hands out `jobs` jobs and records what agents send.
+class ScriptedCoordinator : public AgentService::Service {
+ public:
+  int jobs = 1;
+  bool forget_first_lease = false;  // the first LeaseJob answers NOT_FOUND
+  bool leases_valid = true;         // what heartbeats answer
+
+  grpc::Status Register(grpc::ServerContext*, const RegisterRequest* req,
+                        RegisterResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    if (req->enrollment_token() != "enrol") {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "enrollment token rejected");
+    }
+    ++registrations_;
+    device_ = req->device().name();
+    resp->set_agent_id("agent-1");
+    resp->set_heartbeat_interval_ms(20);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req,
+                         HeartbeatResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    ++heartbeats_;
+    resp->set_lease_valid(leases_valid && req->lease_id() == "lease-1");
+    return grpc::Status::OK;
+  }
+  grpc::Status LeaseJob(grpc::ServerContext*, const LeaseJobRequest* req,
+                        LeaseJobResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    if (forget_first_lease && leases_asked_++ == 0) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown agent");
+    }
+    if (req->agent_id() != "agent-1" || handed_out_ >= jobs) return grpc::Status::OK;
+    ++handed_out_;
+    resp->set_has_job(true);
+    resp->set_job_id("1");
+    resp->set_lease_id("lease-1");
+    resp->mutable_request()->set_checkpoint_dir("/data/local/tmp/model");
+    resp->mutable_request()->add_prompt_lengths(100);
+    resp->mutable_request()->set_decode_tokens(4);
+    resp->mutable_request()->set_repeats(2);
+    resp->mutable_request()->set_max_repeats(2);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportResult(grpc::ServerContext*, const ReportResultRequest* req,
+                            ReportResultResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(*req);
+    resp->set_accepted(true);
+    return grpc::Status::OK;
+  }
+
+  int registrations() {
+    absl::MutexLock lock(&mu_);
+    return registrations_;
+  }
+  int heartbeats() {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  std::string device() {
+    absl::MutexLock lock(&mu_);
+    return device_;
+  }
+  std::vector<ReportResultRequest> reports() {
+    absl::MutexLock lock(&mu_);
+    return reports_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  int leases_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  int handed_out_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string device_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReportResultRequest> reports_ ABSL_GUARDED_BY(mu_);
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void StartServer() {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&coordinator_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+  AgentOptions Options(const std::string& token = "enrol") {
+    AgentOptions o;
+    o.channel = server_->InProcessChannel(grpc::ChannelArguments());
+    o.enrollment_token = token;
+    o.device.set_name("phone-1");
+    o.lease_wait_ms = 50;
+    o.backoff_initial_ms = 5;
+    o.backoff_max_ms = 20;
+    o.protocol.cooldown_ms = 0;
+    return o;
+  }
+
+  ScriptedCoordinator coordinator_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(AgentTest, RegistersLeasesMeasuresAndReportsOneJob) {
+  StartServer();
+  AgentOptions o = Options();
+  o.max_jobs = 1;
+  Agent agent(o, std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(agent.Run(stop).ok());
+  EXPECT_EQ(agent.jobs_done(), 1);
+  EXPECT_EQ(coordinator_.device(), "phone-1");
+  const std::vector<ReportResultRequest> reports = coordinator_.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  const BenchmarkResult& r = reports[0].result();
+  EXPECT_EQ(reports[0].lease_id(), "lease-1");
+  EXPECT_EQ(r.failure(), FAILURE_NONE);
+  EXPECT_EQ(r.device().runtime(), "fake");
+  ASSERT_EQ(r.samples_size(), 2);  // repeats 2, max_repeats 2
+  EXPECT_DOUBLE_EQ(r.samples(0).ttft_ms(), 10.0);
+  ASSERT_EQ(r.summaries_size(), 1);
+  EXPECT_DOUBLE_EQ(r.summaries(0).decode_median_ms_per_token(), 1.5);
+}
+
+TEST_F(AgentTest, RejectedTokenEndsTheLoopWithUnauthenticated) {
+  StartServer();
+  Agent agent(Options("guess"), std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  absl::Status s = agent.Run(stop);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(s.message(), HasSubstr("enrollment token rejected"));
+  EXPECT_TRUE(coordinator_.reports().empty());
+}
+
+TEST_F(AgentTest, ACoordinatorThatForgotTheAgentIsRegisteredWithAgain) {
+  coordinator_.forget_first_lease = true;
+  StartServer();
+  AgentOptions o = Options();
+  o.max_jobs = 1;
+  Agent agent(o, std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(agent.Run(stop).ok());
+  EXPECT_EQ(coordinator_.registrations(), 2);
+  EXPECT_EQ(coordinator_.reports().size(), 1u);
+}
+
+TEST_F(AgentTest, ALostLeaseStopsTheMeasurementAndIsNotReported) {
+  coordinator_.leases_valid = false;
+  StartServer();
+  AgentOptions o = Options();
+  o.max_jobs = 1;
+  // Each run takes 60 ms and heartbeats come every 20 ms: the lease is
+  // found lost before the two repeats are done.
+  Agent agent(o, std::make_unique<FakeRuntime>(/*sleep_ms=*/60));
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(agent.Run(stop).ok());
+  EXPECT_GE(coordinator_.heartbeats(), 1);
+  EXPECT_TRUE(coordinator_.reports().empty());
+}
+
+TEST_F(AgentTest, StopEndsAnIdleAgent) {
+  coordinator_.jobs = 0;
+  StartServer();
+  Agent agent(Options(), std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;
+  });
+  EXPECT_TRUE(agent.Run(stop).ok());
+  stopper.join();
+  EXPECT_EQ(agent.jobs_done(), 0);
+  EXPECT_EQ(coordinator_.registrations(), 1);
+}
+
+}  // namespace
+}  // namespace hilnas
