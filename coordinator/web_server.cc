@@ -167,7 +167,7 @@ struct WebServer::Impl {
   int connections ABSL_GUARDED_BY(mu) = 0;  // being served on their own threads
   std::thread thread;
 
-  void Serve(tcp::socket socket) {
+  void Serve(tcp::socket& socket) {
     timeval tv{5, 0};  // a stalled client gives up its thread after 5 s
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -202,8 +202,6 @@ struct WebServer::Impl {
       http::write(socket, res, ec);
     }
     socket.shutdown(tcp::socket::shutdown_both, ec);
-    absl::MutexLock lock(&mu);
-    --connections;
   }
 
   void Accept() {
@@ -217,7 +215,17 @@ struct WebServer::Impl {
         absl::MutexLock lock(&mu);
         ++connections;
       }
-      std::thread([this, s = std::move(socket)]() mutable { Serve(std::move(s)); }).detach();
+      // The socket lives on the heap and is destroyed before the count
+      // drops: once it is zero ~WebServer may free the io_context every
+      // socket refers to (TSan saw a moved-from socket captured by value
+      // outlive it).
+      auto owned = std::make_unique<tcp::socket>(std::move(socket));
+      std::thread([this, owned = std::move(owned)]() mutable {
+        Serve(*owned);
+        owned.reset();
+        absl::MutexLock lock(&mu);
+        --connections;
+      }).detach();
     }
   }
 };

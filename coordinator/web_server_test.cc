@@ -18,7 +18,9 @@ using ::testing::HasSubstr;
 class WebServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string db = ::testing::TempDir() + "/web_server_test.db";
+    // One file per test: ctest runs the tests of this file in parallel.
+    const std::string db = ::testing::TempDir() + "/" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
     std::filesystem::remove(db);
     jobs_ = *JobStore::Open(db, &clock_);
     campaigns_ = *CampaignStore::Open(db, &clock_);
