@@ -36,8 +36,6 @@ absl::StatusOr<int64_t> ParseJobId(const std::string& s) {
   return id;
 }
 
-bool Finished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
-
 }  // namespace
 
 // What both services work with; owned by BenchmarkServices, which outlives them.
@@ -154,7 +152,7 @@ class UserServiceImpl : public UserService::CallbackService {
     auto* reactor = ctx->DefaultReactor();
     absl::StatusOr<int64_t> id = ParseJobId(req->job_id());
     absl::StatusOr<JobRecord> job = id.ok() ? d_.store->GetJob(*id) : id.status();
-    if (!job.ok() || Finished(job->state) || req->wait_ms() <= 0) {
+    if (!job.ok() || JobFinished(job->state) || req->wait_ms() <= 0) {
       if (job.ok()) FillJob(*job, resp);
       reactor->Finish(ToGrpc(job.status()));
       return reactor;

@@ -3,25 +3,20 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/campaign_store.h"
 #include "search_space/arch.h"
 
 namespace hilnas {
-namespace {
-
-bool Finished(TrialState s) { return s == DONE || s == FAILED || s == ABANDONED; }
-
-}  // namespace
-
 StageTally TallyStage(const std::vector<Trial>& trials, int stage) {
   StageTally t;
   for (const Trial& trial : trials) {
     if (trial.stage() != stage) continue;
     ++t.total;
-    t.open += !Finished(trial.state());
+    t.open += !TrialFinished(trial.state());
     t.done += trial.state() == DONE;
     t.counted += trial.state() != ABANDONED;
     t.measuring = t.measuring || trial.state() == MEASURING;
-    t.unmeasured_open += !Finished(trial.state()) && trial.state() != MEASURING;
+    t.unmeasured_open += !TrialFinished(trial.state()) && trial.state() != MEASURING;
     if (trial.state() == PROPOSED && t.proposed_id == 0) t.proposed_id = trial.id();
     const bool evaluating =
         trial.state() == PROPOSED || trial.state() == PRUNING || trial.state() == TRAINING;

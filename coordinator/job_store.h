@@ -67,6 +67,9 @@ struct JobRecord {
   std::string message;  // why it FAILED without a result
 };
 
+// Whether a job is over (DONE or FAILED).
+inline bool JobFinished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
+
 enum class ReportOutcome { kAccepted, kDuplicate };
 
 class JobStore {

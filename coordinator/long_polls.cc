@@ -4,12 +4,6 @@
 #include "coordinator/benchmark_service.h"
 
 namespace hilnas {
-namespace {
-
-bool Finished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
-
-}  // namespace
-
 void FillLease(const Lease& l, LeaseJobResponse* r) {
   r->set_has_job(true);
   r->set_job_id(absl::StrCat(l.job_id));
@@ -116,7 +110,7 @@ bool LongPolls::ServeJob(JobWaiter& w, int64_t now) {
     w.reactor->Finish(ToGrpc(job.status()));
     return true;
   }
-  if (Finished(job->state) || now >= w.deadline_ms || w.ctx->IsCancelled()) {
+  if (JobFinished(job->state) || now >= w.deadline_ms || w.ctx->IsCancelled()) {
     FillJob(*job, w.resp);
     w.reactor->Finish(grpc::Status::OK);
     return true;
