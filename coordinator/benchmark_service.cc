@@ -1,14 +1,37 @@
 #include "coordinator/benchmark_service.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/long_polls.h"
+#include "proto/benchmark_request.h"
+#include "search_space/arch.h"
+#include "search_space/counts.h"
+#include "util/grpc_security.h"
+#include "util/secrets.h"
 
 namespace hilnas {
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::StatusOr<std::string> UserOf(const std::vector<UserToken>& tokens,
+                                   const std::string& presented) {
+  if (tokens.empty()) return std::string("anonymous");
+  const UserToken* match = nullptr;
+  for (const UserToken& t : tokens) {  // no early exit: the time says nothing
+    if (SecretEquals(t.token, presented)) match = &t;
+  }
+  if (match == nullptr) {
+    return absl::UnauthenticatedError(
+        presented.empty() ? "no user token: pass --user-token or set $HILNAS_USER_TOKEN"
+                          : "user token rejected");
+  }
+  return match->name;
 }
 
 absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store) {
@@ -51,7 +74,69 @@ struct ServiceDeps {
   int64_t LongPollDeadline(int64_t wait_ms) const {
     return clock->NowMs() + std::min(wait_ms, options.max_wait_ms);
   }
+
+  // Every agent call: the enrollment token.
+  absl::Status CheckEnrollment(const grpc::CallbackServerContext* ctx) const {
+    if (options.enrollment_token.empty()) return absl::OkStatus();
+    const std::string presented = BearerTokenOf(ctx->client_metadata());
+    if (SecretEquals(presented, options.enrollment_token)) return absl::OkStatus();
+    return absl::UnauthenticatedError(presented.empty()
+                                          ? "no enrollment token: pass --token or set $HILNAS_TOKEN"
+                                          : "enrollment token rejected");
+  }
+  // Every agent call after Register: the enrollment token and the agent's
+  // current session key.
+  absl::Status CheckAgent(const grpc::CallbackServerContext* ctx,
+                          const std::string& agent_id) const {
+    if (absl::Status s = CheckEnrollment(ctx); !s.ok()) return s;
+    return store->CheckSession(agent_id, MetadataValue(ctx->client_metadata(), kSessionKey));
+  }
+  // Every user call: the credential's name, for the audit log.
+  absl::StatusOr<std::string> User(const grpc::CallbackServerContext* ctx) const {
+    return UserOf(options.user_tokens, BearerTokenOf(ctx->client_metadata()));
+  }
+  void Audit(const std::string& who, const std::string& action, const std::string& target,
+             const absl::Status& outcome) const {
+    if (options.audit == nullptr) return;
+    absl::Status s = options.audit->Record(who, action, target,
+                                           outcome.ok() ? "ok" : outcome.ToString());
+    if (!s.ok()) std::fprintf(stderr, "audit log: %s\n", s.ToString().c_str());
+  }
+  // What SubmitBenchmark checks beyond ValidateBenchmarkRequest: paths under
+  // the data roots, the memory bound, and the queue limit.
+  absl::Status CheckSubmission(const BenchmarkRequest& request) const;
 };
+
+absl::Status ServiceDeps::CheckSubmission(const BenchmarkRequest& request) const {
+  if (absl::Status s = ValidateBenchmarkRequest(request); !s.ok()) return s;
+  if (absl::Status s = options.data_roots.Check("checkpoint_dir", request.checkpoint_dir());
+      !s.ok()) {
+    return s;
+  }
+  if (request.has_arch()) {
+    absl::StatusOr<Arch> arch = ArchFromProto(request.arch());
+    if (!arch.ok()) return arch.status();
+    const BenchmarkRequest full = WithDefaults(request);
+    int64_t longest = 0;
+    for (int p : full.prompt_lengths()) longest = std::max<int64_t>(longest, p);
+    const int elem = full.precision() == FP32 ? 4 : full.precision() == INT8_DYNAMIC ? 1 : 2;
+    const int64_t need = EstimateRunBytes(*arch, longest + full.decode_tokens(), elem);
+    if (need > options.max_model_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "arch: needs about ", need >> 20, " MiB for weights and KV cache at ",
+          longest + full.decode_tokens(), " tokens; this coordinator accepts at most ",
+          options.max_model_bytes >> 20, " MiB (--max-model-mb)"));
+    }
+  }
+  absl::StatusOr<int64_t> unfinished = store->UnfinishedJobs();
+  if (!unfinished.ok()) return unfinished.status();
+  if (*unfinished >= options.max_unfinished_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        *unfinished, " jobs are queued or running, the most this coordinator holds "
+                     "(--max-queued-jobs); try again when some have finished"));
+  }
+  return absl::OkStatus();
+}
 
 namespace {
 
@@ -62,25 +147,28 @@ class AgentServiceImpl : public AgentService::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
                                      RegisterResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    if (!d_.options.enrollment_token.empty() &&
-        req->enrollment_token() != d_.options.enrollment_token) {
-      reactor->Finish(grpc::Status(
-          grpc::StatusCode::UNAUTHENTICATED,
-          absl::StrCat("agent \"", req->device().name(), "\": enrollment token rejected")));
+    if (absl::Status s = d_.CheckEnrollment(ctx); !s.ok()) {
+      reactor->Finish(ToGrpc(absl::UnauthenticatedError(
+          absl::StrCat("agent \"", req->device().name(), "\": ", s.message()))));
       return reactor;
     }
-    absl::StatusOr<std::string> id = d_.store->RegisterAgent(req->device());
-    if (id.ok()) {
-      resp->set_agent_id(*id);
+    absl::StatusOr<AgentSession> session = d_.store->RegisterAgent(req->device());
+    if (session.ok()) {
+      resp->set_agent_id(session->agent_id);
+      resp->set_session_key(session->session_key);
       resp->set_heartbeat_interval_ms(d_.options.heartbeat_interval_ms);
     }
-    reactor->Finish(ToGrpc(id.status()));
+    reactor->Finish(ToGrpc(session.status()));
     return reactor;
   }
 
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
                                       HeartbeatResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::Status s = d_.CheckAgent(ctx, req->agent_id()); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
     absl::StatusOr<bool> valid = d_.store->Heartbeat(req->agent_id(), req->lease_id());
     if (valid.ok()) resp->set_lease_valid(*valid);
     reactor->Finish(ToGrpc(valid.status()));
@@ -90,6 +178,10 @@ class AgentServiceImpl : public AgentService::CallbackService {
   grpc::ServerUnaryReactor* LeaseJob(grpc::CallbackServerContext* ctx, const LeaseJobRequest* req,
                                      LeaseJobResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::Status s = d_.CheckAgent(ctx, req->agent_id()); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
     absl::StatusOr<std::optional<Lease>> lease = d_.store->LeaseJob(req->agent_id());
     if (!lease.ok() || lease->has_value() || req->wait_ms() <= 0) {
       if (lease.ok() && lease->has_value()) FillLease(**lease, resp);
@@ -104,6 +196,10 @@ class AgentServiceImpl : public AgentService::CallbackService {
                                          const ReportResultRequest* req,
                                          ReportResultResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::Status s = d_.CheckAgent(ctx, req->agent_id()); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
     absl::StatusOr<int64_t> job_id = ParseJobId(req->job_id());
     absl::StatusOr<ReportOutcome> outcome =
         job_id.ok()
@@ -128,6 +224,10 @@ class UserServiceImpl : public UserService::CallbackService {
   grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx, const ListAgentsRequest*,
                                        ListAgentsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::StatusOr<std::string> who = d_.User(ctx); !who.ok()) {
+      reactor->Finish(ToGrpc(who.status()));
+      return reactor;
+    }
     absl::StatusOr<ListAgentsResponse> agents = ListAgentsOf(*d_.store);
     if (agents.ok()) *resp = *std::move(agents);
     reactor->Finish(ToGrpc(agents.status()));
@@ -138,11 +238,19 @@ class UserServiceImpl : public UserService::CallbackService {
                                             const SubmitBenchmarkRequest* req,
                                             SubmitBenchmarkResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
-    absl::StatusOr<int64_t> id = d_.store->SubmitJob(req->request(), req->device(), req->pool());
+    absl::StatusOr<std::string> who = d_.User(ctx);
+    if (!who.ok()) {
+      reactor->Finish(ToGrpc(who.status()));
+      return reactor;
+    }
+    absl::Status allowed = d_.CheckSubmission(req->request());
+    absl::StatusOr<int64_t> id =
+        allowed.ok() ? d_.store->SubmitJob(req->request(), req->device(), req->pool()) : allowed;
     if (id.ok()) {
       resp->set_job_id(absl::StrCat(*id));
       d_.polls->Poke();
     }
+    d_.Audit(*who, "submit", id.ok() ? absl::StrCat("job ", *id) : "job", id.status());
     reactor->Finish(ToGrpc(id.status()));
     return reactor;
   }
@@ -150,6 +258,10 @@ class UserServiceImpl : public UserService::CallbackService {
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const GetJobRequest* req,
                                    GetJobResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::StatusOr<std::string> who = d_.User(ctx); !who.ok()) {
+      reactor->Finish(ToGrpc(who.status()));
+      return reactor;
+    }
     absl::StatusOr<int64_t> id = ParseJobId(req->job_id());
     absl::StatusOr<JobRecord> job = id.ok() ? d_.store->GetJob(*id) : id.status();
     if (!job.ok() || JobFinished(job->state) || req->wait_ms() <= 0) {
@@ -164,30 +276,35 @@ class UserServiceImpl : public UserService::CallbackService {
   grpc::ServerUnaryReactor* CreateCampaign(grpc::CallbackServerContext* ctx,
                                            const CreateCampaignRequest* req,
                                            CampaignStatus* resp) override {
-    return Answer(ctx, resp, [&] { return d_.campaigns->Create(req->config()); });
+    return Answer(ctx, resp, "create", req->config().name(),
+                  [&] { return d_.campaigns->Create(req->config()); });
   }
   grpc::ServerUnaryReactor* StartCampaign(grpc::CallbackServerContext* ctx,
                                           const CampaignRequest* req,
                                           CampaignStatus* resp) override {
-    return Answer(ctx, resp, [&] { return d_.campaigns->Start(req->name()); });
+    return Answer(ctx, resp, "start", req->name(), [&] { return d_.campaigns->Start(req->name()); });
   }
   grpc::ServerUnaryReactor* GetCampaign(grpc::CallbackServerContext* ctx,
                                         const CampaignRequest* req, CampaignStatus* resp) override {
-    return Answer(ctx, resp, [&] { return d_.campaigns->Get(req->name()); });
+    return Answer(ctx, resp, "", req->name(), [&] { return d_.campaigns->Get(req->name()); });
   }
   grpc::ServerUnaryReactor* StopCampaign(grpc::CallbackServerContext* ctx,
                                          const CampaignRequest* req,
                                          CampaignStatus* resp) override {
-    return Answer(ctx, resp, [&] { return d_.campaigns->Stop(req->name()); });
+    return Answer(ctx, resp, "stop", req->name(), [&] { return d_.campaigns->Stop(req->name()); });
   }
   grpc::ServerUnaryReactor* ResumeCampaign(grpc::CallbackServerContext* ctx,
                                            const CampaignRequest* req,
                                            CampaignStatus* resp) override {
-    return Answer(ctx, resp, [&] { return d_.campaigns->Resume(req->name()); });
+    return Answer(ctx, resp, "resume", req->name(), [&] { return d_.campaigns->Resume(req->name()); });
   }
   grpc::ServerUnaryReactor* ListCampaigns(grpc::CallbackServerContext* ctx, const CampaignRequest*,
                                           ListCampaignsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::StatusOr<std::string> who = d_.User(ctx); !who.ok()) {
+      reactor->Finish(ToGrpc(who.status()));
+      return reactor;
+    }
     if (d_.campaigns == nullptr) return Unimplemented(reactor);
     absl::StatusOr<std::vector<CampaignStatus>> all = d_.campaigns->List();
     if (all.ok()) {
@@ -203,11 +320,20 @@ class UserServiceImpl : public UserService::CallbackService {
         grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator serves no campaigns"));
     return reactor;
   }
+  // Authenticates, runs `call`, and records `action` (empty: a read, not
+  // recorded) on campaign `target` in the audit log.
   template <typename F>
-  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, CampaignStatus* resp, F call) {
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, CampaignStatus* resp,
+                                   const std::string& action, const std::string& target, F call) {
     auto* reactor = ctx->DefaultReactor();
+    absl::StatusOr<std::string> who = d_.User(ctx);
+    if (!who.ok()) {
+      reactor->Finish(ToGrpc(who.status()));
+      return reactor;
+    }
     if (d_.campaigns == nullptr) return Unimplemented(reactor);
     absl::StatusOr<CampaignStatus> status = call();
+    if (!action.empty()) d_.Audit(*who, action, absl::StrCat("campaign ", target), status.status());
     if (status.ok()) *resp = *std::move(status);
     reactor->Finish(ToGrpc(status.status()));
     return reactor;

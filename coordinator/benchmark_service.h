@@ -11,15 +11,37 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/audit_log.h"
+#include "coordinator/data_roots.h"
 #include "coordinator/job_store.h"
 #include "proto/service.grpc.pb.h"
 #include "util/clock.h"
 
 namespace hilnas {
 
+// A user credential: a secret token and the name the audit log records.
+struct UserToken {
+  std::string name;
+  std::string token;
+};
+
 struct BenchmarkServiceOptions {
-  // Agents must present this at Register; empty accepts any agent (loopback use).
+  // Every agent call must carry this as "authorization: Bearer TOKEN";
+  // empty accepts any agent (a loopback-only coordinator). Register returns
+  // a session key that every later agent call must carry as well.
   std::string enrollment_token;
+  // Every user call must carry one of these; empty accepts any caller
+  // (loopback only), recorded as "anonymous".
+  std::vector<UserToken> user_tokens;
+  // Not owned, may be null; records every create, start, stop, resume and
+  // submission. Must outlive the services.
+  AuditLog* audit = nullptr;
+  // Paths a submitted request may name (checkpoint_dir).
+  DataRoots data_roots;
+  int64_t max_unfinished_jobs = 10'000;  // SubmitBenchmark: RESOURCE_EXHAUSTED past this
+  // Architectures whose weights + KV cache (EstimateRunBytes at the longest
+  // prompt plus the decoded tokens) exceed this are refused at submission.
+  int64_t max_model_bytes = int64_t{64} << 30;
   int64_t heartbeat_interval_ms = 2'000;  // told to agents at Register
   int64_t max_wait_ms = 30'000;           // longest long-poll the server holds
   int64_t tick_ms = 50;                   // how often parked calls and leases are checked
@@ -72,6 +94,12 @@ absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store);
 
 // absl::Status -> grpc::Status with the same code and message.
 grpc::Status ToGrpc(const absl::Status& s);
+
+// The name of the user credential `ctx` carries: one of `tokens` (compared
+// in constant time, every token tried), or "anonymous" when `tokens` is
+// empty. UNAUTHENTICATED otherwise. The web page checks the same way.
+absl::StatusOr<std::string> UserOf(const std::vector<UserToken>& tokens,
+                                   const std::string& presented);
 
 }  // namespace hilnas
 

@@ -203,12 +203,16 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     if (!(t.heldout_fraction() > 0 && t.heldout_fraction() < 1)) {
       return bad("train.heldout_fraction", absl::StrCat(t.heldout_fraction(), " is not in (0, 1)"));
     }
-  } else if (c.quality_evaluator().find("{checkpoint}") == std::string::npos ||
-             c.quality_evaluator().find("{output}") == std::string::npos) {
+  } else if (c.quality_evaluator().empty() ||
+             c.quality_evaluator().find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+                 std::string::npos) {
     return bad("quality_evaluator",
                absl::StrCat("\"", c.quality_evaluator(),
-                            "\" is neither \"in-process\" nor a command with {checkpoint} and "
-                            "{output}"));
+                            "\" is neither \"in-process\" nor an evaluator name (letters, digits, "
+                            "- _ .): a config names an evaluator, it never carries a command; "
+                            "commands are defined on the coordinator's command line "
+                            "(--evaluator NAME=TEMPLATE)"));
   }
   return CheckBackbone(c, *space, where);
 }

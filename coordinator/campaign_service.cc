@@ -43,7 +43,34 @@ absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std:
 
 absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig& config) {
   const CampaignConfig c = WithCampaignDefaults(config);
-  HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, absl::StrCat("campaign \"", c.name(), "\"")));
+  const std::string where = absl::StrCat("campaign \"", c.name(), "\"");
+  // What the network may not ask for is refused before anything else looks
+  // at the config (no file named by it is opened before its path is checked).
+  const std::string& evaluator = c.quality_evaluator();
+  if (evaluator != "in-process" && policy_.evaluators.count(evaluator) == 0) {
+    std::string known = "in-process";
+    for (const auto& [name, command] : policy_.evaluators) absl::StrAppend(&known, ", ", name);
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": quality_evaluator: \"", evaluator,
+        "\" is not an evaluator this coordinator defines (", known,
+        "); a config names an evaluator, commands are defined only on the coordinator's command "
+        "line (--evaluator NAME=TEMPLATE)"));
+  }
+  for (const auto& [field, path] :
+       {std::pair<const char*, const std::string&>{"backbone_checkpoint", c.backbone_checkpoint()},
+        {"backbone_metrics", c.backbone_metrics()},
+        {"tokens", c.tokens()}}) {
+    if (absl::Status s = policy_.data_roots.Check(field, path); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
+  }
+  HILNAS_ASSIGN_OR_RETURN(std::vector<CampaignRecord> existing, store_->List());
+  if (static_cast<int>(existing.size()) >= policy_.max_campaigns) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(where, ": this coordinator already holds ", existing.size(),
+                     " campaigns, its limit (--max-campaigns)"));
+  }
+  HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, where));
   HILNAS_RETURN_IF_ERROR(store_->Create(c));
   store_
       ->Log(c.name(), absl::StrFormat("created: space of %s members, strategy %s, q %d",

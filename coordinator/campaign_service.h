@@ -5,6 +5,8 @@
 #ifndef HILNAS_COORDINATOR_CAMPAIGN_SERVICE_H_
 #define HILNAS_COORDINATOR_CAMPAIGN_SERVICE_H_
 
+#include <map>
+
 #include "coordinator/benchmark_service.h"
 #include "coordinator/campaign_runner.h"
 #include "coordinator/campaign_store.h"
@@ -16,14 +18,27 @@ namespace hilnas {
 absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std::string& name,
                                                 int log_lines = 12);
 
+// What a coordinator lets a campaign config from the network ask for
+// (DESIGN.md, Security): it names an evaluator, never carries a command.
+struct CampaignPolicy {
+  // Evaluators defined on the coordinator's command line (--evaluator
+  // NAME=TEMPLATE), by name; "in-process" is always there.
+  std::map<std::string, std::string> evaluators;
+  // backbone_checkpoint, backbone_metrics and tokens must lie under these.
+  DataRoots data_roots;
+  int max_campaigns = 100;  // Create: RESOURCE_EXHAUSTED past this many stored
+};
+
 class CampaignServiceImpl : public CampaignApi {
  public:
   // Not owned; both must outlive this object.
-  CampaignServiceImpl(CampaignStore* store, CampaignRunner* runner)
-      : store_(store), runner_(runner) {}
+  CampaignServiceImpl(CampaignStore* store, CampaignRunner* runner, CampaignPolicy policy = {})
+      : store_(store), runner_(runner), policy_(std::move(policy)) {}
 
-  // Applies the defaults and validates (INVALID_ARGUMENT naming the field);
-  // ALREADY_EXISTS for a name in use.
+  // Applies the defaults and validates (INVALID_ARGUMENT naming the field:
+  // an evaluator this coordinator does not define, a path outside its data
+  // roots); ALREADY_EXISTS for a name in use; RESOURCE_EXHAUSTED past
+  // max_campaigns.
   absl::StatusOr<CampaignStatus> Create(const CampaignConfig& config) override;
   // created -> running.
   absl::StatusOr<CampaignStatus> Start(const std::string& name) override;
@@ -38,6 +53,7 @@ class CampaignServiceImpl : public CampaignApi {
  private:
   CampaignStore* store_;    // not owned
   CampaignRunner* runner_;  // not owned
+  const CampaignPolicy policy_;
 };
 
 }  // namespace hilnas

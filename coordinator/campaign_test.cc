@@ -53,16 +53,17 @@ class CampaignTest : public ::testing::Test {
     CampaignRunnerOptions o;
     o.work_dir = (dir_ / "work").string();
     o.k_folds = 3;
-    if (make_evaluator_) {
-      runner_ = std::make_unique<CampaignRunner>(campaigns_.get(), jobs_.get(), &clock_, o,
-                                                 DefaultBackboneLoader(), make_evaluator_);
-    } else {
-      runner_ = std::make_unique<CampaignRunner>(campaigns_.get(), jobs_.get(), &clock_, o);
-    }
-    service_ = std::make_unique<CampaignServiceImpl>(campaigns_.get(), runner_.get());
+    // The evaluators a coordinator would define on its command line.
+    CampaignPolicy policy;
+    policy.evaluators = {{"false", "false {checkpoint} {output}"}, {"scripted", "unused"}};
+    runner_ = std::make_unique<CampaignRunner>(
+        campaigns_.get(), jobs_.get(), &clock_, o, DefaultBackboneLoader(),
+        make_evaluator_ ? make_evaluator_ : DefaultEvaluatorFactory(policy.evaluators));
+    service_ =
+        std::make_unique<CampaignServiceImpl>(campaigns_.get(), runner_.get(), std::move(policy));
     DeviceIdentity d;
     d.set_name("scripted");
-    agent_ = *jobs_->RegisterAgent(d);
+    agent_ = jobs_->RegisterAgent(d)->agent_id;
   }
 
   CampaignConfig Config(const std::string& name) {
@@ -295,7 +296,7 @@ TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
 
 TEST_F(CampaignTest, TooManyFailuresStopTheCampaignWithAReport) {
   CampaignConfig c = Config("failing");
-  c.set_quality_evaluator("false {checkpoint} {output}");
+  c.set_quality_evaluator("false");
   ASSERT_OK(service_->Create(c).status());
   ASSERT_OK(service_->Start("failing").status());
   EXPECT_EQ(RunToEnd("failing"), "failed");
@@ -347,12 +348,12 @@ TEST_F(CampaignTest, TheInjectedEvaluatorScoresEveryStageTwoTrial) {
   };
   Open();
   CampaignConfig c = Config("injected");
-  c.set_quality_evaluator("scripted {checkpoint} {output}");
+  c.set_quality_evaluator("scripted");
   c.set_max_failed_fraction(0.5);
   ASSERT_OK(service_->Create(c).status());
   ASSERT_OK(service_->Start("injected").status());
   EXPECT_EQ(RunToEnd("injected"), "done");
-  EXPECT_EQ(named, "scripted {checkpoint} {output}");
+  EXPECT_EQ(named, "scripted");
   ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("injected"));
   int done = 0, failed = 0;
   for (const Trial& t : trials) {
@@ -410,6 +411,60 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reference.loss")));
   ASSERT_OK_AND_ASSIGN(auto all, service_->List());
   EXPECT_TRUE(all.empty());  // nothing was stored
+}
+
+TEST_F(CampaignTest, AConfigCarryingACommandIsRefusedNamingQualityEvaluator) {
+  CampaignConfig c = Config("attack");
+  c.set_quality_evaluator("sh -c 'id > /tmp/x' {checkpoint} {output}");
+  EXPECT_THAT(service_->Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("quality_evaluator"),
+                                        HasSubstr("not an evaluator this coordinator defines"))));
+  c.set_quality_evaluator("undefined-name");
+  EXPECT_THAT(service_->Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("quality_evaluator")));
+  ASSERT_OK_AND_ASSIGN(auto all, service_->List());
+  EXPECT_TRUE(all.empty());
+}
+
+TEST_F(CampaignTest, PathsOutsideTheDataRootsAreRefusedAtCreate) {
+  const fs::path root = dir_ / "root";
+  fs::create_directories(root);
+  fs::copy(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone", root / "backbone",
+           fs::copy_options::recursive);
+  fs::copy_file(tokens_, root / "tokens.bin");
+  fs::create_directory_symlink(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone",
+                               root / "escape");
+  CampaignPolicy policy;
+  ASSERT_OK_AND_ASSIGN(policy.data_roots, DataRoots::Make({root.string()}));
+  CampaignServiceImpl service(campaigns_.get(), runner_.get(), policy);
+
+  CampaignConfig inside = Config("inside");
+  inside.set_backbone_checkpoint((root / "backbone").string());
+  inside.set_backbone_metrics((root / "backbone" / "metrics.json").string());
+  inside.set_tokens((root / "tokens.bin").string());
+  EXPECT_OK(service.Create(inside).status());
+
+  CampaignConfig outside = inside;
+  outside.set_name("outside");
+  outside.set_tokens(tokens_);
+  EXPECT_THAT(service.Create(outside),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("tokens: "), HasSubstr("outside"))));
+  CampaignConfig dotdot = inside;
+  dotdot.set_name("dotdot");
+  dotdot.set_tokens((root / ".." / "tokens.bin").string());
+  EXPECT_THAT(service.Create(dotdot),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"..\"")));
+  CampaignConfig link = inside;
+  link.set_name("link");
+  link.set_backbone_checkpoint((root / "escape").string());
+  link.set_backbone_metrics((root / "escape" / "metrics.json").string());
+  EXPECT_THAT(service.Create(link),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("backbone_checkpoint"), HasSubstr("resolves to"))));
+  ASSERT_OK_AND_ASSIGN(auto all, service.List());
+  EXPECT_EQ(all.size(), 1u);
 }
 
 }  // namespace

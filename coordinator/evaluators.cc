@@ -1,5 +1,6 @@
 #include "coordinator/evaluators.h"
 
+#include "absl/strings/str_cat.h"
 #include "quality/tokens.h"
 #include "quality/trainer.h"
 #include "util/status_macros.h"
@@ -13,11 +14,18 @@ BackboneLoader DefaultBackboneLoader() {
   };
 }
 
-EvaluatorFactory DefaultEvaluatorFactory() {
-  return [](const CampaignConfig& c,
-            const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> commands) {
+  return [commands = std::move(commands)](const CampaignConfig& c, const Backbone& backbone)
+             -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
     if (c.quality_evaluator() != "in-process") {
-      return NewExternalCommandEvaluator(c.quality_evaluator(), c.quality_timeout_s());
+      auto it = commands.find(c.quality_evaluator());
+      if (it == commands.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("quality_evaluator \"", c.quality_evaluator(),
+                         "\" is not defined on this coordinator's command line "
+                         "(--evaluator NAME=TEMPLATE)"));
+      }
+      return NewExternalCommandEvaluator(it->second, c.quality_timeout_s());
     }
     HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                             ReadTokenFile(c.tokens(), backbone.model->arch().vocab_size));

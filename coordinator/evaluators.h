@@ -7,6 +7,8 @@
 #define HILNAS_COORDINATOR_EVALUATORS_H_
 
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -31,8 +33,10 @@ BackboneLoader DefaultBackboneLoader();
 
 // "in-process": short continued pretraining (TrainOptionsFromRecipe of the
 // campaign's recipe and seed) on the campaign's tokens, split into training
-// and held-out parts. Anything else: the external command it names.
-EvaluatorFactory DefaultEvaluatorFactory();
+// and held-out parts. Any other name: the command template `commands` gives
+// it (the coordinator's --evaluator NAME=TEMPLATE); FAILED_PRECONDITION for
+// a name it does not hold (a campaign stored by another coordinator).
+EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> commands = {});
 
 }  // namespace hilnas
 

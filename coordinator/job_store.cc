@@ -6,14 +6,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "proto/benchmark_request.h"
+#include "util/secrets.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
 namespace {
 
-// v2 added jobs.client_key (idempotent submission); v1 files are migrated
-// in place when opened.
-constexpr int kSchemaVersion = 2;
+// v2 added jobs.client_key (idempotent submission), v3 agents.session_hash
+// (per-agent session keys); older files are migrated in place when opened.
+constexpr int kSchemaVersion = 3;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS agents(
@@ -23,7 +24,8 @@ CREATE TABLE IF NOT EXISTS agents(
   registered_ms INTEGER NOT NULL,
   last_heartbeat_ms INTEGER NOT NULL,
   jobs_done INTEGER NOT NULL DEFAULT 0,
-  jobs_failed INTEGER NOT NULL DEFAULT 0);
+  jobs_failed INTEGER NOT NULL DEFAULT 0,
+  session_hash TEXT NOT NULL DEFAULT '');  -- SHA-256 of the live session key
 CREATE TABLE IF NOT EXISTS jobs(
   job_id INTEGER PRIMARY KEY AUTOINCREMENT,
   request BLOB NOT NULL,           -- BenchmarkRequest
@@ -91,6 +93,12 @@ absl::Status JobStore::CreateSchema() {
   if (version == 1) {
     HILNAS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE jobs ADD COLUMN client_key TEXT"));
   }
+  if (version >= 1 && version <= 2) {
+    // Agents registered before v3 hold no session key: they must register
+    // again, which every agent does when its next call is refused.
+    HILNAS_RETURN_IF_ERROR(
+        db_->Exec("ALTER TABLE agents ADD COLUMN session_hash TEXT NOT NULL DEFAULT ''"));
+  }
   HILNAS_RETURN_IF_ERROR(db_->Exec(kSchema));
   HILNAS_RETURN_IF_ERROR(
       db_->Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_client_key ON jobs(client_key) "
@@ -133,7 +141,7 @@ absl::Status JobStore::TouchLocked(const std::string& agent_id, int64_t now) {
   return ExpireLocked(now).status();
 }
 
-absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device) {
+absl::StatusOr<AgentSession> JobStore::RegisterAgent(const DeviceIdentity& device) {
   if (device.name().empty()) return absl::InvalidArgumentError("device name is empty");
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
@@ -143,29 +151,66 @@ absl::StatusOr<std::string> JobStore::RegisterAgent(const DeviceIdentity& device
                           db_->Prepare("SELECT agent_id FROM agents WHERE name = ?"));
   q.Bind(1, device.name());
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
-  std::string id;
+  AgentSession session;
+  // A new key on every registration: the previous session of this name
+  // ends here (its next call is UNAUTHENTICATED).
+  session.session_key = RandomHex(32);
+  const std::string hash = Sha256Hex(session.session_key);
   if (row) {
-    id = q.Text(0);
-    HILNAS_ASSIGN_OR_RETURN(
-        SqliteStatement u,
-        db_->Prepare("UPDATE agents SET device = ?, last_heartbeat_ms = ? WHERE agent_id = ?"));
-    HILNAS_RETURN_IF_ERROR(
-        u.BindBlob(1, device.SerializeAsString()).Bind(2, now).Bind(3, id).Run());
+    session.agent_id = q.Text(0);
+    HILNAS_ASSIGN_OR_RETURN(SqliteStatement u,
+                            db_->Prepare("UPDATE agents SET device = ?, last_heartbeat_ms = ?, "
+                                         "session_hash = ? WHERE agent_id = ?"));
+    HILNAS_RETURN_IF_ERROR(u.BindBlob(1, device.SerializeAsString())
+                               .Bind(2, now)
+                               .Bind(3, hash)
+                               .Bind(4, session.agent_id)
+                               .Run());
   } else {
-    id = RandomId("agent-");
+    session.agent_id = RandomId("agent-");
     HILNAS_ASSIGN_OR_RETURN(
         SqliteStatement ins,
         db_->Prepare("INSERT INTO agents(agent_id, name, device, registered_ms, "
-                     "last_heartbeat_ms) VALUES(?, ?, ?, ?, ?)"));
-    HILNAS_RETURN_IF_ERROR(ins.Bind(1, id)
+                     "last_heartbeat_ms, session_hash) VALUES(?, ?, ?, ?, ?, ?)"));
+    HILNAS_RETURN_IF_ERROR(ins.Bind(1, session.agent_id)
                                .Bind(2, device.name())
                                .BindBlob(3, device.SerializeAsString())
                                .Bind(4, now)
                                .Bind(5, now)
+                               .Bind(6, hash)
                                .Run());
   }
   HILNAS_RETURN_IF_ERROR(tx.Commit());
-  return id;
+  return session;
+}
+
+absl::Status JobStore::CheckSession(const std::string& agent_id, const std::string& session_key) {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("SELECT session_hash FROM agents WHERE agent_id = ?"));
+  q.Bind(1, agent_id);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  // Hashes of equal length, compared in constant time; an unknown agent is
+  // compared against a dummy so the answer's timing says nothing either.
+  const std::string stored = row ? q.Text(0) : std::string(64, '0');
+  const bool match =
+      SecretEquals(stored, Sha256Hex(session_key)) && row && !stored.empty() && !session_key.empty();
+  if (!match) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "agent \"", agent_id, "\": session key missing or not current; register again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> JobStore::UnfinishedJobs() {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("SELECT COUNT(*) FROM jobs WHERE state IN (?, ?, ?)"));
+  q.Bind(1, static_cast<int64_t>(QUEUED))
+      .Bind(2, static_cast<int64_t>(LEASED))
+      .Bind(3, static_cast<int64_t>(STALE));
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  return row ? q.Int(0) : 0;
 }
 
 absl::StatusOr<bool> JobStore::Heartbeat(const std::string& agent_id, const std::string& lease_id) {

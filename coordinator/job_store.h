@@ -46,6 +46,14 @@ struct AgentRecord {
   AgentState state = AgentState::kIdle;  // derived on each read (lifecycle.h)
 };
 
+// What Register hands an agent: its id (not a secret: lists show it) and
+// the session key every later call must carry (a secret: stored only as
+// a SHA-256 digest, never returned again).
+struct AgentSession {
+  std::string agent_id;
+  std::string session_key;
+};
+
 struct Lease {
   std::string lease_id;
   int64_t job_id = 0;
@@ -81,8 +89,15 @@ class JobStore {
                                                         const JobStoreOptions& options = {});
 
   // Registers a device, or re-registers one with the same name (same id, so
-  // a restarted agent finds its unfinished lease). Returns the agent id.
-  absl::StatusOr<std::string> RegisterAgent(const DeviceIdentity& device);
+  // a restarted agent finds its unfinished lease). Returns the agent id and
+  // a new session key, which replaces the name's previous one.
+  absl::StatusOr<AgentSession> RegisterAgent(const DeviceIdentity& device);
+  // OK when `session_key` is `agent_id`'s current key; UNAUTHENTICATED
+  // otherwise (unknown agent, empty, stale or wrong key), compared in
+  // constant time.
+  absl::Status CheckSession(const std::string& agent_id, const std::string& session_key);
+  // Jobs QUEUED, LEASED or STALE: what a submission limit counts.
+  absl::StatusOr<int64_t> UnfinishedJobs();
   // Records liveness and renews `lease_id` when given. Returns whether the
   // lease is still this agent's. NOT_FOUND for an unknown agent.
   absl::StatusOr<bool> Heartbeat(const std::string& agent_id, const std::string& lease_id);

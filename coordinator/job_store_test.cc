@@ -34,9 +34,9 @@ class JobStoreTest : public ::testing::Test {
     DeviceIdentity d;
     d.set_name(name);
     for (auto& p : pools) d.add_pools(p);
-    auto id = store_->RegisterAgent(d);
-    EXPECT_TRUE(id.ok()) << id.status();
-    return id.value_or("");
+    auto session = store_->RegisterAgent(d);
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? session->agent_id : "";
   }
   int64_t Submit(const std::string& device = "", const std::string& pool = "") {
     BenchmarkRequest r;
@@ -169,6 +169,56 @@ TEST_F(JobStoreTest, UnknownAgentAndForeignLeaseAreRejected) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not agent")));
   EXPECT_THAT(store_->ReportResult(a, job, "lease-bogus", Done()),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("lease-bogus")));
+}
+
+TEST_F(JobStoreTest, OnlyTheCurrentSessionKeyOfAnAgentIsAccepted) {
+  DeviceIdentity d;
+  d.set_name("phone-a");
+  ASSERT_OK_AND_ASSIGN(AgentSession first, store_->RegisterAgent(d));
+  EXPECT_EQ(first.session_key.size(), 64u);
+  EXPECT_OK(store_->CheckSession(first.agent_id, first.session_key));
+  EXPECT_THAT(store_->CheckSession(first.agent_id, ""),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session key")));
+  EXPECT_THAT(store_->CheckSession(first.agent_id, "guess"),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session key")));
+  EXPECT_THAT(store_->CheckSession("agent-nobody", first.session_key),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session key")));
+  // Registering the name again keeps the id and ends the old session.
+  ASSERT_OK_AND_ASSIGN(AgentSession second, store_->RegisterAgent(d));
+  EXPECT_EQ(second.agent_id, first.agent_id);
+  EXPECT_NE(second.session_key, first.session_key);
+  EXPECT_THAT(store_->CheckSession(first.agent_id, first.session_key),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session key")));
+  EXPECT_OK(store_->CheckSession(second.agent_id, second.session_key));
+  Reopen();  // sessions survive a coordinator restart
+  EXPECT_OK(store_->CheckSession(second.agent_id, second.session_key));
+}
+
+TEST_F(JobStoreTest, TheDatabaseHoldsOnlyADigestOfTheSessionKey) {
+  DeviceIdentity d;
+  d.set_name("phone-a");
+  ASSERT_OK_AND_ASSIGN(AgentSession s, store_->RegisterAgent(d));
+  store_.reset();
+  std::ifstream in(path_, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ifstream wal(path_ + "-wal", std::ios::binary);
+  const std::string wal_bytes((std::istreambuf_iterator<char>(wal)),
+                              std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find(s.session_key), std::string::npos);
+  EXPECT_EQ(wal_bytes.find(s.session_key), std::string::npos);
+}
+
+TEST_F(JobStoreTest, UnfinishedJobsCountsQueuedLeasedAndStale) {
+  const std::string a = Register("phone-a");
+  for (int i = 0; i < 3; ++i) Submit();
+  ASSERT_OK_AND_ASSIGN(int64_t before, store_->UnfinishedJobs());
+  EXPECT_EQ(before, 3);
+  Lease l = MustLease(a);
+  ASSERT_OK_AND_ASSIGN(int64_t leased, store_->UnfinishedJobs());
+  EXPECT_EQ(leased, 3);
+  ASSERT_OK(store_->ReportResult(a, l.job_id, l.lease_id, Done()).status());
+  ASSERT_OK_AND_ASSIGN(int64_t after, store_->UnfinishedJobs());
+  EXPECT_EQ(after, 2);
 }
 
 TEST_F(JobStoreTest, InvalidRequestIsRejectedAtSubmit) {

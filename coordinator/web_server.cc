@@ -1,12 +1,13 @@
 #include "coordinator/web_server.h"
 
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast.hpp>
+#include <boost/beast/ssl.hpp>
+#include <map>
 #include <thread>
+#include <type_traits>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
@@ -20,12 +21,15 @@
 #include "coordinator/campaign_service.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "util/grpc_security.h"
+#include "util/secrets.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
 
 namespace net = boost::asio;
 namespace http = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 
 namespace {
@@ -155,90 +159,310 @@ absl::StatusOr<WebServer::Response> WebServer::Handle(const std::string& target,
   return absl::NotFoundError(absl::StrCat("no page at ", path));
 }
 
+namespace {
+
+constexpr char kLoginPage[] = R"html(<!doctype html>
+<html><head><meta charset="utf-8"><title>hilnas coordinator: log in</title></head>
+<body style="font-family:sans-serif;margin:40px">
+<h1 style="font-size:20px">hilnas coordinator</h1>
+<p>This coordinator needs a user token (the one given to <code>hilnas coordinator --user-token</code>).</p>
+<form method="post" action="/login"><input type="password" name="token" size="48" autofocus>
+<button type="submit">Log in</button></form></body></html>
+)html";
+
+constexpr char kCookie[] = "hilnas_session";
+constexpr size_t kMaxWebSessions = 1000;
+constexpr int64_t kWebSessionMs = 12 * 3600 * 1000;
+
+// The value of `name` in a Cookie header, or empty.
+std::string CookieValue(absl::string_view header, absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(header, ';')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::StartsWith(part, name) && part.size() > name.size() && part[name.size()] == '=') {
+      return std::string(part.substr(name.size() + 1));
+    }
+  }
+  return "";
+}
+
+// Decodes one application/x-www-form-urlencoded field.
+std::string FormField(absl::string_view body, absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(body, '&')) {
+    if (!absl::StartsWith(part, name) || part.size() <= name.size() || part[name.size()] != '=') {
+      continue;
+    }
+    std::string out;
+    absl::string_view v = part.substr(name.size() + 1);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] == '+') {
+        out += ' ';
+      } else if (v[i] == '%' && i + 2 < v.size()) {
+        int byte = 0;
+        if (absl::SimpleHexAtoi(v.substr(i + 1, 2), &byte)) {
+          out += static_cast<char>(byte);
+          i += 2;
+        } else {
+          out += v[i];
+        }
+      } else {
+        out += v[i];
+      }
+    }
+    return out;
+  }
+  return "";
+}
+
+}  // namespace
+
 struct WebServer::Impl {
-  Impl(CampaignStore* c, JobStore* j) : campaigns(c), jobs(j), acceptor(ioc) {}
+  Impl(WebServerOptions o, CampaignStore* c, JobStore* j, const Clock* clk)
+      : options(std::move(o)),
+        campaigns(c),
+        jobs(j),
+        clock(clk),
+        ssl_ctx(ssl::context::tls_server),
+        acceptor(ioc) {}
+  const WebServerOptions options;
   CampaignStore* campaigns;
   JobStore* jobs;
+  const Clock* clock;
+  bool tls = false;
+  // Declared before the io_context: sessions (owned by its pending
+  // handlers) use the SSL context until the io_context is destroyed.
+  ssl::context ssl_ctx;
   net::io_context ioc;
   tcp::acceptor acceptor;
   int port = 0;
-  std::atomic<bool> stopping{false};
-  absl::Mutex mu;
-  int connections ABSL_GUARDED_BY(mu) = 0;  // being served on their own threads
   std::thread thread;
+  std::atomic<int> open_connections{0};
 
-  void Serve(tcp::socket& socket) {
-    timeval tv{5, 0};  // a stalled client gives up its thread after 5 s
-    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    boost::beast::flat_buffer buffer;
-    http::request<http::string_body> req;
-    boost::system::error_code ec;
-    http::read(socket, buffer, req, ec);
-    if (!ec) {
-      http::response<http::string_body> res;
-      res.version(req.version());
-      res.keep_alive(false);
-      res.set(http::field::server, "hilnas");
-      res.set(http::field::cache_control, "no-store");
-      if (req.method() != http::verb::get) {
-        res.result(http::status::method_not_allowed);
-        res.body() = "GET only\n";
-      } else {
-        absl::StatusOr<Response> r = Handle(std::string(req.target()), *campaigns, *jobs);
-        if (r.ok()) {
-          res.result(http::status::ok);
-          res.set(http::field::content_type, r->content_type);
-          res.body() = std::move(r->body);
-        } else {
-          res.result(r.status().code() == absl::StatusCode::kNotFound
-                         ? http::status::not_found
-                         : http::status::internal_server_error);
-          res.set(http::field::content_type, "text/plain");
-          res.body() = std::string(r.status().message()) + "\n";
+  absl::Mutex mu;
+  // Login cookies: random id -> (credential name, expiry in Unix ms).
+  std::map<std::string, std::pair<std::string, int64_t>> web_sessions ABSL_GUARDED_BY(mu);
+
+  // The credential a request carries (bearer header or login cookie), or
+  // UNAUTHENTICATED. Without user tokens every request is "anonymous".
+  absl::StatusOr<std::string> UserOfRequest(const http::request<http::string_body>& req) {
+    if (options.user_tokens.empty()) return std::string("anonymous");
+    const std::string auth(req[http::field::authorization]);
+    if (absl::StartsWith(auth, "Bearer ")) return UserOf(options.user_tokens, auth.substr(7));
+    const std::string cookie = CookieValue(std::string(req[http::field::cookie]), kCookie);
+    if (!cookie.empty()) {
+      absl::MutexLock lock(&mu);
+      auto it = web_sessions.find(cookie);
+      if (it != web_sessions.end() && it->second.second > clock->NowMs()) return it->second.first;
+    }
+    return absl::UnauthenticatedError("user token required");
+  }
+
+  std::string NewWebSession(const std::string& who) {
+    const std::string id = RandomHex(32);
+    absl::MutexLock lock(&mu);
+    const int64_t now = clock->NowMs();
+    for (auto it = web_sessions.begin(); it != web_sessions.end();) {
+      it = it->second.second <= now ? web_sessions.erase(it) : std::next(it);
+    }
+    if (web_sessions.size() >= kMaxWebSessions) web_sessions.erase(web_sessions.begin());
+    web_sessions[id] = {who, now + kWebSessionMs};
+    return id;
+  }
+
+  http::response<http::string_body> Respond(const http::request<http::string_body>& req) {
+    http::response<http::string_body> res;
+    res.version(req.version());
+    res.keep_alive(false);
+    res.set(http::field::server, "hilnas");
+    res.set(http::field::cache_control, "no-store");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set("X-Frame-Options", "DENY");
+    auto text = [&](http::status status, const std::string& body) {
+      res.result(status);
+      res.set(http::field::content_type, "text/plain; charset=utf-8");
+      res.body() = body;
+    };
+    const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
+    if (path == "/login") {
+      if (options.user_tokens.empty()) {
+        res.result(http::status::see_other);
+        res.set(http::field::location, "/");
+        return res;
+      }
+      if (req.method() == http::verb::post) {
+        absl::StatusOr<std::string> who = UserOf(options.user_tokens, FormField(req.body(), "token"));
+        if (!who.ok()) {
+          res.result(http::status::unauthorized);
+          res.set(http::field::content_type, "text/html; charset=utf-8");
+          res.body() = kLoginPage;
+          return res;
         }
+        res.result(http::status::see_other);
+        res.set(http::field::location, "/");
+        res.set(http::field::set_cookie,
+                absl::StrCat(kCookie, "=", NewWebSession(*who),
+                             "; Path=/; HttpOnly; SameSite=Strict", tls ? "; Secure" : ""));
+        return res;
       }
-      res.prepare_payload();
-      http::write(socket, res, ec);
+      res.result(http::status::ok);
+      res.set(http::field::content_type, "text/html; charset=utf-8");
+      res.body() = kLoginPage;
+      return res;
     }
-    socket.shutdown(tcp::socket::shutdown_both, ec);
+    if (!UserOfRequest(req).ok()) {
+      res.result(http::status::unauthorized);
+      res.set(http::field::www_authenticate, "Bearer realm=\"hilnas\"");
+      if (path == "/" || path == "/index.html") {
+        res.set(http::field::content_type, "text/html; charset=utf-8");
+        res.body() = kLoginPage;
+      } else {
+        text(http::status::unauthorized,
+             "401: a user token is required (header \"Authorization: Bearer TOKEN\", or log in "
+             "at /login)\n");
+      }
+      return res;
+    }
+    // Read-only: nothing but GET changes or reads state here.
+    if (req.method() != http::verb::get) {
+      text(http::status::method_not_allowed, "GET only\n");
+      return res;
+    }
+    absl::StatusOr<Response> r = Handle(target, *campaigns, *jobs);
+    if (r.ok()) {
+      res.result(http::status::ok);
+      res.set(http::field::content_type, r->content_type);
+      res.body() = std::move(r->body);
+    } else {
+      text(r.status().code() == absl::StatusCode::kNotFound ? http::status::not_found
+                                                            : http::status::internal_server_error,
+           std::string(r.status().message()) + "\n");
+    }
+    return res;
   }
 
-  void Accept() {
-    while (!stopping) {
-      tcp::socket socket(ioc);
-      boost::system::error_code ec;
-      acceptor.accept(socket, ec);
-      if (stopping) break;
-      if (ec) continue;
-      {
-        absl::MutexLock lock(&mu);
-        ++connections;
-      }
-      // The socket lives on the heap and is destroyed before the count
-      // drops: once it is zero ~WebServer may free the io_context every
-      // socket refers to (TSan saw a moved-from socket captured by value
-      // outlive it).
-      auto owned = std::make_unique<tcp::socket>(std::move(socket));
-      std::thread([this, owned = std::move(owned)]() mutable {
-        Serve(*owned);
-        owned.reset();
-        absl::MutexLock lock(&mu);
-        --connections;
-      }).detach();
+  void Accept();
+};
+
+namespace {
+
+// One connection: (TLS handshake,) read one request, answer, close. The
+// whole exchange has one deadline, so a client that trickles bytes or
+// stops half-way is dropped when it passes (not only when it goes quiet).
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  template <typename... Args>
+  Session(WebServer::Impl* server, Args&&... args)
+      : server_(server), stream_(std::forward<Args>(args)...) {
+    ++server_->open_connections;
+  }
+  ~Session() { --server_->open_connections; }
+
+  void Run() {
+    boost::beast::get_lowest_layer(stream_).expires_after(kRequestDeadline);
+    if constexpr (std::is_same_v<Stream, boost::beast::tcp_stream>) {
+      Read();
+    } else {
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = this->shared_from_this()](boost::system::error_code ec) {
+                                if (!ec) self->Read();
+                              });
     }
   }
+
+ private:
+  static constexpr std::chrono::seconds kRequestDeadline{10};
+
+  void Read() {
+    parser_.body_limit(16 * 1024);  // a login form; nothing else has a body
+    parser_.header_limit(16 * 1024);
+    http::async_read(stream_, buffer_, parser_,
+                     [self = this->shared_from_this()](boost::system::error_code ec, size_t) {
+                       if (!ec) self->Answer();
+                     });
+  }
+
+  void Answer() {
+    response_ = server_->Respond(parser_.get());
+    response_.prepare_payload();
+    http::async_write(stream_, response_,
+                      [self = this->shared_from_this()](boost::system::error_code, size_t) {
+                        self->Close();
+                      });
+  }
+
+  void Close() {
+    boost::system::error_code ec;
+    boost::beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+  WebServer::Impl* server_;
+  Stream stream_;
+  boost::beast::flat_buffer buffer_;
+  http::request_parser<http::string_body> parser_;
+  http::response<http::string_body> response_;
 };
+
+constexpr int kMaxConnections = 256;
+
+}  // namespace
+
+void WebServer::Impl::Accept() {
+  acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted) return;
+    if (!ec && open_connections.load() < kMaxConnections) {
+      if (tls) {
+        std::make_shared<Session<boost::beast::ssl_stream<boost::beast::tcp_stream>>>(
+            this, std::move(socket), ssl_ctx)
+            ->Run();
+      } else {
+        std::make_shared<Session<boost::beast::tcp_stream>>(this, std::move(socket))->Run();
+      }
+    }
+    Accept();
+  });
+}
 
 absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(const std::string& address,
                                                             CampaignStore* campaigns,
                                                             JobStore* jobs) {
+  WebServerOptions o;
+  o.address = address;
+  return Start(o, campaigns, jobs);
+}
+
+absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(const WebServerOptions& options,
+                                                            CampaignStore* campaigns,
+                                                            JobStore* jobs) {
+  static const SystemClock kSystemClock;
+  const std::string& address = options.address;
   const size_t colon = address.rfind(':');
   int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--http ", address, " is not HOST:PORT"));
   }
-  auto impl = std::make_unique<Impl>(campaigns, jobs);
+  auto impl = std::make_unique<Impl>(options, campaigns, jobs,
+                                     options.clock != nullptr ? options.clock : &kSystemClock);
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("web page: --tls-cert and --tls-key go together");
+  }
+  if (!options.tls_cert_file.empty()) {
+    HILNAS_RETURN_IF_ERROR(ReadPemFile(options.tls_cert_file, "--tls-cert").status());
+    HILNAS_RETURN_IF_ERROR(ReadPemFile(options.tls_key_file, "--tls-key").status());
+    boost::system::error_code ec;
+    impl->ssl_ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                              ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                              ssl::context::no_tlsv1_1);
+    impl->ssl_ctx.use_certificate_chain_file(options.tls_cert_file, ec);
+    if (!ec) impl->ssl_ctx.use_private_key_file(options.tls_key_file, ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("web page: TLS certificate ",
+                                                     options.tls_cert_file, " / key ",
+                                                     options.tls_key_file, ": ", ec.message()));
+    }
+    impl->tls = true;
+  }
   boost::system::error_code ec;
   const auto ip = net::ip::make_address(address.substr(0, colon), ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--http ", address, ": ", ec.message()));
@@ -252,29 +476,22 @@ absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(const std::string& a
         absl::StrCat("web page: cannot listen on ", address, ": ", ec.message()));
   }
   impl->port = impl->acceptor.local_endpoint().port();
+  impl->Accept();
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->Accept(); });
+  impl->thread = std::thread([raw] { raw->ioc.run(); });
   return std::unique_ptr<WebServer>(new WebServer(std::move(impl)));
 }
 
 WebServer::WebServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 WebServer::~WebServer() {
-  impl_->stopping = true;
-  {  // wake the blocking accept with a connection of our own
-    boost::system::error_code ec;
-    tcp::socket poke(impl_->ioc);
-    tcp::endpoint self = impl_->acceptor.local_endpoint(ec);
-    if (self.address().is_unspecified()) self.address(net::ip::make_address("127.0.0.1"));
-    poke.connect(self, ec);
-  }
+  impl_->ioc.stop();
   impl_->thread.join();
-  Impl* impl = impl_.get();
-  absl::MutexLock lock(&impl->mu);
-  auto idle = [impl]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->mu) { return impl->connections == 0; };
-  impl->mu.Await(absl::Condition(&idle));
+  // Open sessions are owned by the io_context's pending handlers and are
+  // destroyed with it, before the SSL context (Impl's member order).
 }
 
 int WebServer::port() const { return impl_->port; }
+bool WebServer::tls() const { return impl_->tls; }
 
 }  // namespace hilnas

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/service.grpc.pb.h"
+#include "util/grpc_security.h"
 
 namespace hilnas {
 namespace {
@@ -37,16 +38,24 @@ class Agent::Impl {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    channel_ = options_.channel != nullptr
-                   ? options_.channel
-                   : grpc::CreateCustomChannel(options_.coordinator,
-                                               grpc::InsecureChannelCredentials(), args);
-    stub_ = AgentService::NewStub(channel_);
+    if (options_.channel != nullptr) {
+      channel_ = options_.channel;
+    } else {
+      absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+          MakeChannel(options_.coordinator, options_.tls, nullptr, args);
+      if (channel.ok()) {
+        channel_ = *std::move(channel);
+      } else {
+        channel_error_ = channel.status();
+      }
+    }
+    if (channel_ != nullptr) stub_ = AgentService::NewStub(channel_);
     options_.device.set_runtime(runtime_->name());
     options_.device.set_runtime_version(runtime_->version());
   }
 
   absl::Status Run(const std::atomic<bool>& stop, int* jobs_done) {
+    if (!channel_error_.ok()) return channel_error_;
     while (!stop.load() && (options_.max_jobs == 0 || *jobs_done < options_.max_jobs)) {
       if (agent_id_.empty()) {
         grpc::Status s = Register();
@@ -63,11 +72,17 @@ class Agent::Impl {
       req.set_wait_ms(options_.lease_wait_ms);
       LeaseJobResponse lease;
       grpc::ClientContext ctx;
+      Authorize(ctx);
       ctx.set_deadline(Deadline(options_.lease_wait_ms + options_.rpc_deadline_ms));
       grpc::Status s = stub_->LeaseJob(&ctx, req, &lease);
-      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {  // coordinator lost us: register again
+      // The coordinator lost us, or another registration took our name's
+      // session: register again.
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+          s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         Log(absl::StrCat("lease: ", s.error_message(), "; registering again"));
         agent_id_.clear();
+        session_key_.clear();
+        Backoff(stop, "re-registration");
         continue;
       }
       if (!s.ok()) {
@@ -86,18 +101,28 @@ class Agent::Impl {
   grpc::Status Register() {
     RegisterRequest req;
     *req.mutable_device() = options_.device;
-    req.set_enrollment_token(options_.enrollment_token);
     RegisterResponse resp;
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
     grpc::Status s = stub_->Register(&ctx, req, &resp);
     if (s.ok()) {
       agent_id_ = resp.agent_id();
+      session_key_ = resp.session_key();
       heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 2000;
       backoff_ms_ = 0;
       Log(absl::StrCat("registered with ", options_.coordinator, " as ", agent_id_));
     }
     return s;
+  }
+
+  // The enrollment token and, once registered, the session key, as call
+  // metadata (never in a message body).
+  void Authorize(grpc::ClientContext& ctx) const {
+    if (!options_.enrollment_token.empty()) {
+      ctx.AddMetadata(kAuthorizationKey, kBearerPrefix + options_.enrollment_token);
+    }
+    if (!session_key_.empty()) ctx.AddMetadata(kSessionKey, session_key_);
   }
 
   // Exponential backoff with jitter, interruptible by `stop`.
@@ -132,6 +157,7 @@ class Agent::Impl {
       req.set_lease_id(lease_id);
       HeartbeatResponse resp;
       grpc::ClientContext ctx;
+      Authorize(ctx);
       ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
       grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
       if (s.ok() && !resp.lease_valid()) {
@@ -179,6 +205,7 @@ class Agent::Impl {
       req.set_agent_id(agent_id_);
       ReportResultResponse resp;
       grpc::ClientContext ctx;
+      Authorize(ctx);
       ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
       grpc::Status s = stub_->ReportResult(&ctx, req, &resp);
       if (s.ok()) {
@@ -206,7 +233,9 @@ class Agent::Impl {
   std::unique_ptr<Runtime> runtime_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<AgentService::Stub> stub_;
+  absl::Status channel_error_;  // bad TLS files: Run returns it
   std::string agent_id_;
+  std::string session_key_;  // secret; from Register
   int64_t heartbeat_ms_ = 2000;
   int64_t backoff_ms_ = 0;
   std::mt19937_64 rng_;

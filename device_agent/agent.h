@@ -18,6 +18,7 @@
 #include "device_agent/protocol.h"
 #include "device_agent/runtime.h"
 #include "proto/benchmark.pb.h"
+#include "util/grpc_security.h"
 
 namespace grpc {
 class Channel;
@@ -30,6 +31,9 @@ struct AgentOptions {
   // When set, the agent talks over this channel instead of dialling
   // `coordinator` (tests: an in-process server's channel).
   std::shared_ptr<grpc::Channel> channel;
+  ClientTls tls;  // --tls-ca (and --tls-cert/--tls-key for mutual TLS); empty: plain text
+  // Sent as call metadata on every call, with the session key Register
+  // returns (util/grpc_security.h).
   std::string enrollment_token;
   DeviceIdentity device;             // name, threads, cpu_set and pools set by the caller
   int64_t lease_wait_ms = 10'000;    // long-poll length for LeaseJob
@@ -47,8 +51,11 @@ class Agent {
   ~Agent();
 
   // Runs until `stop` becomes true or max_jobs jobs are done. Returns OK
-  // then; UNAUTHENTICATED when the coordinator rejects the token (retrying
-  // cannot help). Transient errors never end the loop.
+  // then; UNAUTHENTICATED when the coordinator rejects the enrollment token
+  // at Register (retrying cannot help); INVALID_ARGUMENT for unreadable TLS
+  // files. A refused session key (another agent registered under this
+  // name, or the coordinator lost its database) registers again.
+  // Transient errors never end the loop.
   absl::Status Run(const std::atomic<bool>& stop);
 
   int jobs_done() const { return jobs_done_; }

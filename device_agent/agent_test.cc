@@ -9,10 +9,12 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/service.grpc.pb.h"
+#include "util/grpc_security.h"
 
 namespace hilnas {
 namespace {
@@ -54,32 +56,48 @@ class ScriptedCoordinator : public AgentService::Service {
   int jobs = 1;
   bool forget_first_lease = false;  // the first LeaseJob answers NOT_FOUND
   bool leases_valid = true;         // what heartbeats answer
+  bool revoke_first_session = false;  // the first LeaseJob answers UNAUTHENTICATED
 
-  grpc::Status Register(grpc::ServerContext*, const RegisterRequest* req,
+  grpc::Status Register(grpc::ServerContext* ctx, const RegisterRequest* req,
                         RegisterResponse* resp) override {
     absl::MutexLock lock(&mu_);
-    if (req->enrollment_token() != "enrol") {
+    if (BearerTokenOf(ctx->client_metadata()) != "enrol") {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "enrollment token rejected");
     }
     ++registrations_;
     device_ = req->device().name();
     resp->set_agent_id("agent-1");
+    resp->set_session_key(absl::StrCat("sk-", registrations_));
     resp->set_heartbeat_interval_ms(20);
     return grpc::Status::OK;
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req,
+  // Every call after Register: the token and the newest session key.
+  bool Authorized(grpc::ServerContext* ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool ok = BearerTokenOf(ctx->client_metadata()) == "enrol" &&
+                    MetadataValue(ctx->client_metadata(), kSessionKey) ==
+                        absl::StrCat("sk-", registrations_);
+    unauthorized_ += !ok;
+    return ok;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                          HeartbeatResponse* resp) override {
     absl::MutexLock lock(&mu_);
+    if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "session");
     ++heartbeats_;
     resp->set_lease_valid(leases_valid && req->lease_id() == "lease-1");
     return grpc::Status::OK;
   }
-  grpc::Status LeaseJob(grpc::ServerContext*, const LeaseJobRequest* req,
+  grpc::Status LeaseJob(grpc::ServerContext* ctx, const LeaseJobRequest* req,
                         LeaseJobResponse* resp) override {
     absl::MutexLock lock(&mu_);
     if (forget_first_lease && leases_asked_++ == 0) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown agent");
     }
+    if (revoke_first_session && !revoked_) {
+      revoked_ = true;  // as when another agent registers under this name
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "session key not current");
+    }
+    if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "session");
     if (req->agent_id() != "agent-1" || handed_out_ >= jobs) return grpc::Status::OK;
     ++handed_out_;
     resp->set_has_job(true);
@@ -92,9 +110,10 @@ class ScriptedCoordinator : public AgentService::Service {
     resp->mutable_request()->set_max_repeats(2);
     return grpc::Status::OK;
   }
-  grpc::Status ReportResult(grpc::ServerContext*, const ReportResultRequest* req,
+  grpc::Status ReportResult(grpc::ServerContext* ctx, const ReportResultRequest* req,
                             ReportResultResponse* resp) override {
     absl::MutexLock lock(&mu_);
+    if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "session");
     reports_.push_back(*req);
     resp->set_accepted(true);
     return grpc::Status::OK;
@@ -107,6 +126,10 @@ class ScriptedCoordinator : public AgentService::Service {
   int heartbeats() {
     absl::MutexLock lock(&mu_);
     return heartbeats_;
+  }
+  int unauthorized() {
+    absl::MutexLock lock(&mu_);
+    return unauthorized_;
   }
   std::string device() {
     absl::MutexLock lock(&mu_);
@@ -122,6 +145,8 @@ class ScriptedCoordinator : public AgentService::Service {
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   int leases_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  int unauthorized_ ABSL_GUARDED_BY(mu_) = 0;
+  bool revoked_ ABSL_GUARDED_BY(mu_) = false;
   int handed_out_ ABSL_GUARDED_BY(mu_) = 0;
   std::string device_ ABSL_GUARDED_BY(mu_);
   std::vector<ReportResultRequest> reports_ ABSL_GUARDED_BY(mu_);
@@ -173,6 +198,33 @@ TEST_F(AgentTest, RegistersLeasesMeasuresAndReportsOneJob) {
   EXPECT_DOUBLE_EQ(r.samples(0).ttft_ms(), 10.0);
   ASSERT_EQ(r.summaries_size(), 1);
   EXPECT_DOUBLE_EQ(r.summaries(0).decode_median_ms_per_token(), 1.5);
+  // Every lease, heartbeat and report carried the token and the session key.
+  EXPECT_EQ(coordinator_.unauthorized(), 0);
+}
+
+TEST_F(AgentTest, ARevokedSessionIsRegisteredAgainWithANewKey) {
+  coordinator_.revoke_first_session = true;
+  StartServer();
+  AgentOptions o = Options();
+  o.max_jobs = 1;
+  Agent agent(o, std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(agent.Run(stop).ok());
+  EXPECT_EQ(coordinator_.registrations(), 2);
+  EXPECT_EQ(coordinator_.reports().size(), 1u);
+  EXPECT_EQ(coordinator_.unauthorized(), 0);  // only the new key was used after
+}
+
+TEST_F(AgentTest, UnreadableTlsFilesEndTheLoopNamingTheFlag) {
+  AgentOptions o;
+  o.coordinator = "127.0.0.1:1";
+  o.tls.ca_file = "/nonexistent/ca.pem";
+  o.device.set_name("phone-1");
+  Agent agent(o, std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  absl::Status s = agent.Run(stop);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--tls-ca /nonexistent/ca.pem"));
 }
 
 TEST_F(AgentTest, RejectedTokenEndsTheLoopWithUnauthenticated) {

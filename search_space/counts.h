@@ -50,6 +50,12 @@ double DecodeFlops(const Arch& arch, int64_t context_tokens);
 // layers its sub-computations run.
 int64_t KvCacheBytes(const Arch& arch, int64_t context_tokens, int bytes_per_element);
 
+// Bytes a run of `arch` holds with `context_tokens` in its cache: weights
+// and KV cache at `bytes_per_element`. The one memory estimate the
+// coordinator (at submission), the agents and `hilnas run` check before
+// anything is allocated. Saturates at INT64_MAX instead of wrapping.
+int64_t EstimateRunBytes(const Arch& arch, int64_t context_tokens, int bytes_per_element);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_SEARCH_SPACE_COUNTS_H_

@@ -85,6 +85,7 @@ int AgentCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   AgentOptions o;
   o.coordinator = CoordinatorAddress(cl);
   o.enrollment_token = EnrollmentToken(cl);
+  o.tls = ClientTlsOf(cl);
   o.device = ProbeDevice();
   o.device.set_name(cl.name.empty() ? Hostname() : cl.name);
   int threads = cl.threads;
@@ -131,6 +132,11 @@ int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   }
   if (thread_counts.empty()) thread_counts.push_back(std::max(1, cores / n));
   const std::string prefix = cl.name.empty() ? "fleet" : cl.name;
+  // The token reaches the agents through their environment, not their
+  // command lines (which every user of the machine can read in ps).
+  if (const std::string token = EnrollmentToken(cl); !token.empty()) {
+    setenv("HILNAS_TOKEN", token.c_str(), 1);
+  }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   std::vector<pid_t> children;
@@ -151,7 +157,13 @@ int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl) {
                                      absl::StrCat("--pools=", cl.pools),
                                      absl::StrCat("--max_jobs=", cl.max_jobs),
                                      absl::StrCat("--cooldown_ms=", cl.cooldown_ms)};
-    if (!EnrollmentToken(cl).empty()) argv.push_back(absl::StrCat("--token=", EnrollmentToken(cl)));
+    const ClientTls tls = ClientTlsOf(cl);
+    for (const auto& [flag, value] : {std::pair<const char*, std::string>{"--tls_ca=", tls.ca_file},
+                                      {"--tls_cert=", tls.cert_file},
+                                      {"--tls_key=", tls.key_file},
+                                      {"--tls_server_name=", tls.server_name}}) {
+      if (!value.empty()) argv.push_back(flag + value);
+    }
     const pid_t pid = SpawnSelf(argv);
     Log(absl::StrCat("fleet: started ", prefix, "-", i, " (pid ", pid, ") on CPUs ", cpus, ", ", t,
                      " threads"));

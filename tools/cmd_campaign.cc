@@ -58,14 +58,18 @@ using Call = grpc::Status (UserService::Stub::*)(grpc::ClientContext*, const Cam
 
 absl::StatusOr<CampaignStatus> CallCampaign(const CommandLine& cl, Call call,
                                             const std::string& name) {
-  auto stub = UserStub(cl);
+  absl::StatusOr<std::unique_ptr<UserService::Stub>> stub = UserStub(cl);
+  if (!stub.ok()) return stub.status();
   CampaignRequest req;
   req.set_name(name);
   CampaignStatus status;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(30'000));
-  grpc::Status s = ((*stub).*call)(&ctx, req, &status);
-  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)));
+  grpc::Status s = ((**stub).*call)(&ctx, req, &status);
+  if (!s.ok()) {
+    return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
+                    !ClientTlsOf(cl).ca_file.empty());
+  }
   return status;
 }
 
@@ -75,6 +79,10 @@ int Follow(const CommandLine& cl, const std::string& name) {
   std::vector<std::string> shown;
   while (true) {
     absl::StatusOr<CampaignStatus> s = CallCampaign(cl, &UserService::Stub::GetCampaign, name);
+    if (!s.ok() && s.status().code() != absl::StatusCode::kUnavailable &&
+        s.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      return Fail(s.status());  // retrying cannot help
+    }
     if (!s.ok()) {
       std::fprintf(stderr, "%s; retrying\n", std::string(s.status().message()).c_str());
       std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -108,25 +116,33 @@ int Create(const CommandLine& cl) {
   if (path.empty()) return Fail(absl::InvalidArgumentError("campaign create needs --config FILE"));
   absl::StatusOr<CampaignConfig> config = ReadCampaignConfig(path);
   if (!config.ok()) return Fail(config.status());
-  auto stub = UserStub(cl);
+  absl::StatusOr<std::unique_ptr<UserService::Stub>> stub = UserStub(cl);
+  if (!stub.ok()) return Fail(stub.status());
   CreateCampaignRequest req;
   *req.mutable_config() = *config;
   CampaignStatus status;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(60'000));
-  grpc::Status s = stub->CreateCampaign(&ctx, req, &status);
-  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl))));
+  grpc::Status s = (*stub)->CreateCampaign(&ctx, req, &status);
+  if (!s.ok()) {
+    return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
+                         !ClientTlsOf(cl).ca_file.empty()));
+  }
   PrintStatus(status);
   return 0;
 }
 
 int List(const CommandLine& cl) {
-  auto stub = UserStub(cl);
+  absl::StatusOr<std::unique_ptr<UserService::Stub>> stub = UserStub(cl);
+  if (!stub.ok()) return Fail(stub.status());
   ListCampaignsResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(30'000));
-  grpc::Status s = stub->ListCampaigns(&ctx, CampaignRequest(), &resp);
-  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl))));
+  grpc::Status s = (*stub)->ListCampaigns(&ctx, CampaignRequest(), &resp);
+  if (!s.ok()) {
+    return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
+                         !ClientTlsOf(cl).ca_file.empty()));
+  }
   std::printf("%-20s %-8s %-5s %-10s %-12s %-8s %s\n", "NAME", "STATE", "STAGE", "LATENCY",
               "TRIALS", "FRONT", "HYPERVOLUME");
   for (const CampaignStatus& c : resp.campaigns()) {

@@ -6,16 +6,25 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/benchmark_service.h"
 #include "coordinator/campaign_runner.h"
 #include "coordinator/campaign_service.h"
 #include "coordinator/campaign_store.h"
+#include "coordinator/data_roots.h"
+#include "coordinator/evaluators.h"
 #include "coordinator/job_store.h"
 #include "coordinator/web_server.h"
 #include "google/protobuf/util/json_util.h"
@@ -26,6 +35,7 @@
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
 #include "util/clock.h"
+#include "util/grpc_security.h"
 #include "util/textproto.h"
 
 namespace hilnas::tools {
@@ -44,15 +54,48 @@ std::string EnrollmentToken(const CommandLine& cl) {
   return env != nullptr ? env : "";
 }
 
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
+namespace {
+
+std::string FlagOrEnv(const std::string& flag, const char* env) {
+  if (!flag.empty()) return flag;
+  const char* v = std::getenv(env);
+  return v != nullptr ? v : "";
 }
 
-std::unique_ptr<UserService::Stub> UserStub(const CommandLine& cl) {
-  return UserService::NewStub(
-      grpc::CreateChannel(CoordinatorAddress(cl), grpc::InsecureChannelCredentials()));
+}  // namespace
+
+std::string UserTokenOf(const CommandLine& cl) {
+  return FlagOrEnv(cl.user_token, "HILNAS_USER_TOKEN");
+}
+
+ClientTls ClientTlsOf(const CommandLine& cl) {
+  ClientTls tls;
+  tls.ca_file = FlagOrEnv(cl.tls_ca, "HILNAS_TLS_CA");
+  tls.cert_file = cl.tls_cert;
+  tls.key_file = cl.tls_key;
+  tls.server_name = cl.tls_server_name;
+  return tls;
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what, bool client_uses_tls) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message(),
+                                   ConnectionHint(s, client_uses_tls)));
+}
+
+absl::StatusOr<std::unique_ptr<UserService::Stub>> UserStub(const CommandLine& cl) {
+  auto metadata = std::make_shared<CallMetadata>();
+  if (const std::string token = UserTokenOf(cl); !token.empty()) {
+    metadata->Set(kAuthorizationKey, kBearerPrefix + token);
+  }
+  ClientTls tls = ClientTlsOf(cl);
+  tls.cert_file.clear();  // client certificates are for agents (mutual TLS)
+  tls.key_file.clear();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(CoordinatorAddress(cl), tls, std::move(metadata));
+  if (!channel.ok()) return channel.status();
+  return UserService::NewStub(*channel);
 }
 
 namespace {
@@ -167,7 +210,10 @@ absl::StatusOr<std::string> SubmitBenchmark(const CommandLine& cl, UserService::
   grpc::ClientContext ctx;
   ctx.set_deadline(In(10'000));
   grpc::Status s = stub.SubmitBenchmark(&ctx, submit, &submitted);
-  if (!s.ok()) return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)));
+  if (!s.ok()) {
+    return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
+                    !ClientTlsOf(cl).ca_file.empty());
+  }
   return submitted.job_id();
 }
 
@@ -184,6 +230,11 @@ absl::StatusOr<GetJobResponse> WaitForJob(UserService::Stub& stub, const std::st
     grpc::ClientContext ctx;
     ctx.set_deadline(In(20'000));
     grpc::Status s = stub.GetJob(&ctx, get, &job);
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        s.error_code() == grpc::StatusCode::NOT_FOUND ||
+        s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      return FromGrpc(s, absl::StrCat("job ", job_id));  // retrying cannot help
+    }
     if (!s.ok()) {
       std::fprintf(stderr, "waiting for job %s: %s; retrying\n", job_id.c_str(),
                    s.error_message().c_str());
@@ -201,6 +252,93 @@ absl::StatusOr<GetJobResponse> WaitForJob(UserService::Stub& stub, const std::st
                    " s; it stays queued: ask again with the job id"));
 }
 
+namespace {
+
+// Whether HOST:PORT (or [HOST]:PORT, or unix:PATH) can be reached only from
+// this machine.
+bool IsLoopback(const std::string& address) {
+  if (absl::StartsWith(address, "unix:")) return true;
+  std::string host = address.substr(0, address.rfind(':'));
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+// --user-token (or $HILNAS_USER_TOKEN), named "user", and every
+// "NAME TOKEN" line of --user-tokens-file.
+absl::StatusOr<std::vector<UserToken>> UserTokensOf(const CommandLine& cl) {
+  std::vector<UserToken> tokens;
+  if (const std::string t = UserTokenOf(cl); !t.empty()) tokens.push_back({"user", t});
+  if (const std::string f = cl.user_tokens_file; !f.empty()) {
+    std::ifstream in(f);
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("--user-tokens-file ", f, ": cannot read"));
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      line = std::string(absl::StripAsciiWhitespace(line));
+      if (line.empty() || line[0] == '#') continue;
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (parts.size() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--user-tokens-file ", f, ":", n, ": expected \"NAME TOKEN\""));
+      }
+      tokens.push_back({parts[0], parts[1]});
+    }
+  }
+  for (const UserToken& t : tokens) {
+    if (t.token.size() < 16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "user token \"", t.name, "\" has ", t.token.size(),
+          " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
+    }
+  }
+  return tokens;
+}
+
+// --evaluator NAME=TEMPLATE, each checked: a name a config can carry, a
+// template with {checkpoint} and {output}.
+absl::StatusOr<std::map<std::string, std::string>> EvaluatorsOf(const CommandLine& cl) {
+  std::map<std::string, std::string> out;
+  for (const std::string& e : cl.evaluators) {
+    const size_t eq = e.find('=');
+    const std::string name = e.substr(0, eq);
+    if (eq == std::string::npos || name.empty() || name == "in-process" ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+            std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--evaluator ", e, ": expected NAME=TEMPLATE with NAME of letters, digits, - _ ."));
+    }
+    const std::string command = e.substr(eq + 1);
+    if (command.find("{checkpoint}") == std::string::npos ||
+        command.find("{output}") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--evaluator ", name, ": the template needs {checkpoint} and {output}"));
+    }
+    out[name] = command;
+  }
+  return out;
+}
+
+// A coordinator reachable from other machines must have TLS, both tokens
+// and data roots, unless the operator says --insecure.
+absl::Status CheckExposure(const CommandLine& cl, bool tls, bool enrollment, bool users) {
+  const bool exposed = !IsLoopback(cl.listen) || (!cl.http.empty() && !IsLoopback(cl.http));
+  if (!exposed || cl.insecure) return absl::OkStatus();
+  std::vector<std::string> missing;
+  if (!tls) missing.push_back("--tls-cert/--tls-key (TLS)");
+  if (!enrollment) missing.push_back("--token (agents' enrollment token)");
+  if (!users) missing.push_back("--user-token (users' token)");
+  if (cl.data_roots.empty()) missing.push_back("--data-root (where received paths may point)");
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to listen on ", cl.listen, cl.http.empty() ? "" : absl::StrCat(" / ", cl.http),
+      ", which other machines can reach, without ", absl::StrJoin(missing, ", "),
+      ": anyone who reaches it could queue jobs, forge results or read files. Give them (see "
+      "docs/security.md), listen on 127.0.0.1, or pass --insecure to accept the risk"));
+}
+
+}  // namespace
+
 int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("coordinator takes no arguments"));
   // Signals are taken by sigwait below; block them before any thread starts.
@@ -209,6 +347,22 @@ int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& 
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  const ServerTls tls{cl.tls_cert, cl.tls_key, cl.tls_client_ca};
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(tls);
+  if (!credentials.ok()) return Fail(credentials.status());
+  absl::StatusOr<std::vector<UserToken>> user_tokens = UserTokensOf(cl);
+  if (!user_tokens.ok()) return Fail(user_tokens.status());
+  absl::StatusOr<std::map<std::string, std::string>> evaluators = EvaluatorsOf(cl);
+  if (!evaluators.ok()) return Fail(evaluators.status());
+  absl::StatusOr<DataRoots> roots = DataRoots::Make(cl.data_roots);
+  if (!roots.ok()) return Fail(roots.status());
+  const std::string enrollment_token = EnrollmentToken(cl);
+  if (absl::Status s = CheckExposure(cl, !tls.cert_file.empty(), !enrollment_token.empty(),
+                                     !user_tokens->empty());
+      !s.ok()) {
+    return Fail(s);
+  }
 
   SystemClock clock;
   JobStoreOptions store_options;
@@ -219,18 +373,32 @@ int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& 
   if (!store.ok()) return Fail(store.status());
   absl::StatusOr<std::unique_ptr<CampaignStore>> campaigns = CampaignStore::Open(cl.db, &clock);
   if (!campaigns.ok()) return Fail(campaigns.status());
+  absl::StatusOr<std::unique_ptr<AuditLog>> audit = AuditLog::Open(cl.db, &clock);
+  if (!audit.ok()) return Fail(audit.status());
   CampaignRunnerOptions runner_options;
   runner_options.work_dir = cl.work_dir.empty() ? cl.db + ".work" : cl.work_dir;
-  CampaignRunner runner(campaigns->get(), store->get(), &clock, runner_options);
-  CampaignServiceImpl campaign_api(campaigns->get(), &runner);
+  CampaignRunner runner(campaigns->get(), store->get(), &clock, runner_options,
+                        DefaultBackboneLoader(), DefaultEvaluatorFactory(*evaluators));
+  CampaignPolicy policy;
+  policy.evaluators = *evaluators;
+  policy.data_roots = *roots;
+  policy.max_campaigns = cl.max_campaigns;
+  CampaignServiceImpl campaign_api(campaigns->get(), &runner, policy);
   BenchmarkServiceOptions options;
-  options.enrollment_token = EnrollmentToken(cl);
+  options.enrollment_token = enrollment_token;
+  options.user_tokens = *user_tokens;
+  options.audit = audit->get();
+  options.data_roots = *roots;
+  options.max_unfinished_jobs = cl.max_queued_jobs;
+  options.max_model_bytes = cl.max_model_mb << 20;
   options.heartbeat_interval_ms = cl.heartbeat_ms;
   BenchmarkServices services(store->get(), &clock, options, &campaign_api);
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(cl.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(cl.listen, *credentials, &port);
+  builder.SetMaxReceiveMessageSize(cl.max_message_mb << 20);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
   builder.RegisterService(services.agent_service());
   builder.RegisterService(services.user_service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -238,18 +406,30 @@ int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& 
     return Fail(
         absl::UnavailableError(absl::StrCat("cannot listen on ", cl.listen, " (address in use?)")));
   }
-  std::printf("hilnas coordinator: serving on port %d (db %s, lease ttl %lld ms, %s)\n", port,
-              cl.db.c_str(), static_cast<long long>(store_options.lease_ttl_ms),
-              options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set");
+  std::printf(
+      "hilnas coordinator: serving on port %d (db %s, lease ttl %lld ms, %s, %s, %s, %s)\n", port,
+      cl.db.c_str(), static_cast<long long>(store_options.lease_ttl_ms),
+      tls.cert_file.empty() ? "plain text"
+                            : (tls.client_ca_file.empty() ? "TLS" : "mutual TLS for agents"),
+      options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set",
+      user_tokens->empty() ? "no user token" : absl::StrCat(user_tokens->size(), " user tokens").c_str(),
+      roots->unrestricted() ? "no data roots"
+                            : absl::StrCat("data roots ", absl::StrJoin(roots->roots(), ",")).c_str());
   std::fflush(stdout);
   std::unique_ptr<WebServer> web;
   if (const std::string http = cl.http; !http.empty()) {
+    WebServerOptions web_options;
+    web_options.address = http;
+    web_options.tls_cert_file = tls.cert_file;
+    web_options.tls_key_file = tls.key_file;
+    web_options.user_tokens = *user_tokens;
     absl::StatusOr<std::unique_ptr<WebServer>> w =
-        WebServer::Start(http, campaigns->get(), store->get());
+        WebServer::Start(web_options, campaigns->get(), store->get());
     if (!w.ok()) return Fail(w.status());
     web = *std::move(w);
-    std::printf("hilnas coordinator: web page on http://%s:%d/\n",
-                http.substr(0, http.rfind(':')).c_str(), web->port());
+    std::printf("hilnas coordinator: web page on %s://%s:%d/%s\n", web->tls() ? "https" : "http",
+                http.substr(0, http.rfind(':')).c_str(), web->port(),
+                user_tokens->empty() ? "" : " (user token required)");
     std::fflush(stdout);
     if (const std::string f = cl.http_port_file; !f.empty()) {
       if (absl::Status s = WriteFileAtomically(f, absl::StrCat(web->port(), "\n")); !s.ok()) {
@@ -274,12 +454,16 @@ int AgentsCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (args.empty() || args[0] != "list") {
     return Fail(absl::InvalidArgumentError("usage: hilnas agents list"));
   }
-  auto stub = UserStub(cl);
+  absl::StatusOr<std::unique_ptr<UserService::Stub>> stub = UserStub(cl);
+  if (!stub.ok()) return Fail(stub.status());
   grpc::ClientContext ctx;
   ctx.set_deadline(In(10'000));
   ListAgentsResponse resp;
-  grpc::Status s = stub->ListAgents(&ctx, ListAgentsRequest(), &resp);
-  if (!s.ok()) return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl))));
+  grpc::Status s = (*stub)->ListAgents(&ctx, ListAgentsRequest(), &resp);
+  if (!s.ok()) {
+    return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
+                         !ClientTlsOf(cl).ca_file.empty()));
+  }
   if (cl.json) {
     std::string json;
     google::protobuf::util::MessageToJsonString(resp, &json);
@@ -305,11 +489,12 @@ int BenchCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty()) return Fail(absl::InvalidArgumentError("bench takes flags only"));
   absl::StatusOr<BenchmarkRequest> request = RequestOf(cl);
   if (!request.ok()) return Fail(request.status());
-  auto stub = UserStub(cl);
-  absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, *stub, *request);
+  absl::StatusOr<std::unique_ptr<UserService::Stub>> stub = UserStub(cl);
+  if (!stub.ok()) return Fail(stub.status());
+  absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, **stub, *request);
   if (!job_id.ok()) return Fail(job_id.status());
   std::fprintf(stderr, "job %s queued on %s\n", job_id->c_str(), CoordinatorAddress(cl).c_str());
-  absl::StatusOr<GetJobResponse> job = WaitForJob(*stub, *job_id, cl.wait_s, [&](JobState state) {
+  absl::StatusOr<GetJobResponse> job = WaitForJob(**stub, *job_id, cl.wait_s, [&](JobState state) {
     std::fprintf(stderr, "job %s: %s\n", job_id->c_str(), JobState_Name(state).c_str());
   });
   if (!job.ok()) return Fail(job.status());

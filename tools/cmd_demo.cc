@@ -20,6 +20,7 @@
 #include "tools/commands.h"
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
+#include "util/secrets.h"
 #include "util/textproto.h"
 
 namespace hilnas::tools {
@@ -78,6 +79,17 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   config = WithCampaignDefaults(std::move(config));
   if (absl::Status s = ValidateCampaignConfig(config, config_path); !s.ok()) return Fail(s);
 
+  // Tokens made for this run, handed to the coordinator, the fleet and this
+  // process's own client through the environment: the demo coordinator is
+  // loopback-only, but it checks credentials as an exposed one would.
+  const std::string user_token = RandomHex(24);
+  setenv("HILNAS_TOKEN", RandomHex(24).c_str(), 1);
+  setenv("HILNAS_USER_TOKEN", user_token.c_str(), 1);
+  {
+    const std::string token_file = dir + "/user-token";
+    std::ofstream(token_file, std::ios::trunc) << user_token << "\n";
+    fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write, ec);
+  }
   std::printf("== coordinator (SQLite %s/demo.db) and a fleet of 2 local agents\n", dir.c_str());
   const pid_t coordinator =
       SpawnSelf({"coordinator", "--listen=127.0.0.1:0", "--db=" + dir + "/demo.db",
@@ -93,8 +105,10 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   std::string http_port;
   std::ifstream(dir + "/http_port") >> http_port;
   const std::string address = "127.0.0.1:" + port;
-  std::printf("coordinator on %s; web page http://127.0.0.1:%s/ (live progress and front)\n",
-              address.c_str(), http_port.c_str());
+  std::printf(
+      "coordinator on %s; web page http://127.0.0.1:%s/ (live progress and front; log in with "
+      "the user token in %s/user-token)\n",
+      address.c_str(), http_port.c_str(), dir.c_str());
   const pid_t fleet = SpawnSelf(
       {"fleet", "--coordinator=" + address, "--agents=2", "--fleet_threads=1"}, dir + "/fleet.log");
   CommandLine client = cl;  // the commands below talk to the demo's own coordinator
@@ -104,13 +118,15 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
 
   int rc = 0;
   {
-    auto stub = UserStub(client);
+    absl::StatusOr<std::unique_ptr<UserService::Stub>> stub = UserStub(client);
     CreateCampaignRequest req;
     *req.mutable_config() = config;
     CampaignStatus status;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    grpc::Status s = stub->CreateCampaign(&ctx, req, &status);
+    grpc::Status s = stub.ok() ? (*stub)->CreateCampaign(&ctx, req, &status)
+                               : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                              std::string(stub.status().message()));
     if (!s.ok()) {
       rc = Fail(FromGrpc(s, "create the demo campaign"));
     } else {

@@ -48,7 +48,9 @@ int Collect(const CommandLine& cl) {
   if (!sample.ok()) return Fail(sample.status());
   absl::StatusOr<BenchmarkRequest> settings = MeasurementOf(cl);
   if (!settings.ok()) return Fail(settings.status());
-  auto stub = UserStub(cl);
+  absl::StatusOr<std::unique_ptr<UserService::Stub>> user = UserStub(cl);
+  if (!user.ok()) return Fail(user.status());
+  UserService::Stub* stub = user->get();
   std::vector<std::pair<std::string, Arch>> jobs;
   for (const Arch& arch : sample->archs) {
     BenchmarkRequest request = *settings;

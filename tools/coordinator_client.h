@@ -9,6 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "proto/service.grpc.pb.h"
+#include "tools/flags.h"
+#include "util/grpc_security.h"
 
 namespace hilnas::tools {
 
@@ -16,8 +18,16 @@ namespace hilnas::tools {
 std::string CoordinatorAddress(const CommandLine& cl);
 // --token, else $HILNAS_TOKEN, else empty.
 std::string EnrollmentToken(const CommandLine& cl);
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what);
-std::unique_ptr<UserService::Stub> UserStub(const CommandLine& cl);
+// --user-token, else $HILNAS_USER_TOKEN, else empty.
+std::string UserTokenOf(const CommandLine& cl);
+// --tls-ca (else $HILNAS_TLS_CA), --tls-cert, --tls-key, --tls-server-name.
+ClientTls ClientTlsOf(const CommandLine& cl);
+// A failed call as a status naming `what`, with a hint when the failure
+// looks like a TLS mismatch (util/grpc_security.h, ConnectionHint).
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what, bool client_uses_tls = false);
+// A user-service stub over TLS when --tls-ca is given, carrying the user
+// token on every call. INVALID_ARGUMENT for unreadable TLS files.
+absl::StatusOr<std::unique_ptr<UserService::Stub>> UserStub(const CommandLine& cl);
 
 // The measurement settings of a benchmark request from the bench flags
 // (--prompt-lengths, --decode-tokens, --repeats, ...), without a model.

@@ -132,10 +132,84 @@ ABSL_FLAG(std::string, coordinator, "",
           "coordinator address HOST:PORT; default $HILNAS_COORDINATOR, then 127.0.0.1:50051");
 ABSL_FLAG(std::string, token, "", "enrollment token agents present; default $HILNAS_TOKEN");
 
+// security (docs/security.md)
+ABSL_FLAG(std::string, user_token, "",
+          "user token: the coordinator accepts it (named \"user\"), clients present it; default "
+          "$HILNAS_USER_TOKEN");
+ABSL_FLAG(std::string, user_tokens_file, "",
+          "coordinator: more user tokens, one \"NAME TOKEN\" per line (NAME goes to the audit log)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "agents and clients: verify the coordinator's certificate against this CA (PEM); "
+          "default $HILNAS_TLS_CA");
+ABSL_FLAG(std::string, tls_cert, "",
+          "coordinator: serve gRPC and the web page over TLS with this certificate (PEM); agent: "
+          "client certificate for mutual TLS");
+ABSL_FLAG(std::string, tls_key, "", "the private key of --tls-cert (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "coordinator: require client certificates signed by this CA (mutual TLS)");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "agents and clients: the name the coordinator's certificate carries, when it differs "
+          "from the dialled host (a phone through adb reverse dials 127.0.0.1)");
+ABSL_FLAG(bool, insecure, false,
+          "coordinator: listen on a non-loopback address without TLS, tokens or data roots");
+ABSL_FLAG(std::string, data_root, "",
+          "coordinator: paths in received campaign configs and benchmark requests must lie "
+          "under this folder (repeatable)");
+ABSL_FLAG(std::string, evaluator, "",
+          "coordinator: NAME=TEMPLATE, a quality evaluator campaigns may name (repeatable); the "
+          "template runs with {checkpoint} and {output} filled in");
+ABSL_FLAG(int64_t, max_queued_jobs, 10'000,
+          "coordinator: refuse submissions while this many jobs are queued or running");
+ABSL_FLAG(int32_t, max_campaigns, 100, "coordinator: refuse to create more campaigns than this");
+ABSL_FLAG(int64_t, max_model_mb, 64 << 10,
+          "coordinator: refuse benchmark jobs whose weights + KV cache need more MiB than this");
+ABSL_FLAG(int32_t, max_message_mb, 4, "coordinator: largest gRPC message accepted, MiB");
+
 namespace hilnas::tools {
 
-CommandLine ParseCommandLine() {
+std::map<std::string, std::vector<std::string>> TakeRepeatedFlags(std::vector<std::string>& argv) {
+  static const char* const kRepeated[] = {"data_root", "evaluator"};
+  std::map<std::string, std::vector<std::string>> out;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    bool taken = false;
+    for (const char* name : kRepeated) {
+      const std::string flag = std::string("--") + name;
+      if (a == flag && i + 1 < argv.size()) {
+        out[name].push_back(argv[++i]);
+        taken = true;
+      } else if (a.rfind(flag + "=", 0) == 0) {
+        out[name].push_back(a.substr(flag.size() + 1));
+        taken = true;
+      }
+    }
+    if (a == "--") {  // everything after is positional
+      rest.insert(rest.end(), argv.begin() + static_cast<long>(i), argv.end());
+      break;
+    }
+    if (!taken) rest.push_back(a);
+  }
+  argv = std::move(rest);
+  return out;
+}
+
+CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string>>& repeated) {
   CommandLine cl;
+  if (auto it = repeated.find("data_root"); it != repeated.end()) cl.data_roots = it->second;
+  if (auto it = repeated.find("evaluator"); it != repeated.end()) cl.evaluators = it->second;
+  cl.user_token = absl::GetFlag(FLAGS_user_token);
+  cl.user_tokens_file = absl::GetFlag(FLAGS_user_tokens_file);
+  cl.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  cl.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  cl.tls_key = absl::GetFlag(FLAGS_tls_key);
+  cl.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  cl.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  cl.insecure = absl::GetFlag(FLAGS_insecure);
+  cl.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  cl.max_campaigns = absl::GetFlag(FLAGS_max_campaigns);
+  cl.max_model_mb = absl::GetFlag(FLAGS_max_model_mb);
+  cl.max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   cl.name = absl::GetFlag(FLAGS_name);
   cl.cpu_set = absl::GetFlag(FLAGS_cpu_set);
   cl.pools = absl::GetFlag(FLAGS_pools);

@@ -6,8 +6,10 @@
 #define HILNAS_TOOLS_FLAGS_H_
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace hilnas::tools {
 
@@ -113,6 +115,21 @@ struct CommandLine {
   bool json = false;
   std::string coordinator;
   std::string token;
+  // security (coordinator, agents, every client command)
+  std::string user_token;
+  std::string user_tokens_file;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  std::string tls_server_name;
+  bool insecure = false;
+  std::vector<std::string> data_roots;  // --data-root, repeatable
+  std::vector<std::string> evaluators;  // --evaluator NAME=TEMPLATE, repeatable
+  int64_t max_queued_jobs = 0;
+  int32_t max_campaigns = 0;
+  int64_t max_model_mb = 0;
+  int32_t max_message_mb = 0;
 
   // Flags moved off their defaults, by Abseil name ("max_new_tokens"): a
   // command whose own default differs from a shared flag's asks this.
@@ -120,8 +137,13 @@ struct CommandLine {
   bool Changed(const std::string& flag) const { return changed.count(flag) > 0; }
 };
 
-// Reads every flag (after absl::ParseCommandLine).
-CommandLine ParseCommandLine();
+// Flags that may be given more than once (--data-root, --evaluator): Abseil
+// keeps only the last value of a flag, so main() takes every occurrence out
+// of argv first. Returns them by flag name ("data_root"); `argv` keeps the rest.
+std::map<std::string, std::vector<std::string>> TakeRepeatedFlags(std::vector<std::string>& argv);
+
+// Reads every flag (after absl::ParseCommandLine) plus the repeated ones.
+CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string>>& repeated = {});
 
 }  // namespace hilnas::tools
 

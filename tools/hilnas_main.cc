@@ -185,9 +185,10 @@ int main(int argc, char** argv) {
   const std::string usage = Usage();
   absl::SetProgramUsageMessage(usage);
   std::vector<std::string> normalised = NormaliseFlagNames(argc, argv);
+  const auto repeated = TakeRepeatedFlags(normalised);
   std::vector<char*> cargv;
   for (std::string& a : normalised) cargv.push_back(a.data());
-  std::vector<char*> rest = absl::ParseCommandLine(argc, cargv.data());
+  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(cargv.size()), cargv.data());
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   if (args.empty() || args[0] == "help") {
     std::fputs(usage.c_str(), args.empty() ? stderr : stdout);
@@ -198,7 +199,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hilnas: unknown command \"%s\"\n\n%s", args[0].c_str(), usage.c_str());
     return 2;
   }
-  const CommandLine cl = ParseCommandLine();
+  const CommandLine cl = ParseCommandLine(repeated);
   ReexecForStableTiming(argv, *command, cl);
   args.erase(args.begin());
   return command->run(args, cl);
