@@ -241,13 +241,18 @@ TEST_F(AgentsTest, SlimCacheAndPipelinedDecodingCandidatesAreMeasured) {
   ASSERT_TRUE(WaitFor([&] { return WaitJob(ppd_id, 5000).state() == JOB_DONE; }, 120))
       << agent->Log();
   EXPECT_GT(WaitJob(ppd_id, 0).result().summaries(0).decode_median_ms_per_token(), 0);
-  // GQA cannot be slim: the job fails as an unsupported architecture.
+  // GQA cannot be slim: the coordinator refuses the job at submission,
+  // before any agent is handed an architecture it cannot build.
   BenchmarkRequest gqa = TinyJob();
   gqa.mutable_arch()->set_kv_cache(SLIM);
-  const std::string gqa_id = Submit(gqa);
-  ASSERT_TRUE(WaitFor([&] { return WaitJob(gqa_id, 5000).state() == JOB_FAILED; }, 60));
-  EXPECT_THAT(WaitJob(gqa_id, 0).result().failure_message(),
-              HasSubstr("kv_cache SLIM needs multi-head attention"));
+  SubmitBenchmarkRequest req;
+  *req.mutable_request() = gqa;
+  SubmitBenchmarkResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(5000));
+  grpc::Status refused = stub_->SubmitBenchmark(&ctx, req, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("kv_cache SLIM needs multi-head attention"));
 }
 
 TEST_F(AgentsTest, AgentWithWrongTokenIsRejectedAndExits) {
