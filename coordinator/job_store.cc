@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS jobs(
   message TEXT NOT NULL DEFAULT '',
   client_key TEXT);                -- the submitter's idempotency key, or NULL
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, job_id);
+-- The jobs an agent may lease (QUEUED = 1, STALE = 5), oldest first without
+-- a sort: LeaseJob's query names the same literal states so SQLite uses it.
+CREATE INDEX IF NOT EXISTS jobs_leasable ON jobs(job_id) WHERE state IN (1, 5);
 CREATE TABLE IF NOT EXISTS leases(
   lease_id TEXT PRIMARY KEY,
   job_id INTEGER NOT NULL REFERENCES jobs(job_id),
@@ -202,6 +205,15 @@ absl::Status JobStore::CheckSession(const std::string& agent_id, const std::stri
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> JobStore::HasLeasableJobs() {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT EXISTS(SELECT 1 FROM jobs INDEXED BY jobs_leasable WHERE state IN (1, 5))"));
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  return row && q.Int(0) != 0;
+}
+
 absl::StatusOr<int64_t> JobStore::UnfinishedJobs() {
   absl::MutexLock lock(&mu_);
   HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
@@ -336,12 +348,12 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
     HILNAS_RETURN_IF_ERROR(tx.Commit());
     return std::optional<Lease>(lease);
   }
+  static_assert(QUEUED == 1 && STALE == 5, "jobs_leasable and this query name the states");
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare("SELECT job_id, request, pool FROM jobs WHERE state IN (?, ?) AND "
-                   "(device = '' OR device = ?) ORDER BY job_id"));
-  q.Bind(1, static_cast<int64_t>(QUEUED)).Bind(2, static_cast<int64_t>(STALE));
-  q.Bind(3, agent.device.name());
+      db_->Prepare("SELECT job_id, request, pool FROM jobs INDEXED BY jobs_leasable WHERE state IN "
+                   "(1, 5) AND (device = '' OR device = ?) ORDER BY job_id"));
+  q.Bind(1, agent.device.name());
   bool found = false;
   while (!found) {
     HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());

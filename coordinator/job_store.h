@@ -96,6 +96,9 @@ class JobStore {
   // otherwise (unknown agent, empty, stale or wrong key), compared in
   // constant time.
   absl::Status CheckSession(const std::string& agent_id, const std::string& session_key);
+  // Whether any job is QUEUED or STALE (a read; touches nothing). Parked
+  // long polls ask this before trying to lease.
+  absl::StatusOr<bool> HasLeasableJobs();
   // Jobs QUEUED, LEASED or STALE: what a submission limit counts.
   absl::StatusOr<int64_t> UnfinishedJobs();
   // Records liveness and renews `lease_id` when given. Returns whether the

@@ -61,7 +61,7 @@ class LongPolls {
 
   void Loop();
   // True when the call was finished.
-  bool ServeLease(LeaseWaiter& w, int64_t now);
+  bool ServeLease(LeaseWaiter& w, int64_t now, bool try_lease);
   bool ServeJob(JobWaiter& w, int64_t now);
 
   JobStore* const store_;     // not owned

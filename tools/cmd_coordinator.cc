@@ -89,9 +89,9 @@ absl::StatusOr<std::unique_ptr<UserService::Stub>> UserStub(const CommandLine& c
   if (const std::string token = UserTokenOf(cl); !token.empty()) {
     metadata->Set(kAuthorizationKey, kBearerPrefix + token);
   }
-  ClientTls tls = ClientTlsOf(cl);
-  tls.cert_file.clear();  // client certificates are for agents (mutual TLS)
-  tls.key_file.clear();
+  // A client certificate, when given, is presented as agents present
+  // theirs: a coordinator with mutual TLS asks every connection for one.
+  const ClientTls tls = ClientTlsOf(cl);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       MakeChannel(CoordinatorAddress(cl), tls, std::move(metadata));
   if (!channel.ok()) return channel.status();

@@ -41,12 +41,15 @@ const Command kCommands[] = {
      "write a random-weight checkpoint; validate a checkpoint folder and summarise it",
      false},
     {"coordinator", CoordinatorCommand,
-     "[--listen ADDR --db FILE --http ADDR --work-dir DIR --token T --lease-ttl-ms MS]\n"
-     "serve agents, users and campaigns over gRPC (SQLite store), and the web page with --http",
+     "[--listen ADDR --db FILE --http ADDR --work-dir DIR --token T --lease-ttl-ms MS\n"
+     "    --tls-cert F --tls-key F --tls-client-ca F --user-token T --user-tokens-file F\n"
+     "    --data-root DIR... --evaluator NAME=TEMPLATE... --max-queued-jobs N --insecure]\n"
+     "serve agents, users and campaigns over gRPC (SQLite store), and the web page with --http;\n"
+     "off loopback it needs TLS, both tokens and a data root (docs/security.md)",
      true},
     {"agent", AgentCommand,
      "[--coordinator ADDR --name NAME --token T --threads N --cpu-set 0-1 --pools P\n"
-     "    --runtime libtorch|external ...]\n"
+     "    --tls-ca F [--tls-cert F --tls-key F] --runtime libtorch|external ...]\n"
      "a device agent: lease benchmark jobs, measure, report",
      true},
     {"fleet", FleetCommand,

@@ -1,6 +1,7 @@
 // Running a user's shell command with a timeout: the external-runtime agent
 // (llama-bench, ExecuTorch over adb) and the external quality evaluator.
-// Commands come from the user's own flags or config, never from the network.
+// Commands come only from the command lines of the coordinator (--evaluator)
+// and the agents (--bench-command), never from the network.
 #ifndef HILNAS_UTIL_SUBPROCESS_H_
 #define HILNAS_UTIL_SUBPROCESS_H_
 
