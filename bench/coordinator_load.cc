@@ -83,7 +83,8 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 
 void MakeCertificates(const std::string& d) {
   absl::StatusOr<std::string> out = RunShellCommand(absl::StrCat(R"(set -e
-cd ')", d, R"('
+cd ')",
+                                                                 d, R"('
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out ca.key 2>/dev/null
 openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=load-ca 2>/dev/null
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out server.key 2>/dev/null
@@ -92,7 +93,7 @@ printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > server.ext
 openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \
   -days 2 -extfile server.ext 2>/dev/null
 )"),
-                                                     60);
+                                                    60);
   if (!out.ok()) Die(out.status());
 }
 
@@ -112,7 +113,8 @@ int64_t PeakRssKib(pid_t pid) {
 int64_t Count(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
   int64_t n = -1;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
     n = sqlite3_column_int64(st, 0);
   }
   sqlite3_finalize(st);
@@ -150,9 +152,12 @@ RunResult Run(const Settings& s, bool secure) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string enrollment = RandomHex(16), user = RandomHex(16);
-  std::vector<std::string> args = {"coordinator", "--listen=127.0.0.1:0",
-                                   "--db=" + dir + "/load.db", "--port_file=" + dir + "/port",
-                                   "--lease_ttl_ms=2000", "--heartbeat_ms=1000",
+  std::vector<std::string> args = {"coordinator",
+                                   "--listen=127.0.0.1:0",
+                                   "--db=" + dir + "/load.db",
+                                   "--port_file=" + dir + "/port",
+                                   "--lease_ttl_ms=2000",
+                                   "--heartbeat_ms=1000",
                                    absl::StrCat("--max_queued_jobs=", s.jobs + 1)};
   ClientTls tls;
   if (secure) {
@@ -272,8 +277,8 @@ RunResult Run(const Settings& s, bool secure) {
     if (Clock::now() - last > std::chrono::seconds(5)) {
       last = Clock::now();
       std::fprintf(stderr, "  %s: %lld / %d jobs reported, %d agents vanished, %.0f s\n",
-                   secure ? "secure" : "reference", static_cast<long long>(reported.load()),
-                   s.jobs, vanished.load(), Ms(t0, last) / 1000);
+                   secure ? "secure" : "reference", static_cast<long long>(reported.load()), s.jobs,
+                   vanished.load(), Ms(t0, last) / 1000);
     }
   }
   out.seconds = Ms(t0, Clock::now()) / 1000;
@@ -286,7 +291,8 @@ RunResult Run(const Settings& s, bool secure) {
   waitpid(coordinator, nullptr, 0);
 
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2((dir + "/load.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2((dir + "/load.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) !=
+      SQLITE_OK) {
     Die(absl::InternalError("cannot open " + dir + "/load.db"));
   }
   out.done = Count(db, "SELECT COUNT(*) FROM jobs WHERE state = 3");  // JOB_DONE
@@ -307,7 +313,9 @@ std::string Report(const Settings& s, const RunResult& secure, const RunResult& 
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const RunResult* r : {&secure, &ref}) {
     absl::StrAppendFormat(
-        &md, "| %s | %.0f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.0f | %d | %lld | %lld | %lld |\n",
+        &md,
+        "| %s | %.0f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.0f | %d | %lld | %lld | %lld "
+        "|\n",
         r->name, r->jobs_per_s, Percentile(r->lease_ms, 0.5), Percentile(r->lease_ms, 0.99),
         Percentile(r->report_ms, 0.5), Percentile(r->report_ms, 0.99),
         Percentile(r->submit_ms, 0.5), Percentile(r->submit_ms, 0.99), r->peak_rss_kib / 1024.0,
@@ -344,7 +352,8 @@ int main(int argc, char** argv) {
       !absl::SimpleAtoi(Arg(argc, argv, "--jobs", "10000"), &s.jobs) ||
       !absl::SimpleAtod(Arg(argc, argv, "--vanish", "0.1"), &s.vanish) || s.agents < 1 ||
       s.jobs < 1 || s.vanish < 0 || s.vanish >= 1) {
-    std::fprintf(stderr, "usage: coordinator_load [--agents N] [--jobs N] [--vanish F<1] [--out FILE]\n");
+    std::fprintf(stderr,
+                 "usage: coordinator_load [--agents N] [--jobs N] [--vanish F<1] [--out FILE]\n");
     return 2;
   }
   s.dir = hilnas::bench::Arg(argc, argv, "--dir", "/tmp/hilnas-coordinator-load");
@@ -359,8 +368,8 @@ int main(int argc, char** argv) {
                      ref.multiply_reported == 0;
   if (const std::string out = Arg(argc, argv, "--out", ""); !out.empty()) {
     std::ofstream(out) << "# Coordinator under load\n\n`build/bench/coordinator_load --agents "
-                       << s.agents << " --jobs " << s.jobs << " --vanish " << s.vanish
-                       << " --out " << out << "`\n\n"
+                       << s.agents << " --jobs " << s.jobs << " --vanish " << s.vanish << " --out "
+                       << out << "`\n\n"
                        << md;
   }
   if (!exact) std::fprintf(stderr, "FAILED: not every job was done exactly once\n");

@@ -21,11 +21,11 @@ namespace hilnas {
 
 struct AuditEntry {
   int64_t id = 0;
-  int64_t time_ms = 0;      // Unix ms
-  std::string credential;   // the user token's name ("user" for a lone --user-token)
-  std::string action;       // create | start | stop | resume | submit
-  std::string target;       // campaign name or job id
-  std::string outcome;      // "ok" or the error returned to the caller
+  int64_t time_ms = 0;     // Unix ms
+  std::string credential;  // the user token's name ("user" for a lone --user-token)
+  std::string action;      // create | start | stop | resume | submit
+  std::string target;      // campaign name or job id
+  std::string outcome;     // "ok" or the error returned to the caller
 };
 
 class AuditLog {

@@ -98,8 +98,8 @@ struct ServiceDeps {
   void Audit(const std::string& who, const std::string& action, const std::string& target,
              const absl::Status& outcome) const {
     if (options.audit == nullptr) return;
-    absl::Status s = options.audit->Record(who, action, target,
-                                           outcome.ok() ? "ok" : outcome.ToString());
+    absl::Status s =
+        options.audit->Record(who, action, target, outcome.ok() ? "ok" : outcome.ToString());
     if (!s.ok()) std::fprintf(stderr, "audit log: %s\n", s.ToString().c_str());
   }
   // What SubmitBenchmark checks beyond ValidateBenchmarkRequest: paths under
@@ -122,17 +122,18 @@ absl::Status ServiceDeps::CheckSubmission(const BenchmarkRequest& request) const
     const int elem = full.precision() == FP32 ? 4 : full.precision() == INT8_DYNAMIC ? 1 : 2;
     const int64_t need = EstimateRunBytes(*arch, longest + full.decode_tokens(), elem);
     if (need > options.max_model_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "arch: needs about ", need >> 20, " MiB for weights and KV cache at ",
-          longest + full.decode_tokens(), " tokens; this coordinator accepts at most ",
-          options.max_model_bytes >> 20, " MiB (--max-model-mb)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("arch: needs about ", need >> 20, " MiB for weights and KV cache at ",
+                       longest + full.decode_tokens(), " tokens; this coordinator accepts at most ",
+                       options.max_model_bytes >> 20, " MiB (--max-model-mb)"));
     }
   }
   absl::StatusOr<int64_t> unfinished = store->UnfinishedJobs();
   if (!unfinished.ok()) return unfinished.status();
   if (*unfinished >= options.max_unfinished_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        *unfinished, " jobs are queued or running, the most this coordinator holds "
+    return absl::ResourceExhaustedError(
+        absl::StrCat(*unfinished,
+                     " jobs are queued or running, the most this coordinator holds "
                      "(--max-queued-jobs); try again when some have finished"));
   }
   return absl::OkStatus();
@@ -282,7 +283,8 @@ class UserServiceImpl : public UserService::CallbackService {
   grpc::ServerUnaryReactor* StartCampaign(grpc::CallbackServerContext* ctx,
                                           const CampaignRequest* req,
                                           CampaignStatus* resp) override {
-    return Answer(ctx, resp, "start", req->name(), [&] { return d_.campaigns->Start(req->name()); });
+    return Answer(ctx, resp, "start", req->name(),
+                  [&] { return d_.campaigns->Start(req->name()); });
   }
   grpc::ServerUnaryReactor* GetCampaign(grpc::CallbackServerContext* ctx,
                                         const CampaignRequest* req, CampaignStatus* resp) override {
@@ -296,7 +298,8 @@ class UserServiceImpl : public UserService::CallbackService {
   grpc::ServerUnaryReactor* ResumeCampaign(grpc::CallbackServerContext* ctx,
                                            const CampaignRequest* req,
                                            CampaignStatus* resp) override {
-    return Answer(ctx, resp, "resume", req->name(), [&] { return d_.campaigns->Resume(req->name()); });
+    return Answer(ctx, resp, "resume", req->name(),
+                  [&] { return d_.campaigns->Resume(req->name()); });
   }
   grpc::ServerUnaryReactor* ListCampaigns(grpc::CallbackServerContext* ctx, const CampaignRequest*,
                                           ListCampaignsResponse* resp) override {

@@ -14,8 +14,8 @@
 #include "gtest/gtest.h"
 #include "search_space/arch.h"
 #include "search_space/shapes.h"
-#include "util/status_matchers.h"
 #include "util/grpc_security.h"
+#include "util/status_matchers.h"
 
 namespace hilnas {
 namespace {

@@ -66,9 +66,9 @@ absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig&
   }
   HILNAS_ASSIGN_OR_RETURN(std::vector<CampaignRecord> existing, store_->List());
   if (static_cast<int>(existing.size()) >= policy_.max_campaigns) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(where, ": this coordinator already holds ", existing.size(),
-                     " campaigns, its limit (--max-campaigns)"));
+    return absl::ResourceExhaustedError(absl::StrCat(where, ": this coordinator already holds ",
+                                                     existing.size(),
+                                                     " campaigns, its limit (--max-campaigns)"));
   }
   HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, where));
   HILNAS_RETURN_IF_ERROR(store_->Create(c));

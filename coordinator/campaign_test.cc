@@ -460,9 +460,9 @@ TEST_F(CampaignTest, PathsOutsideTheDataRootsAreRefusedAtCreate) {
   link.set_name("link");
   link.set_backbone_checkpoint((root / "escape").string());
   link.set_backbone_metrics((root / "escape" / "metrics.json").string());
-  EXPECT_THAT(service.Create(link),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr("backbone_checkpoint"), HasSubstr("resolves to"))));
+  EXPECT_THAT(service.Create(link), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             ::testing::AllOf(HasSubstr("backbone_checkpoint"),
+                                                              HasSubstr("resolves to"))));
   ASSERT_OK_AND_ASSIGN(auto all, service.List());
   EXPECT_EQ(all.size(), 1u);
 }

@@ -9,14 +9,16 @@ namespace hilnas {
 
 BackboneLoader DefaultBackboneLoader() {
   return [](const CampaignConfig& c) -> absl::StatusOr<std::unique_ptr<Backbone>> {
-    HILNAS_ASSIGN_OR_RETURN(Backbone b, LoadBackbone(c.backbone_checkpoint(), c.backbone_metrics()));
+    HILNAS_ASSIGN_OR_RETURN(Backbone b,
+                            LoadBackbone(c.backbone_checkpoint(), c.backbone_metrics()));
     return std::make_unique<Backbone>(std::move(b));
   };
 }
 
 EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> commands) {
-  return [commands = std::move(commands)](const CampaignConfig& c, const Backbone& backbone)
-             -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+  return [commands = std::move(commands)](
+             const CampaignConfig& c,
+             const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
     if (c.quality_evaluator() != "in-process") {
       auto it = commands.find(c.quality_evaluator());
       if (it == commands.end()) {

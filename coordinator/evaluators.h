@@ -8,8 +8,8 @@
 
 #include <functional>
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "proto/campaign.pb.h"

@@ -196,8 +196,8 @@ absl::Status JobStore::CheckSession(const std::string& agent_id, const std::stri
   // Hashes of equal length, compared in constant time; an unknown agent is
   // compared against a dummy so the answer's timing says nothing either.
   const std::string stored = row ? q.Text(0) : std::string(64, '0');
-  const bool match =
-      SecretEquals(stored, Sha256Hex(session_key)) && row && !stored.empty() && !session_key.empty();
+  const bool match = SecretEquals(stored, Sha256Hex(session_key)) && row && !stored.empty() &&
+                     !session_key.empty();
   if (!match) {
     return absl::UnauthenticatedError(absl::StrCat(
         "agent \"", agent_id, "\": session key missing or not current; register again"));
@@ -209,7 +209,8 @@ absl::StatusOr<bool> JobStore::HasLeasableJobs() {
   absl::MutexLock lock(&mu_);
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare("SELECT EXISTS(SELECT 1 FROM jobs INDEXED BY jobs_leasable WHERE state IN (1, 5))"));
+      db_->Prepare(
+          "SELECT EXISTS(SELECT 1 FROM jobs INDEXED BY jobs_leasable WHERE state IN (1, 5))"));
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   return row && q.Int(0) != 0;
 }

@@ -290,7 +290,8 @@ struct WebServer::Impl {
         return res;
       }
       if (req.method() == http::verb::post) {
-        absl::StatusOr<std::string> who = UserOf(options.user_tokens, FormField(req.body(), "token"));
+        absl::StatusOr<std::string> who =
+            UserOf(options.user_tokens, FormField(req.body(), "token"));
         if (!who.ok()) {
           res.result(http::status::unauthorized);
           res.set(http::field::content_type, "text/html; charset=utf-8");
@@ -385,10 +386,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void Answer() {
     response_ = server_->Respond(parser_.get());
     response_.prepare_payload();
-    http::async_write(stream_, response_,
-                      [self = this->shared_from_this()](boost::system::error_code, size_t) {
-                        self->Close();
-                      });
+    http::async_write(
+        stream_, response_,
+        [self = this->shared_from_this()](boost::system::error_code, size_t) { self->Close(); });
   }
 
   void Close() {

@@ -29,7 +29,7 @@
 namespace hilnas {
 
 struct WebServerOptions {
-  std::string address;  // "127.0.0.1:8080"; port 0 picks one
+  std::string address;        // "127.0.0.1:8080"; port 0 picks one
   std::string tls_cert_file;  // with tls_key_file: HTTPS
   std::string tls_key_file;
   std::vector<UserToken> user_tokens;  // non-empty: every page needs one

@@ -54,8 +54,8 @@ class FakeRuntime : public Runtime {
 class ScriptedCoordinator : public AgentService::Service {
  public:
   int jobs = 1;
-  bool forget_first_lease = false;  // the first LeaseJob answers NOT_FOUND
-  bool leases_valid = true;         // what heartbeats answer
+  bool forget_first_lease = false;    // the first LeaseJob answers NOT_FOUND
+  bool leases_valid = true;           // what heartbeats answer
   bool revoke_first_session = false;  // the first LeaseJob answers UNAUTHENTICATED
 
   grpc::Status Register(grpc::ServerContext* ctx, const RegisterRequest* req,
@@ -73,9 +73,9 @@ class ScriptedCoordinator : public AgentService::Service {
   }
   // Every call after Register: the token and the newest session key.
   bool Authorized(grpc::ServerContext* ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const bool ok = BearerTokenOf(ctx->client_metadata()) == "enrol" &&
-                    MetadataValue(ctx->client_metadata(), kSessionKey) ==
-                        absl::StrCat("sk-", registrations_);
+    const bool ok =
+        BearerTokenOf(ctx->client_metadata()) == "enrol" &&
+        MetadataValue(ctx->client_metadata(), kSessionKey) == absl::StrCat("sk-", registrations_);
     unauthorized_ += !ok;
     return ok;
   }

@@ -108,8 +108,8 @@ int64_t KvCacheBytes(const Arch& a, int64_t context_tokens, int bytes_per_elemen
 int64_t EstimateRunBytes(const Arch& a, int64_t context_tokens, int bytes_per_element) {
   const long double weights =
       static_cast<long double>(CountParameters(a).total()) * bytes_per_element;
-  const long double cache = static_cast<long double>(KvCacheBytes(a, context_tokens, 1)) *
-                            bytes_per_element;
+  const long double cache =
+      static_cast<long double>(KvCacheBytes(a, context_tokens, 1)) * bytes_per_element;
   const long double total = weights + cache;
   if (!(total < static_cast<long double>(std::numeric_limits<int64_t>::max()))) {
     return std::numeric_limits<int64_t>::max();

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "proto/service.grpc.pb.h"
 #include "tests/process.h"
+#include "tests/tiny_job.h"
 #include "util/clock.h"
 #include "util/grpc_security.h"
 #include "util/subprocess.h"
@@ -42,7 +43,8 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 // client certificate signed by it, and an unrelated CA.
 void MakeCertificates(const std::string& d) {
   const std::string script = absl::StrCat(R"(set -e
-cd ')", d, R"('
+cd ')",
+                                          d, R"('
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1" 2>/dev/null; }
 ca() { key "$1.key"; openssl req -x509 -new -key "$1.key" -out "$1.pem" -days 2 -subj "/CN=$1" 2>/dev/null; }
 leaf() {  # name ca subjectAltName
@@ -162,10 +164,10 @@ class SecurityTest : public ::testing::Test {
   }
 
   std::string Curl(const std::string& args) {
-    absl::StatusOr<std::string> out = RunShellCommand(
-        absl::StrCat("curl -s -o ", dir_, "/body -w '%{http_code}' --cacert ", Cert("ca.pem"), " ",
-                     args),
-        30);
+    absl::StatusOr<std::string> out =
+        RunShellCommand(absl::StrCat("curl -s -o ", dir_, "/body -w '%{http_code}' --cacert ",
+                                     Cert("ca.pem"), " ", args),
+                        30);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.value_or("");
   }
@@ -254,7 +256,8 @@ TEST_F(SecurityTest, EveryUserRpcWithoutTheUserTokenIsUnauthenticated) {
     }
   }
   // The CLI says what is missing.
-  auto [rc, out] = Cli({"agents", "list", "--coordinator=" + address_, "--tls_ca=" + Cert("ca.pem")});
+  auto [rc, out] =
+      Cli({"agents", "list", "--coordinator=" + address_, "--tls_ca=" + Cert("ca.pem")});
   EXPECT_NE(rc, 0);
   EXPECT_THAT(out, HasSubstr("no user token: pass --user-token"));
 }
@@ -262,8 +265,7 @@ TEST_F(SecurityTest, EveryUserRpcWithoutTheUserTokenIsUnauthenticated) {
 TEST_F(SecurityTest, ACommandInACampaignConfigIsRefusedAtCreateAndNeverRuns) {
   auto coordinator = StartCoordinator();
   const std::string marker = dir_ + "/pwned";
-  const std::string attack =
-      absl::StrCat("sh -c 'id > ", marker, "' {checkpoint} {output}");
+  const std::string attack = absl::StrCat("sh -c 'id > ", marker, "' {checkpoint} {output}");
   // Through the CLI ...
   auto [rc, out] = Cli({"campaign", "create", "--config=" + CampaignFile("attack", attack),
                         "--coordinator=" + address_, "--tls_ca=" + Cert("ca.pem"),
@@ -302,30 +304,14 @@ TEST_F(SecurityTest, ACommandInACampaignConfigIsRefusedAtCreateAndNeverRuns) {
 
 TEST_F(SecurityTest, AnAgentOverTlsMeasuresAndForgedReportsAreRejectedStoringNothing) {
   auto coordinator = StartCoordinator();
-  Process agent({"agent", "--coordinator=" + address_, "--name=phone", "--threads=1",
-                 "--cooldown_ms=0", "--tls_ca=" + Cert("ca.pem"),
-                 absl::StrCat("--token=", kEnrollment)},
-                dir_ + "/agent.log");
+  Process agent(
+      {"agent", "--coordinator=" + address_, "--name=phone", "--threads=1", "--cooldown_ms=0",
+       "--tls_ca=" + Cert("ca.pem"), absl::StrCat("--token=", kEnrollment)},
+      dir_ + "/agent.log");
   auto users = Users();
   auto submit = [&](const std::string& device) {
     SubmitBenchmarkRequest req;
-    ArchSpec* a = req.mutable_request()->mutable_arch();
-    a->set_num_layers(2);
-    a->set_d_model(64);
-    a->set_d_ffn(128);
-    a->set_num_heads(4);
-    a->set_num_kv_heads(2);
-    a->set_head_dim(16);
-    a->set_vocab_size(256);
-    a->set_tie_embeddings(true);
-    a->set_rope_theta(10000);
-    a->set_norm_eps(1e-5);
-    a->add_attention(FULL);
-    a->add_attention(FULL);
-    req.mutable_request()->add_prompt_lengths(32);
-    req.mutable_request()->set_decode_tokens(2);
-    req.mutable_request()->set_repeats(2);
-    req.mutable_request()->set_max_repeats(2);
+    *req.mutable_request() = ::hilnas::testing::TinyJob();
     req.set_device(device);
     SubmitBenchmarkResponse resp;
     grpc::ClientContext ctx;
@@ -423,8 +409,7 @@ TEST_F(SecurityTest, MutualTlsAdmitsOnlyClientsWithACertificateFromTheClientCa) 
                  "--tls_ca=" + Cert("ca.pem"), "--tls_cert=" + Cert("phone.pem"),
                  "--tls_key=" + Cert("phone.key"), absl::StrCat("--token=", kEnrollment)},
                 dir_ + "/agent.log");
-  EXPECT_TRUE(WaitFor([&] { return agent.Log().find("registered with") != std::string::npos; },
-                      30))
+  EXPECT_TRUE(WaitFor([&] { return agent.Log().find("registered with") != std::string::npos; }, 30))
       << agent.Log();
 }
 

@@ -10,14 +10,14 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/match.h"
-#include "absl/strings/ascii.h"
 #include "coordinator/audit_log.h"
 #include "coordinator/benchmark_service.h"
 #include "coordinator/campaign_runner.h"
@@ -79,9 +79,9 @@ ClientTls ClientTlsOf(const CommandLine& cl) {
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what, bool client_uses_tls) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message(),
-                                   ConnectionHint(s, client_uses_tls)));
+  return absl::Status(
+      static_cast<absl::StatusCode>(s.error_code()),
+      absl::StrCat(what, ": ", s.error_message(), ConnectionHint(s, client_uses_tls)));
 }
 
 absl::StatusOr<std::unique_ptr<UserService::Stub>> UserStub(const CommandLine& cl) {
@@ -272,7 +272,8 @@ absl::StatusOr<std::vector<UserToken>> UserTokensOf(const CommandLine& cl) {
   if (const std::string t = UserTokenOf(cl); !t.empty()) tokens.push_back({"user", t});
   if (const std::string f = cl.user_tokens_file; !f.empty()) {
     std::ifstream in(f);
-    if (!in) return absl::InvalidArgumentError(absl::StrCat("--user-tokens-file ", f, ": cannot read"));
+    if (!in)
+      return absl::InvalidArgumentError(absl::StrCat("--user-tokens-file ", f, ": cannot read"));
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
       line = std::string(absl::StripAsciiWhitespace(line));
@@ -287,9 +288,9 @@ absl::StatusOr<std::vector<UserToken>> UserTokensOf(const CommandLine& cl) {
   }
   for (const UserToken& t : tokens) {
     if (t.token.size() < 16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "user token \"", t.name, "\" has ", t.token.size(),
-          " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("user token \"", t.name, "\" has ", t.token.size(),
+                       " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
     }
   }
   return tokens;
@@ -303,7 +304,8 @@ absl::StatusOr<std::map<std::string, std::string>> EvaluatorsOf(const CommandLin
     const size_t eq = e.find('=');
     const std::string name = e.substr(0, eq);
     if (eq == std::string::npos || name.empty() || name == "in-process" ||
-        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+        name.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
             std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--evaluator ", e, ": expected NAME=TEMPLATE with NAME of letters, digits, - _ ."));
@@ -406,15 +408,17 @@ int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& 
     return Fail(
         absl::UnavailableError(absl::StrCat("cannot listen on ", cl.listen, " (address in use?)")));
   }
-  std::printf(
-      "hilnas coordinator: serving on port %d (db %s, lease ttl %lld ms, %s, %s, %s, %s)\n", port,
-      cl.db.c_str(), static_cast<long long>(store_options.lease_ttl_ms),
-      tls.cert_file.empty() ? "plain text"
-                            : (tls.client_ca_file.empty() ? "TLS" : "mutual TLS for agents"),
-      options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set",
-      user_tokens->empty() ? "no user token" : absl::StrCat(user_tokens->size(), " user tokens").c_str(),
-      roots->unrestricted() ? "no data roots"
-                            : absl::StrCat("data roots ", absl::StrJoin(roots->roots(), ",")).c_str());
+  std::printf("hilnas coordinator: serving on port %d (db %s, lease ttl %lld ms, %s, %s, %s, %s)\n",
+              port, cl.db.c_str(), static_cast<long long>(store_options.lease_ttl_ms),
+              tls.cert_file.empty()
+                  ? "plain text"
+                  : (tls.client_ca_file.empty() ? "TLS" : "mutual TLS for agents"),
+              options.enrollment_token.empty() ? "no enrollment token" : "enrollment token set",
+              user_tokens->empty() ? "no user token"
+                                   : absl::StrCat(user_tokens->size(), " user tokens").c_str(),
+              roots->unrestricted()
+                  ? "no data roots"
+                  : absl::StrCat("data roots ", absl::StrJoin(roots->roots(), ",")).c_str());
   std::fflush(stdout);
   std::unique_ptr<WebServer> web;
   if (const std::string http = cl.http; !http.empty()) {

@@ -136,8 +136,9 @@ ABSL_FLAG(std::string, token, "", "enrollment token agents present; default $HIL
 ABSL_FLAG(std::string, user_token, "",
           "user token: the coordinator accepts it (named \"user\"), clients present it; default "
           "$HILNAS_USER_TOKEN");
-ABSL_FLAG(std::string, user_tokens_file, "",
-          "coordinator: more user tokens, one \"NAME TOKEN\" per line (NAME goes to the audit log)");
+ABSL_FLAG(
+    std::string, user_tokens_file, "",
+    "coordinator: more user tokens, one \"NAME TOKEN\" per line (NAME goes to the audit log)");
 ABSL_FLAG(std::string, tls_ca, "",
           "agents and clients: verify the coordinator's certificate against this CA (PEM); "
           "default $HILNAS_TLS_CA");

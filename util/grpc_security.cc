@@ -99,8 +99,8 @@ std::vector<std::pair<std::string, std::string>> CallMetadata::Snapshot() const 
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
-    const std::string& address, const ClientTls& tls,
-    std::shared_ptr<const CallMetadata> metadata, grpc::ChannelArguments args) {
+    const std::string& address, const ClientTls& tls, std::shared_ptr<const CallMetadata> metadata,
+    grpc::ChannelArguments args) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (tls.ca_file.empty()) {
     if (!tls.cert_file.empty() || !tls.key_file.empty()) {

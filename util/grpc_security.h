@@ -69,8 +69,8 @@ class CallMetadata {
 // or a certificate without its key. `metadata` may be null; the channel
 // shares its ownership.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
-    const std::string& address, const ClientTls& tls,
-    std::shared_ptr<const CallMetadata> metadata, grpc::ChannelArguments args = {});
+    const std::string& address, const ClientTls& tls, std::shared_ptr<const CallMetadata> metadata,
+    grpc::ChannelArguments args = {});
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTls& tls);
