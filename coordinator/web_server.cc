@@ -360,7 +360,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   ~Session() { --server_->open_connections; }
 
   void Run() {
-    boost::beast::get_lowest_layer(stream_).expires_after(kRequestDeadline);
+    boost::beast::get_lowest_layer(stream_).expires_after(
+        std::chrono::milliseconds(server_->options.request_deadline_ms));
     if constexpr (std::is_same_v<Stream, boost::beast::tcp_stream>) {
       Read();
     } else {
@@ -372,7 +373,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
  private:
-  static constexpr std::chrono::seconds kRequestDeadline{10};
 
   void Read() {
     parser_.body_limit(16 * 1024);  // a login form; nothing else has a body
@@ -403,14 +403,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   http::response<http::string_body> response_;
 };
 
-constexpr int kMaxConnections = 256;
 
 }  // namespace
 
 void WebServer::Impl::Accept() {
   acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
-    if (!ec && open_connections.load() < kMaxConnections) {
+    if (!ec && open_connections.load() < options.max_connections) {
       if (tls) {
         std::make_shared<Session<boost::beast::ssl_stream<boost::beast::tcp_stream>>>(
             this, std::move(socket), ssl_ctx)

@@ -34,6 +34,10 @@ struct WebServerOptions {
   std::string tls_key_file;
   std::vector<UserToken> user_tokens;  // non-empty: every page needs one
   const Clock* clock = nullptr;        // login cookie expiry; null: the system clock
+  // One deadline for the whole exchange (TLS handshake, request, answer):
+  // a client that trickles bytes is dropped when it passes.
+  int64_t request_deadline_ms = 10'000;
+  int max_connections = 256;  // more are closed as soon as they are accepted
 };
 
 class WebServer {

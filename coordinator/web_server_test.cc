@@ -2,7 +2,9 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -96,6 +98,59 @@ TEST_F(WebServerTest, AnswersOverHttpWhileAStalledClientWaits) {
   EXPECT_EQ(res.result(), http::status::ok);
   EXPECT_THAT(res.body(), HasSubstr("\"trials\""));
   stalled.close();
+}
+
+TEST_F(WebServerTest, ASlowOrHalfSentRequestIsDroppedAtTheDeadline) {
+  WebServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.request_deadline_ms = 300;
+  ASSERT_OK_AND_ASSIGN(auto server, WebServer::Start(o, campaigns_.get(), jobs_.get()));
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ip::tcp::socket s(ioc);
+  s.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), server->port()));
+  // Trickle a request that never ends: a byte every 50 ms keeps the
+  // connection busy, but not past the one deadline of the whole request.
+  const std::string head = "GET /api/campaigns HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  net::write(s, net::buffer(head));
+  const auto t0 = std::chrono::steady_clock::now();
+  boost::system::error_code ec;
+  for (int i = 0; i < 200 && !ec; ++i) {  // at most 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    net::write(s, net::buffer("a", 1), ec);
+  }
+  EXPECT_TRUE(ec) << "the server kept a trickling request open for 10 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST_F(WebServerTest, WithUserTokensEveryRouteNeedsOneAndThePageStaysReadOnly) {
+  WebServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.user_tokens = {{"alice", "alice-token-0123456789"}};
+  ASSERT_OK_AND_ASSIGN(auto server, WebServer::Start(o, campaigns_.get(), jobs_.get()));
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  auto get = [&](http::verb verb, const std::string& target, const std::string& auth) {
+    net::io_context ioc;
+    net::ip::tcp::socket s(ioc);
+    s.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), server->port()));
+    http::request<http::string_body> req(verb, target, 11);
+    req.set(http::field::host, "localhost");
+    if (!auth.empty()) req.set(http::field::authorization, auth);
+    req.prepare_payload();
+    http::write(s, req);
+    boost::beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(s, buf, res);
+    return res.result_int();
+  };
+  for (const char* target : {"/", "/api/campaigns", "/api/campaigns/web", "/api/agents", "/x"}) {
+    EXPECT_EQ(get(http::verb::get, target, ""), 401u) << target;
+    EXPECT_EQ(get(http::verb::get, target, "Bearer wrong"), 401u) << target;
+  }
+  EXPECT_EQ(get(http::verb::get, "/api/campaigns/web", "Bearer alice-token-0123456789"), 200u);
+  EXPECT_EQ(get(http::verb::delete_, "/api/campaigns/web", "Bearer alice-token-0123456789"), 405u);
+  EXPECT_EQ(get(http::verb::get, "/login", ""), 200u);
 }
 
 }  // namespace
