@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/checkpoint.h"
 #include "proto/benchmark_request.h"
@@ -18,6 +19,9 @@
 
 namespace hilnas {
 namespace {
+
+// Posterior draws qNEHVI may hold at once (see ValidateCampaignConfig).
+constexpr double kMaxAcquisitionBytes = 2.0 * (1 << 30);
 
 namespace fs = std::filesystem;
 
@@ -163,6 +167,37 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     return bad("candidates", absl::StrCat(c.candidates(), " candidates and ", c.mc_samples(),
                                           " MC samples for batches of ", c.batch_size()));
   }
+  // Upper bounds, checked here at create: a campaign that would exhaust the
+  // coordinator's memory or CPU in stage 2 must never be stored (it would be
+  // picked up again on every restart).
+  struct Bound {
+    const char* field;
+    int64_t value, max;
+  };
+  for (const Bound& b : {Bound{"batch_size", c.batch_size(), 256},
+                         Bound{"stage1_latency_points", c.stage1_latency_points(), 100'000},
+                         Bound{"stage2_trials", c.stage2_trials(), 100'000},
+                         Bound{"stage2_initial_points", c.stage2_initial_points(), 100'000},
+                         Bound{"candidates", c.candidates(), 1'000'000},
+                         Bound{"mc_samples", c.mc_samples(), 65'536},
+                         Bound{"ttft_prompt_tokens", c.ttft_prompt_tokens(), kMaxContext}}) {
+    if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
+  }
+  {
+    // qNEHVI holds mc_samples joint draws at every candidate and observed
+    // trial, per objective, in doubles (search/acquisition.cc).
+    const double draws_bytes = 8.0 * c.mc_samples() *
+                               (static_cast<double>(c.candidates()) + c.stage2_trials()) *
+                               (2 + c.objectives_size());
+    if (draws_bytes > kMaxAcquisitionBytes) {
+      return bad("mc_samples", absl::StrFormat(
+                                   "%d MC samples over %d candidates need %.1f GiB of posterior "
+                                   "draws; this coordinator allows %.1f GiB (lower mc_samples or "
+                                   "candidates)",
+                                   c.mc_samples(), c.candidates(), draws_bytes / (1 << 30),
+                                   kMaxAcquisitionBytes / double(1 << 30)));
+    }
+  }
   if (!(c.stage1_target_r2() <= 1)) {
     return bad("stage1_target_r2", absl::StrCat(c.stage1_target_r2(), " > 1"));
   }
@@ -200,6 +235,14 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
                  absl::StrCat("steps ", t.steps(), ", batch_size ", t.batch_size(), ", seq_len ",
                               t.seq_len(), ", lr ", t.lr(), " must all be positive"));
     }
+    for (const Bound& b : {Bound{"train.steps", t.steps(), 10'000'000},
+                           Bound{"train.batch_size", t.batch_size(), 4096},
+                           Bound{"train.seq_len", t.seq_len(), 1 << 16},
+                           Bound{"train.warmup_steps", t.warmup_steps(), 10'000'000},
+                           Bound{"train.eval_windows", t.eval_windows(), 1'000'000}}) {
+      if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
+    }
+    if (!(t.lr() < 10)) return bad("train.lr", absl::StrCat(t.lr(), " is not below 10"));
     if (!(t.heldout_fraction() > 0 && t.heldout_fraction() < 1)) {
       return bad("train.heldout_fraction", absl::StrCat(t.heldout_fraction(), " is not in (0, 1)"));
     }

@@ -413,6 +413,30 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
   EXPECT_TRUE(all.empty());  // nothing was stored
 }
 
+TEST_F(CampaignTest, PoisonBudgetsAreRefusedAtCreateNamingTheField) {
+  CampaignConfig draws = Config("draws");
+  draws.set_mc_samples(1'000'000'000);
+  EXPECT_THAT(service_->Create(draws),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mc_samples")));
+  CampaignConfig candidates = Config("candidates");
+  candidates.set_candidates(1'000'000'000);
+  EXPECT_THAT(service_->Create(candidates),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("candidates: 1000000000 exceeds 1000000")));
+  // Each bound alone is fine, their product is not: the memory estimate.
+  CampaignConfig product = Config("product");
+  product.set_mc_samples(65'536);
+  product.set_candidates(1'000'000);
+  EXPECT_THAT(service_->Create(product),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GiB of posterior draws")));
+  CampaignConfig steps = Config("steps");
+  steps.mutable_train()->set_steps(2'000'000'000);
+  EXPECT_THAT(service_->Create(steps),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train.steps")));
+  ASSERT_OK_AND_ASSIGN(auto all, service_->List());
+  EXPECT_TRUE(all.empty());
+}
+
 TEST_F(CampaignTest, AConfigCarryingACommandIsRefusedNamingQualityEvaluator) {
   CampaignConfig c = Config("attack");
   c.set_quality_evaluator("sh -c 'id > /tmp/x' {checkpoint} {output}");

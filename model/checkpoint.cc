@@ -1,5 +1,8 @@
 #include "model/checkpoint.h"
 
+#include <cmath>
+#include <limits>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "util/files.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
 
@@ -81,7 +85,25 @@ absl::StatusOr<T> Field(const json& j, const std::string& path, const char* key,
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": field \"", key, "\" has the wrong type: ", it->dump()));
   }
-  return it->get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Range-checked before narrowing: 4294967552 must not become 256.
+    const bool fits = it->is_number_unsigned()
+                          ? it->template get<uint64_t>() <=
+                                static_cast<uint64_t>(std::numeric_limits<T>::max())
+                          : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                it->template get<int64_t>() <= std::numeric_limits<T>::max();
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": field \"", key, "\" ", it->dump(),
+                                                     " is out of range (at most ",
+                                                     std::numeric_limits<T>::max(), ")"));
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(it->template get<double>())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field \"", key, "\" ", it->dump(), " is not finite"));
+    }
+  }
+  return it->template get<T>();
 }
 
 }  // namespace
@@ -134,6 +156,7 @@ absl::Status WriteSafetensors(const std::string& path,
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {
+  HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
   in.seekg(0, std::ios::end);
@@ -157,7 +180,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
   json header;
   try {
     header = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors and number overflow (1e999)
     return absl::DataLossError(absl::StrCat(path, ": header is not valid JSON: ", e.what()));
   }
   if (!header.is_object())
@@ -279,13 +302,33 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   return WriteFileAtomically(path, j.dump(2) + "\n");
 }
 
+absl::Status CheckFiniteWeights(const std::string& safetensors_path) {
+  HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(safetensors_path));
+  std::vector<std::string> bad;
+  int64_t total = 0;
+  try {
+    for (const auto& [name, t] : tensors) {
+      const int64_t n = torch::logical_not(torch::isfinite(t)).sum().item<int64_t>();
+      if (n == 0) continue;
+      total += n;
+      if (bad.size() < 8) bad.push_back(absl::StrCat(name, " (", n, " of ", t.numel(), ")"));
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(safetensors_path, ": ", e.what_without_backtrace()));
+  }
+  if (total == 0) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(safetensors_path, ": ", total,
+                                          " NaN or Inf weights, in ", absl::StrJoin(bad, ", "),
+                                          bad.size() == 8 ? ", ..." : ""));
+}
+
 absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
   std::string text;
   HILNAS_RETURN_IF_ERROR(ReadFileToString(path, &text));
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors and number overflow (1e999)
     return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
   }
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
@@ -346,7 +389,13 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
           " is not {\"type\": \"layer_pruned\", \"ratio\": R} or {\"type\": \"canonical\"}"));
     }
     if (k.contains("layer_map") && k["layer_map"].is_array()) {
-      for (const json& v : k["layer_map"]) a.kv_prediction.layer_map.push_back(v.get<int>());
+      for (const json& v : k["layer_map"]) {
+        if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > kMaxLayers) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": kv_prediction.layer_map entry ", v.dump(), " is not a layer index"));
+        }
+        a.kv_prediction.layer_map.push_back(static_cast<int>(v.get<int64_t>()));
+      }
     }
   }
   absl::Status valid = ValidateArch(a);

@@ -37,6 +37,10 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path);
 // Writes dir/config.json and dir/model.safetensors (creating dir).
 absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, StorageDtype dtype);
 
+// Scans every tensor of a safetensors file for NaN and Inf. DATA_LOSS
+// naming the tensors that hold any (and how many values), OK otherwise.
+absl::Status CheckFiniteWeights(const std::string& safetensors_path);
+
 // Loads a checkpoint into a Decoder computing in `dtype`. Every tensor the
 // config implies must be present with its shape; extra tensors are an error.
 absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtype = torch::kFloat);

@@ -1,10 +1,13 @@
 #include "model/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/test_archs.h"
@@ -184,6 +187,53 @@ TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
   Write(path, "not json");
   EXPECT_THAT(ReadConfigJson(path),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
+}
+
+TEST_F(CheckpointTest, IntegersThatDoNotFitAreRefusedNotWrapped) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = dir_ + "/config.json";
+  const std::string rest = R"("intermediate_size": 64, "num_attention_heads": 4,
+                              "num_hidden_layers": 2, "hidden_size": 32)";
+  // 4294967552 = 2^32 + 256 would wrap to 256; 2^40 to 0.
+  for (const char* vocab : {"4294967552", "1099511627776", "-4294967040"}) {
+    Write(path, absl::StrCat("{", rest, R"(, "vocab_size": )", vocab, "}"));
+    EXPECT_THAT(ReadConfigJson(path),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(HasSubstr("\"vocab_size\" "), HasSubstr("out of range"))))
+        << vocab;
+  }
+  Write(path, absl::StrCat("{", rest, R"(, "vocab_size": 256, "rope_theta": 1e999})"));
+  // JSON itself cannot hold it: an error naming the number, not an exception.
+  EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("number overflow parsing '1e999'")));
+}
+
+TEST_F(CheckpointTest, ImpossibleSizesAreRefusedBeforeAnythingIsAllocated) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = dir_ + "/config.json";
+  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                  "num_hidden_layers": 100000, "vocab_size": 256})");
+  EXPECT_THAT(ReadConfigJson(path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_layers 100000 exceeds the largest accepted, 1024")));
+}
+
+TEST_F(CheckpointTest, AFolderOrFifoWhereAFileBelongsIsAnErrorNotACrash) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  std::filesystem::remove(dir_ + "/model.safetensors");
+  std::filesystem::create_directory(dir_ + "/model.safetensors");
+  EXPECT_THAT(LoadCheckpoint(dir_), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                             HasSubstr("model.safetensors is a directory")));
+  std::filesystem::remove(dir_ + "/model.safetensors");
+  ASSERT_EQ(mkfifo((dir_ + "/model.safetensors").c_str(), 0600), 0);
+  // Opening a FIFO for reading would block until a writer comes: never.
+  EXPECT_THAT(LoadCheckpoint(dir_), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                             HasSubstr("model.safetensors is a FIFO")));
+  std::filesystem::remove(dir_ + "/config.json");
+  ASSERT_EQ(mkfifo((dir_ + "/config.json").c_str(), 0600), 0);
+  EXPECT_THAT(ReadConfigJson(dir_ + "/config.json"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("config.json is a FIFO")));
 }
 
 TEST_F(CheckpointTest, MissingFolderIsNotFound) {

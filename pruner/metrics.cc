@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -9,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "util/fnv.h"
+#include "util/files.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
 
@@ -50,6 +53,7 @@ absl::StatusOr<std::string> CheckpointFingerprint(const std::string& dir) {
   uint64_t h = kFnv1aSeed;
   for (const char* name : {"config.json", "model.safetensors"}) {
     const std::string path = (fs::path(dir) / name).string();
+    HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
     std::vector<char> buf(1 << 20);
@@ -110,6 +114,18 @@ absl::StatusOr<ActivationMetrics> Calibrate(Decoder& model, const std::vector<in
   const int64_t norms_per_pass = a.num_layers + a.num_attention_layers();
   m.model_dim = ToVector(obs.model_dim_ / (n * norms_per_pass));
   m.layer = ToVector(1.0 - obs.layer_ / n);
+  // NaN or Inf weights make NaN metrics, which JSON cannot hold (they would
+  // be written as null and break `prune` later): refuse them here.
+  auto finite = [](const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+  };
+  bool ok = finite(m.layer) && finite(m.model_dim);
+  for (const auto& f : m.ffn) ok = ok && finite(f);
+  if (!ok) {
+    return absl::DataLossError(
+        "calibration produced NaN or Inf activation metrics: the checkpoint holds non-finite "
+        "weights (`hilnas checkpoint check --values DIR` names them)");
+  }
   return m;
 }
 

@@ -217,6 +217,17 @@ void CheckPositive(const char* field, double value, std::vector<std::string>* er
   if (!(value > 0)) errors->push_back(absl::StrCat(field, " ", value, " must be positive"));
 }
 
+// Upper bounds no language model comes near (the largest published ones use
+// ~126 layers, d_model 16384, d_ffn 53248, 128 heads of 128, vocabularies
+// of ~260k): past them a value is a typo or an attack, and is refused before
+// anything is sized from it. Every product the code forms from these fits
+// in int64 (the memory estimate, counts.h, is checked separately).
+void CheckAtMost(const char* field, int64_t value, int64_t max, std::vector<std::string>* errors) {
+  if (value > max) {
+    errors->push_back(absl::StrCat(field, " ", value, " exceeds the largest accepted, ", max));
+  }
+}
+
 void ValidateKvPrediction(const Arch& arch, std::vector<std::string>* errors) {
   const KvPredictionSpec& kvp = arch.kv_prediction;
   if (kvp.kind == KvPredictionSpec::Kind::kNone) {
@@ -289,6 +300,16 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
   CheckPositive("vocab_size", a.vocab_size, &errors);
   CheckPositive("rope_theta", a.rope_theta, &errors);
   CheckPositive("norm_eps", a.norm_eps, &errors);
+  CheckAtMost("num_layers", a.num_layers, kMaxLayers, &errors);
+  CheckAtMost("d_model", a.d_model, kMaxWidth, &errors);
+  CheckAtMost("d_ffn", a.d_ffn, 4 * kMaxWidth, &errors);
+  CheckAtMost("num_heads", a.num_heads, kMaxHeads, &errors);
+  CheckAtMost("num_kv_heads", a.num_kv_heads, kMaxHeads, &errors);
+  CheckAtMost("head_dim", a.head_dim, kMaxHeadDim, &errors);
+  CheckAtMost("vocab_size", a.vocab_size, kMaxVocab, &errors);
+  CheckAtMost("sliding_window", a.sliding_window, kMaxContext, &errors);
+  if (!std::isfinite(a.rope_theta)) errors.push_back("rope_theta must be finite");
+  if (!(a.norm_eps < 1)) errors.push_back(absl::StrCat("norm_eps ", a.norm_eps, " must be < 1"));
   if (a.head_dim > 0 && a.head_dim % 2 != 0) {
     errors.push_back(absl::StrCat("head_dim ", a.head_dim, " must be even for rotary embeddings"));
   }

@@ -65,6 +65,14 @@ struct ValidateOptions {
   int block_size = 0;
 };
 
+// What ValidateArch accepts at most (see arch.cc for why these).
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxWidth = 65536;  // d_model; d_ffn up to 4x
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 1024;
+inline constexpr int64_t kMaxVocab = 1 << 22;
+inline constexpr int64_t kMaxContext = 1 << 20;  // tokens: prompts, windows, generation
+
 // Checks every rule and reports all violations at once, one per line, each
 // naming the field and value ("d_ffn 3000 is not a multiple of block size
 // 128"). INVALID_ARGUMENT when any rule fails.

@@ -28,11 +28,7 @@ absl::Status RunSlim(const CommandLine& cl) {
   if (in.empty() || out.empty()) {
     return absl::InvalidArgumentError("slim needs --in CKPT and --out CKPT");
   }
-  std::error_code ec;
-  if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("--out ", out, " exists and is not empty; choose a new folder"));
-  }
+  HILNAS_ASSIGN_OR_RETURN(OutputFolder dest, OutputFolder::Prepare(out, cl.overwrite, {in}));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl));
   HILNAS_ASSIGN_OR_RETURN(Decoder standard, LoadCheckpoint(in));
   SlimOptions o;
@@ -56,7 +52,8 @@ absl::Status RunSlim(const CommandLine& cl) {
   while (same < static_cast<int64_t>(a.tokens.size()) && a.tokens[same] == b.tokens[same]) ++same;
   std::printf("greedy check: %lld of %zu tokens identical before the first difference\n",
               static_cast<long long>(same), a.tokens.size());
-  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(*slim, out, storage));
+  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(*slim, dest.staging(), storage));
+  HILNAS_RETURN_IF_ERROR(dest.Commit());
   const int64_t ctx = 4096;
   std::printf("wrote %s (kv_cache slim): KV cache at %lld tokens %s -> %s bytes (fp32)\n",
               out.c_str(), static_cast<long long>(ctx),

@@ -121,7 +121,7 @@ absl::StatusOr<TrainResult> RunTrainKvp(const CommandLine& cl, const std::string
 }
 
 absl::StatusOr<TrainResult> RunTrain(const CommandLine& cl, const std::string& out) {
-  ApplyThreads(cl);
+  HILNAS_RETURN_IF_ERROR(ApplyThreads(cl));
   HILNAS_ASSIGN_OR_RETURN(const TrainOptions o, TrainOptionsOf(cl));
   HILNAS_RETURN_IF_ERROR(o.Validate());
   if (const std::string ckpt = cl.ckpt; !ckpt.empty()) {
@@ -186,7 +186,7 @@ absl::StatusOr<TrainResult> RunTrain(const CommandLine& cl, const std::string& o
 
 absl::Status RunCalibrate(const CommandLine& cl, const std::string& ckpt,
                           const std::string& tokens_path, std::string out) {
-  ApplyThreads(cl);
+  HILNAS_RETURN_IF_ERROR(ApplyThreads(cl));
   if (ckpt.empty()) return absl::InvalidArgumentError("calibrate needs --ckpt DIR");
   if (out.empty()) out = (fs::path(ckpt) / "metrics.json").string();
   HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(ckpt));
@@ -217,10 +217,13 @@ absl::Status RunCalibrate(const CommandLine& cl, const std::string& ckpt,
 }
 
 absl::Status RunPrune(const CommandLine& cl) {
-  const std::string base = cl.base, out = cl.out;
-  if (base.empty() || out.empty()) {
+  const std::string base = cl.base, final_out = cl.out;
+  if (base.empty() || final_out.empty()) {
     return absl::InvalidArgumentError("prune needs --base DIR and --out DIR");
   }
+  HILNAS_ASSIGN_OR_RETURN(OutputFolder dest,
+                          OutputFolder::Prepare(final_out, cl.overwrite, {base, cl.metrics}));
+  const std::string& out = dest.staging();
   HILNAS_ASSIGN_OR_RETURN(Backbone b, LoadBackbone(base, cl.metrics));
   Decoder& backbone = *b.model;
   Arch target;
@@ -236,11 +239,12 @@ absl::Status RunPrune(const CommandLine& cl) {
     // A KV-prediction candidate: base, auxiliary/ and kv_predictor.safetensors.
     HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl));
     HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(b, target, po, out, storage));
+    HILNAS_RETURN_IF_ERROR(dest.Commit());
     const ParameterCount c = CountParameters(target);
     std::printf(
         "%s: KV-prediction candidate, base %d layers, d_model %d, d_ffn %d, pattern %s "
         "(%s parameters); auxiliary and predictor %s parameters\n",
-        out.c_str(), target.num_layers, target.d_model, target.d_ffn,
+        final_out.c_str(), target.num_layers, target.d_model, target.d_ffn,
         PatternString(target.attention).c_str(), WithCommas(c.model()).c_str(),
         WithCommas(c.auxiliary + c.predictor).c_str());
     return absl::OkStatus();
@@ -249,12 +253,13 @@ absl::Status RunPrune(const CommandLine& cl) {
   HILNAS_ASSIGN_OR_RETURN(Decoder pruned, ApplyPrune(backbone, plan, target));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl));
   HILNAS_RETURN_IF_ERROR(SaveCheckpoint(pruned, out, storage));
+  HILNAS_RETURN_IF_ERROR(dest.Commit());
   std::string kept;
   for (int l : plan.layers) absl::StrAppend(&kept, kept.empty() ? "" : ",", l);
   std::printf(
       "%s: %d layers (backbone layers %s kept), d_model %d of %d, d_ffn %d of %d, "
       "pattern %s, %s parameters (backbone %s)\n",
-      out.c_str(), target.num_layers, kept.c_str(), target.d_model, backbone.arch().d_model,
+      final_out.c_str(), target.num_layers, kept.c_str(), target.d_model, backbone.arch().d_model,
       target.d_ffn, backbone.arch().d_ffn, PatternString(target.attention).c_str(),
       WithCommas(CountParameters(target).model()).c_str(),
       WithCommas(CountParameters(backbone.arch()).model()).c_str());
@@ -271,8 +276,14 @@ int CorpusCommand(const std::vector<std::string>&, const CommandLine& cl) {
 int TrainCommand(const std::vector<std::string>&, const CommandLine& cl) {
   const std::string out = cl.out;
   if (out.empty()) return Fail(absl::InvalidArgumentError("train needs --out DIR"));
-  auto r = RunTrain(cl, out);
-  return r.ok() ? 0 : Fail(r.status());
+  absl::StatusOr<OutputFolder> dest =
+      OutputFolder::Prepare(out, cl.overwrite, {cl.ckpt, cl.distill_from, cl.checkpoint_dir});
+  if (!dest.ok()) return Fail(dest.status());
+  auto r = RunTrain(cl, dest->staging());
+  if (!r.ok()) return Fail(r.status());
+  if (absl::Status s = dest->Commit(); !s.ok()) return Fail(s);
+  std::printf("saved to %s\n", out.c_str());
+  return 0;
 }
 
 int CalibrateCommand(const std::vector<std::string>&, const CommandLine& cl) {

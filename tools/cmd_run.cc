@@ -109,9 +109,26 @@ int RunOnce(const CommandLine& cl, Decoder& decoder, const std::string& how, dou
 int RunCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   if (!args.empty())
     return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
-  ApplyThreads(cl);
+  if (absl::Status s = ApplyThreads(cl); !s.ok()) return Fail(s);
   auto dtype = ComputeDtype(cl.dtype);
   if (!dtype.ok()) return Fail(dtype.status());
+  // Sizes are checked before anything is built: a prompt of 4e9 tokens or a
+  // model larger than memory is an error message, not an abort.
+  const int64_t prompt = cl.prompt_tokens, generated = cl.max_new_tokens;
+  if (prompt < 1 || generated < 0 || prompt + generated > kMaxContext) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--prompt-tokens ", prompt, " and --max-new-tokens ", generated,
+                     " must be positive and together at most ", kMaxContext)));
+  }
+  {
+    absl::StatusOr<Arch> arch =
+        cl.ckpt.empty() ? ArchOf(cl) : ReadConfigJson(cl.ckpt + "/config.json");
+    if (!arch.ok()) return Fail(arch.status());
+    const int elem = *dtype == torch::kFloat ? 4 : 2;
+    if (absl::Status s = CheckFitsInMemory(*arch, prompt + generated, elem, "run"); !s.ok()) {
+      return Fail(s);
+    }
+  }
   auto built = BuildModel(cl, *dtype);
   if (!built.ok()) return Fail(built.status());
   return RunOnce(cl, built->decoder, built->how, built->build_ms, built->kvp.get());
@@ -125,9 +142,16 @@ int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& c
     if (!storage.ok()) return Fail(storage.status());
     auto arch = ArchOf(cl);
     if (!arch.ok()) return Fail(arch.status());
+    if (absl::Status s = CheckFitsInMemory(*arch, 0, BytesPerElement(*storage), "checkpoint init");
+        !s.ok()) {
+      return Fail(s);
+    }
+    absl::StatusOr<OutputFolder> dest = OutputFolder::Prepare(out, cl.overwrite, {});
+    if (!dest.ok()) return Fail(dest.status());
     auto decoder = Decoder::Create(*arch, cl.seed);
     if (!decoder.ok()) return Fail(decoder.status());
-    absl::Status s = SaveCheckpoint(*decoder, out, *storage);
+    absl::Status s = SaveCheckpoint(*decoder, dest->staging(), *storage);
+    if (s.ok()) s = dest->Commit();
     if (!s.ok()) return Fail(s);
     std::printf("wrote %s (config.json, model.safetensors; %s parameters, %s)\n", out.c_str(),
                 WithCommas(CountParameters(*arch).model()).c_str(), cl.dtype.c_str());
@@ -136,9 +160,13 @@ int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& c
   if (args.size() == 2 && args[0] == "check") {
     auto decoder = LoadCheckpoint(args[1]);
     if (!decoder.ok()) return Fail(decoder.status());
+    if (cl.values) {
+      absl::Status finite = CheckFiniteWeights(args[1] + "/model.safetensors");
+      if (!finite.ok()) return Fail(finite);
+    }
     const Arch& a = decoder->arch();
-    std::printf("%s: ok: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
-                args[1].c_str(), a.num_layers, a.d_model, a.d_ffn,
+    std::printf("%s: ok%s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
+                args[1].c_str(), cl.values ? " (every weight finite)" : "", a.num_layers, a.d_model, a.d_ffn,
                 PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
     return 0;
   }

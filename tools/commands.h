@@ -61,14 +61,50 @@ absl::StatusOr<Arch> ArchOf(const CommandLine& cl);
 // The checkpoint storage type named by --dtype (f32 | f16 | bf16).
 absl::StatusOr<StorageDtype> StorageDtypeOf(const CommandLine& cl);
 
-// at::set_num_threads(--threads) when --threads > 0.
-void ApplyThreads(const CommandLine& cl);
+// at::set_num_threads(--threads) when --threads > 0; INVALID_ARGUMENT for
+// more threads than the machine has cores (100000 threads would hang it).
+absl::Status ApplyThreads(const CommandLine& cl);
+
+// Bytes per weight of a storage dtype.
+int BytesPerElement(StorageDtype dtype);
+
+// RESOURCE_EXHAUSTED naming `what` when EstimateRunBytes (weights and a KV
+// cache of `context_tokens`) exceeds this machine's available memory:
+// checked before anything is allocated.
+absl::Status CheckFitsInMemory(const Arch& arch, int64_t context_tokens, int bytes_per_element,
+                               const std::string& what);
 
 // 394613632 -> "394,613,632".
 std::string WithCommas(int64_t n);
 
 // Prints the error to stderr and returns exit code 1.
 int Fail(const absl::Status& status);
+
+// Where a command writes a checkpoint folder (prune, train, checkpoint init,
+// slim). Prepare refuses an --out that exists and is not empty unless
+// `overwrite`, and always one that is, contains or lies inside one of
+// `inputs` (`prune --base D --out D` must not destroy the backbone). The
+// command writes into staging(), a fresh folder beside --out; Commit()
+// moves it into place (with `overwrite`, the old folder is moved aside
+// first and removed after), so a crash leaves the old checkpoint or the
+// new one, never a mix. Without Commit the staging folder is removed.
+class OutputFolder {
+ public:
+  static absl::StatusOr<OutputFolder> Prepare(const std::string& out, bool overwrite,
+                                              const std::vector<std::string>& inputs);
+  OutputFolder(OutputFolder&& other) noexcept;
+  OutputFolder& operator=(OutputFolder&&) = delete;
+  OutputFolder(const OutputFolder&) = delete;
+  ~OutputFolder();
+
+  const std::string& staging() const { return staging_; }
+  absl::Status Commit();
+
+ private:
+  OutputFolder(std::string out, std::string staging) : out_(std::move(out)), staging_(std::move(staging)) {}
+  std::string out_;
+  std::string staging_;  // empty once committed or moved from
+};
 
 }  // namespace hilnas::tools
 

@@ -1,8 +1,15 @@
+#include <unistd.h>
+
 #include <cstdio>
+#include <algorithm>
+#include <filesystem>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "device_agent/environment.h"
 #include "model/checkpoint.h"
+#include "search_space/counts.h"
 #include "proto/arch.pb.h"
 #include "search_space/shapes.h"
 #include "tools/commands.h"
@@ -36,8 +43,29 @@ absl::StatusOr<StorageDtype> StorageDtypeOf(const CommandLine& cl) {
   return ParseStorageDtype(cl.dtype);
 }
 
-void ApplyThreads(const CommandLine& cl) {
-  if (const int t = cl.threads; t > 0) at::set_num_threads(t);
+absl::Status ApplyThreads(const CommandLine& cl) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int t = cl.threads;
+  if (t < 0 || t > cores) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads ", t, " is not in 1..", cores, " (this machine's cores)"));
+  }
+  if (t > 0) at::set_num_threads(t);
+  return absl::OkStatus();
+}
+
+int BytesPerElement(StorageDtype dtype) { return dtype == StorageDtype::kF32 ? 4 : 2; }
+
+absl::Status CheckFitsInMemory(const Arch& arch, int64_t context_tokens, int bytes_per_element,
+                               const std::string& what) {
+  const int64_t need = EstimateRunBytes(arch, context_tokens, bytes_per_element);
+  const int64_t have = MemAvailableBytes();
+  if (have > 0 && need > have) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": the model needs about ", need >> 20, " MiB for weights and KV cache at ",
+        context_tokens, " tokens; this machine has ", have >> 20, " MiB available"));
+  }
+  return absl::OkStatus();
 }
 
 std::string WithCommas(int64_t n) {
@@ -57,6 +85,88 @@ int Fail(const absl::Status& status) {
 
 pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {
   return SpawnProcess("/proc/self/exe", args, log, /*append_log=*/false);
+}
+
+namespace {
+
+// `a` equals `b` or lies inside it (both canonical).
+bool Within(const std::filesystem::path& a, const std::filesystem::path& b) {
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai) {
+    if (ai == a.end() || *ai != *bi) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<OutputFolder> OutputFolder::Prepare(const std::string& out, bool overwrite,
+                                                   const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const std::string& in : inputs) {
+    if (in.empty()) continue;
+    std::error_code iec;
+    const fs::path input = fs::weakly_canonical(fs::absolute(in, iec), iec);
+    if (Within(target, input) || Within(input, target)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--out ", out, " would write over the input ", in, "; choose another folder"));
+    }
+  }
+  if (fs::exists(target, ec)) {
+    if (!fs::is_directory(target, ec)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("--out ", out, " exists and is not a folder; choose another path"));
+    }
+    if (!fs::is_empty(target, ec) && !overwrite) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "--out ", out, " exists and is not empty; choose a new folder or pass --overwrite"));
+    }
+  }
+  fs::create_directories(target.parent_path(), ec);
+  std::string staging = absl::StrCat(target.string(), ".tmp-", getpid());
+  fs::remove_all(staging, ec);
+  if (!fs::create_directory(staging, ec)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--out ", out, ": cannot create ", staging, ": ", ec.message()));
+  }
+  return OutputFolder(target.string(), std::move(staging));
+}
+
+OutputFolder::OutputFolder(OutputFolder&& other) noexcept
+    : out_(std::move(other.out_)), staging_(std::move(other.staging_)) {
+  other.staging_.clear();
+}
+
+OutputFolder::~OutputFolder() {
+  if (staging_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(staging_, ec);
+}
+
+absl::Status OutputFolder::Commit() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string old;
+  if (fs::exists(out_, ec)) {
+    old = absl::StrCat(out_, ".old-", getpid());
+    fs::remove_all(old, ec);
+    fs::rename(out_, old, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot move the old ", out_, " aside: ", ec.message()));
+    }
+  }
+  fs::rename(staging_, out_, ec);
+  if (ec) {
+    if (!old.empty()) fs::rename(old, out_, ec);  // put the old one back
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot move ", staging_, " to ", out_, ": ", ec.message()));
+  }
+  staging_.clear();
+  if (!old.empty()) fs::remove_all(old, ec);
+  return absl::OkStatus();
 }
 
 }  // namespace hilnas::tools

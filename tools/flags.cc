@@ -132,6 +132,11 @@ ABSL_FLAG(std::string, coordinator, "",
           "coordinator address HOST:PORT; default $HILNAS_COORDINATOR, then 127.0.0.1:50051");
 ABSL_FLAG(std::string, token, "", "enrollment token agents present; default $HILNAS_TOKEN");
 
+ABSL_FLAG(bool, overwrite, false,
+          "prune, train, checkpoint init, slim: replace an existing non-empty --out (never an "
+          "input); the new checkpoint is written beside it and renamed into place");
+ABSL_FLAG(bool, values, false, "checkpoint check: also scan every weight for NaN and Inf");
+
 // security (docs/security.md)
 ABSL_FLAG(std::string, user_token, "",
           "user token: the coordinator accepts it (named \"user\"), clients present it; default "
@@ -199,6 +204,8 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   CommandLine cl;
   if (auto it = repeated.find("data_root"); it != repeated.end()) cl.data_roots = it->second;
   if (auto it = repeated.find("evaluator"); it != repeated.end()) cl.evaluators = it->second;
+  cl.overwrite = absl::GetFlag(FLAGS_overwrite);
+  cl.values = absl::GetFlag(FLAGS_values);
   cl.user_token = absl::GetFlag(FLAGS_user_token);
   cl.user_tokens_file = absl::GetFlag(FLAGS_user_tokens_file);
   cl.tls_ca = absl::GetFlag(FLAGS_tls_ca);

@@ -115,6 +115,8 @@ struct CommandLine {
   bool json = false;
   std::string coordinator;
   std::string token;
+  bool overwrite = false;  // prune, train, checkpoint init, slim: replace a non-empty --out
+  bool values = false;     // checkpoint check: scan every weight for NaN/Inf
   // security (coordinator, agents, every client command)
   std::string user_token;
   std::string user_tokens_file;

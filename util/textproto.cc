@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "util/files.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -53,6 +54,13 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view origin,
 }
 
 absl::Status ReadFileToString(const std::string& path, std::string* out) {
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) {
+    // Callers and tests rely on NOT_FOUND naming the path for a missing file.
+    if (absl::IsNotFound(s)) {
+      return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
+    }
+    return s;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
   std::ostringstream ss;

@@ -1,0 +1,20 @@
+// Checks on paths before they are opened: a reader that expects a file must
+// never block on a FIFO or read a directory as bytes (which ends in a
+// multi-exabyte allocation), and a writer must never destroy what it reads.
+#ifndef HILNAS_UTIL_FILES_H_
+#define HILNAS_UTIL_FILES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace hilnas {
+
+// OK for an existing regular file (symlinks followed). NOT_FOUND when
+// nothing is there; FAILED_PRECONDITION naming what is there instead (a
+// directory, a FIFO, a device, a socket).
+absl::Status CheckRegularFile(const std::string& path);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_UTIL_FILES_H_
