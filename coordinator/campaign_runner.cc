@@ -107,8 +107,7 @@ void CampaignRunner::Loop() {
           if (stop_) return;
         }
         if (r.state != CampaignState::kRunning) continue;
-        absl::StatusOr<bool> p = Step(r.config.name());
-        progressed = progressed || (p.ok() && *p);
+        progressed = GuardedStep(r.config.name()) || progressed;
       }
     }
     absl::MutexLock lock(&mu_);
@@ -134,6 +133,48 @@ absl::StatusOr<CampaignContext*> CampaignRunner::Context(const CampaignRecord& r
     slot = std::move(ctx);
   }
   return slot.get();
+}
+
+bool CampaignRunner::GuardedStep(const std::string& name) {
+  // Marked in the file before the step runs: a step that kills the process
+  // (std::bad_alloc from a poison budget, a segfault in a library) is seen
+  // after the restart, and the campaign fails instead of killing it again.
+  absl::StatusOr<int> crashes = campaigns_->BeginStep(name);
+  if (!crashes.ok()) return false;  // the store is unwell: try again later
+  if (*crashes >= options_.max_step_crashes) {
+    const std::string why = absl::StrCat(
+        "the coordinator died ", *crashes,
+        " times in a row during a step of this campaign; it is marked failed so it cannot take "
+        "the coordinator down again (`campaign resume` retries)");
+    Log(name, why);
+    campaigns_->Finish(name, CampaignEvent::kFail, why).IgnoreError();
+    campaigns_->EndStep(name).IgnoreError();
+    return true;
+  }
+  absl::Status failed;
+  try {
+    absl::StatusOr<bool> progressed = Step(name);
+    if (progressed.ok()) {
+      step_errors_[name] = 0;
+      campaigns_->EndStep(name).IgnoreError();
+      return *progressed;
+    }
+    failed = progressed.status();
+  } catch (const std::exception& e) {  // std::bad_alloc, c10::Error, json errors ...
+    failed = absl::InternalError(absl::StrCat("a runner step threw: ", e.what()));
+    step_errors_[name] = options_.max_step_errors;  // no retry: it would throw again
+  }
+  campaigns_->EndStep(name).IgnoreError();
+  // A store error may pass (a busy database); the same error again and
+  // again fails the campaign with the reason instead of spinning.
+  if (++step_errors_[name] >= options_.max_step_errors) {
+    const std::string why = absl::StrCat("stopped by an error: ", failed.ToString());
+    Log(name, why);
+    campaigns_->Finish(name, CampaignEvent::kFail, why).IgnoreError();
+    step_errors_[name] = 0;
+    return true;
+  }
+  return false;
 }
 
 absl::StatusOr<bool> CampaignRunner::Step(const std::string& name) {

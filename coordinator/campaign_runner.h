@@ -38,6 +38,10 @@ struct CampaignRunnerOptions {
   std::string work_dir = "hilnas.work";
   int64_t idle_poll_ms = 250;  // how often waiting campaigns are looked at
   int k_folds = 5;             // stage-1 cross-validation
+  // A campaign fails (with the reason) after this many steps in a row died
+  // with the process, or returned an error.
+  int max_step_crashes = 2;
+  int max_step_errors = 3;
 };
 
 struct CampaignContext;
@@ -64,6 +68,10 @@ class CampaignRunner {
   // (false: waiting for agents, or not running). Errors are recorded in the
   // campaign; those returned here are the store's.
   absl::StatusOr<bool> Step(const std::string& campaign);
+  // Step, guarded: bracketed in the store (BeginStep/EndStep), exceptions
+  // caught, repeated errors and repeated crashes fail the campaign with the
+  // reason. Returns whether anything changed.
+  bool GuardedStep(const std::string& campaign);
 
  private:
   absl::StatusOr<CampaignContext*> Context(const CampaignRecord& record);
@@ -115,6 +123,7 @@ class CampaignRunner {
 
   absl::Mutex step_mu_;  // one Step at a time
   std::map<std::string, std::unique_ptr<CampaignContext>> contexts_ ABSL_GUARDED_BY(step_mu_);
+  std::map<std::string, int> step_errors_;  // consecutive failed steps; the runner thread's
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

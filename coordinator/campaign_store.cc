@@ -37,6 +37,12 @@ CREATE TABLE IF NOT EXISTS campaign_log(
   ms INTEGER NOT NULL,
   text TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS campaign_log_by_name ON campaign_log(campaign, id);
+-- A row while a runner step of the campaign is under way: one left behind
+-- by a dead coordinator counts as a crash during that campaign's step.
+CREATE TABLE IF NOT EXISTS campaign_steps(
+  campaign TEXT PRIMARY KEY,
+  started_ms INTEGER NOT NULL,
+  crashes INTEGER NOT NULL DEFAULT 0);
 )sql";
 
 double NullableDouble(const SqliteStatement& q, int col) {
@@ -345,6 +351,33 @@ absl::StatusOr<std::vector<LogLine>> CampaignStore::LogLines(const std::string& 
     out.push_back({q.Int(0), q.Text(1)});
   }
   return out;
+}
+
+absl::StatusOr<int> CampaignStore::BeginStep(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  SqliteTransaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
+                          db_->Prepare("SELECT crashes FROM campaign_steps WHERE campaign = ?"));
+  q.Bind(1, name);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  // A row still here means the last step never ended: the process died in it.
+  const int crashes = row ? static_cast<int>(q.Int(0)) + 1 : 0;
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement u,
+      db_->Prepare("INSERT OR REPLACE INTO campaign_steps(campaign, started_ms, crashes) "
+                   "VALUES(?, ?, ?)"));
+  HILNAS_RETURN_IF_ERROR(
+      u.Bind(1, name).Bind(2, clock_->NowMs()).Bind(3, static_cast<int64_t>(crashes)).Run());
+  HILNAS_RETURN_IF_ERROR(tx.Commit());
+  return crashes;
+}
+
+absl::Status CampaignStore::EndStep(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  HILNAS_ASSIGN_OR_RETURN(SqliteStatement d,
+                          db_->Prepare("DELETE FROM campaign_steps WHERE campaign = ?"));
+  return d.Bind(1, name).Run();
 }
 
 }  // namespace hilnas

@@ -83,6 +83,12 @@ class CampaignStore {
   // transaction. FAILED_PRECONDITION when it is not running.
   absl::Status Finish(const std::string& name, CampaignEvent event, const std::string& message);
 
+  // Brackets one runner step of `name` in the file, so a step that kills
+  // the process is known after a restart. BeginStep returns how many steps
+  // in a row died unfinished before this one (0 normally); EndStep clears it.
+  absl::StatusOr<int> BeginStep(const std::string& name);
+  absl::Status EndStep(const std::string& name);
+
   absl::Status Log(const std::string& campaign, const std::string& text);
   // The newest `limit` lines, oldest first.
   absl::StatusOr<std::vector<LogLine>> LogLines(const std::string& campaign, int limit);

@@ -413,6 +413,56 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
   EXPECT_TRUE(all.empty());  // nothing was stored
 }
 
+TEST_F(CampaignTest, AStepThatThrowsFailsTheCampaignWithTheReasonNotTheProcess) {
+  make_evaluator_ = [](const CampaignConfig&,
+                       const Backbone&) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+    throw std::bad_alloc();  // what mc_samples: 1e9 did before it was refused at create
+  };
+  Open();
+  ASSERT_OK(service_->Create(Config("throws")).status());
+  ASSERT_OK(service_->Start("throws").status());
+  for (int i = 0; i < 400; ++i) {
+    runner_->GuardedStep("throws");
+    ServeJobs();
+    if (campaigns_->Get("throws")->state != CampaignState::kRunning) break;
+  }
+  ASSERT_OK_AND_ASSIGN(CampaignRecord r, campaigns_->Get("throws"));
+  EXPECT_EQ(r.state, CampaignState::kFailed);
+  EXPECT_THAT(r.message, HasSubstr("a runner step threw: std::bad_alloc"));
+  // Failed is at rest: a restarted coordinator does not pick it up again.
+  Open();
+  EXPECT_FALSE(runner_->GuardedStep("throws"));
+  EXPECT_EQ(campaigns_->Get("throws")->state, CampaignState::kFailed);
+}
+
+TEST_F(CampaignTest, ACampaignWhoseStepsKeepKillingTheProcessIsFailedOnRestart) {
+  ASSERT_OK(service_->Create(Config("killer")).status());
+  ASSERT_OK(service_->Start("killer").status());
+  // Two steps began and never ended: the process died in each.
+  ASSERT_OK(campaigns_->BeginStep("killer").status());
+  Open();
+  ASSERT_OK_AND_ASSIGN(int crashes, campaigns_->BeginStep("killer"));
+  EXPECT_EQ(crashes, 1);
+  Open();
+  EXPECT_TRUE(runner_->GuardedStep("killer"));
+  ASSERT_OK_AND_ASSIGN(CampaignRecord r, campaigns_->Get("killer"));
+  EXPECT_EQ(r.state, CampaignState::kFailed);
+  EXPECT_THAT(r.message, HasSubstr("died 2 times in a row during a step"));
+  // Resume gives it another chance, with the count reset.
+  ASSERT_OK(service_->Resume("killer").status());
+  EXPECT_TRUE(runner_->GuardedStep("killer"));
+  EXPECT_EQ(campaigns_->Get("killer")->state, CampaignState::kRunning);
+}
+
+TEST_F(CampaignTest, StopWinsOverARunningCampaign) {
+  ASSERT_OK(service_->Create(Config("stoppable")).status());
+  ASSERT_OK(service_->Start("stoppable").status());
+  ASSERT_TRUE(runner_->GuardedStep("stoppable"));
+  ASSERT_OK(service_->Stop("stoppable").status());
+  EXPECT_FALSE(runner_->GuardedStep("stoppable"));
+  EXPECT_EQ(campaigns_->Get("stoppable")->state, CampaignState::kStopped);
+}
+
 TEST_F(CampaignTest, PoisonBudgetsAreRefusedAtCreateNamingTheField) {
   CampaignConfig draws = Config("draws");
   draws.set_mc_samples(1'000'000'000);
