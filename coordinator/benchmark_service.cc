@@ -153,7 +153,8 @@ class AgentServiceImpl : public AgentService::CallbackService {
           absl::StrCat("agent \"", req->device().name(), "\": ", s.message()))));
       return reactor;
     }
-    absl::StatusOr<AgentSession> session = d_.store->RegisterAgent(req->device());
+    absl::StatusOr<AgentSession> session = d_.store->RegisterAgent(
+        req->device(), MetadataValue(ctx->client_metadata(), kSessionKey));
     if (session.ok()) {
       resp->set_agent_id(session->agent_id);
       resp->set_session_key(session->session_key);

@@ -63,7 +63,11 @@ class CampaignTest : public ::testing::Test {
         std::make_unique<CampaignServiceImpl>(campaigns_.get(), runner_.get(), std::move(policy));
     DeviceIdentity d;
     d.set_name("scripted");
-    agent_ = jobs_->RegisterAgent(d)->agent_id;
+    // A reopened store is a restarted coordinator: the same agent, its key.
+    absl::StatusOr<AgentSession> session = jobs_->RegisterAgent(d, session_key_);
+    ASSERT_TRUE(session.ok()) << session.status();
+    agent_ = session->agent_id;
+    session_key_ = session->session_key;
   }
 
   CampaignConfig Config(const std::string& name) {
@@ -129,6 +133,7 @@ class CampaignTest : public ::testing::Test {
   }
 
   EvaluatorFactory make_evaluator_;  // empty: the default factory
+  std::string session_key_;          // the scripted agent's
 
   void ExpectCompleteCampaign(const std::string& name) {
     ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials(name));

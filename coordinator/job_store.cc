@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "proto/benchmark_request.h"
 #include "util/secrets.h"
@@ -144,7 +145,8 @@ absl::Status JobStore::TouchLocked(const std::string& agent_id, int64_t now) {
   return ExpireLocked(now).status();
 }
 
-absl::StatusOr<AgentSession> JobStore::RegisterAgent(const DeviceIdentity& device) {
+absl::StatusOr<AgentSession> JobStore::RegisterAgent(const DeviceIdentity& device,
+                                                     const std::string& presented_session_key) {
   if (device.name().empty()) return absl::InvalidArgumentError("device name is empty");
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
@@ -154,6 +156,27 @@ absl::StatusOr<AgentSession> JobStore::RegisterAgent(const DeviceIdentity& devic
                           db_->Prepare("SELECT agent_id FROM agents WHERE name = ?"));
   q.Bind(1, device.name());
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (row) {
+    // One live session per name: two agents measuring under one name would
+    // share leases and contaminate each other's timings. A name is free once
+    // its agent has been silent for a lease's lifetime (its lease expired).
+    HILNAS_ASSIGN_OR_RETURN(
+        SqliteStatement live,
+        db_->Prepare("SELECT last_heartbeat_ms, session_hash FROM agents WHERE name = ?"));
+    live.Bind(1, device.name());
+    HILNAS_ASSIGN_OR_RETURN(bool found, live.Step());
+    const int64_t silent_ms = found ? now - live.Int(0) : 0;
+    // The agent that holds the session (presenting its key) may register
+    // again at once: a restart that kept its key resumes its lease.
+    const bool holder = found && !presented_session_key.empty() &&
+                        SecretEquals(live.Text(1), Sha256Hex(presented_session_key));
+    if (found && !holder && !live.Text(1).empty() && silent_ms < options_.lease_ttl_ms) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "agent name \"", device.name(), "\" has a live session (heard from ", silent_ms,
+          " ms ago); another agent may take the name once it has been silent for ",
+          options_.lease_ttl_ms, " ms. Give each device its own --name"));
+    }
+  }
   AgentSession session;
   // A new key on every registration: the previous session of this name
   // ends here (its next call is UNAUTHENTICATED).
@@ -203,6 +226,20 @@ absl::Status JobStore::CheckSession(const std::string& agent_id, const std::stri
         "agent \"", agent_id, "\": session key missing or not current; register again"));
   }
   return absl::OkStatus();
+}
+
+absl::Status JobStore::TouchAgents(const std::vector<std::string>& agent_ids) {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  SqliteTransaction tx(db_.get());
+  HILNAS_RETURN_IF_ERROR(tx.begun());
+  for (const std::string& id : agent_ids) {
+    HILNAS_ASSIGN_OR_RETURN(
+        SqliteStatement u,
+        db_->Prepare("UPDATE agents SET last_heartbeat_ms = ? WHERE agent_id = ?"));
+    HILNAS_RETURN_IF_ERROR(u.Bind(1, now).Bind(2, id).Run());
+  }
+  return tx.Commit();
 }
 
 absl::StatusOr<bool> JobStore::HasLeasableJobs() {
@@ -296,15 +333,36 @@ absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
     HILNAS_ASSIGN_OR_RETURN(SqliteStatement ul,
                             db_->Prepare("UPDATE leases SET state = ? WHERE lease_id = ?"));
     HILNAS_RETURN_IF_ERROR(ul.Bind(1, Text(LeaseState::kExpired)).Bind(2, e.lease_id).Run());
+    // A lease expires only when its agent stopped renewing it: the agent
+    // died (or lost its network) during the job. Say so, and name every
+    // agent this job took down, so a job that crashes runtimes is not
+    // handed to agent after agent in silence.
+    HILNAS_ASSIGN_OR_RETURN(
+        SqliteStatement who,
+        db_->Prepare("SELECT a.name FROM leases l JOIN agents a ON l.agent_id = a.agent_id "
+                     "WHERE l.job_id = ? AND l.state = ? ORDER BY l.granted_ms"));
+    who.Bind(1, e.job_id).Bind(2, Text(LeaseState::kExpired));
+    std::vector<std::string> died;
+    while (true) {
+      HILNAS_ASSIGN_OR_RETURN(bool row, who.Step());
+      if (!row) break;
+      died.push_back(who.Text(0));
+    }
+    const std::string names = absl::StrJoin(died, ", ");
     const bool give_up = e.attempts >= options_.max_attempts;
     HILNAS_ASSIGN_OR_RETURN(
         SqliteStatement uj,
         db_->Prepare("UPDATE jobs SET state = ?, message = ?, finished_ms = ? WHERE job_id = ?"));
     HILNAS_RETURN_IF_ERROR(
         uj.Bind(1, static_cast<int64_t>(give_up ? JOB_FAILED : STALE))
-            .Bind(2, give_up ? absl::StrCat("lease expired ", e.attempts,
-                                            " times without a report; giving up")
-                             : absl::StrCat("lease ", e.lease_id, " expired; back in the queue"))
+            .Bind(2, give_up
+                         ? absl::StrCat("agent died during the job ", e.attempts,
+                                        " times (", names,
+                                        ": no heartbeat until the lease expired); the job may "
+                                        "crash the runtime; giving up")
+                         : absl::StrCat("agent died during the job (", died.empty() ? "?" : died.back(),
+                                        ": no heartbeat until lease ", e.lease_id,
+                                        " expired); back in the queue"))
             .Bind(3, give_up ? now : 0)
             .Bind(4, e.job_id)
             .Run());

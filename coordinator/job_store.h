@@ -91,11 +91,18 @@ class JobStore {
   // Registers a device, or re-registers one with the same name (same id, so
   // a restarted agent finds its unfinished lease). Returns the agent id and
   // a new session key, which replaces the name's previous one.
-  absl::StatusOr<AgentSession> RegisterAgent(const DeviceIdentity& device);
+  // ALREADY_EXISTS while the name has a live session (its agent was heard
+  // from within lease_ttl_ms: one live session per name), unless
+  // `presented_session_key` is that session's key.
+  absl::StatusOr<AgentSession> RegisterAgent(const DeviceIdentity& device,
+                                             const std::string& presented_session_key = "");
   // OK when `session_key` is `agent_id`'s current key; UNAUTHENTICATED
   // otherwise (unknown agent, empty, stale or wrong key), compared in
   // constant time.
   absl::Status CheckSession(const std::string& agent_id, const std::string& session_key);
+  // Records that these agents are alive (parked in a long poll), in one
+  // transaction. Unknown ids are ignored.
+  absl::Status TouchAgents(const std::vector<std::string>& agent_ids);
   // Whether any job is QUEUED or STALE (a read; touches nothing). Parked
   // long polls ask this before trying to lease.
   absl::StatusOr<bool> HasLeasableJobs();

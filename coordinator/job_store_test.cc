@@ -112,15 +112,40 @@ TEST_F(JobStoreTest, HeartbeatKeepsLeaseAlive) {
 }
 
 TEST_F(JobStoreTest, RestartedAgentGetsItsOwnLeaseBack) {
-  const std::string a = Register("phone-a");
+  DeviceIdentity d;
+  d.set_name("phone-a");
+  ASSERT_OK_AND_ASSIGN(AgentSession s, store_->RegisterAgent(d));
   Submit();
   Submit();
-  Lease first = MustLease(a);
-  const std::string again = Register("phone-a");  // the process restarted
-  EXPECT_EQ(again, a);
-  Lease second = MustLease(again);
+  Lease first = MustLease(s.agent_id);
+  // The process restarted, keeping its session key.
+  ASSERT_OK_AND_ASSIGN(AgentSession again, store_->RegisterAgent(d, s.session_key));
+  EXPECT_EQ(again.agent_id, s.agent_id);
+  Lease second = MustLease(again.agent_id);
   EXPECT_EQ(second.lease_id, first.lease_id);
   EXPECT_EQ(second.job_id, first.job_id);
+}
+
+TEST_F(JobStoreTest, ASecondAgentWithALiveNameIsRefusedUntilTheFirstFallsSilent) {
+  DeviceIdentity d;
+  d.set_name("phone-a");
+  ASSERT_OK_AND_ASSIGN(AgentSession first, store_->RegisterAgent(d));
+  const int64_t job = Submit();
+  Lease l = MustLease(first.agent_id);
+  clock_.AdvanceMs(500);
+  EXPECT_THAT(store_->RegisterAgent(d),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("has a live session")));
+  EXPECT_THAT(store_->RegisterAgent(d, "not-the-key"),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("phone-a")));
+  // Silent for a lease's lifetime: the lease expired, the name is free.
+  clock_.AdvanceMs(1000);
+  ASSERT_OK(store_->ExpireLeases().status());
+  ASSERT_OK_AND_ASSIGN(AgentSession second, store_->RegisterAgent(d));
+  EXPECT_NE(second.session_key, first.session_key);
+  ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+  EXPECT_EQ(j.state, STALE);
+  EXPECT_THAT(j.message, HasSubstr("agent died during the job (phone-a"));
+  (void)l;
 }
 
 TEST_F(JobStoreTest, JobFailsAfterMaxAttemptsOfExpiry) {
@@ -133,7 +158,7 @@ TEST_F(JobStoreTest, JobFailsAfterMaxAttemptsOfExpiry) {
   }
   ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
   EXPECT_EQ(j.state, JOB_FAILED);
-  EXPECT_THAT(j.message, HasSubstr("expired 2 times"));
+  EXPECT_THAT(j.message, HasSubstr("agent died during the job 2 times (phone-a, phone-a"));
   ASSERT_OK_AND_ASSIGN(auto none, store_->LeaseJob(a));
   EXPECT_FALSE(none.has_value());
 }
@@ -183,7 +208,9 @@ TEST_F(JobStoreTest, OnlyTheCurrentSessionKeyOfAnAgentIsAccepted) {
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session key")));
   EXPECT_THAT(store_->CheckSession("agent-nobody", first.session_key),
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("session key")));
-  // Registering the name again keeps the id and ends the old session.
+  // Registering the name again (once the first went silent) keeps the id
+  // and ends the old session.
+  clock_.AdvanceMs(2000);
   ASSERT_OK_AND_ASSIGN(AgentSession second, store_->RegisterAgent(d));
   EXPECT_EQ(second.agent_id, first.agent_id);
   EXPECT_NE(second.session_key, first.session_key);

@@ -1,5 +1,7 @@
 #include "coordinator/long_polls.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/benchmark_service.h"
 
@@ -76,6 +78,16 @@ void LongPolls::Loop() {
     // remaining waiters only need their deadlines checked (200 parked agents
     // and a stream of submissions made every pass 200 transactions, most of
     // them empty: bench/coordinator_load, 45 jobs/s before this).
+    // A parked agent is alive: mark it so (one transaction for all of them,
+    // a few times per lease lifetime), or a second agent could take its name
+    // while it waits (JobStore::RegisterAgent, one live session per name).
+    if (!leases_.empty() &&
+        now - last_touch_ms_ >= std::min<int64_t>(1000, store_->options().lease_ttl_ms / 3)) {
+      std::vector<std::string> parked;
+      for (const LeaseWaiter& w : leases_) parked.push_back(w.agent_id);
+      store_->TouchAgents(parked).IgnoreError();  // retried next time
+      last_touch_ms_ = now;
+    }
     bool leasable = true;
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (leasable) leasable = store_->HasLeasableJobs().value_or(true);

@@ -67,6 +67,7 @@ class LongPolls {
   JobStore* const store_;     // not owned
   const Clock* const clock_;  // not owned
   const int64_t tick_ms_;
+  int64_t last_touch_ms_ = 0;  // when parked agents were last marked alive (Loop's thread)
   absl::Mutex mu_;
   bool poked_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -80,8 +80,7 @@ class Agent::Impl {
       if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
           s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         Log(absl::StrCat("lease: ", s.error_message(), "; registering again"));
-        agent_id_.clear();
-        session_key_.clear();
+        agent_id_.clear();  // the session key is kept: presented at Register, it proves the holder
         Backoff(stop, "re-registration");
         continue;
       }

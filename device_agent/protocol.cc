@@ -109,7 +109,9 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
   *result.mutable_request() = req;
   result.set_started_unix_ms(SystemClock().NowMs());
   absl::Status status = ValidateBenchmarkRequest(req);
-  if (status.ok()) {
+  // A runtime that throws (std::bad_alloc, a libtorch error no layer caught)
+  // fails this job as RUNTIME_ERROR with the cause; the agent lives on.
+  if (status.ok()) try {
     ResetPeakRss();
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<PreparedModel>> model = runtime.Prepare(req);
@@ -125,6 +127,8 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
     } else {
       status = model.status();
     }
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("the runtime threw: ", e.what()));
   }
   if (!status.ok()) Fail(result, status);
   result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));

@@ -20,6 +20,7 @@ class ScriptedRuntime : public Runtime {
   std::deque<double> decodes;  // 10 ms/token once these run out
   absl::Status prepare_status;
   absl::Status run_status;  // returned once ttfts run out
+  bool run_throws = false;  // Run throws std::bad_alloc once ttfts run out
   int runs = 0;
 
   std::string name() const override { return "scripted"; }
@@ -34,6 +35,7 @@ class ScriptedRuntime : public Runtime {
     explicit Model(ScriptedRuntime* r) : r(r) {}
     absl::StatusOr<RunTiming> Run(int, int decode_tokens) override {
       ++r->runs;
+      if (r->ttfts.empty() && r->run_throws) throw std::bad_alloc();
       if (r->ttfts.empty()) return r->run_status;
       RunTiming t{r->ttfts.front(), 10.0, decode_tokens};
       r->ttfts.pop_front();
@@ -117,6 +119,15 @@ TEST(ProtocolTest, PrepareFailureBecomesStructuredFailure) {
   rt.prepare_status = absl::UnimplementedError("precision INT8_DYNAMIC");
   EXPECT_EQ(MeasureBenchmark(rt, Request(3, 3, 0.05), DeviceIdentity(), NoCooldown()).failure(),
             UNSUPPORTED_ARCH);
+}
+
+TEST(ProtocolTest, ARuntimeThatThrowsIsARuntimeErrorWithTheCause) {
+  ScriptedRuntime rt;
+  rt.ttfts = {100, 100};
+  rt.run_throws = true;
+  BenchmarkResult r = MeasureBenchmark(rt, Request(3, 3, 0.05), DeviceIdentity(), NoCooldown());
+  EXPECT_EQ(r.failure(), RUNTIME_ERROR);
+  EXPECT_THAT(r.failure_message(), HasSubstr("the runtime threw: std::bad_alloc"));
 }
 
 TEST(ProtocolTest, RunFailureKeepsSamplesMeasuredSoFar) {

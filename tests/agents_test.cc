@@ -237,6 +237,34 @@ TEST_F(AgentsTest, AgentWithWrongTokenIsRejectedAndExits) {
   EXPECT_TRUE(Agents().empty());
 }
 
+TEST_F(AgentsTest, ASecondLiveAgentWithTheSameNameIsRefusedUntilTheFirstIsGone) {
+  auto coordinator = StartCoordinator();
+  auto first = StartAgent("twin", "0");
+  ASSERT_TRUE(WaitFor([&] { return first->Log().find("registered with") != std::string::npos; },
+                      30))
+      << first->Log();
+  // Its own log (StartAgent names the log after the agent).
+  auto second = std::make_unique<Process>(
+      std::vector<std::string>{"agent", "--coordinator=" + address_, "--name=twin",
+                               "--cpu_set=1", "--threads=1", "--cooldown_ms=0"},
+      dir_ + "/twin-2.log");
+  ASSERT_TRUE(WaitFor([&] { return second->Log().find("has a live session") != std::string::npos; },
+                      30))
+      << second->Log();
+  // The first stays idle in long polls past the 1.5 s lease lifetime: a
+  // parked agent counts as alive, so the name stays taken.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(second->Log().find("registered with"), std::string::npos) << second->Log();
+  EXPECT_EQ(Agents().size(), 1u);
+  // The first dies; once its session has been silent for a lease's
+  // lifetime (1.5 s here) the name is free and the second takes it.
+  first->Signal(SIGKILL);
+  first->Wait();
+  EXPECT_TRUE(WaitFor([&] { return second->Log().find("registered with") != std::string::npos; },
+                      30))
+      << second->Log();
+}
+
 TEST_F(AgentsTest, FleetPinsEachAgentToItsOwnCpus) {
   auto coordinator = StartCoordinator();
   Process fleet({"fleet", "--coordinator=" + address_, "--agents=2", "--fleet_threads=1",
