@@ -174,13 +174,13 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     const char* field;
     int64_t value, max;
   };
-  for (const Bound& b : {Bound{"batch_size", c.batch_size(), 256},
-                         Bound{"stage1_latency_points", c.stage1_latency_points(), 100'000},
-                         Bound{"stage2_trials", c.stage2_trials(), 100'000},
-                         Bound{"stage2_initial_points", c.stage2_initial_points(), 100'000},
-                         Bound{"candidates", c.candidates(), 1'000'000},
-                         Bound{"mc_samples", c.mc_samples(), 65'536},
-                         Bound{"ttft_prompt_tokens", c.ttft_prompt_tokens(), kMaxContext}}) {
+  for (const Bound& b :
+       {Bound{"batch_size", c.batch_size(), 256},
+        Bound{"stage1_latency_points", c.stage1_latency_points(), 100'000},
+        Bound{"stage2_trials", c.stage2_trials(), 100'000},
+        Bound{"stage2_initial_points", c.stage2_initial_points(), 100'000},
+        Bound{"candidates", c.candidates(), 1'000'000}, Bound{"mc_samples", c.mc_samples(), 65'536},
+        Bound{"ttft_prompt_tokens", c.ttft_prompt_tokens(), kMaxContext}}) {
     if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
   }
   {
@@ -190,12 +190,12 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
                                (static_cast<double>(c.candidates()) + c.stage2_trials()) *
                                (2 + c.objectives_size());
     if (draws_bytes > kMaxAcquisitionBytes) {
-      return bad("mc_samples", absl::StrFormat(
-                                   "%d MC samples over %d candidates need %.1f GiB of posterior "
-                                   "draws; this coordinator allows %.1f GiB (lower mc_samples or "
-                                   "candidates)",
-                                   c.mc_samples(), c.candidates(), draws_bytes / (1 << 30),
-                                   kMaxAcquisitionBytes / double(1 << 30)));
+      return bad("mc_samples",
+                 absl::StrFormat("%d MC samples over %d candidates need %.1f GiB of posterior "
+                                 "draws; this coordinator allows %.1f GiB (lower mc_samples or "
+                                 "candidates)",
+                                 c.mc_samples(), c.candidates(), draws_bytes / (1 << 30),
+                                 kMaxAcquisitionBytes / double(1 << 30)));
     }
   }
   if (!(c.stage1_target_r2() <= 1)) {

@@ -203,9 +203,8 @@ absl::Status CampaignRunner::StartStage1(CampaignRecord& record) {
   HILNAS_RETURN_IF_ERROR(campaigns_->Update(record));
   Log(c.name(), absl::StrFormat("stage 1: %d Sobol points, then uncertainty batches of %d, up to "
                                 "%d latency points or CV R^2 %.2f; TTFT at %d tokens on pool %s",
-                                c.stage1_sobol_points(), c.batch_size(),
-                                c.stage1_latency_points(), c.stage1_target_r2(),
-                                c.ttft_prompt_tokens(), DeviceClass(c)));
+                                c.stage1_sobol_points(), c.batch_size(), c.stage1_latency_points(),
+                                c.stage1_target_r2(), c.ttft_prompt_tokens(), DeviceClass(c)));
   return absl::OkStatus();
 }
 
@@ -431,10 +430,10 @@ absl::Status CampaignRunner::StartStage2(CampaignRecord& record, const StageTall
                                 tally.done, record.cv_r2, c.stage1_target_r2(), record.cv_tau,
                                 record.reference.loss(), ref_ttft,
                                 c.reference().ttft_ms() > 0 ? "" : " (median of stage 1)"));
-  Log(c.name(), absl::StrFormat("stage 2: %d trials in batches of %d, strategy %s (%d initial "
-                                "Sobol)",
-                                c.stage2_trials(), c.batch_size(), c.strategy(),
-                                c.stage2_initial_points()));
+  Log(c.name(),
+      absl::StrFormat("stage 2: %d trials in batches of %d, strategy %s (%d initial "
+                      "Sobol)",
+                      c.stage2_trials(), c.batch_size(), c.strategy(), c.stage2_initial_points()));
   return absl::OkStatus();
 }
 
@@ -443,10 +442,10 @@ absl::Status CampaignRunner::ProposeUncertaintyBatch(const CampaignRecord& recor
                                                      const std::vector<Trial>& trials) {
   const CampaignConfig& c = record.config;
   const double ref_ttft = ReferenceTtft(c, trials);
-  HILNAS_ASSIGN_OR_RETURN(std::vector<Proposal> picks,
-                          ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft,
-                                              UncertaintyBatchSize(c, tally), c.candidates(),
-                                              c.seed(), tally.seen));
+  HILNAS_ASSIGN_OR_RETURN(
+      std::vector<Proposal> picks,
+      ProposeLatencyBatch(*ctx.space, *ctx.ttft, ref_ttft, UncertaintyBatchSize(c, tally),
+                          c.candidates(), c.seed(), tally.seen));
   std::vector<Trial> batch;
   for (const Proposal& p : picks) batch.push_back(NewTrial(1, p, c.ttft_prompt_tokens()));
   HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(c.name(), std::move(batch)).status());
@@ -493,8 +492,7 @@ absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, Campaig
 }
 
 absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, CampaignContext& ctx,
-                                              Trial& t,
-                                              std::vector<Trial>& trials) {
+                                              Trial& t, std::vector<Trial>& trials) {
   const CampaignConfig& c = record.config;
   absl::Status s = EvaluateTrial(record, ctx, t);
   if (!s.ok()) {
@@ -617,9 +615,9 @@ absl::Status CampaignRunner::ProposeStage2Batch(const CampaignRecord& record,
     }
   }
   HILNAS_RETURN_IF_ERROR(campaigns_->AddTrials(c.name(), std::move(batch)).status());
-  Log(c.name(), absl::StrFormat("stage 2: proposed %zu by %s over %zu observed trials in %.2f s",
-                                picks.size(), StrategyName(po.strategy), state.observed.size(),
-                                secs));
+  Log(c.name(),
+      absl::StrFormat("stage 2: proposed %zu by %s over %zu observed trials in %.2f s",
+                      picks.size(), StrategyName(po.strategy), state.observed.size(), secs));
   return absl::OkStatus();
 }
 

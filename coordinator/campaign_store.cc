@@ -106,7 +106,8 @@ constexpr char kSelectCampaign[] =
 absl::StatusOr<CampaignRecord> RecordFrom(const SqliteStatement& q) {
   CampaignRecord r;
   const std::string name = q.Text(0);
-  HILNAS_RETURN_IF_ERROR(q.ParseBlob(1, &r.config, absl::StrCat("campaign \"", name, "\"'s config")));
+  HILNAS_RETURN_IF_ERROR(
+      q.ParseBlob(1, &r.config, absl::StrCat("campaign \"", name, "\"'s config")));
   absl::StatusOr<CampaignState> state = ParseCampaignState(q.Text(2));
   if (!state.ok()) {
     return absl::DataLossError(

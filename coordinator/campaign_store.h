@@ -99,8 +99,7 @@ class CampaignStore {
   absl::Status CreateSchema();
   absl::Status WriteTrialLocked(const Trial& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetStateLocked(const std::string& name, CampaignEvent event,
-                              const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                              const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);

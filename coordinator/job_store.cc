@@ -356,11 +356,11 @@ absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
     HILNAS_RETURN_IF_ERROR(
         uj.Bind(1, static_cast<int64_t>(give_up ? JOB_FAILED : STALE))
             .Bind(2, give_up
-                         ? absl::StrCat("agent died during the job ", e.attempts,
-                                        " times (", names,
+                         ? absl::StrCat("agent died during the job ", e.attempts, " times (", names,
                                         ": no heartbeat until the lease expired); the job may "
                                         "crash the runtime; giving up")
-                         : absl::StrCat("agent died during the job (", died.empty() ? "?" : died.back(),
+                         : absl::StrCat("agent died during the job (",
+                                        died.empty() ? "?" : died.back(),
                                         ": no heartbeat until lease ", e.lease_id,
                                         " expired); back in the queue"))
             .Bind(3, give_up ? now : 0)

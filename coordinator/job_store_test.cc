@@ -1,5 +1,8 @@
 #include "coordinator/job_store.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -262,6 +265,46 @@ TEST_F(JobStoreTest, StateSurvivesReopen) {
   ASSERT_OK(store_->ReportResult(a, job, l.lease_id, Done()).status());
   ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
   EXPECT_EQ(j.state, JOB_DONE);
+}
+
+// As root, permissions do not bind: the check runs in a child that drops to
+// the unprivileged user "nobody" (65534) first.
+std::string OpenInReadOnlyFolderAsUnprivileged(const std::string& dir) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(2);
+    ManualClock clock;
+    auto store = JobStore::Open(dir + "/jobs.db", &clock);
+    const std::string msg = store.ok() ? "opened" : store.status().ToString();
+    (void)!write(fds[1], msg.data(), msg.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, n);
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return out;
+}
+
+TEST_F(JobStoreTest, AReadOnlyFolderIsReportedAsSuchNotAsABadFile) {
+  const std::string dir = ::testing::TempDir() + "/job_store_read_only";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(
+      dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec |
+               std::filesystem::perms::group_read | std::filesystem::perms::group_exec |
+               std::filesystem::perms::others_read | std::filesystem::perms::others_exec);
+  const std::string msg = OpenInReadOnlyFolderAsUnprivileged(dir);
+  EXPECT_THAT(msg, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(msg, HasSubstr("is not writable"));
+  EXPECT_THAT(msg, ::testing::Not(HasSubstr("not a usable SQLite file")));
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
 }
 
 TEST_F(JobStoreTest, NonDatabaseFileIsRejectedWithItsName) {

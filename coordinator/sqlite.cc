@@ -1,10 +1,39 @@
 #include "coordinator/sqlite.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 
 namespace hilnas {
 
+namespace {
+
+// Why a database cannot be written, when the reason is the file system and
+// not the file (SQLite reports both as an unusable database): a read-only
+// file, or a folder where WAL's -wal and -shm files cannot be created.
+std::string WhyNotWritable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  if (fs::exists(p, ec) && access(p.c_str(), W_OK) != 0) {
+    return absl::StrCat(path, " is read-only for this user");
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return absl::StrCat("its folder ", dir,
+                        " is not writable (SQLite keeps its -wal and -shm files beside it)");
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path) {
+  if (const std::string why = WhyNotWritable(path); !why.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat("database ", path, ": cannot write: ", why));
+  }
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
@@ -119,9 +148,9 @@ bool SqliteStatement::IsNull(int col) const {
 absl::Status SqliteStatement::ParseBlob(int col, google::protobuf::MessageLite* out,
                                         const std::string& what) const {
   if (out->ParseFromString(Blob(col))) return absl::OkStatus();
-  return absl::DataLossError(
-      absl::StrCat("database ", db_->path(), ": ", what, " is corrupt (not a ", out->GetTypeName(),
-                   "); restore the file from a backup or remove the row"));
+  return absl::DataLossError(absl::StrCat("database ", db_->path(), ": ", what,
+                                          " is corrupt (not a ", out->GetTypeName(),
+                                          "); restore the file from a backup or remove the row"));
 }
 
 double SqliteStatement::Double(int col) const { return sqlite3_column_double(stmt_, col); }

@@ -373,7 +373,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
  private:
-
   void Read() {
     parser_.body_limit(16 * 1024);  // a login form; nothing else has a body
     parser_.header_limit(16 * 1024);
@@ -402,7 +401,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   http::request_parser<http::string_body> parser_;
   http::response<http::string_body> response_;
 };
-
 
 }  // namespace
 

@@ -112,24 +112,24 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
   // A runtime that throws (std::bad_alloc, a libtorch error no layer caught)
   // fails this job as RUNTIME_ERROR with the cause; the agent lives on.
   if (status.ok()) try {
-    ResetPeakRss();
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::unique_ptr<PreparedModel>> model = runtime.Prepare(req);
-    if (model.ok()) {
-      result.set_peak_rss_bytes(PeakRssBytes());  // weights and build temporaries
-      Say(o, absl::StrFormat("built in %.0f ms", std::chrono::duration<double, std::milli>(
-                                                     std::chrono::steady_clock::now() - t0)
-                                                     .count()));
-      for (int prompt : req.prompt_lengths()) {
-        status = MeasurePromptLength(**model, req, prompt, o, result);
-        if (!status.ok()) break;
+      ResetPeakRss();
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::StatusOr<std::unique_ptr<PreparedModel>> model = runtime.Prepare(req);
+      if (model.ok()) {
+        result.set_peak_rss_bytes(PeakRssBytes());  // weights and build temporaries
+        Say(o, absl::StrFormat("built in %.0f ms", std::chrono::duration<double, std::milli>(
+                                                       std::chrono::steady_clock::now() - t0)
+                                                       .count()));
+        for (int prompt : req.prompt_lengths()) {
+          status = MeasurePromptLength(**model, req, prompt, o, result);
+          if (!status.ok()) break;
+        }
+      } else {
+        status = model.status();
       }
-    } else {
-      status = model.status();
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("the runtime threw: ", e.what()));
     }
-  } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("the runtime threw: ", e.what()));
-  }
   if (!status.ok()) Fail(result, status);
   result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));
   result.set_cpu_temperature_c(CpuTemperatureC());

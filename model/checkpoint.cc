@@ -87,11 +87,11 @@ absl::StatusOr<T> Field(const json& j, const std::string& path, const char* key,
   }
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     // Range-checked before narrowing: 4294967552 must not become 256.
-    const bool fits = it->is_number_unsigned()
-                          ? it->template get<uint64_t>() <=
-                                static_cast<uint64_t>(std::numeric_limits<T>::max())
-                          : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
-                                it->template get<int64_t>() <= std::numeric_limits<T>::max();
+    const bool fits =
+        it->is_number_unsigned()
+            ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                  it->template get<int64_t>() <= std::numeric_limits<T>::max();
     if (!fits) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": field \"", key, "\" ", it->dump(),
                                                      " is out of range (at most ",
@@ -317,8 +317,8 @@ absl::Status CheckFiniteWeights(const std::string& safetensors_path) {
     return absl::InternalError(absl::StrCat(safetensors_path, ": ", e.what_without_backtrace()));
   }
   if (total == 0) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(safetensors_path, ": ", total,
-                                          " NaN or Inf weights, in ", absl::StrJoin(bad, ", "),
+  return absl::DataLossError(absl::StrCat(safetensors_path, ": ", total, " NaN or Inf weights, in ",
+                                          absl::StrJoin(bad, ", "),
                                           bad.size() == 8 ? ", ..." : ""));
 }
 
@@ -391,8 +391,8 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
     if (k.contains("layer_map") && k["layer_map"].is_array()) {
       for (const json& v : k["layer_map"]) {
         if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > kMaxLayers) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, ": kv_prediction.layer_map entry ", v.dump(), " is not a layer index"));
+          return absl::InvalidArgumentError(absl::StrCat(path, ": kv_prediction.layer_map entry ",
+                                                         v.dump(), " is not a layer index"));
         }
         a.kv_prediction.layer_map.push_back(static_cast<int>(v.get<int64_t>()));
       }

@@ -45,15 +45,14 @@ absl::Status ValidateBenchmarkRequest(const BenchmarkRequest& r) {
     const char* field;
     int64_t value, max;
   };
-  for (const Bound& b : {Bound{"decode_tokens", r.decode_tokens(), 1 << 16},
-                         Bound{"repeats", r.repeats(), 1000},
-                         Bound{"warmup_runs", r.warmup_runs(), 100},
-                         Bound{"threads", r.threads(), 1024},
-                         Bound{"prefill_chunk", r.prefill_chunk(), 1 << 20},
-                         Bound{"prompt_lengths (count)", r.prompt_lengths_size(), 64}}) {
+  for (const Bound& b :
+       {Bound{"decode_tokens", r.decode_tokens(), 1 << 16}, Bound{"repeats", r.repeats(), 1000},
+        Bound{"warmup_runs", r.warmup_runs(), 100}, Bound{"threads", r.threads(), 1024},
+        Bound{"prefill_chunk", r.prefill_chunk(), 1 << 20},
+        Bound{"prompt_lengths (count)", r.prompt_lengths_size(), 64}}) {
     if (b.value > b.max) {
-      return absl::InvalidArgumentError(absl::StrCat("benchmark request: ", b.field, " ", b.value,
-                                                     " exceeds ", b.max));
+      return absl::InvalidArgumentError(
+          absl::StrCat("benchmark request: ", b.field, " ", b.value, " exceeds ", b.max));
     }
   }
   if (!(r.max_rel_spread() >= 0 && r.max_rel_spread() <= 10)) {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "util/fnv.h"
 #include "util/files.h"
+#include "util/fnv.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
 

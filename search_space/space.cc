@@ -19,19 +19,42 @@ uint64_t SatMul(uint64_t a, uint64_t b) {
 }
 uint64_t SatAdd(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
 
-std::vector<int> Expand(const IntChoices& c) {
+// Choices a dimension may have: d_ffn 2048..8192 step 256 (Tab. 3) has 25;
+// past this a range is a typo (step 1 over 2^31 values would be 8 GiB).
+constexpr int64_t kMaxChoices = 4096;
+
+std::vector<int> Expand(const char* field, const IntChoices& c, std::vector<std::string>* errors) {
+  if (c.values_size() > kMaxChoices) {
+    errors->push_back(
+        absl::StrCat(field, ": ", c.values_size(), " values; at most ", kMaxChoices, " accepted"));
+    return {};
+  }
   if (c.values_size() > 0) return {c.values().begin(), c.values().end()};
   std::vector<int> out;
-  const int step = c.step() > 0 ? c.step() : 1;
-  for (int v = c.min(); v <= c.max() && c.max() > 0; v += step) out.push_back(v);
+  const int64_t step = c.step() > 0 ? c.step() : 1;
+  // Counted in 64 bits before anything is allocated (and no int overflow
+  // in the loop when max is near INT_MAX).
+  const int64_t count = c.max() >= c.min() ? (int64_t{c.max()} - c.min()) / step + 1 : 0;
+  if (count > kMaxChoices) {
+    errors->push_back(absl::StrCat(field, ": ", c.min(), "..", c.max(), " step ", step, " has ",
+                                   count, " choices; at most ", kMaxChoices, " accepted"));
+    return {};
+  }
+  for (int64_t v = c.min(); v <= c.max() && c.max() > 0; v += step) {
+    out.push_back(static_cast<int>(v));
+  }
   return out;
 }
 
-void CheckChoices(const char* field, const std::vector<int>& values, int block,
+void CheckChoices(const char* field, const std::vector<int>& values, int block, int64_t max,
                   std::vector<std::string>* errors) {
   if (values.empty()) errors->push_back(absl::StrCat(field, ": no choices"));
   for (int v : values) {
     if (v <= 0) errors->push_back(absl::StrCat(field, ": choice ", v, " must be positive"));
+    if (v > max) {
+      errors->push_back(
+          absl::StrCat(field, ": choice ", v, " exceeds the largest accepted, ", max));
+    }
     if (block > 0 && v % block != 0) {
       errors->push_back(
           absl::StrCat(field, ": choice ", v, " is not a multiple of block size ", block));
@@ -134,12 +157,12 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
   Space sp;
   sp.proto_ = proto;
   std::vector<std::string> errors;
-  sp.layers_ = Expand(proto.num_layers());
-  sp.ffn_ = Expand(proto.d_ffn());
-  sp.model_ = Expand(proto.d_model());
-  CheckChoices("num_layers", sp.layers_, 0, &errors);
-  CheckChoices("d_ffn", sp.ffn_, proto.block_size(), &errors);
-  CheckChoices("d_model", sp.model_, proto.block_size(), &errors);
+  sp.layers_ = Expand("num_layers", proto.num_layers(), &errors);
+  sp.ffn_ = Expand("d_ffn", proto.d_ffn(), &errors);
+  sp.model_ = Expand("d_model", proto.d_model(), &errors);
+  CheckChoices("num_layers", sp.layers_, 0, kMaxLayers, &errors);
+  CheckChoices("d_ffn", sp.ffn_, proto.block_size(), 4 * kMaxWidth, &errors);
+  CheckChoices("d_model", sp.model_, proto.block_size(), kMaxWidth, &errors);
   if (proto.block_size() < 0) {
     errors.push_back(absl::StrCat("block_size ", proto.block_size(), " must not be negative"));
   }

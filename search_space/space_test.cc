@@ -72,6 +72,26 @@ TEST(SpaceTest, DefaultSpaceIsTable3) {
   EXPECT_LT(s.Size(), s.Size(false));
 }
 
+TEST(SpaceTest, HugeRangesAreRefusedBeforeTheyAreExpanded) {
+  SearchSpace p = DefaultSearchSpace();
+  p.mutable_d_ffn()->set_min(1);
+  p.mutable_d_ffn()->set_max(2147483647);  // 2^31 choices: 8 GiB and an int overflow
+  p.mutable_d_ffn()->set_step(1);
+  p.set_block_size(0);
+  absl::StatusOr<Space> s = Space::FromProto(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()),
+              ::testing::HasSubstr("d_ffn: 1..2147483647 step 1"));
+  SearchSpace deep = DefaultSearchSpace();
+  deep.mutable_num_layers()->set_max(100000);
+  deep.mutable_num_layers()->set_min(99999);
+  s = Space::FromProto(deep);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()),
+              ::testing::HasSubstr("num_layers: choice 99999 exceeds the largest accepted"));
+}
+
 TEST(SpaceTest, ConstrainedSizeEqualsBruteForceCount) {
   ASSERT_OK_AND_ASSIGN(Space s, Space::FromProto(SmallProto()));
   uint64_t feasible = 0;

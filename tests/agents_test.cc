@@ -240,16 +240,16 @@ TEST_F(AgentsTest, AgentWithWrongTokenIsRejectedAndExits) {
 TEST_F(AgentsTest, ASecondLiveAgentWithTheSameNameIsRefusedUntilTheFirstIsGone) {
   auto coordinator = StartCoordinator();
   auto first = StartAgent("twin", "0");
-  ASSERT_TRUE(WaitFor([&] { return first->Log().find("registered with") != std::string::npos; },
-                      30))
+  ASSERT_TRUE(
+      WaitFor([&] { return first->Log().find("registered with") != std::string::npos; }, 30))
       << first->Log();
   // Its own log (StartAgent names the log after the agent).
   auto second = std::make_unique<Process>(
-      std::vector<std::string>{"agent", "--coordinator=" + address_, "--name=twin",
-                               "--cpu_set=1", "--threads=1", "--cooldown_ms=0"},
+      std::vector<std::string>{"agent", "--coordinator=" + address_, "--name=twin", "--cpu_set=1",
+                               "--threads=1", "--cooldown_ms=0"},
       dir_ + "/twin-2.log");
-  ASSERT_TRUE(WaitFor([&] { return second->Log().find("has a live session") != std::string::npos; },
-                      30))
+  ASSERT_TRUE(
+      WaitFor([&] { return second->Log().find("has a live session") != std::string::npos; }, 30))
       << second->Log();
   // The first stays idle in long polls past the 1.5 s lease lifetime: a
   // parked agent counts as alive, so the name stays taken.
@@ -260,9 +260,36 @@ TEST_F(AgentsTest, ASecondLiveAgentWithTheSameNameIsRefusedUntilTheFirstIsGone) 
   // lifetime (1.5 s here) the name is free and the second takes it.
   first->Signal(SIGKILL);
   first->Wait();
-  EXPECT_TRUE(WaitFor([&] { return second->Log().find("registered with") != std::string::npos; },
-                      30))
+  EXPECT_TRUE(
+      WaitFor([&] { return second->Log().find("registered with") != std::string::npos; }, 30))
       << second->Log();
+}
+
+TEST_F(AgentsTest, ABadCheckpointFailsItsJobWithTheCauseAndTheAgentLivesOn) {
+  auto coordinator = StartCoordinator();
+  auto agent = StartAgent("phone", "0");
+  // A folder where the weights belong: this used to abort every agent that
+  // leased the job, until it failed as "lease expired 3 times".
+  const std::string ckpt = dir_ + "/broken";
+  std::filesystem::copy(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone", ckpt,
+                        std::filesystem::copy_options::recursive);
+  std::filesystem::remove(ckpt + "/model.safetensors");
+  std::filesystem::create_directory(ckpt + "/model.safetensors");
+  BenchmarkRequest bad;
+  bad.set_checkpoint_dir(ckpt);
+  bad.add_prompt_lengths(16);
+  bad.set_repeats(1);
+  bad.set_max_repeats(1);
+  const std::string bad_id = Submit(bad);
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(bad_id, 5000).state() == JOB_FAILED; }, 60))
+      << agent->Log();
+  const GetJobResponse failed = WaitJob(bad_id, 0);
+  EXPECT_THAT(failed.result().failure_message(), HasSubstr("model.safetensors is a directory"));
+  EXPECT_EQ(failed.result().device().name(), "phone");  // the agent reported it itself
+  const std::string good_id = Submit(TinyJob());
+  ASSERT_TRUE(WaitFor([&] { return WaitJob(good_id, 5000).state() == JOB_DONE; }, 120))
+      << agent->Log();
+  EXPECT_TRUE(agent->running());
 }
 
 TEST_F(AgentsTest, FleetPinsEachAgentToItsOwnCpus) {

@@ -26,10 +26,10 @@ constexpr double kSecondsEach = 60;  // a slow machine stops early, and says so
 
 // Numbers that have broken parsers before: wrap-arounds, overflows,
 // negatives, zero, huge, non-finite.
-const char* const kNastyNumbers[] = {"0",          "-1",        "4294967552", "1099511627776",
-                                     "2147483648", "-2147483649", "1e999",     "-1e999",
-                                     "1e-999",     "100000",    "NaN",        "18446744073709551616",
-                                     "65537",      "0.5"};
+const char* const kNastyNumbers[] = {
+    "0",     "-1",     "4294967552", "1099511627776", "2147483648", "-2147483649",
+    "1e999", "-1e999", "1e-999",     "100000",        "NaN",        "18446744073709551616",
+    "65537", "0.5"};
 
 class Mutator {
  public:
@@ -80,7 +80,9 @@ class Mutator {
   }
 
  private:
-  size_t Pick(size_t n) { return n == 0 ? 0 : std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
+  size_t Pick(size_t n) {
+    return n == 0 ? 0 : std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
+  }
   std::mt19937_64 rng_;
 };
 
@@ -166,7 +168,8 @@ TEST_F(FuzzTest, MutatedCampaignConfigsAreAcceptedOrRefusedCleanly) {
 }
 
 TEST_F(FuzzTest, MutatedConfigJsonIsReadOrRefusedCleanly) {
-  const std::string config = Slurp(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone/config.json");
+  const std::string config =
+      Slurp(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone/config.json");
   Mutator m(42);
   Fuzz("config.json", [&](int) {
     Spit(dir_ + "/config.json", m.Mutate(config, true));

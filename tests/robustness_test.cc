@@ -28,8 +28,8 @@ struct Result {
 
 // Runs `hilnas ARGS` with a 120 s limit (timeout(1) kills a hang: exit 124).
 Result Hilnas(const std::string& args) {
-  const std::string cmd = absl::StrCat("timeout -s KILL 120 ", HILNAS_BINARY_DIR, "/tools/hilnas ",
-                                       args, " 2>&1");
+  const std::string cmd =
+      absl::StrCat("timeout -s KILL 120 ", HILNAS_BINARY_DIR, "/tools/hilnas ", args, " 2>&1");
   Result r{-1, ""};
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -161,9 +161,9 @@ TEST_F(RobustnessTest, PruneNeverWritesOverItsInputOrAnExistingCheckpoint) {
 TEST_F(RobustnessTest, TrainAndCheckpointInitRefuseAnExistingCheckpoint) {
   const std::string d = Backbone();
   const std::string weights = Slurp(d + "/model.safetensors");
-  ExpectCleanError(Hilnas("train --ckpt " + d + " --tokens " + d + "/corpus.bin --steps 1 --out " +
-                          d),
-                   "would write over the input");
+  ExpectCleanError(
+      Hilnas("train --ckpt " + d + " --tokens " + d + "/corpus.bin --steps 1 --out " + d),
+      "would write over the input");
   ExpectCleanError(Hilnas("checkpoint init --shape mobilellm-flash-350m --out " + d),
                    "exists and is not empty");
   EXPECT_EQ(Slurp(d + "/model.safetensors"), weights);

@@ -269,13 +269,18 @@ int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   }
   absl::Status s = [&]() -> absl::Status {
     const CampaignConfig& cfg = c->record.config;
+    HILNAS_ASSIGN_OR_RETURN(
+        OutputFolder dest,
+        OutputFolder::Prepare(out, cl.overwrite,
+                              {cfg.backbone_checkpoint(), cfg.backbone_metrics(), cl.db}));
     HILNAS_ASSIGN_OR_RETURN(Backbone backbone,
                             LoadBackbone(cfg.backbone_checkpoint(), cfg.backbone_metrics()));
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial->arch()));
     HILNAS_ASSIGN_OR_RETURN(StorageDtype dtype, StorageDtypeOf(cl));
     PruneOptions po;
     po.block_size = cfg.search_space().block_size();
-    return PruneToCheckpoint(backbone, arch, po, out, dtype);
+    HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(backbone, arch, po, dest.staging(), dtype));
+    return dest.Commit();
   }();
   if (!s.ok()) return Fail(s);
   std::printf(

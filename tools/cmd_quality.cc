@@ -300,6 +300,12 @@ int BackboneCommand(const std::vector<std::string>&, const CommandLine& cl) {
   if (out.empty()) return Fail(absl::InvalidArgumentError("backbone needs --out DIR"));
   const std::string corpus = (fs::path(out) / "corpus.bin").string();
   std::error_code ec;
+  // The recipe writes several files into DIR in turn; it refuses a folder
+  // that holds something else unless --overwrite (the same rule as prune).
+  if (fs::exists(out, ec) && !fs::is_empty(out, ec) && !cl.overwrite) {
+    return Fail(absl::AlreadyExistsError(absl::StrCat(
+        "--out ", out, " exists and is not empty; choose a new folder or pass --overwrite")));
+  }
   fs::create_directories(out, ec);
   // The recipe: each step gets a copy of the command line with its own
   // settings, so nothing set here leaks into another step.

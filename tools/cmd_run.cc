@@ -166,8 +166,9 @@ int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& c
     }
     const Arch& a = decoder->arch();
     std::printf("%s: ok%s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
-                args[1].c_str(), cl.values ? " (every weight finite)" : "", a.num_layers, a.d_model, a.d_ffn,
-                PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
+                args[1].c_str(), cl.values ? " (every weight finite)" : "", a.num_layers, a.d_model,
+                a.d_ffn, PatternString(a.attention).c_str(),
+                WithCommas(CountParameters(a).model()).c_str());
     return 0;
   }
   return Fail(

@@ -101,7 +101,8 @@ class OutputFolder {
   absl::Status Commit();
 
  private:
-  OutputFolder(std::string out, std::string staging) : out_(std::move(out)), staging_(std::move(staging)) {}
+  OutputFolder(std::string out, std::string staging)
+      : out_(std::move(out)), staging_(std::move(staging)) {}
   std::string out_;
   std::string staging_;  // empty once committed or moved from
 };

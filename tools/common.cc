@@ -1,7 +1,7 @@
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
 #include "model/checkpoint.h"
-#include "search_space/counts.h"
 #include "proto/arch.pb.h"
+#include "search_space/counts.h"
 #include "search_space/shapes.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -110,8 +110,8 @@ absl::StatusOr<OutputFolder> OutputFolder::Prepare(const std::string& out, bool 
     std::error_code iec;
     const fs::path input = fs::weakly_canonical(fs::absolute(in, iec), iec);
     if (Within(target, input) || Within(input, target)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--out ", out, " would write over the input ", in, "; choose another folder"));
+      return absl::InvalidArgumentError(absl::StrCat("--out ", out, " would write over the input ",
+                                                     in, "; choose another folder"));
     }
   }
   if (fs::exists(target, ec)) {

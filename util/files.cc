@@ -18,9 +18,9 @@ absl::Status CheckRegularFile(const std::string& path) {
     return absl::PermissionDeniedError(absl::StrCat(path, ": ", std::strerror(errno)));
   }
   if (S_ISREG(st.st_mode)) return absl::OkStatus();
-  const char* what = S_ISDIR(st.st_mode)    ? "a directory"
-                     : S_ISFIFO(st.st_mode) ? "a FIFO"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
+  const char* what = S_ISDIR(st.st_mode)                          ? "a directory"
+                     : S_ISFIFO(st.st_mode)                       ? "a FIFO"
+                     : S_ISSOCK(st.st_mode)                       ? "a socket"
                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
                                                                   : "not a regular file";
   return absl::FailedPreconditionError(
