@@ -232,6 +232,17 @@ absl::Status TrainOptions::Validate() const {
   }
   if (!(distill_temperature > 0)) return bad("distill_temperature", distill_temperature, "> 0");
   if (eval_windows < 1) return bad("eval_windows", eval_windows, "must be >= 1");
+  // Upper bounds, checked before a batch tensor is sized from them (a batch
+  // of 1e9 sequences asked libtorch for a terabyte).
+  if (steps > 10'000'000) return bad("steps", steps, "must be <= 10000000");
+  if (batch_size > 4096) return bad("batch_size", batch_size, "must be <= 4096");
+  if (seq_len > 65536) return bad("seq_len", seq_len, "must be <= 65536");
+  if (batch_size * seq_len > (int64_t{1} << 22)) {
+    return bad("batch_size * seq_len", static_cast<double>(batch_size * seq_len),
+               "must be <= 4194304 tokens a step");
+  }
+  if (eval_windows > 1'000'000) return bad("eval_windows", eval_windows, "must be <= 1000000");
+  if (warmup_steps > 10'000'000) return bad("warmup_steps", warmup_steps, "must be <= 10000000");
   return absl::OkStatus();
 }
 

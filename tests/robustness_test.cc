@@ -115,6 +115,19 @@ TEST_F(RobustnessTest, HugeSizesFailBeforeAnythingIsAllocated) {
   EXPECT_FALSE(fs::exists(dir_ + "/o"));
 }
 
+TEST_F(RobustnessTest, FlagsOutsideTheirRangesAreRefusedBeforeWork) {
+  std::ofstream tokens(dir_ + "/tokens.bin", std::ios::binary);
+  for (int i = 0; i < 20000; ++i) tokens.put(static_cast<char>(i % 200)).put(0);
+  tokens.close();
+  const std::string arch = std::string(HILNAS_SOURCE_DIR) + "/configs/tiny-arch.textproto";
+  ExpectCleanError(Hilnas("train --arch " + arch + " --tokens " + dir_ +
+                          "/tokens.bin --batch-size 1000000000 --steps 1 --out " + dir_ + "/t"),
+                   "batch_size = 1e+09: must be <= 4096");
+  ExpectCleanError(Hilnas("space sample --n -5"), "--n -5 is not in 1..1000000");
+  ExpectCleanError(Hilnas("fleet --agents 100000"), "--agents 100000 is not in 1..64");
+  EXPECT_FALSE(fs::exists(dir_ + "/t"));
+}
+
 TEST_F(RobustnessTest, ConfigIntegersAreRangeCheckedBeforeNarrowing) {
   for (const char* vocab : {"4294967552", "1099511627776"}) {
     std::ofstream(dir_ + "/c.json")

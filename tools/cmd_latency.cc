@@ -44,6 +44,9 @@ int Collect(const CommandLine& cl) {
   if (!space.ok()) return Fail(space.status());
   const std::string out = cl.out;
   if (out.empty()) return Fail(absl::InvalidArgumentError("latency collect needs --out FILE"));
+  if (cl.n < 1 || cl.n > 1'000'000) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--n ", cl.n, " is not in 1..1000000")));
+  }
   absl::StatusOr<SobolSample> sample = SampleSobol(*space, cl.n, cl.seed);
   if (!sample.ok()) return Fail(sample.status());
   absl::StatusOr<BenchmarkRequest> settings = MeasurementOf(cl);

@@ -131,6 +131,9 @@ int SpaceCommand(const std::vector<std::string>& args, const CommandLine& cl) {
     return 0;
   }
   if (args.size() == 1 && args[0] == "sample") {
+    if (cl.n < 1 || cl.n > 1'000'000) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--n ", cl.n, " is not in 1..1000000")));
+    }
     auto sample = SampleSobol(*space, cl.n, cl.seed);
     if (!sample.ok()) return Fail(sample.status());
     std::printf("%d feasible of %lld Sobol draws\n", static_cast<int>(sample->archs.size()),
