@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/process.h"
 #include "util/status_matchers.h"
 #include "util/textproto.h"
 
@@ -27,23 +28,9 @@ nlohmann::json StatsLine(const std::string& output) {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Result = ::hilnas::testing::CommandResult;
 
-Result Hilnas(const std::string& args) {
-  const std::string cmd = std::string(HILNAS_BINARY_DIR) + "/tools/hilnas " + args + " 2>&1";
-  Result r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result Hilnas(const std::string& args) { return ::hilnas::testing::RunHilnas(args); }
 
 std::string SourceDir() { return HILNAS_SOURCE_DIR; }
 

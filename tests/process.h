@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -70,6 +71,29 @@ class Process {
   bool exited_ = false;
   int status_ = 0;
 };
+
+// What a finished `hilnas` command printed (stdout and stderr) and its exit
+// code: 128 + signal when it was killed, 137 when it ran past the limit.
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+
+// Runs `hilnas ARGS` (ARGS split by the shell) to the end, killing it after
+// `timeout_s` seconds.
+inline CommandResult RunHilnas(const std::string& args, int timeout_s = 600) {
+  const std::string cmd =
+      "timeout -s KILL " + std::to_string(timeout_s) + " " + HilnasBinary() + " " + args + " 2>&1";
+  CommandResult r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
 
 // Polls `condition` every 20 ms until it holds or `timeout_s` passes.
 inline bool WaitFor(const std::function<bool()>& condition, double timeout_s) {
