@@ -228,6 +228,9 @@ struct WebServer::Impl {
   JobStore* jobs;
   const Clock* clock;
   bool tls = false;
+  // Sessions count themselves here from their destructors, which run when
+  // the io_context is destroyed: declared before it, so it outlives them.
+  std::atomic<int> open_connections{0};
   // Declared before the io_context: sessions (owned by its pending
   // handlers) use the SSL context until the io_context is destroyed.
   ssl::context ssl_ctx;
@@ -235,7 +238,6 @@ struct WebServer::Impl {
   tcp::acceptor acceptor;
   int port = 0;
   std::thread thread;
-  std::atomic<int> open_connections{0};
 
   absl::Mutex mu;
   // Login cookies: random id -> (credential name, expiry in Unix ms).
