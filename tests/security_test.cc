@@ -486,6 +486,12 @@ TEST_F(SecurityTest, UserActionsAreAuditedWithTheCredentialsName) {
   EXPECT_THAT(seen, ::testing::ElementsAre("alice create campaign audited ok",
                                            "bob start campaign audited ok",
                                            "alice stop campaign audited ok"));
+  // `hilnas audit` shows the same from the file.
+  auto [rc, out] = Cli({"audit", "--db=" + dir_ + "/coordinator.db"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("bob"));
+  EXPECT_THAT(out, HasSubstr("start"));
+  EXPECT_THAT(out, HasSubstr("3 entries"));
 }
 
 TEST_F(SecurityTest, AnExposedCoordinatorWithoutCredentialsRefusesToStartAndSaysWhy) {

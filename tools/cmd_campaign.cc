@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,11 +15,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_report.h"
 #include "coordinator/campaign_store.h"
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"
+#include "nlohmann/json.hpp"
 #include "pruner/backbone.h"
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
@@ -27,6 +31,7 @@
 #include "tools/coordinator_client.h"
 #include "tools/flags.h"
 #include "util/clock.h"
+#include "util/files.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
 
@@ -289,6 +294,40 @@ int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl) {
       static_cast<long long>(id), name.c_str(), ArchSummary(trial->arch()).c_str(),
       WithCommas(trial->parameters()).c_str(), trial->loss(),
       c->record.config.backbone_checkpoint().c_str(), out.c_str());
+  return 0;
+}
+
+int AuditCommand(const std::vector<std::string>& args, const CommandLine& cl) {
+  if (!args.empty()) return Fail(absl::InvalidArgumentError("audit takes flags only"));
+  if (absl::Status s = CheckRegularFile(cl.db); !s.ok()) return Fail(s);
+  SystemClock clock;
+  absl::StatusOr<std::unique_ptr<AuditLog>> log = AuditLog::Open(cl.db, &clock);
+  if (!log.ok()) return Fail(log.status());
+  const int n = cl.n > 0 ? std::min(cl.n, 100'000) : 50;
+  absl::StatusOr<std::vector<AuditEntry>> entries = (*log)->Newest(n);
+  if (!entries.ok()) return Fail(entries.status());
+  if (cl.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const AuditEntry& e : *entries) {
+      j.push_back({{"time_unix_ms", e.time_ms},
+                   {"credential", e.credential},
+                   {"action", e.action},
+                   {"target", e.target},
+                   {"outcome", e.outcome}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-23s %-12s %-7s %-24s %s\n", "TIME (UTC)", "CREDENTIAL", "ACTION", "TARGET",
+              "OUTCOME");
+  for (const AuditEntry& e : *entries) {
+    std::printf("%-23s %-12s %-7s %-24s %s\n",
+                absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::FromUnixMillis(e.time_ms),
+                                 absl::UTCTimeZone())
+                    .c_str(),
+                e.credential.c_str(), e.action.c_str(), e.target.c_str(), e.outcome.c_str());
+  }
+  std::printf("%zu entries\n", entries->size());
   return 0;
 }
 

@@ -47,6 +47,7 @@ int BackboneCommand(const std::vector<std::string>& args, const CommandLine& cl)
 int CampaignCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int ParetoCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int AuditCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int SlimCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int PpdCommand(const std::vector<std::string>& args, const CommandLine& cl);
 

@@ -110,6 +110,10 @@ const Command kCommands[] = {
      "the Pareto table (loss vs predicted TTFT, decode, memory); every trial, the front,\n"
      "the reference point and published shapes as a plot",
      false},
+    {"audit", AuditCommand,
+     "[--db FILE --n 50 --json]\n"
+     "who did what to this coordinator: create, start, stop, resume, submit (docs/security.md)",
+     false},
     {"export", ExportCommand,
      "--campaign C --trial N --out DIR [--db FILE]\n"
      "the dense pruned checkpoint of any trial",
