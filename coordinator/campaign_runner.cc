@@ -136,45 +136,40 @@ absl::StatusOr<CampaignContext*> CampaignRunner::Context(const CampaignRecord& r
 }
 
 bool CampaignRunner::GuardedStep(const std::string& name) {
+  auto fail = [&](const std::string& why) {
+    Log(name, why);
+    campaigns_->Finish(name, CampaignEvent::kFail, why).IgnoreError();
+  };
   // Marked in the file before the step runs: a step that kills the process
   // (std::bad_alloc from a poison budget, a segfault in a library) is seen
   // after the restart, and the campaign fails instead of killing it again.
   absl::StatusOr<int> crashes = campaigns_->BeginStep(name);
   if (!crashes.ok()) return false;  // the store is unwell: try again later
+  absl::StatusOr<bool> progressed = false;
   if (*crashes >= options_.max_step_crashes) {
-    const std::string why = absl::StrCat(
-        "the coordinator died ", *crashes,
-        " times in a row during a step of this campaign; it is marked failed so it cannot take "
-        "the coordinator down again (`campaign resume` retries)");
-    Log(name, why);
-    campaigns_->Finish(name, CampaignEvent::kFail, why).IgnoreError();
-    campaigns_->EndStep(name).IgnoreError();
-    return true;
-  }
-  absl::Status failed;
-  try {
-    absl::StatusOr<bool> progressed = Step(name);
-    if (progressed.ok()) {
-      step_errors_[name] = 0;
-      campaigns_->EndStep(name).IgnoreError();
-      return *progressed;
+    fail(absl::StrCat("the coordinator died ", *crashes,
+                      " times in a row during a step of this campaign; it is marked failed so it "
+                      "cannot take the coordinator down again (`campaign resume` retries)"));
+    progressed = true;
+  } else {
+    try {
+      progressed = Step(name);
+    } catch (const std::exception& e) {  // std::bad_alloc, c10::Error, json errors ...
+      progressed = absl::InternalError(absl::StrCat("a runner step threw: ", e.what()));
+      step_errors_[name] = options_.max_step_errors;  // no retry: it would throw again
     }
-    failed = progressed.status();
-  } catch (const std::exception& e) {  // std::bad_alloc, c10::Error, json errors ...
-    failed = absl::InternalError(absl::StrCat("a runner step threw: ", e.what()));
-    step_errors_[name] = options_.max_step_errors;  // no retry: it would throw again
   }
   campaigns_->EndStep(name).IgnoreError();
+  if (progressed.ok()) {
+    step_errors_[name] = 0;
+    return *progressed;
+  }
   // A store error may pass (a busy database); the same error again and
   // again fails the campaign with the reason instead of spinning.
-  if (++step_errors_[name] >= options_.max_step_errors) {
-    const std::string why = absl::StrCat("stopped by an error: ", failed.ToString());
-    Log(name, why);
-    campaigns_->Finish(name, CampaignEvent::kFail, why).IgnoreError();
-    step_errors_[name] = 0;
-    return true;
-  }
-  return false;
+  if (++step_errors_[name] < options_.max_step_errors) return false;
+  fail(absl::StrCat("stopped by an error: ", progressed.status().ToString()));
+  step_errors_[name] = 0;
+  return true;
 }
 
 absl::StatusOr<bool> CampaignRunner::Step(const std::string& name) {

@@ -2,9 +2,9 @@
 
 #include <filesystem>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "util/files.h"
 
 namespace hilnas {
 
@@ -40,9 +40,7 @@ absl::Status DataRoots::Check(const std::string& field, const std::string& path)
   const std::string resolved = fs::weakly_canonical(p, ec).string();
   if (ec) return refuse(absl::StrCat("cannot be resolved: ", ec.message()));
   for (const std::string& root : roots_) {
-    if (resolved == root || absl::StartsWith(resolved, root + "/") || root == "/") {
-      return absl::OkStatus();
-    }
+    if (PathWithin(resolved, root)) return absl::OkStatus();
   }
   return refuse(absl::StrCat(resolved == path ? "" : absl::StrCat("(resolves to ", resolved, ") "),
                              "is outside the coordinator's data roots (",

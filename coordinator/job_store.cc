@@ -152,25 +152,22 @@ absl::StatusOr<AgentSession> JobStore::RegisterAgent(const DeviceIdentity& devic
   const int64_t now = clock_->NowMs();
   SqliteTransaction tx(db_.get());
   HILNAS_RETURN_IF_ERROR(tx.begun());
-  HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,
-                          db_->Prepare("SELECT agent_id FROM agents WHERE name = ?"));
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT agent_id, last_heartbeat_ms, session_hash FROM agents WHERE name = ?"));
   q.Bind(1, device.name());
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   if (row) {
     // One live session per name: two agents measuring under one name would
     // share leases and contaminate each other's timings. A name is free once
     // its agent has been silent for a lease's lifetime (its lease expired).
-    HILNAS_ASSIGN_OR_RETURN(
-        SqliteStatement live,
-        db_->Prepare("SELECT last_heartbeat_ms, session_hash FROM agents WHERE name = ?"));
-    live.Bind(1, device.name());
-    HILNAS_ASSIGN_OR_RETURN(bool found, live.Step());
-    const int64_t silent_ms = found ? now - live.Int(0) : 0;
+    const int64_t silent_ms = now - q.Int(1);
+    const std::string live_hash = q.Text(2);
     // The agent that holds the session (presenting its key) may register
     // again at once: a restart that kept its key resumes its lease.
-    const bool holder = found && !presented_session_key.empty() &&
-                        SecretEquals(live.Text(1), Sha256Hex(presented_session_key));
-    if (found && !holder && !live.Text(1).empty() && silent_ms < options_.lease_ttl_ms) {
+    const bool holder =
+        !presented_session_key.empty() && SecretEquals(live_hash, Sha256Hex(presented_session_key));
+    if (!holder && !live_hash.empty() && silent_ms < options_.lease_ttl_ms) {
       return absl::AlreadyExistsError(absl::StrCat(
           "agent name \"", device.name(), "\" has a live session (heard from ", silent_ms,
           " ms ago); another agent may take the name once it has been silent for ",

@@ -88,10 +88,17 @@ void LongPolls::Loop() {
       store_->TouchAgents(parked).IgnoreError();  // retried next time
       last_touch_ms_ = now;
     }
-    bool leasable = true;
+    // Asked again only after a waiter found nothing for it: a pass that
+    // leases keeps leasing, a pass over an empty queue costs one read.
+    bool leasable = store_->HasLeasableJobs().value_or(true);
     for (auto it = leases_.begin(); it != leases_.end();) {
-      if (leasable) leasable = store_->HasLeasableJobs().value_or(true);
-      it = ServeLease(*it, now, leasable) ? leases_.erase(it) : std::next(it);
+      const bool tried = leasable;
+      if (ServeLease(*it, now, tried)) {
+        it = leases_.erase(it);
+        continue;
+      }
+      if (tried) leasable = store_->HasLeasableJobs().value_or(true);
+      ++it;
     }
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       it = ServeJob(*it, now) ? jobs_.erase(it) : std::next(it);

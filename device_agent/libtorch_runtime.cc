@@ -146,9 +146,8 @@ class LibtorchRuntime : public Runtime {
 
  private:
   absl::Status CheckFits(const Arch& arch, torch::Dtype dtype, int64_t context) const {
-    const int64_t elem = torch::elementSize(dtype);
     const int64_t need =
-        CountParameters(arch).total() * elem + KvCacheBytes(arch, context, static_cast<int>(elem));
+        EstimateRunBytes(arch, context, static_cast<int>(torch::elementSize(dtype)));
     const int64_t limit =
         options_.memory_limit_bytes > 0 ? options_.memory_limit_bytes : MemAvailableBytes();
     if (limit > 0 && need > limit) {

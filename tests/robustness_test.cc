@@ -22,25 +22,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code;  // 128 + signal when killed
-  std::string output;
-};
+using Result = ::hilnas::testing::CommandResult;
 
-// Runs `hilnas ARGS` with a 120 s limit (timeout(1) kills a hang: exit 124).
-Result Hilnas(const std::string& args) {
-  const std::string cmd =
-      absl::StrCat("timeout -s KILL 120 ", HILNAS_BINARY_DIR, "/tools/hilnas ", args, " 2>&1");
-  Result r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+// A hang is killed after 120 s (exit 137), and fails the check below.
+Result Hilnas(const std::string& args) { return ::hilnas::testing::RunHilnas(args, 120); }
 
 // A clean failure: exit code 1 (not an abort, a signal or a timeout) and a
 // message containing `what`.

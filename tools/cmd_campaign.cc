@@ -72,8 +72,7 @@ absl::StatusOr<CampaignStatus> CallCampaign(const CommandLine& cl, Call call,
   ctx.set_deadline(In(30'000));
   grpc::Status s = ((**stub).*call)(&ctx, req, &status);
   if (!s.ok()) {
-    return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
-                    !ClientTlsOf(cl).ca_file.empty());
+    return CoordinatorError(s, cl);
   }
   return status;
 }
@@ -130,8 +129,7 @@ int Create(const CommandLine& cl) {
   ctx.set_deadline(In(60'000));
   grpc::Status s = (*stub)->CreateCampaign(&ctx, req, &status);
   if (!s.ok()) {
-    return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
-                         !ClientTlsOf(cl).ca_file.empty()));
+    return Fail(CoordinatorError(s, cl));
   }
   PrintStatus(status);
   return 0;
@@ -145,8 +143,7 @@ int List(const CommandLine& cl) {
   ctx.set_deadline(In(30'000));
   grpc::Status s = (*stub)->ListCampaigns(&ctx, CampaignRequest(), &resp);
   if (!s.ok()) {
-    return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
-                         !ClientTlsOf(cl).ca_file.empty()));
+    return Fail(CoordinatorError(s, cl));
   }
   std::printf("%-20s %-8s %-5s %-10s %-12s %-8s %s\n", "NAME", "STATE", "STAGE", "LATENCY",
               "TRIALS", "FRONT", "HYPERVOLUME");

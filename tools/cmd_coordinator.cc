@@ -40,22 +40,9 @@
 
 namespace hilnas::tools {
 
-std::string CoordinatorAddress(const CommandLine& cl) {
-  const std::string flag = cl.coordinator;
-  if (!flag.empty()) return flag;
-  const char* env = std::getenv("HILNAS_COORDINATOR");
-  return env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
-}
-
-std::string EnrollmentToken(const CommandLine& cl) {
-  const std::string flag = cl.token;
-  if (!flag.empty()) return flag;
-  const char* env = std::getenv("HILNAS_TOKEN");
-  return env != nullptr ? env : "";
-}
-
 namespace {
 
+// The flag's value, else the environment variable's, else empty.
 std::string FlagOrEnv(const std::string& flag, const char* env) {
   if (!flag.empty()) return flag;
   const char* v = std::getenv(env);
@@ -63,6 +50,13 @@ std::string FlagOrEnv(const std::string& flag, const char* env) {
 }
 
 }  // namespace
+
+std::string CoordinatorAddress(const CommandLine& cl) {
+  const std::string address = FlagOrEnv(cl.coordinator, "HILNAS_COORDINATOR");
+  return address.empty() ? "127.0.0.1:50051" : address;
+}
+
+std::string EnrollmentToken(const CommandLine& cl) { return FlagOrEnv(cl.token, "HILNAS_TOKEN"); }
 
 std::string UserTokenOf(const CommandLine& cl) {
   return FlagOrEnv(cl.user_token, "HILNAS_USER_TOKEN");
@@ -82,6 +76,11 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what, bool clien
   return absl::Status(
       static_cast<absl::StatusCode>(s.error_code()),
       absl::StrCat(what, ": ", s.error_message(), ConnectionHint(s, client_uses_tls)));
+}
+
+absl::Status CoordinatorError(const grpc::Status& s, const CommandLine& cl) {
+  return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
+                  !ClientTlsOf(cl).ca_file.empty());
 }
 
 absl::StatusOr<std::unique_ptr<UserService::Stub>> UserStub(const CommandLine& cl) {
@@ -211,8 +210,7 @@ absl::StatusOr<std::string> SubmitBenchmark(const CommandLine& cl, UserService::
   ctx.set_deadline(In(10'000));
   grpc::Status s = stub.SubmitBenchmark(&ctx, submit, &submitted);
   if (!s.ok()) {
-    return FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
-                    !ClientTlsOf(cl).ca_file.empty());
+    return CoordinatorError(s, cl);
   }
   return submitted.job_id();
 }
@@ -465,8 +463,7 @@ int AgentsCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   ListAgentsResponse resp;
   grpc::Status s = (*stub)->ListAgents(&ctx, ListAgentsRequest(), &resp);
   if (!s.ok()) {
-    return Fail(FromGrpc(s, absl::StrCat("coordinator ", CoordinatorAddress(cl)),
-                         !ClientTlsOf(cl).ca_file.empty()));
+    return Fail(CoordinatorError(s, cl));
   }
   if (cl.json) {
     std::string json;

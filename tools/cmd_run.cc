@@ -124,7 +124,7 @@ int RunCommand(const std::vector<std::string>& args, const CommandLine& cl) {
     absl::StatusOr<Arch> arch =
         cl.ckpt.empty() ? ArchOf(cl) : ReadConfigJson(cl.ckpt + "/config.json");
     if (!arch.ok()) return Fail(arch.status());
-    const int elem = *dtype == torch::kFloat ? 4 : 2;
+    const int elem = static_cast<int>(torch::elementSize(*dtype));
     if (absl::Status s = CheckFitsInMemory(*arch, prompt + generated, elem, "run"); !s.ok()) {
       return Fail(s);
     }

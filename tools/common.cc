@@ -14,6 +14,7 @@
 #include "search_space/shapes.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "util/files.h"
 #include "util/status_macros.h"
 #include "util/subprocess.h"
 #include "util/textproto.h"
@@ -87,19 +88,6 @@ pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {
   return SpawnProcess("/proc/self/exe", args, log, /*append_log=*/false);
 }
 
-namespace {
-
-// `a` equals `b` or lies inside it (both canonical).
-bool Within(const std::filesystem::path& a, const std::filesystem::path& b) {
-  auto ai = a.begin();
-  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai) {
-    if (ai == a.end() || *ai != *bi) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<OutputFolder> OutputFolder::Prepare(const std::string& out, bool overwrite,
                                                    const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
@@ -109,7 +97,7 @@ absl::StatusOr<OutputFolder> OutputFolder::Prepare(const std::string& out, bool 
     if (in.empty()) continue;
     std::error_code iec;
     const fs::path input = fs::weakly_canonical(fs::absolute(in, iec), iec);
-    if (Within(target, input) || Within(input, target)) {
+    if (PathWithin(target, input) || PathWithin(input, target)) {
       return absl::InvalidArgumentError(absl::StrCat("--out ", out, " would write over the input ",
                                                      in, "; choose another folder"));
     }

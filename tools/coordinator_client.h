@@ -25,6 +25,9 @@ ClientTls ClientTlsOf(const CommandLine& cl);
 // A failed call as a status naming `what`, with a hint when the failure
 // looks like a TLS mismatch (util/grpc_security.h, ConnectionHint).
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what, bool client_uses_tls = false);
+// FromGrpc naming the coordinator's address, with the TLS hint when the
+// command dialled with --tls-ca.
+absl::Status CoordinatorError(const grpc::Status& s, const CommandLine& cl);
 // A user-service stub over TLS when --tls-ca is given, carrying the user
 // token on every call. INVALID_ARGUMENT for unreadable TLS files.
 absl::StatusOr<std::unique_ptr<UserService::Stub>> UserStub(const CommandLine& cl);

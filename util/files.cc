@@ -27,4 +27,13 @@ absl::Status CheckRegularFile(const std::string& path) {
       absl::StrCat(path, " is ", what, ", where a regular file is expected"));
 }
 
+bool PathWithin(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // "/data/" ends in an empty name
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
 }  // namespace hilnas

@@ -4,6 +4,7 @@
 #ifndef HILNAS_UTIL_FILES_H_
 #define HILNAS_UTIL_FILES_H_
 
+#include <filesystem>
 #include <string>
 
 #include "absl/status/status.h"
@@ -14,6 +15,10 @@ namespace hilnas {
 // nothing is there; FAILED_PRECONDITION naming what is there instead (a
 // directory, a FIFO, a device, a socket).
 absl::Status CheckRegularFile(const std::string& path);
+
+// Whether `inner` is `outer` or lies inside it, compared component by
+// component ("/data2" is not inside "/data"). Both should be canonical.
+bool PathWithin(const std::filesystem::path& inner, const std::filesystem::path& outer);
 
 }  // namespace hilnas
 

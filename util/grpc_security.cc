@@ -1,18 +1,17 @@
 #include "util/grpc_security.h"
 
 #include <grpcpp/support/client_interceptor.h>
-#include <sys/stat.h>
-
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "util/files.h"
+#include "util/textproto.h"
 
 namespace hilnas {
 namespace {
 
-constexpr int64_t kMaxPemBytes = 1 << 20;
+constexpr uintmax_t kMaxPemBytes = 1 << 20;
 
 class MetadataInterceptor : public grpc::experimental::Interceptor {
  public:
@@ -59,22 +58,19 @@ std::string BearerTokenOf(const std::multimap<grpc::string_ref, grpc::string_ref
 }
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const std::string& flag) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": no such file"));
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", s.message()));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": not a regular file"));
-  }
-  if (st.st_size > kMaxPemBytes) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxPemBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " ", path, ": ", st.st_size, " bytes is too large for a PEM file"));
+        absl::StrCat(flag, " ", path, ": ", size, " bytes is too large for a PEM file"));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read"));
-  std::string pem = buf.str();
+  std::string pem;
+  if (absl::Status s = ReadFileToString(path, &pem); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", s.message()));
+  }
   if (pem.find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " ", path, ": not a PEM file (no -----BEGIN line)"));
