@@ -9,6 +9,7 @@
 #include "model/kv_prediction.h"
 #include "nlohmann/json.hpp"
 #include "quality/kvp_trainer.h"
+#include "quality/trial_evaluator.h"
 #include "util/status_macros.h"
 #include "util/subprocess.h"
 #include "util/textproto.h"
@@ -87,25 +88,11 @@ class ExternalCommandEvaluator : public QualityEvaluator {
         std::string cmd,
         ExpandCommand(template_, {{"checkpoint", checkpoint_dir}, {"output", output}}));
     HILNAS_RETURN_IF_ERROR(RunShellCommand(cmd, timeout_s_).status());
-    std::string text;
-    absl::Status read = ReadFileToString(output, &text);
-    if (!read.ok()) {
+    if (!fs::exists(output)) {
       return absl::NotFoundError(
           absl::StrCat("quality command \"", cmd, "\" exited 0 but wrote no ", output));
     }
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("loss") || !j["loss"].is_number() ||
-        !std::isfinite(j["loss"].get<double>())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          output,
-          ": want a JSON object with a finite number \"loss\", got: ", text.substr(0, 200)));
-    }
-    QualityResult q;
-    q.loss = j["loss"].get<double>();
-    q.initial_loss = j.value("initial_loss", std::numeric_limits<double>::quiet_NaN());
-    q.tokens = j.value("tokens", int64_t{0});
-    q.seconds = j.value("seconds", 0.0);
-    return q;
+    return ReadQualityJson(output);
   }
 
  private:

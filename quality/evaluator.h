@@ -11,25 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "quality/tokens.h"
+#include "quality/trial_evaluator.h"
 #include "quality/trainer.h"
 
 namespace hilnas {
-
-struct QualityResult {
-  double loss = 0;          // held-out next-token loss after training, nats
-  double initial_loss = 0;  // before training; NaN when the evaluator does not say
-  int64_t tokens = 0;       // trained on
-  double seconds = 0;
-};
-
-class QualityEvaluator {
- public:
-  virtual ~QualityEvaluator() = default;
-  // Trains and scores the checkpoint in `checkpoint_dir`; may write under
-  // `work_dir` (created if missing). Thread-compatible, not thread-safe.
-  virtual absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
-                                                 const std::string& work_dir) = 0;
-};
 
 // Trains a copy of the checkpoint on `data` with `options` (a resumable
 // checkpoint under work_dir/train) and reports its held-out loss. With

@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -23,6 +24,30 @@ std::string Tail(const std::string& s, size_t n = 400) {
 }  // namespace
 
 absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s) {
+  return RunProgram({"/bin/sh", "-c", command}, timeout_s);
+}
+
+absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, double timeout_s,
+                                         const std::map<std::string, std::string>& env) {
+  if (args.empty()) return absl::InvalidArgumentError("RunProgram: no program");
+  // Shown in errors: the shell's command itself, or the program's words.
+  const std::string command = args[0] == "/bin/sh" && args.size() == 3 && args[1] == "-c"
+                                  ? args[2]
+                                  : absl::StrJoin(args, " ");
+  std::vector<std::string> all = args;  // execvp wants char*, built before fork
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The environment too: after fork only async-signal-safe calls are allowed.
+  std::vector<std::string> env_all;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (!env.count(kv.substr(0, kv.find('=')))) env_all.push_back(kv);
+  }
+  for (const auto& [key, value] : env) env_all.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env_all) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return absl::InternalError("pipe() failed");
   const pid_t pid = fork();
@@ -33,7 +58,7 @@ absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double ti
     dup2(err_pipe[1], 2);
     close(out_pipe[0]);
     close(err_pipe[0]);
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    execvpe(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   close(out_pipe[1]);

@@ -32,6 +32,13 @@ absl::StatusOr<std::string> RunShellCommand(const std::string& command, double t
 // As RunShellCommand, keeping standard error apart.
 absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s);
 
+// Runs argv[0] (looked up in PATH when it has no slash) with `argv`, no
+// shell, with `env` added to the environment; otherwise as RunCapturing.
+// Nothing in argv is interpreted: cluster commands get job names and paths
+// as plain arguments.
+absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& argv, double timeout_s,
+                                         const std::map<std::string, std::string>& env = {});
+
 // Starts `binary ARGS...` (fork + execv, no shell) with standard output and
 // error sent to `log` (appended when `append_log`, else truncated), or
 // inherited when `log` is empty. Returns the child's pid; -1 if fork fails.
