@@ -21,6 +21,11 @@ StageTally TallyStage(const std::vector<Trial>& trials, int stage) {
     const bool evaluating =
         trial.state() == PROPOSED || trial.state() == PRUNING || trial.state() == TRAINING;
     if (evaluating && t.evaluating_id == 0) t.evaluating_id = trial.id();
+    t.in_flight += trial.state() == TRAINING;
+    if (trial.state() == PROPOSED || trial.state() == PRUNING) {
+      ++t.waiting;
+      if (t.waiting_id == 0) t.waiting_id = trial.id();
+    }
     t.seen.insert(ArchKey(trial.arch()));
   }
   return t;
@@ -67,21 +72,28 @@ int UncertaintyBatchSize(const CampaignConfig& c, const StageTally& t) {
   return std::min(c.batch_size(), c.stage1_latency_points() - t.total);
 }
 
-Stage2Plan PlanStage2(const CampaignConfig& c, Strategy strategy, const StageTally& t) {
+Stage2Plan PlanStage2(const CampaignConfig& c, Strategy strategy, const StageTally& t,
+                      int max_in_flight) {
   Stage2Plan p;
   if (t.counted >= c.stage2_trials()) {
-    if (!t.measuring) p.kind = Stage2Plan::Kind::kComplete;
+    if (t.open == 0) p.kind = Stage2Plan::Kind::kComplete;
     return p;
   }
-  // Trials still being evaluated hold the next batch back (qNEHVI must see
-  // their losses); those only confirming latency do not.
-  if (t.unmeasured_open > 0) return p;
+  // Proposals not yet started, or every slot busy, hold the next batch back;
+  // trials only confirming latency do not.
+  if (t.waiting > 0 || t.in_flight >= std::max(1, max_in_flight)) return p;
   p.kind = Stage2Plan::Kind::kPropose;
   const int q = std::min(c.batch_size(), c.stage2_trials() - t.counted);
   const bool initial = strategy == Strategy::kQnehvi && t.counted < c.stage2_initial_points();
   p.strategy = initial ? Strategy::kSobol : strategy;
   p.q = initial ? std::min(q, c.stage2_initial_points() - t.counted) : q;
   return p;
+}
+
+int MaxInFlight(const CampaignConfig& c, int evaluator_capacity) {
+  int n = c.max_in_flight() > 0 ? c.max_in_flight() : std::max(1, c.batch_size());
+  if (evaluator_capacity > 0) n = std::min(n, evaluator_capacity);
+  return n;
 }
 
 }  // namespace hilnas

@@ -31,6 +31,9 @@ struct StageTally {
   bool measuring = false;      // some trial is MEASURING
   int64_t proposed_id = 0;     // the first PROPOSED trial, 0 when none
   int64_t evaluating_id = 0;   // stage 2: first PROPOSED, PRUNING or TRAINING, 0 when none
+  int in_flight = 0;           // stage 2: TRAINING (an evaluation is out, or being submitted)
+  int waiting = 0;             // stage 2: PROPOSED or PRUNING (to prune and submit)
+  int64_t waiting_id = 0;      // the first of those, 0 when none
   std::set<std::string> seen;  // ArchKey of every trial of the stage
 };
 StageTally TallyStage(const std::vector<Trial>& trials, int stage);
@@ -64,11 +67,11 @@ Stage1Plan PlanStage1(const CampaignConfig& config, const StageTally& tally);
 bool Stage1Finished(const CampaignConfig& config, const StageTally& tally, double cv_r2);
 int UncertaintyBatchSize(const CampaignConfig& config, const StageTally& tally);
 
-// Stage 2 once no trial is being evaluated.
+// Stage 2 once no waiting trial can start (all slots busy, or none waits).
 struct Stage2Plan {
   enum class Kind {
     kWait,      // evaluations or confirmations are out
-    kComplete,  // the trial budget is spent and nothing is measuring
+    kComplete,  // the trial budget is spent and nothing is open
     kPropose,   // propose `q` trials by `strategy`
   };
   Kind kind = Kind::kWait;
@@ -76,8 +79,17 @@ struct Stage2Plan {
   int q = 0;
 };
 // `strategy` is the campaign's; qNEHVI starts with stage2_initial_points
-// Sobol trials.
-Stage2Plan PlanStage2(const CampaignConfig& config, Strategy strategy, const StageTally& tally);
+// Sobol trials. A batch is proposed when no proposal waits and fewer than
+// `max_in_flight` evaluations are out; those out are the batch's pending
+// points. With max_in_flight 1 this is the sequential loop: a batch, its
+// trials one by one, the next batch.
+Stage2Plan PlanStage2(const CampaignConfig& config, Strategy strategy, const StageTally& tally,
+                      int max_in_flight);
+
+// The campaign's max_in_flight (default: batch_size), capped by what the
+// evaluator can run at once (0: no cap of its own; the in-process trainer's
+// is 1 unless the campaign sets max_in_flight, coordinator/evaluators.h).
+int MaxInFlight(const CampaignConfig& config, int evaluator_capacity);
 
 }  // namespace hilnas
 

@@ -43,6 +43,9 @@ TEST(CampaignPlanTest, TallyCountsOneStageOnly) {
   EXPECT_EQ(two.unmeasured_open, 2);
   EXPECT_EQ(two.proposed_id, 3);
   EXPECT_EQ(two.evaluating_id, 3);
+  EXPECT_EQ(two.in_flight, 1);
+  EXPECT_EQ(two.waiting, 1);
+  EXPECT_EQ(two.waiting_id, 3);
   EXPECT_EQ(two.seen.size(), 4u);
 }
 
@@ -84,34 +87,62 @@ TEST(CampaignPlanTest, StageOneEndsAtTargetOrBudget) {
 TEST(CampaignPlanTest, QnehviStartsWithSobolUpToTheInitialPoints) {
   const CampaignConfig c = Config();
   StageTally t;
-  Stage2Plan p = PlanStage2(c, Strategy::kQnehvi, t);
+  Stage2Plan p = PlanStage2(c, Strategy::kQnehvi, t, 1);
   EXPECT_EQ(p.kind, Stage2Plan::Kind::kPropose);
   EXPECT_EQ(p.strategy, Strategy::kSobol);
   EXPECT_EQ(p.q, 4);
   t.counted = 4;
-  p = PlanStage2(c, Strategy::kQnehvi, t);
+  p = PlanStage2(c, Strategy::kQnehvi, t, 1);
   EXPECT_EQ(p.strategy, Strategy::kSobol);
   EXPECT_EQ(p.q, 2);  // only up to the 6 initial points
   t.counted = 6;
-  p = PlanStage2(c, Strategy::kQnehvi, t);
+  p = PlanStage2(c, Strategy::kQnehvi, t, 1);
   EXPECT_EQ(p.strategy, Strategy::kQnehvi);
   EXPECT_EQ(p.q, 4);
   t.counted = 10;
-  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t).q, 2);  // the budget's remainder
-  EXPECT_EQ(PlanStage2(c, Strategy::kRandom, StageTally{}).strategy, Strategy::kRandom);
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 1).q, 2);  // the budget's remainder
+  EXPECT_EQ(PlanStage2(c, Strategy::kRandom, StageTally{}, 1).strategy, Strategy::kRandom);
 }
 
 TEST(CampaignPlanTest, StageTwoWaitsForEvaluationsAndCompletesAfterConfirmations) {
   const CampaignConfig c = Config();
   StageTally t;
-  t.unmeasured_open = 1;
-  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t).kind, Stage2Plan::Kind::kWait);
-  t.unmeasured_open = 0;
+  t.in_flight = 1;
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 1).kind, Stage2Plan::Kind::kWait);
+  t.in_flight = 0;
+  t.waiting = 1;
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 1).kind, Stage2Plan::Kind::kWait);
+  t.waiting = 0;
   t.counted = 12;
-  t.measuring = true;
-  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t).kind, Stage2Plan::Kind::kWait);
-  t.measuring = false;
-  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t).kind, Stage2Plan::Kind::kComplete);
+  t.open = 1;  // a confirmation is out
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 1).kind, Stage2Plan::Kind::kWait);
+  t.open = 0;
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 1).kind, Stage2Plan::Kind::kComplete);
+}
+
+TEST(CampaignPlanTest, WithSlotsFreeTheNextBatchIsProposedWhileOthersEvaluate) {
+  const CampaignConfig c = Config();
+  StageTally t;
+  t.counted = 6;
+  t.in_flight = 1;
+  Stage2Plan p = PlanStage2(c, Strategy::kQnehvi, t, 2);
+  EXPECT_EQ(p.kind, Stage2Plan::Kind::kPropose);  // one slot free: the one out is pending
+  EXPECT_EQ(p.q, 4);
+  t.in_flight = 2;
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 2).kind, Stage2Plan::Kind::kWait);
+  t.in_flight = 1;
+  t.waiting = 1;  // a proposal waits for the free slot
+  EXPECT_EQ(PlanStage2(c, Strategy::kQnehvi, t, 2).kind, Stage2Plan::Kind::kWait);
+}
+
+TEST(CampaignPlanTest, InFlightDefaultsToTheBatchCappedByTheEvaluator) {
+  CampaignConfig c = Config();
+  c.set_batch_size(4);
+  EXPECT_EQ(MaxInFlight(c, 0), 4);
+  EXPECT_EQ(MaxInFlight(c, 1), 1);
+  c.set_max_in_flight(2);
+  EXPECT_EQ(MaxInFlight(c, 0), 2);
+  EXPECT_EQ(MaxInFlight(c, 3), 2);
 }
 
 TEST(CampaignPlanTest, FailuresStopOnlyPastTheFractionAndTheMinimum) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_plan.h"
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 struct CampaignContext {
   std::unique_ptr<Space> space;
   std::unique_ptr<Backbone> backbone;           // loaded for stage 2
-  std::unique_ptr<QualityEvaluator> evaluator;  // for stage 2
+  std::unique_ptr<TrialEvaluator> evaluator;    // for stage 2
   std::unique_ptr<LatencyModel> ttft, decode;   // fitted on the measured trials
   size_t measured_at_fit = 0;                   // measured trials the models saw
 };
@@ -106,10 +107,23 @@ void CampaignRunner::Loop() {
           absl::MutexLock lock(&mu_);
           if (stop_) return;
         }
-        if (r.state != CampaignState::kRunning) continue;
+        if (r.state != CampaignState::kRunning) {
+          // Stopped or failed with evaluations out (seen once per campaign
+          // after a start, then whenever stage 2 ran here): cancel them.
+          if (!swept_ || in_flight_campaigns_.count(r.config.name())) {
+            absl::Status s = CancelEvaluations(r.config.name());
+            std::string& last = cancel_errors_[r.config.name()];
+            if (!s.ok() && std::string(s.message()) != last) {  // retried each loop, logged once
+              Log(r.config.name(), absl::StrCat("cancelling evaluations: ", s.message()));
+            }
+            last = std::string(s.message());
+          }
+          continue;
+        }
         progressed = GuardedStep(r.config.name()) || progressed;
       }
     }
+    swept_ = swept_ || all.ok();
     absl::MutexLock lock(&mu_);
     if (stop_) return;
     if (!progressed) {
@@ -460,45 +474,91 @@ absl::Status CampaignRunner::EnsureEvaluator(const CampaignConfig& c, CampaignCo
   return absl::OkStatus();
 }
 
-absl::Status CampaignRunner::EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx,
-                                           Trial& trial) {
-  const CampaignConfig& c = record.config;
-  HILNAS_RETURN_IF_ERROR(EnsureEvaluator(c, ctx));
-  const fs::path dir = fs::path(options_.work_dir) / c.name() / absl::StrCat("trial-", trial.id());
+EvaluationTask CampaignRunner::Task(const CampaignContext& ctx, const Trial& trial) const {
+  const std::string root =
+      ctx.evaluator->work_root().empty() ? options_.work_dir : ctx.evaluator->work_root();
+  const fs::path dir = fs::path(root) / trial.campaign() / absl::StrCat("trial-", trial.id());
+  EvaluationTask task;
+  task.campaign = trial.campaign();
+  task.trial = trial.id();
+  task.attempt = std::max(1, trial.eval_attempt());
+  task.checkpoint_dir = (dir / "checkpoint").string();
+  task.work_dir = (dir / absl::StrCat("attempt-", task.attempt)).string();
+  return task;
+}
+
+absl::Status CampaignRunner::StartEvaluation(const CampaignRecord& record, CampaignContext& ctx,
+                                             Trial& trial, std::vector<Trial>& trials) {
   trial.set_state(PRUNING);
   HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
-  HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial.arch()));
-  PruneOptions po;
-  po.block_size = ctx.space->block_size();
-  HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(*ctx.backbone, arch, po, (dir / "checkpoint").string()));
+  absl::Status pruned = [&]() -> absl::Status {
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial.arch()));
+    PruneOptions po;
+    po.block_size = ctx.space->block_size();
+    return PruneToCheckpoint(*ctx.backbone, arch, po, Task(ctx, trial).checkpoint_dir);
+  }();
+  if (!pruned.ok()) return FailTrial(record, trial, trials, std::string(pruned.message()));
+  return SubmitAttempt(record, ctx, trial, trials, /*next=*/true);
+}
+
+absl::Status CampaignRunner::SubmitAttempt(const CampaignRecord& record, CampaignContext& ctx,
+                                           Trial& trial, std::vector<Trial>& trials, bool next) {
+  // The attempt is committed before the job exists and its handle right
+  // after, so a restart between the two finds the job by name (Find).
+  if (next || trial.eval_attempt() == 0) trial.set_eval_attempt(trial.eval_attempt() + 1);
+  trial.clear_eval_job();
+  trial.set_eval_state("SUBMITTING");
+  trial.clear_eval_node();
   trial.set_state(TRAINING);
   HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
-  HILNAS_ASSIGN_OR_RETURN(QualityResult q, ctx.evaluator->Evaluate((dir / "checkpoint").string(),
-                                                                   (dir / "eval").string()));
-  if (!std::isfinite(q.loss)) {
-    return absl::InternalError(absl::StrCat("the evaluator returned loss ", q.loss));
+  const EvaluationTask task = Task(ctx, trial);
+  absl::StatusOr<std::string> handle = ctx.evaluator->Submit(task);
+  if (!handle.ok()) {
+    return RetryOrFail(record, ctx, trial, trials,
+                       absl::StrCat("submitting failed: ", handle.status().message()));
   }
-  trial.set_loss(q.loss);
-  trial.set_initial_loss(q.initial_loss);
-  trial.set_quality_seconds(q.seconds);
-  std::error_code ec;
-  fs::remove_all(dir, ec);  // `hilnas export` prunes again; nothing here is needed
+  trial.set_eval_job(*handle);
+  trial.set_eval_state("SUBMITTED");
+  HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(trial));
+  Log(record.config.name(), absl::StrCat("trial ", trial.id(), " attempt ", task.attempt,
+                                         ": evaluating as ", *handle, " (", task.JobName(), ")"));
   return absl::OkStatus();
 }
 
-absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, CampaignContext& ctx,
-                                              Trial& t, std::vector<Trial>& trials) {
-  const CampaignConfig& c = record.config;
-  absl::Status s = EvaluateTrial(record, ctx, t);
-  if (!s.ok()) {
-    t.set_state(FAILED);
-    t.set_message(std::string(s.message()));
-    t.set_finished_ms(clock_->NowMs());
-    HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
-    Log(c.name(),
-        absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", s.message()));
-    return CheckFailures(record, trials).status();
+absl::Status CampaignRunner::RetryOrFail(const CampaignRecord& record, CampaignContext& ctx,
+                                         Trial& trial, std::vector<Trial>& trials,
+                                         const std::string& why) {
+  const int attempts = ctx.evaluator->max_attempts();
+  if (trial.eval_attempt() < attempts) {
+    Log(record.config.name(), absl::StrCat("trial ", trial.id(), " attempt ", trial.eval_attempt(),
+                                           " of ", attempts, ": ", why, "; trying again"));
+    return SubmitAttempt(record, ctx, trial, trials, /*next=*/true);
   }
+  return FailTrial(record, trial, trials,
+                   attempts > 1 ? absl::StrCat("after ", attempts, " attempts: ", why) : why);
+}
+
+absl::Status CampaignRunner::FailTrial(const CampaignRecord& record, Trial& t,
+                                       std::vector<Trial>& trials, const std::string& why) {
+  t.set_state(FAILED);
+  t.set_message(why);
+  t.set_finished_ms(clock_->NowMs());
+  HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+  Log(record.config.name(),
+      absl::StrCat("trial ", t.id(), " (", ArchSummary(t.arch()), ") failed: ", why));
+  return CheckFailures(record, trials).status();
+}
+
+absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, CampaignContext& ctx,
+                                              Trial& t, const QualityResult& q,
+                                              std::vector<Trial>& trials) {
+  const CampaignConfig& c = record.config;
+  if (!std::isfinite(q.loss)) {
+    return FailTrial(record, t, trials, absl::StrCat("the evaluator returned loss ", q.loss));
+  }
+  t.set_loss(q.loss);
+  t.set_initial_loss(q.initial_loss);
+  t.set_quality_seconds(q.seconds);
   if (c.confirm_latency()) {
     HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
   } else {
@@ -506,6 +566,8 @@ absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, Camp
     t.set_finished_ms(clock_->NowMs());
     HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
   }
+  std::error_code ec;  // `hilnas export` prunes again; nothing here is needed
+  fs::remove_all(fs::path(Task(ctx, t).checkpoint_dir).parent_path(), ec);
   Log(c.name(),
       absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, %.1f s",
                       t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
@@ -513,22 +575,95 @@ absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, Camp
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> CampaignRunner::PollEvaluations(const CampaignRecord& record,
+                                                     CampaignContext& ctx,
+                                                     std::vector<Trial>& trials) {
+  using Kind = EvaluationStatus::Kind;
+  bool changed = false;
+  for (Trial& t : trials) {
+    if (t.stage() != 2 || t.state() != TRAINING) continue;
+    const EvaluationTask task = Task(ctx, t);
+    if (t.eval_job().empty()) {
+      // The attempt was committed but its handle was not: the process died
+      // between the two, or the submission itself. Re-attach, or submit.
+      HILNAS_ASSIGN_OR_RETURN(std::string found, ctx.evaluator->Find(task));
+      if (found.empty()) {
+        HILNAS_RETURN_IF_ERROR(SubmitAttempt(record, ctx, t, trials, /*next=*/false));
+      } else {
+        t.set_eval_job(found);
+        HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+        Log(record.config.name(), absl::StrCat("trial ", t.id(), ": re-attached to ", found, " (",
+                                               task.JobName(), "), whose id was not recorded"));
+      }
+      changed = true;
+      continue;
+    }
+    HILNAS_ASSIGN_OR_RETURN(EvaluationStatus s, ctx.evaluator->Poll(task, t.eval_job()));
+    switch (s.kind) {
+      case Kind::kQueued:
+      case Kind::kRunning:
+        if (s.state != t.eval_state() || s.node != t.eval_node()) {
+          t.set_eval_state(s.state);
+          t.set_eval_node(s.node);
+          HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(t));
+        }
+        break;
+      case Kind::kDone:
+        t.set_eval_state(s.state);
+        t.set_eval_node(s.node);
+        HILNAS_RETURN_IF_ERROR(FinishEvaluation(record, ctx, t, s.result, trials));
+        changed = true;
+        break;
+      case Kind::kLost:
+        // A thread of a process that is gone: evaluate again from the pruned
+        // checkpoint (still on disk), as the same attempt.
+        Log(record.config.name(),
+            absl::StrCat("trial ", t.id(), ": ", s.message, "; evaluating it again"));
+        HILNAS_RETURN_IF_ERROR(SubmitAttempt(record, ctx, t, trials, /*next=*/false));
+        changed = true;
+        break;
+      case Kind::kRetry:
+        t.set_eval_state(s.state);
+        HILNAS_RETURN_IF_ERROR(RetryOrFail(record, ctx, t, trials, s.message));
+        changed = true;
+        break;
+      case Kind::kFailed:
+        t.set_eval_state(s.state);
+        HILNAS_RETURN_IF_ERROR(FailTrial(record, t, trials, s.message));
+        changed = true;
+        break;
+    }
+    HILNAS_ASSIGN_OR_RETURN(CampaignRecord now, campaigns_->Get(record.config.name()));
+    if (now.state != CampaignState::kRunning) break;  // too many failures, or a stop
+  }
+  return changed;
+}
+
 absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignContext& ctx,
                                             std::vector<Trial>& trials) {
   const CampaignConfig& c = record.config;
   HILNAS_RETURN_IF_ERROR(FitLatencyModels(record, ctx, trials, /*cross_validate=*/false));
-  // Finish what is under way first, one trial per step so a stop is seen.
-  if (const int64_t id = TallyStage(trials, 2).evaluating_id; id != 0) {
-    HILNAS_RETURN_IF_ERROR(FinishEvaluation(record, ctx, FindTrial(trials, id), trials));
+  HILNAS_RETURN_IF_ERROR(EnsureEvaluator(c, ctx));
+  in_flight_campaigns_.insert(c.name());
+  HILNAS_ASSIGN_OR_RETURN(bool polled, PollEvaluations(record, ctx, trials));
+  HILNAS_ASSIGN_OR_RETURN(CampaignRecord now, campaigns_->Get(c.name()));
+  if (now.state != CampaignState::kRunning) return true;
+  // Start one waiting trial per step when a slot is free (pruning takes a
+  // while; one per step so a stop is seen).
+  const int max_in_flight = MaxInFlight(c, ctx.evaluator->capacity());
+  StageTally tally = TallyStage(trials, 2);
+  if (tally.waiting_id != 0 && tally.in_flight < max_in_flight) {
+    HILNAS_RETURN_IF_ERROR(
+        StartEvaluation(record, ctx, FindTrial(trials, tally.waiting_id), trials));
     return true;
   }
   HILNAS_ASSIGN_OR_RETURN(bool collected, CollectMeasurements(trials));
   HILNAS_ASSIGN_OR_RETURN(const Strategy strategy, ParseStrategy(c.strategy()));
-  const StageTally tally = TallyStage(trials, 2);
-  const Stage2Plan plan = PlanStage2(c, strategy, tally);
+  tally = TallyStage(trials, 2);
+  const Stage2Plan plan = PlanStage2(c, strategy, tally, max_in_flight);
   switch (plan.kind) {
     case Stage2Plan::Kind::kWait:
-      return collected;
+      return polled || collected;
     case Stage2Plan::Kind::kComplete: {
       const std::string report = absl::StrCat("done: ", FrontSummary(record, trials));
       HILNAS_RETURN_IF_ERROR(campaigns_->Finish(c.name(), CampaignEvent::kComplete, report));
@@ -540,6 +675,52 @@ absl::StatusOr<bool> CampaignRunner::Stage2(CampaignRecord& record, CampaignCont
   }
   HILNAS_RETURN_IF_ERROR(ProposeStage2Batch(record, ctx, trials, tally, plan));
   return true;
+}
+
+absl::Status CampaignRunner::CancelEvaluations(const std::string& name) {
+  absl::MutexLock lock(&step_mu_);
+  HILNAS_ASSIGN_OR_RETURN(CampaignRecord record, campaigns_->Get(name));
+  if (record.state == CampaignState::kRunning) return absl::OkStatus();
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, campaigns_->Trials(name));
+  // Open evaluations, and those of trials a failed or finished campaign
+  // abandoned with their jobs still out.
+  std::vector<Trial*> out;
+  for (Trial& t : trials) {
+    if (t.stage() != 2) continue;
+    if (t.state() == TRAINING || t.state() == PRUNING ||
+        (t.state() == ABANDONED && !t.eval_job().empty())) {
+      out.push_back(&t);
+    }
+  }
+  if (out.empty()) {
+    in_flight_campaigns_.erase(name);
+    return absl::OkStatus();
+  }
+  HILNAS_ASSIGN_OR_RETURN(CampaignContext * ctx, Context(record));
+  HILNAS_RETURN_IF_ERROR(EnsureEvaluator(record.config, *ctx));
+  std::vector<std::string> cancelled;
+  for (Trial* t : out) {
+    std::string job = t->eval_job();
+    if (job.empty() && t->state() == TRAINING) {
+      HILNAS_ASSIGN_OR_RETURN(job, ctx->evaluator->Find(Task(*ctx, *t)));
+    }
+    if (!job.empty()) {
+      HILNAS_RETURN_IF_ERROR(ctx->evaluator->Cancel(job));
+      cancelled.push_back(job);
+    }
+    // Waits again: a resume prunes it and submits the next attempt.
+    if (t->state() != ABANDONED) t->set_state(PROPOSED);
+    t->clear_eval_job();
+    t->set_eval_state(job.empty() ? "" : "CANCELLED");
+    t->clear_eval_node();
+    HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(*t));
+  }
+  in_flight_campaigns_.erase(name);
+  Log(name, absl::StrCat("campaign ", CampaignStateName(record.state), ": ", out.size(),
+                         " evaluations stopped",
+                         cancelled.empty() ? "" : " (cancelled " + absl::StrJoin(cancelled, ", ") + ")",
+                         "; they start again on resume"));
+  return absl::OkStatus();
 }
 
 namespace {

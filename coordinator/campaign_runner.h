@@ -17,6 +17,7 @@
 #define HILNAS_COORDINATOR_CAMPAIGN_RUNNER_H_
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "coordinator/campaign_store.h"
 #include "coordinator/evaluators.h"
 #include "coordinator/job_store.h"
+#include "quality/trial_evaluator.h"
 #include "util/clock.h"
 
 namespace hilnas {
@@ -72,6 +74,10 @@ class CampaignRunner {
   // caught, repeated errors and repeated crashes fail the campaign with the
   // reason. Returns whether anything changed.
   bool GuardedStep(const std::string& campaign);
+  // A campaign that is no longer running (stopped, failed) gets its stage-2
+  // evaluations cancelled (scancel) and their trials back to PROPOSED (a
+  // resume submits them again). The loop calls it; OK when nothing is out.
+  absl::Status CancelEvaluations(const std::string& campaign);
 
  private:
   absl::StatusOr<CampaignContext*> Context(const CampaignRecord& record);
@@ -96,12 +102,25 @@ class CampaignRunner {
                                   const std::vector<Trial>& trials, const StageTally& tally,
                                   const Stage2Plan& plan);
   absl::Status EnsureEvaluator(const CampaignConfig& config, CampaignContext& ctx);
-  // Prunes and evaluates `trial`; the error is the trial's, not the campaign's.
-  absl::Status EvaluateTrial(const CampaignRecord& record, CampaignContext& ctx, Trial& trial);
-  // EvaluateTrial, then records its result or its failure.
+  // Where `trial`'s current attempt lives (checkpoint, output, logs).
+  EvaluationTask Task(const CampaignContext& ctx, const Trial& trial) const;
+  // Prunes a waiting trial and submits its first attempt.
+  absl::Status StartEvaluation(const CampaignRecord& record, CampaignContext& ctx, Trial& trial,
+                               std::vector<Trial>& trials);
+  // Commits the attempt (the next one when `next`), submits it, commits the
+  // handle. A failed submission counts as a failed attempt.
+  absl::Status SubmitAttempt(const CampaignRecord& record, CampaignContext& ctx, Trial& trial,
+                             std::vector<Trial>& trials, bool next);
+  absl::Status RetryOrFail(const CampaignRecord& record, CampaignContext& ctx, Trial& trial,
+                           std::vector<Trial>& trials, const std::string& why);
+  absl::Status FailTrial(const CampaignRecord& record, Trial& trial, std::vector<Trial>& trials,
+                         const std::string& why);
   absl::Status FinishEvaluation(const CampaignRecord& record, CampaignContext& ctx, Trial& trial,
-                                std::vector<Trial>& trials);
-
+                                const QualityResult& result, std::vector<Trial>& trials);
+  // Polls every evaluation out, re-attaches those whose handle was never
+  // recorded, and records what ended; true when anything did.
+  absl::StatusOr<bool> PollEvaluations(const CampaignRecord& record, CampaignContext& ctx,
+                                       std::vector<Trial>& trials);
   // Both stages.
   // Moves MEASURING trials whose jobs finished; true when any did.
   absl::StatusOr<bool> CollectMeasurements(std::vector<Trial>& trials);
@@ -124,6 +143,11 @@ class CampaignRunner {
   absl::Mutex step_mu_;  // one Step at a time
   std::map<std::string, std::unique_ptr<CampaignContext>> contexts_ ABSL_GUARDED_BY(step_mu_);
   std::map<std::string, int> step_errors_;  // consecutive failed steps; the runner thread's
+  // Campaigns that may have evaluations out (all of them until the first
+  // sweep after a start): the runner thread's.
+  std::set<std::string> in_flight_campaigns_;
+  bool swept_ = false;
+  std::map<std::string, std::string> cancel_errors_;  // the last, per campaign
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -28,6 +28,12 @@ absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std:
     s.set_trials_total(s.trials_total() + 1);
     if (t.state() == DONE) s.set_trials_done(s.trials_done() + 1);
     if (t.state() == FAILED) s.set_trials_failed(s.trials_failed() + 1);
+    if (t.state() == TRAINING) {
+      s.add_in_flight(absl::StrCat("trial ", t.id(), " attempt ", std::max(1, t.eval_attempt()),
+                                   ": ", t.eval_job().empty() ? "(submitting)" : t.eval_job(), " ",
+                                   t.eval_state(), t.eval_node().empty() ? "" : " on ",
+                                   t.eval_node()));
+    }
   }
   if (!std::isnan(r.cv_r2)) s.set_cv_r2(r.cv_r2);
   if (!std::isnan(r.cv_tau)) s.set_cv_tau(r.cv_tau);

@@ -3,8 +3,11 @@
 // jobs through the JobStore protocol (lease, report) with latencies from a
 // known function of the architecture.
 #include "coordinator/campaign_runner.h"
+#include "quality/slurm_evaluator.h"
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <map>
 #include <set>
 
@@ -26,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::hilnas::testing::StatusIs;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 class CampaignTest : public ::testing::Test {
@@ -121,13 +125,22 @@ class CampaignTest : public ::testing::Test {
   // Steps until the campaign is no longer running; every `reopen_every`
   // steps the whole coordinator state is dropped and reopened.
   std::string RunToEnd(const std::string& name, int reopen_every = 0) {
-    for (int step = 1; step < 400; ++step) {
+    // Evaluations run on the evaluator's threads: a step that changed
+    // nothing waits a little. Reopening counts only steps that changed
+    // something, so it lands between (and sometimes during) evaluations.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    for (int step = 1; std::chrono::steady_clock::now() < deadline;) {
       auto p = runner_->Step(name);
       EXPECT_TRUE(p.ok()) << p.status();
       ServeJobs();
       auto r = campaigns_->Get(name);
       if (r->state != CampaignState::kRunning) return std::string(CampaignStateName(r->state));
+      if (p.ok() && !*p) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
       if (reopen_every > 0 && step % reopen_every == 0) Open();
+      ++step;
     }
     return "still running";
   }
@@ -302,6 +315,7 @@ TEST_F(CampaignTest, DecodeAndMemoryJoinTheObjectives) {
 TEST_F(CampaignTest, TooManyFailuresStopTheCampaignWithAReport) {
   CampaignConfig c = Config("failing");
   c.set_quality_evaluator("false");
+  c.set_max_in_flight(1);  // sequential: the next batch waits for this one's results
   ASSERT_OK(service_->Create(c).status());
   ASSERT_OK(service_->Start("failing").status());
   EXPECT_EQ(RunToEnd("failing"), "failed");
@@ -346,10 +360,10 @@ TEST_F(CampaignTest, TheInjectedEvaluatorScoresEveryStageTwoTrial) {
   std::string named;
   make_evaluator_ =
       [&](const CampaignConfig& c,
-          const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+          const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<TrialEvaluator>> {
     named = c.quality_evaluator();
     EXPECT_GT(backbone.model->arch().num_layers, 0);
-    return std::make_unique<ScriptedEvaluator>(&calls);
+    return NewConcurrentEvaluator(std::make_shared<ScriptedEvaluator>(&calls), 1);
   };
   Open();
   CampaignConfig c = Config("injected");
@@ -375,6 +389,157 @@ TEST_F(CampaignTest, TheInjectedEvaluatorScoresEveryStageTwoTrial) {
   EXPECT_EQ(done + failed, calls);
   EXPECT_EQ(failed, calls / 3);
   EXPECT_GT(done, 0);
+}
+
+// A cluster in memory that outlives the runner (a restarted coordinator
+// finds its jobs): each job is PENDING, then RUNNING, then ends as
+// `end(task)` says on the following polls.
+struct FakeCluster {
+  struct Job {
+    EvaluationTask task;
+    int polls = 0;
+    bool cancelled = false;
+  };
+  std::map<std::string, Job> jobs;           // by id
+  std::map<std::string, int> submitted;      // job name -> sbatch calls
+  std::function<std::string(const EvaluationTask&)> end = [](const EvaluationTask&) {
+    return std::string("COMPLETED");
+  };
+  int max_running = 0;
+  int Running() const {
+    int n = 0;
+    for (const auto& [id, j] : jobs) n += !j.cancelled && j.polls < 3;
+    return n;
+  }
+};
+
+class FakeClusterEvaluator : public TrialEvaluator {
+ public:
+  explicit FakeClusterEvaluator(FakeCluster* c) : c_(c) {}
+  int max_attempts() const override { return 2; }
+  absl::StatusOr<std::string> Submit(const EvaluationTask& task) override {
+    const std::string id = absl::StrCat(1000 + c_->jobs.size());
+    c_->jobs[id].task = task;
+    ++c_->submitted[task.JobName()];
+    c_->max_running = std::max(c_->max_running, c_->Running());
+    return id;
+  }
+  absl::StatusOr<std::string> Find(const EvaluationTask& task) override {
+    for (const auto& [id, j] : c_->jobs) {
+      if (j.task.JobName() == task.JobName()) return id;
+    }
+    return std::string();
+  }
+  absl::StatusOr<EvaluationStatus> Poll(const EvaluationTask&, const std::string& id) override {
+    FakeCluster::Job& j = c_->jobs.at(id);
+    EvaluationStatus s;
+    const int n = ++j.polls;
+    s.state = j.cancelled ? "CANCELLED" : n == 1 ? "PENDING" : n == 2 ? "RUNNING"
+                                                                      : c_->end(j.task);
+    s.kind = SlurmStateKind(s.state);
+    s.node = "node1";
+    if (s.kind == EvaluationStatus::Kind::kDone) {
+      absl::StatusOr<Arch> arch = ReadConfigJson(j.task.checkpoint_dir + "/config.json");
+      if (!arch.ok()) return arch.status();
+      s.result.loss = 5.0 - 0.1 * arch->num_layers;
+    } else if (s.kind != EvaluationStatus::Kind::kQueued &&
+               s.kind != EvaluationStatus::Kind::kRunning) {
+      s.message = absl::StrCat("job ", id, " ended ", s.state);
+    }
+    return s;
+  }
+  absl::Status Cancel(const std::string& id) override {
+    c_->jobs.at(id).cancelled = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  FakeCluster* c_;
+};
+
+TEST_F(CampaignTest, TrialsEvaluateTwoAtATimeRetryReattachAndStopCancels) {
+  FakeCluster cluster;
+  // Trial 10's first attempt loses its node; trial 12 runs out of time.
+  cluster.end = [](const EvaluationTask& t) {
+    if (t.trial == 10 && t.attempt == 1) return std::string("NODE_FAIL");
+    if (t.trial == 12) return std::string("TIMEOUT");
+    return std::string("COMPLETED");
+  };
+  make_evaluator_ = [&](const CampaignConfig&,
+                        const Backbone&) -> absl::StatusOr<std::unique_ptr<TrialEvaluator>> {
+    return std::make_unique<FakeClusterEvaluator>(&cluster);
+  };
+  Open();
+  CampaignConfig c = Config("cluster");
+  c.set_quality_evaluator("scripted");
+  c.set_max_in_flight(2);
+  c.set_max_failed_fraction(0.5);
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("cluster").status());
+  // Run until the first stage-2 job is out, then lose its handle as if the
+  // coordinator died between sbatch and the write, and restart.
+  bool lost_one = false;
+  for (int i = 0; i < 400 && !lost_one; ++i) {
+    ASSERT_OK(runner_->Step("cluster").status());
+    ServeJobs();
+    ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("cluster"));
+    for (Trial& t : trials) {
+      if (t.stage() == 2 && t.state() == TRAINING && !t.eval_job().empty()) {
+        t.clear_eval_job();
+        ASSERT_OK(campaigns_->UpdateTrial(t));
+        lost_one = true;
+        break;
+      }
+    }
+  }
+  ASSERT_TRUE(lost_one);
+  Open();
+  EXPECT_EQ(RunToEnd("cluster"), "done");
+  EXPECT_EQ(cluster.max_running, 2);
+  for (const auto& [name, n] : cluster.submitted) EXPECT_EQ(n, 1) << name << " submitted twice";
+  EXPECT_EQ(cluster.submitted.count("hilnas-cluster-10-2"), 1u);  // the retry after NODE_FAIL
+  EXPECT_EQ(cluster.submitted.count("hilnas-cluster-12-2"), 0u);  // TIMEOUT is not retried
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("cluster"));
+  for (const Trial& t : trials) {
+    if (t.id() == 12) {
+      EXPECT_EQ(t.state(), FAILED);
+      EXPECT_THAT(t.message(), HasSubstr("TIMEOUT"));
+    } else if (t.stage() == 2) {
+      EXPECT_EQ(t.state(), DONE) << t.id() << ": " << t.message();
+      EXPECT_GT(t.loss(), 0);
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<LogLine> lines, campaigns_->LogLines("cluster", 1000));
+  std::vector<std::string> log;
+  for (const LogLine& l : lines) log.push_back(l.text);
+  EXPECT_THAT(log, Contains(HasSubstr("re-attached")));
+  EXPECT_THAT(log, Contains(HasSubstr("NODE_FAIL; trying again")));
+
+  // A stop cancels what is out; a resume submits the next attempts.
+  CampaignConfig s = Config("stopping");
+  s.set_quality_evaluator("scripted");
+  s.set_max_in_flight(2);
+  ASSERT_OK(service_->Create(s).status());
+  ASSERT_OK(service_->Start("stopping").status());
+  auto out = [&] {
+    absl::StatusOr<std::vector<Trial>> trials = campaigns_->Trials("stopping");
+    int n = 0;
+    for (const Trial& t : trials.value()) n += t.state() == TRAINING;
+    return n;
+  };
+  for (int i = 0; i < 400 && out() < 2; ++i) {
+    ASSERT_OK(runner_->Step("stopping").status());
+    ServeJobs();
+  }
+  ASSERT_EQ(out(), 2);
+  ASSERT_OK(service_->Stop("stopping").status());
+  ASSERT_OK(runner_->CancelEvaluations("stopping"));
+  EXPECT_EQ(out(), 0);
+  int cancelled = 0;
+  for (const auto& [id, j] : cluster.jobs) cancelled += j.task.campaign == "stopping" && j.cancelled;
+  EXPECT_EQ(cancelled, 2);
+  ASSERT_OK(service_->Resume("stopping").status());
+  EXPECT_EQ(RunToEnd("stopping"), "done");
 }
 
 TEST_F(CampaignTest, StopHaltsAndResumeContinues) {
@@ -420,7 +585,7 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
 
 TEST_F(CampaignTest, AStepThatThrowsFailsTheCampaignWithTheReasonNotTheProcess) {
   make_evaluator_ = [](const CampaignConfig&,
-                       const Backbone&) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+                       const Backbone&) -> absl::StatusOr<std::unique_ptr<TrialEvaluator>> {
     throw std::bad_alloc();  // what mc_samples: 1e9 did before it was refused at create
   };
   Open();

@@ -1,6 +1,8 @@
 #include "coordinator/evaluators.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "quality/slurm_evaluator.h"
 #include "quality/tokens.h"
 #include "quality/trainer.h"
 #include "util/status_macros.h"
@@ -15,27 +17,55 @@ BackboneLoader DefaultBackboneLoader() {
   };
 }
 
-EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> commands) {
-  return [commands = std::move(commands)](
+absl::Status CheckEvaluatorDefinition(const std::string& name, const std::string& definition) {
+  if (absl::StartsWith(definition, kSlurmPrefix)) {
+    absl::StatusOr<SlurmEvaluatorConfig> c =
+        ReadSlurmEvaluatorConfig(definition.substr(sizeof(kSlurmPrefix) - 1));
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--evaluator ", name, ": ", c.status().message()));
+    }
+    return absl::OkStatus();
+  }
+  if (definition.find("{checkpoint}") == std::string::npos ||
+      definition.find("{output}") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--evaluator ", name, ": the template needs {checkpoint} and {output} (or slurm:FILE)"));
+  }
+  return absl::OkStatus();
+}
+
+EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> definitions) {
+  return [definitions = std::move(definitions)](
              const CampaignConfig& c,
-             const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<QualityEvaluator>> {
+             const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<TrialEvaluator>> {
     if (c.quality_evaluator() != "in-process") {
-      auto it = commands.find(c.quality_evaluator());
-      if (it == commands.end()) {
+      auto it = definitions.find(c.quality_evaluator());
+      if (it == definitions.end()) {
         return absl::FailedPreconditionError(
             absl::StrCat("quality_evaluator \"", c.quality_evaluator(),
                          "\" is not defined on this coordinator's command line "
-                         "(--evaluator NAME=TEMPLATE)"));
+                         "(--evaluator NAME=TEMPLATE or NAME=slurm:FILE)"));
       }
-      return NewExternalCommandEvaluator(it->second, c.quality_timeout_s());
+      if (absl::StartsWith(it->second, kSlurmPrefix)) {
+        HILNAS_ASSIGN_OR_RETURN(
+            SlurmEvaluatorConfig slurm,
+            ReadSlurmEvaluatorConfig(it->second.substr(sizeof(kSlurmPrefix) - 1)));
+        return NewSlurmEvaluator(std::move(slurm));
+      }
+      return NewConcurrentEvaluator(
+          NewExternalCommandEvaluator(it->second, c.quality_timeout_s()), /*capacity=*/0);
     }
     HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                             ReadTokenFile(c.tokens(), backbone.model->arch().vocab_size));
     HILNAS_ASSIGN_OR_RETURN(
         TokenSplit split,
         SplitTokens(std::move(ids), c.train().heldout_fraction(), c.train().seq_len() + 1));
-    return NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)),
-                                 TrainOptionsFromRecipe(c.train(), c.seed()));
+    // Training already uses every core: one at a time unless asked.
+    return NewConcurrentEvaluator(
+        NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)),
+                              TrainOptionsFromRecipe(c.train(), c.seed())),
+        /*capacity=*/c.max_in_flight() > 0 ? c.max_in_flight() : 1);
   };
 }
 

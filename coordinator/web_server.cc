@@ -68,11 +68,12 @@ async function refresh(){
          ` &nbsp; CV R<sup>2</sup> ${s.cvR2!==undefined?s.cvR2.toFixed(3):'-'}, Kendall tau ${s.cvTau!==undefined?s.cvTau.toFixed(3):'-'}</div>`;
       h+=`<div>stage 2 trials ${bar(s.trialsTotal||0,cfg.stage2Trials||0)} &nbsp; done ${s.trialsDone||0}, failed ${s.trialsFailed||0},`+
          ` front ${s.frontSize||0}, hypervolume ${(s.hypervolume||0).toPrecision(4)}</div>`;
+      if((s.inFlight||[]).length) h+=`<div id="in-flight">evaluating: ${(s.inFlight).map(esc).join('; ')}</div>`;
       h+=`<h2>Pareto front</h2><img id="chart" src="/api/campaigns/${selected}/front.svg?t=${Date.now()}">`;
       h+=`<h2>Trials</h2><table id="trials"><tr><th>trial</th><th>stage</th><th>state</th><th>provenance</th><th>architecture</th>`+
          `<th>parameters</th><th>TTFT ms pred</th><th>TTFT ms meas</th><th>loss</th><th>front</th></tr>`;
       for(const t of d.trials){
-        h+=`<tr class="${t.on_front?'front':''}"><td>${t.trial}</td><td>${t.stage}</td><td>${t.state}</td><td>${esc(t.provenance)}</td>`+
+        h+=`<tr class="${t.on_front?'front':''}"><td>${t.trial}</td><td>${t.stage}</td><td>${t.state}${t.evaluation?' ('+esc(t.evaluation.trim())+')':''}</td><td>${esc(t.provenance)}</td>`+
            `<td style="text-align:left">${esc(t.architecture)}</td><td>${t.parameters}</td>`+
            `<td>${t.predicted_ttft_ms>0?t.predicted_ttft_ms.toFixed(1):'-'}</td><td>${t.measured_ttft_ms>0?t.measured_ttft_ms.toFixed(1):'-'}</td>`+
            `<td>${t.loss>0?t.loss.toFixed(4):'-'}</td><td>${t.on_front?'*':''}</td></tr>`;
@@ -119,6 +120,11 @@ absl::StatusOr<std::string> CampaignJson(CampaignStore& store, const std::string
                            {"measured_ttft_ms", t.measured_ttft_ms()},
                            {"loss", t.stage() == 2 && t.state() == DONE ? t.loss() : 0.0},
                            {"message", t.message()},
+                           {"evaluation", t.state() == TRAINING
+                                              ? absl::StrCat(t.eval_job(), " ", t.eval_state(),
+                                                             t.eval_node().empty() ? "" : " on ",
+                                                             t.eval_node())
+                                              : ""},
                            {"on_front", on_front}});
   }
   return j.dump();

@@ -55,6 +55,7 @@ void PrintStatus(const CampaignStatus& s) {
   std::printf("  stage 2: %d of %d trials (%d done, %d failed), front %d, hypervolume %.4g\n",
               s.trials_total(), c.stage2_trials(), s.trials_done(), s.trials_failed(),
               s.front_size(), s.hypervolume());
+  for (const std::string& e : s.in_flight()) std::printf("  evaluating: %s\n", e.c_str());
   for (const std::string& l : s.log()) std::printf("  | %s\n", l.c_str());
 }
 

@@ -294,8 +294,9 @@ absl::StatusOr<std::vector<UserToken>> UserTokensOf(const CommandLine& cl) {
   return tokens;
 }
 
-// --evaluator NAME=TEMPLATE, each checked: a name a config can carry, a
-// template with {checkpoint} and {output}.
+// --evaluator NAME=TEMPLATE or NAME=slurm:FILE, each checked: a name a
+// config can carry, a template with {checkpoint} and {output} or a Slurm
+// configuration that reads.
 absl::StatusOr<std::map<std::string, std::string>> EvaluatorsOf(const CommandLine& cl) {
   std::map<std::string, std::string> out;
   for (const std::string& e : cl.evaluators) {
@@ -308,13 +309,9 @@ absl::StatusOr<std::map<std::string, std::string>> EvaluatorsOf(const CommandLin
       return absl::InvalidArgumentError(absl::StrCat(
           "--evaluator ", e, ": expected NAME=TEMPLATE with NAME of letters, digits, - _ ."));
     }
-    const std::string command = e.substr(eq + 1);
-    if (command.find("{checkpoint}") == std::string::npos ||
-        command.find("{output}") == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--evaluator ", name, ": the template needs {checkpoint} and {output}"));
-    }
-    out[name] = command;
+    const std::string definition = e.substr(eq + 1);
+    if (absl::Status s = CheckEvaluatorDefinition(name, definition); !s.ok()) return s;
+    out[name] = definition;
   }
   return out;
 }
