@@ -142,6 +142,10 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
   absl::StatusOr<Space> space = Space::FromProto(c.search_space());
   if (!space.ok()) return bad("search_space", std::string(space.status().message()));
   if (c.batch_size() < 1) return bad("batch_size", absl::StrCat(c.batch_size(), " < 1"));
+  if (c.max_in_flight() < 0 || c.max_in_flight() > 1024) {
+    return bad("max_in_flight",
+               absl::StrCat(c.max_in_flight(), " is outside 0..1024 (0: batch_size)"));
+  }
   if (c.stage1_latency_points() < 4) {
     return bad("stage1_latency_points", absl::StrCat(c.stage1_latency_points(), " < 4"));
   }

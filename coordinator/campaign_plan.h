@@ -23,10 +23,10 @@ inline constexpr int kMinFailuresToStop = 3;
 
 // One stage's trials, counted.
 struct StageTally {
-  int total = 0;      // trials of the stage
-  int open = 0;       // not yet DONE, FAILED or ABANDONED
-  int done = 0;       // DONE
-  int counted = 0;    // not ABANDONED: what the stage-2 budget counts
+  int total = 0;               // trials of the stage
+  int open = 0;                // not yet DONE, FAILED or ABANDONED
+  int done = 0;                // DONE
+  int counted = 0;             // not ABANDONED: what the stage-2 budget counts
   int unmeasured_open = 0;     // open and not MEASURING
   bool measuring = false;      // some trial is MEASURING
   int64_t proposed_id = 0;     // the first PROPOSED trial, 0 when none

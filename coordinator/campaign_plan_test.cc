@@ -28,9 +28,9 @@ CampaignConfig Config() {
 }
 
 TEST(CampaignPlanTest, TallyCountsOneStageOnly) {
-  const std::vector<Trial> trials = {
-      MakeTrial(1, 1, DONE, 4), MakeTrial(2, 1, MEASURING, 5), MakeTrial(3, 2, PROPOSED, 6),
-      MakeTrial(4, 2, ABANDONED, 7), MakeTrial(5, 2, MEASURING, 8), MakeTrial(6, 2, TRAINING, 9)};
+  const std::vector<Trial> trials = {MakeTrial(1, 1, DONE, 4),      MakeTrial(2, 1, MEASURING, 5),
+                                     MakeTrial(3, 2, PROPOSED, 6),  MakeTrial(4, 2, ABANDONED, 7),
+                                     MakeTrial(5, 2, MEASURING, 8), MakeTrial(6, 2, TRAINING, 9)};
   const StageTally one = TallyStage(trials, 1);
   EXPECT_EQ(one.total, 2);
   EXPECT_EQ(one.open, 1);

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_plan.h"
 #include "coordinator/campaign_report.h"
@@ -27,10 +27,10 @@ namespace fs = std::filesystem;
 // What a campaign's steps need beyond the store; rebuilt after a restart.
 struct CampaignContext {
   std::unique_ptr<Space> space;
-  std::unique_ptr<Backbone> backbone;           // loaded for stage 2
-  std::unique_ptr<TrialEvaluator> evaluator;    // for stage 2
-  std::unique_ptr<LatencyModel> ttft, decode;   // fitted on the measured trials
-  size_t measured_at_fit = 0;                   // measured trials the models saw
+  std::unique_ptr<Backbone> backbone;          // loaded for stage 2
+  std::unique_ptr<TrialEvaluator> evaluator;   // for stage 2
+  std::unique_ptr<LatencyModel> ttft, decode;  // fitted on the measured trials
+  size_t measured_at_fit = 0;                  // measured trials the models saw
 };
 
 namespace {
@@ -716,10 +716,11 @@ absl::Status CampaignRunner::CancelEvaluations(const std::string& name) {
     HILNAS_RETURN_IF_ERROR(campaigns_->UpdateTrial(*t));
   }
   in_flight_campaigns_.erase(name);
-  Log(name, absl::StrCat("campaign ", CampaignStateName(record.state), ": ", out.size(),
-                         " evaluations stopped",
-                         cancelled.empty() ? "" : " (cancelled " + absl::StrJoin(cancelled, ", ") + ")",
-                         "; they start again on resume"));
+  Log(name,
+      absl::StrCat("campaign ", CampaignStateName(record.state), ": ", out.size(),
+                   " evaluations stopped",
+                   cancelled.empty() ? "" : " (cancelled " + absl::StrJoin(cancelled, ", ") + ")",
+                   "; they start again on resume"));
   return absl::OkStatus();
 }
 

@@ -17,8 +17,8 @@
 #define HILNAS_COORDINATOR_CAMPAIGN_RUNNER_H_
 
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 

@@ -7,9 +7,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <thread>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/campaign_config.h"
@@ -400,8 +400,8 @@ struct FakeCluster {
     int polls = 0;
     bool cancelled = false;
   };
-  std::map<std::string, Job> jobs;           // by id
-  std::map<std::string, int> submitted;      // job name -> sbatch calls
+  std::map<std::string, Job> jobs;       // by id
+  std::map<std::string, int> submitted;  // job name -> sbatch calls
   std::function<std::string(const EvaluationTask&)> end = [](const EvaluationTask&) {
     return std::string("COMPLETED");
   };
@@ -434,8 +434,7 @@ class FakeClusterEvaluator : public TrialEvaluator {
     FakeCluster::Job& j = c_->jobs.at(id);
     EvaluationStatus s;
     const int n = ++j.polls;
-    s.state = j.cancelled ? "CANCELLED" : n == 1 ? "PENDING" : n == 2 ? "RUNNING"
-                                                                      : c_->end(j.task);
+    s.state = j.cancelled ? "CANCELLED" : n == 1 ? "PENDING" : n == 2 ? "RUNNING" : c_->end(j.task);
     s.kind = SlurmStateKind(s.state);
     s.node = "node1";
     if (s.kind == EvaluationStatus::Kind::kDone) {
@@ -536,7 +535,8 @@ TEST_F(CampaignTest, TrialsEvaluateTwoAtATimeRetryReattachAndStopCancels) {
   ASSERT_OK(runner_->CancelEvaluations("stopping"));
   EXPECT_EQ(out(), 0);
   int cancelled = 0;
-  for (const auto& [id, j] : cluster.jobs) cancelled += j.task.campaign == "stopping" && j.cancelled;
+  for (const auto& [id, j] : cluster.jobs)
+    cancelled += j.task.campaign == "stopping" && j.cancelled;
   EXPECT_EQ(cancelled, 2);
   ASSERT_OK(service_->Resume("stopping").status());
   EXPECT_EQ(RunToEnd("stopping"), "done");

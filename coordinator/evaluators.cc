@@ -53,8 +53,8 @@ EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> defi
             ReadSlurmEvaluatorConfig(it->second.substr(sizeof(kSlurmPrefix) - 1)));
         return NewSlurmEvaluator(std::move(slurm));
       }
-      return NewConcurrentEvaluator(
-          NewExternalCommandEvaluator(it->second, c.quality_timeout_s()), /*capacity=*/0);
+      return NewConcurrentEvaluator(NewExternalCommandEvaluator(it->second, c.quality_timeout_s()),
+                                    /*capacity=*/0);
     }
     HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                             ReadTokenFile(c.tokens(), backbone.model->arch().vocab_size));

@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "quality/tokens.h"
-#include "quality/trial_evaluator.h"
 #include "quality/trainer.h"
+#include "quality/trial_evaluator.h"
 
 namespace hilnas {
 

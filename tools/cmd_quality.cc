@@ -283,6 +283,16 @@ int TrainCommand(const std::vector<std::string>&, const CommandLine& cl) {
   if (!r.ok()) return Fail(r.status());
   if (absl::Status s = dest->Commit(); !s.ok()) return Fail(s);
   std::printf("saved to %s\n", out.c_str());
+  if (!cl.result_json.empty()) {
+    // quality/trial_evaluator.h's ReadQualityJson reads this.
+    const nlohmann::json j = {{"loss", r->final_eval_loss},
+                              {"initial_loss", r->initial_eval_loss},
+                              {"tokens", r->tokens},
+                              {"seconds", r->seconds}};
+    if (absl::Status s = WriteFileAtomically(cl.result_json, j.dump() + "\n"); !s.ok()) {
+      return Fail(s);
+    }
+  }
   return 0;
 }
 

@@ -94,6 +94,8 @@ ABSL_FLAG(int64_t, warmup_steps, 20, "train: linear warm-up steps before cosine 
 ABSL_FLAG(double, weight_decay, 0.1, "train: AdamW decoupled weight decay (not on norms)");
 ABSL_FLAG(double, grad_clip, 1.0, "train: global gradient-norm clip; 0 = off");
 ABSL_FLAG(std::string, distill_from, "", "train: teacher checkpoint for knowledge distillation");
+ABSL_FLAG(std::string, result_json, "",
+          "train: also write {\"loss\": ...} here (what an external or Slurm evaluator reads)");
 ABSL_FLAG(double, distill_weight, 0.5, "train: KD weight when --distill-from is given");
 ABSL_FLAG(int64_t, eval_every, 50, "train: steps between held-out evaluations");
 ABSL_FLAG(std::string, checkpoint_dir, "",
@@ -281,6 +283,7 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   cl.grad_clip = absl::GetFlag(FLAGS_grad_clip);
   cl.distill_from = absl::GetFlag(FLAGS_distill_from);
+  cl.result_json = absl::GetFlag(FLAGS_result_json);
   cl.distill_weight = absl::GetFlag(FLAGS_distill_weight);
   cl.eval_every = absl::GetFlag(FLAGS_eval_every);
   cl.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);

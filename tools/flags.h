@@ -83,6 +83,7 @@ struct CommandLine {
   double weight_decay = 0;
   double grad_clip = 0;
   std::string distill_from;
+  std::string result_json;  // train: {"loss": ...} for an external evaluator
   double distill_weight = 0;
   int64_t eval_every = 0;
   std::string checkpoint_dir;

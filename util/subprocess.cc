@@ -56,8 +56,12 @@ absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, d
     setpgid(0, 0);  // own process group, so a timeout kills adb and its children too
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
+    // Only 1 and 2 may reach the pipes: a daemon the command leaves behind
+    // (scripts/slurm-cluster) must not hold them open, or the read never ends.
     close(out_pipe[0]);
     close(err_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
     execvpe(argv[0], argv.data(), envp.data());
     _exit(127);
   }
