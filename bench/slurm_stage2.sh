@@ -6,6 +6,8 @@
 # architectures whatever order trials finish in; the script checks that.
 #
 #   bash bench/slurm_stage2.sh [TRIALS] [STEPS]     (defaults 8 and 40)
+#   IN_PROCESS_THREADS=1 bash bench/slurm_stage2.sh  the in-process trainer on
+#       one core (OMP_NUM_THREADS of the coordinator), as each Slurm job has
 #
 # Prints a Markdown table (paste into bench/data/slurm-stage2.md).
 set -euo pipefail
@@ -62,7 +64,8 @@ EOT
 campaign seq in-process 1 >"$W/seq.textproto"
 campaign slurm gpu 2 >"$W/slurm-c.textproto"
 
-"$B" coordinator --listen 127.0.0.1:0 --port_file "$W/port" --db "$W/c.db" \
+THREADS="${IN_PROCESS_THREADS:-$(nproc)}"
+OMP_NUM_THREADS="$THREADS" "$B" coordinator --listen 127.0.0.1:0 --port_file "$W/port" --db "$W/c.db" \
   --work_dir "$W/work" --evaluator "gpu=slurm:$W/slurm.textproto" >"$W/coordinator.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$W/port" ] && break; sleep 0.1; done
@@ -88,7 +91,7 @@ same=$(sqlite3 "$W/c.db" "select count(*) from (select arch_key from trials wher
 loss() { sqlite3 "$W/c.db" "select count(*) from trials where campaign='$1' and stage=2 and state=5"; }
 echo "| evaluator | in flight | stage-2 trials done | stage-2 wall time s | ratio to in-process |"
 echo "|---|---:|---:|---:|---:|"
-printf '| in-process (coordinator threads: %s) | 1 | %s | %.1f | 1.00 |\n' "$(nproc)" "$(loss seq)" "$SEQ"
+printf '| in-process (%s threads) | 1 | %s | %.1f | 1.00 |\n' "$THREADS" "$(loss seq)" "$SEQ"
 printf '| Slurm (1 CPU per job) | 2 | %s | %.1f | %.2f |\n' "$(loss slurm)" "$SLURM" \
   "$(echo "$SEQ / $SLURM" | bc -l)"
 echo
