@@ -35,10 +35,17 @@ class WebServerTest : public ::testing::Test {
     r.stage = 2;
     ASSERT_OK(campaigns_->Update(r));
     std::vector<Trial> trials;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       Trial& t = trials.emplace_back();
       t.set_stage(2);
       t.set_state(DONE);
+      if (i == 3) {  // one on a cluster node
+        t.set_state(TRAINING);
+        t.set_eval_attempt(2);
+        t.set_eval_job("4121");
+        t.set_eval_state("RUNNING");
+        t.set_eval_node("gpu03");
+      }
       t.mutable_arch()->set_num_layers(2 + i);
       t.set_loss(2.5 - 0.2 * i);
       t.set_predicted_ttft_ms(10 + 20 * i);
@@ -65,8 +72,10 @@ TEST_F(WebServerTest, ServesThePageAndTheJsonApi) {
   EXPECT_EQ(j["campaigns"][0]["frontSize"], 3);
   ASSERT_OK_AND_ASSIGN(auto one, WebServer::Handle("/api/campaigns/web?x=1", *campaigns_, *jobs_));
   j = nlohmann::json::parse(one.body);
-  EXPECT_EQ(j["trials"].size(), 3u);
+  EXPECT_EQ(j["trials"].size(), 4u);
   EXPECT_EQ(j["trials"][2]["on_front"], true);
+  EXPECT_EQ(j["trials"][3]["evaluation"], "4121 RUNNING on gpu03");
+  EXPECT_EQ(j["status"]["inFlight"][0], "trial 4 attempt 2: 4121 RUNNING on gpu03");
   ASSERT_OK_AND_ASSIGN(auto svg,
                        WebServer::Handle("/api/campaigns/web/front.svg", *campaigns_, *jobs_));
   EXPECT_EQ(svg.content_type, "image/svg+xml");

@@ -268,8 +268,11 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
 }
 
 absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
-  json j = {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
+  // QK-norm is Qwen3's layout; everything else Llama's (docs/checkpoints.md).
+  json j = {{"architectures", {a.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", a.qk_norm ? "qwen3" : "llama"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
             {"hidden_size", a.d_model},
             {"intermediate_size", a.d_ffn},
             {"num_hidden_layers", a.num_layers},
@@ -288,6 +291,15 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   json types = json::array();
   for (Attention at : a.attention) types.push_back(LayerTypeName(at));
   j["layer_types"] = types;
+  if (const RopeScaling& r = a.rope_scaling; r.kind == RopeScaling::Kind::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
+  } else if (r.kind == RopeScaling::Kind::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  }
   // KV Prediction: the auxiliary model of a canonical (KVP-C) pair is the
   // checkpoint in the auxiliary/ folder beside this file.
   const KvPredictionSpec& kvp = a.kv_prediction;
@@ -303,7 +315,9 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
 }
 
 absl::Status CheckFiniteWeights(const std::string& safetensors_path) {
-  HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(safetensors_path));
+  HILNAS_ASSIGN_OR_RETURN(auto tensors, std::filesystem::is_directory(safetensors_path)
+                                            ? ReadCheckpointTensors(safetensors_path)
+                                            : ReadSafetensors(safetensors_path));
   std::vector<std::string> bad;
   int64_t total = 0;
   try {
@@ -322,6 +336,44 @@ absl::Status CheckFiniteWeights(const std::string& safetensors_path) {
                                           bad.size() == 8 ? ", ..." : ""));
 }
 
+namespace {
+
+// Hugging Face `rope_scaling`: null, "default", "linear" or "llama3" (the
+// name in `rope_type`, or `type` in older configs).
+absl::StatusOr<RopeScaling> ReadRopeScaling(const json& j, const std::string& path) {
+  RopeScaling r;
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return r;
+  const json& s = j["rope_scaling"];
+  if (!s.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": rope_scaling ", s.dump(), " is not an object"));
+  }
+  const json type = s.contains("rope_type") ? s["rope_type"] : s.value("type", json("default"));
+  const std::string where = absl::StrCat(path, " rope_scaling");
+  if (type == "default") return r;
+  if (type == "linear") {
+    r.kind = RopeScaling::Kind::kLinear;
+  } else if (type == "llama3") {
+    r.kind = RopeScaling::Kind::kLlama3;
+    HILNAS_ASSIGN_OR_RETURN(r.low_freq_factor,
+                            Field<double>(s, where, "low_freq_factor", std::nullopt));
+    HILNAS_ASSIGN_OR_RETURN(r.high_freq_factor,
+                            Field<double>(s, where, "high_freq_factor", std::nullopt));
+    // Inside rope_scaling where Hugging Face puts it, else at the top.
+    HILNAS_ASSIGN_OR_RETURN(const int top,
+                            Field<int>(j, path, "original_max_position_embeddings", 8192));
+    HILNAS_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                            Field<int>(s, where, "original_max_position_embeddings", top));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": rope_scaling.rope_type ", type.dump(),
+                                                   " is not supported (llama3, linear)"));
+  }
+  HILNAS_ASSIGN_OR_RETURN(r.factor, Field<double>(s, where, "factor", std::nullopt));
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
   std::string text;
   HILNAS_RETURN_IF_ERROR(ReadFileToString(path, &text));
@@ -332,6 +384,48 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
   }
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  // The families read as published: Llama (Llama 3.x, MobileLLM, SmolLM)
+  // and Qwen3 (QK-norm). Anything they would compute differently is refused
+  // by name rather than run wrongly.
+  auto refuse = [&](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", field, " ", why));
+  };
+  bool qwen3 = false, mobilellm = false;
+  if (j.contains("architectures") && !j["architectures"].is_null()) {
+    const json& archs = j["architectures"];
+    if (!archs.is_array() || archs.size() != 1 || !archs[0].is_string()) {
+      return refuse("architectures", absl::StrCat(archs.dump(), " is not one class name"));
+    }
+    const std::string name = archs[0].get<std::string>();
+    qwen3 = name == "Qwen3ForCausalLM";
+    mobilellm = name == "MobileLLMForCausalLM";
+    if (!qwen3 && !mobilellm && name != "LlamaForCausalLM") {
+      return refuse("architectures",
+                    absl::StrCat("\"", name,
+                                 "\" is not supported (LlamaForCausalLM, Qwen3ForCausalLM, "
+                                 "MobileLLMForCausalLM)"));
+    }
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (j.contains(bias) && !j[bias].is_null() && j[bias] != false) {
+      return refuse(bias, absl::StrCat(j[bias].dump(), ": biased projections are not supported"));
+    }
+  }
+  if (j.contains("hidden_act") && !j["hidden_act"].is_null() && j["hidden_act"] != "silu") {
+    return refuse("hidden_act",
+                  absl::StrCat(j["hidden_act"].dump(), " is not supported (SwiGLU with silu)"));
+  }
+  // MobileLLM (Liu et al. 2024): `share_embedding` ties the head to the
+  // embedding whatever tie_word_embeddings says; its layer sharing repeats
+  // blocks, which hilnas does not run.
+  if (mobilellm && j.contains("layer_sharing") && j["layer_sharing"] == true) {
+    return refuse("layer_sharing", "true: repeated blocks are not supported");
+  }
+  if (j.contains("use_sliding_window") && j["use_sliding_window"] == true) {
+    return refuse("use_sliding_window",
+                  "true: Qwen-style window layers are not supported (layer_types and "
+                  "sliding_window say which layers use a window)");
+  }
   Arch a;
   HILNAS_ASSIGN_OR_RETURN(a.d_model, Field<int>(j, path, "hidden_size", std::nullopt));
   HILNAS_ASSIGN_OR_RETURN(a.d_ffn, Field<int>(j, path, "intermediate_size", std::nullopt));
@@ -344,8 +438,13 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
   HILNAS_ASSIGN_OR_RETURN(a.norm_eps, Field<double>(j, path, "rms_norm_eps", 1e-6));
   HILNAS_ASSIGN_OR_RETURN(a.rope_theta, Field<double>(j, path, "rope_theta", 10000.0));
   HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "tie_word_embeddings", false));
-  HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", false));
+  if (mobilellm) {
+    HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "share_embedding", true));
+  }
+  HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", qwen3));
+  if (qwen3 && !a.qk_norm) return refuse("qk_norm", "false: Qwen3 normalises queries and keys");
   HILNAS_ASSIGN_OR_RETURN(a.sliding_window, Field<int>(j, path, "sliding_window", 0));
+  HILNAS_ASSIGN_OR_RETURN(a.rope_scaling, ReadRopeScaling(j, path));
   if (j.contains("hilnas_name") && j["hilnas_name"].is_string()) a.name = j["hilnas_name"];
   if (j.contains("kv_cache") && j["kv_cache"] == "slim") a.kv_cache = KvLayout::kSlim;
   if (j.contains("layer_types")) {
@@ -369,6 +468,10 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
     }
   } else {
     a.attention.assign(std::max(a.num_layers, 0), Attention::kFull);
+  }
+  // Qwen3 configs carry a window size they do not use (use_sliding_window false).
+  if (qwen3 && std::count(a.attention.begin(), a.attention.end(), Attention::kSlidingWindow) == 0) {
+    a.sliding_window = 0;
   }
   if (j.contains("kv_prediction")) {
     const json& k = j["kv_prediction"];
@@ -412,10 +515,58 @@ absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, Stor
   return WriteConfigJson(decoder.arch(), dir + "/config.json");
 }
 
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadCheckpointTensors(const std::string& dir) {
+  const std::string index_path = dir + "/" + kShardIndexFile;
+  if (!std::filesystem::exists(index_path)) return ReadSafetensors(dir + "/model.safetensors");
+  std::string text;
+  HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &text));
+  json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": want an object with a \"weight_map\" object"));
+  }
+  std::map<std::string, std::string> shard_of;  // tensor -> shard file
+  std::set<std::string> shards;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    const std::string file = it.value().is_string() ? it.value().get<std::string>() : "";
+    // A shard is a file beside the index, never a path elsewhere.
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map[\"", it.key(),
+                                                     "\"] ", it.value().dump(),
+                                                     " is not a file name beside the index"));
+    }
+    shard_of[it.key()] = file;
+    shards.insert(file);
+  }
+  std::map<std::string, torch::Tensor> all;
+  for (const std::string& shard : shards) {
+    const std::string shard_path = dir + "/" + shard;
+    HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(shard_path));
+    for (auto& [name, t] : tensors) {
+      auto it = shard_of.find(name);
+      if (it == shard_of.end() || it->second != shard) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(shard_path, ": tensor ", name,
+                         it == shard_of.end() ? " is not in the index's weight_map"
+                                              : " is indexed in " + it->second + " instead"));
+      }
+      all.emplace(name, std::move(t));
+    }
+  }
+  for (const auto& [name, shard] : shard_of) {
+    if (!all.count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, "/", shard, ": missing tensor ", name, " (the index names it there)"));
+    }
+  }
+  return all;
+}
+
 absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtype) {
   HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(dir + "/config.json"));
-  const std::string st_path = dir + "/model.safetensors";
-  HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(st_path));
+  const std::string st_path =
+      std::filesystem::exists(dir + "/" + kShardIndexFile) ? dir : dir + "/model.safetensors";
+  HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadCheckpointTensors(dir));
   if (arch.tie_embeddings) {
     // Some writers store the tied head too; accept it only when it is the
     // embedding, bit for bit.

@@ -28,16 +28,29 @@ absl::Status WriteSafetensors(const std::string& path,
 // overlapping or holey buffers; INVALID_ARGUMENT for an unknown dtype.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path);
 
-// config.json with Hugging Face Llama field names plus `layer_types`
-// ("full_attention", "sliding_attention", "skip_attention"), `qk_norm` and
-// `sliding_window`.
+// config.json as Hugging Face writes it: LlamaForCausalLM, or
+// Qwen3ForCausalLM when queries and keys are normalised; `rope_scaling`
+// (linear, llama3); `layer_types` ("full_attention", "sliding_attention",
+// and hilnas's "skip_attention") with `sliding_window`; hilnas's own extras
+// (`kv_cache`, `kv_prediction`, `hilnas_name`) in docs/checkpoints.md.
+// Reading refuses, naming the field, what would compute differently: other
+// architectures, biased projections, an activation other than silu, an
+// unknown rope_scaling type, Qwen's use_sliding_window.
 absl::Status WriteConfigJson(const Arch& arch, const std::string& path);
 absl::StatusOr<Arch> ReadConfigJson(const std::string& path);
+
+// A checkpoint's tensors: dir/model.safetensors, or the shards that
+// dir/model.safetensors.index.json maps every tensor to (as published
+// backbones ship). Every indexed tensor must be in its shard and no shard
+// may hold one the index does not name; shard names may not leave dir.
+inline constexpr char kShardIndexFile[] = "model.safetensors.index.json";
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadCheckpointTensors(const std::string& dir);
 
 // Writes dir/config.json and dir/model.safetensors (creating dir).
 absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, StorageDtype dtype);
 
-// Scans every tensor of a safetensors file for NaN and Inf. DATA_LOSS
+// Scans every tensor of a safetensors file (or of a checkpoint folder,
+// sharded or not) for NaN and Inf. DATA_LOSS
 // naming the tensors that hold any (and how many values), OK otherwise.
 absl::Status CheckFiniteWeights(const std::string& safetensors_path);
 

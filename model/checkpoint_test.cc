@@ -83,6 +83,93 @@ TEST_F(CheckpointTest, ConfigUsesHuggingFaceFieldNames) {
   EXPECT_EQ(j["layer_types"][2], "skip_attention");
 }
 
+TEST_F(CheckpointTest, RopeScalingAndQkNormWriteAsPublishedAndReadBack) {
+  Arch a = TinyMixedArch();
+  a.qk_norm = true;
+  a.rope_scaling.kind = RopeScaling::Kind::kLlama3;
+  a.rope_scaling.factor = 32;
+  a.rope_scaling.low_freq_factor = 1;
+  a.rope_scaling.high_freq_factor = 4;
+  a.rope_scaling.original_max_position_embeddings = 8192;
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto j = nlohmann::json::parse(Read(dir_ + "/config.json"));
+  EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["factor"], 32.0);
+  ASSERT_OK_AND_ASSIGN(Decoder back, LoadCheckpoint(dir_));
+  EXPECT_TRUE(back.arch().rope_scaling == a.rope_scaling);
+  EXPECT_TRUE(back.arch().qk_norm);
+  // Older configs say `type`, and keep original_max_position_embeddings at the top.
+  j["rope_scaling"] = {
+      {"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
+  j["original_max_position_embeddings"] = 4096;
+  Write(dir_ + "/config.json", j.dump());
+  ASSERT_OK_AND_ASSIGN(Arch older, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_EQ(older.rope_scaling.original_max_position_embeddings, 4096);
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  Write(dir_ + "/config.json", j.dump());
+  EXPECT_THAT(ReadConfigJson(dir_ + "/config.json").status().message(),
+              HasSubstr("low_freq_factor"));
+}
+
+TEST_F(CheckpointTest, ShardedCheckpointsLoadAndBadIndexesAreNamed) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  // Split model.safetensors into two shards and an index, as published.
+  ASSERT_OK_AND_ASSIGN(auto all, ReadSafetensors(dir_ + "/model.safetensors"));
+  std::vector<std::pair<std::string, torch::Tensor>> one, two;
+  nlohmann::json map;
+  int i = 0;
+  for (const auto& [name, t] : all) {
+    const bool first = i++ % 2 == 0;
+    (first ? one : two).emplace_back(name, t);
+    map[name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  ASSERT_OK(WriteSafetensors(dir_ + "/model-00001-of-00002.safetensors", one, StorageDtype::kBF16));
+  ASSERT_OK(WriteSafetensors(dir_ + "/model-00002-of-00002.safetensors", two, StorageDtype::kF32));
+  std::filesystem::remove(dir_ + "/model.safetensors");
+  const std::string index = dir_ + "/" + kShardIndexFile;
+  Write(index, nlohmann::json({{"metadata", {}}, {"weight_map", map}}).dump());
+  ASSERT_OK_AND_ASSIGN(Decoder back, LoadCheckpoint(dir_));
+  EXPECT_EQ(back.NamedTensors().size(), d.NamedTensors().size());
+  EXPECT_OK(CheckFiniteWeights(dir_));
+
+  nlohmann::json bad = map;
+  bad[all.begin()->first] = "../elsewhere.safetensors";
+  Write(index, nlohmann::json({{"weight_map", bad}}).dump());
+  EXPECT_THAT(LoadCheckpoint(dir_).status().message(),
+              HasSubstr("not a file name beside the index"));
+  bad = map;
+  bad["model.layers.99.mlp.up_proj.weight"] = "model-00001-of-00002.safetensors";
+  Write(index, nlohmann::json({{"weight_map", bad}}).dump());
+  EXPECT_THAT(LoadCheckpoint(dir_).status().message(),
+              HasSubstr("missing tensor model.layers.99.mlp.up_proj.weight"));
+  bad = map;
+  bad.erase(all.begin()->first);
+  Write(index, nlohmann::json({{"weight_map", bad}}).dump());
+  EXPECT_THAT(LoadCheckpoint(dir_).status().message(), HasSubstr("is not in the index"));
+}
+
+TEST_F(CheckpointTest, MobileLlmSharesEmbeddingsAndUnsupportedFieldsAreNamed) {
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto j = nlohmann::json::parse(Read(dir_ + "/config.json"));
+  j["architectures"] = {"MobileLLMForCausalLM"};
+  j["tie_word_embeddings"] = false;
+  j["share_embedding"] = true;
+  Write(dir_ + "/config.json", j.dump());
+  ASSERT_OK_AND_ASSIGN(Arch a, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_TRUE(a.tie_embeddings);
+  j["layer_sharing"] = true;
+  Write(dir_ + "/config.json", j.dump());
+  EXPECT_THAT(ReadConfigJson(dir_ + "/config.json").status().message(), HasSubstr("layer_sharing"));
+  j.erase("layer_sharing");
+  j["mlp_bias"] = true;
+  Write(dir_ + "/config.json", j.dump());
+  EXPECT_THAT(ReadConfigJson(dir_ + "/config.json").status().message(), HasSubstr("mlp_bias"));
+}
+
 TEST_F(CheckpointTest, TruncatedFileIsDataLoss) {
   ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(TinyMixedArch(), 5));
   ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));

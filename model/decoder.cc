@@ -294,15 +294,33 @@ TORCH_MODULE(Backbone);
 
 }  // namespace
 
+// RoPE inverse frequencies theta^(-2i/hd), i < hd/2, in double, scaled as
+// the checkpoint says (proto/arch.proto's RopeScalingSpec).
+torch::Tensor RopeInverseFrequencies(const Arch& a) {
+  torch::Tensor inv = torch::pow(a.rope_theta, -torch::arange(0, a.head_dim, 2, torch::kDouble) /
+                                                   static_cast<double>(a.head_dim));
+  const RopeScaling& r = a.rope_scaling;
+  if (r.kind == RopeScaling::Kind::kLinear) return inv / r.factor;
+  if (r.kind != RopeScaling::Kind::kLlama3) return inv;
+  // Llama 3.1's scaling: wavelengths longer than original/low_freq_factor
+  // are stretched by factor, shorter than original/high_freq_factor kept,
+  // and those between interpolated by how many fit in the original context.
+  const double original = r.original_max_position_embeddings;
+  const torch::Tensor wavelen = 2 * M_PI / inv;
+  const torch::Tensor smooth =
+      (original / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const torch::Tensor blended = (1 - smooth) * inv / r.factor + smooth * inv;
+  return torch::where(wavelen > original / r.low_freq_factor, inv / r.factor,
+                      torch::where(wavelen < original / r.high_freq_factor, inv, blended));
+}
+
 class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const Arch& a, torch::Dtype dtype) : arch_(a), dtype_(dtype) {
     model_ = register_module("model", Backbone(a));
     if (!a.tie_embeddings)
       lm_head_ = register_module("lm_head", MakeLinear(a.d_model, a.vocab_size));
-    // RoPE inverse frequencies: theta^(-2i/hd), i < hd/2.
-    inv_freq_ = torch::pow(a.rope_theta, -torch::arange(0, a.head_dim, 2, torch::kDouble) /
-                                             static_cast<double>(a.head_dim));
+    inv_freq_ = RopeInverseFrequencies(a);
     for (auto& layer : model_->typed_layers) {
       if (!layer->self_attn) continue;
       layer->self_attn->rope_cos = &cos_table_;

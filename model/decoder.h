@@ -158,6 +158,10 @@ class Decoder {
   std::shared_ptr<DecoderImpl> impl_;
 };
 
+// RoPE inverse frequencies theta^(-2i/hd) (double, hd/2 of them), with the
+// arch's rope_scaling applied (linear, or Llama 3.1's llama3).
+torch::Tensor RopeInverseFrequencies(const Arch& arch);
+
 // The parameter names and shapes an architecture implies, in a fixed order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(const Arch& arch);
 

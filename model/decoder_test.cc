@@ -25,6 +25,41 @@ Decoder MakeDouble(const Arch& a, uint64_t seed = 1) {
   return *std::move(d);
 }
 
+TEST(DecoderTest, Llama3RopeScalingStretchesOnlyTheLowFrequencies) {
+  Arch a = TinyMixedArch();
+  a.head_dim = 64;
+  a.rope_theta = 500000;
+  const torch::Tensor plain = RopeInverseFrequencies(a);
+  a.rope_scaling.kind = RopeScaling::Kind::kLlama3;
+  a.rope_scaling.factor = 8;
+  a.rope_scaling.low_freq_factor = 1;
+  a.rope_scaling.high_freq_factor = 4;
+  a.rope_scaling.original_max_position_embeddings = 8192;
+  const torch::Tensor scaled = RopeInverseFrequencies(a);
+  ASSERT_EQ(scaled.size(0), 32);
+  int kept = 0, stretched = 0, blended = 0;
+  for (int i = 0; i < 32; ++i) {
+    const double f = plain[i].item<double>(), g = scaled[i].item<double>();
+    const double wavelen = 2 * M_PI / f;
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_EQ(g, f) << i;
+      ++kept;
+    } else if (wavelen > 8192.0) {
+      EXPECT_NEAR(g, f / 8, 1e-15) << i;
+      ++stretched;
+    } else {
+      EXPECT_GT(g, f / 8) << i;
+      EXPECT_LT(g, f) << i;
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(stretched, 0);
+  EXPECT_GT(blended, 0);
+  a.rope_scaling.kind = RopeScaling::Kind::kLinear;
+  EXPECT_TRUE(torch::allclose(RopeInverseFrequencies(a), plain / 8));
+}
+
 TEST(DecoderTest, ParameterCountEqualsStaticCount) {
   for (bool tied : {true, false}) {
     Arch a = TinyMixedArch();

@@ -44,6 +44,11 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
   same("num_kv_heads", t.num_kv_heads, b.num_kv_heads, "heads are never split");
   same("head_dim", t.head_dim, b.head_dim, "heads are never split");
   same("qk_norm", t.qk_norm, b.qk_norm, "norm weights are inherited");
+  if (!(t.rope_scaling == b.rope_scaling)) {
+    errors.push_back(
+        "rope_scaling differs from the backbone's (positions are inherited: give the search "
+        "space's base the backbone's rope_scaling)");
+  }
   auto fits = [&](const char* field, int target, int backbone, bool blocked) {
     if (target > backbone) {
       errors.push_back(

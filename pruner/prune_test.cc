@@ -54,6 +54,15 @@ TEST(PruneTest, NothingPrunedReproducesTheBackboneLogitsExactly) {
   EXPECT_TRUE(torch::equal(pruned.Forward(tokens), f.model.Forward(tokens)));
 }
 
+TEST(PruneTest, ATargetThatLosesTheBackbonesRopeScalingIsRefused) {
+  Fixture f;
+  Arch target = f.arch;
+  target.rope_scaling.kind = RopeScaling::Kind::kLinear;
+  target.rope_scaling.factor = 4;
+  EXPECT_THAT(PlanPrune(f.metrics, f.arch, target, {32}).status().message(),
+              HasSubstr("rope_scaling differs from the backbone's"));
+}
+
 TEST(PruneTest, PruningOnlyFfnChannelsChangesOnlyFfnTensors) {
   Fixture f;
   Arch target = f.arch;

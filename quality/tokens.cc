@@ -4,8 +4,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "util/fnv.h"
 #include "util/textproto.h"
@@ -21,10 +25,111 @@ size_t IdWidth(const std::string& path) { return absl::EndsWith(path, ".u32") ? 
 
 }  // namespace
 
+namespace {
+
+// A NumPy .npy array (format 1.0-3.0: magic, version, header length, a
+// Python dict literal, then the data) of uint16, uint32, int32 or int64
+// ids, any shape in C order, flattened.
+absl::StatusOr<std::vector<int32_t>> ReadNpyTokens(const std::string& path,
+                                                   const std::string& bytes, int64_t vocab_size) {
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("token file ", path, ": ", why));
+  };
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return bad("not a .npy file");
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  const int major = u[6];
+  size_t header_len = 0, header_start = 0;
+  if (major == 1) {
+    header_len = u[8] | (u[9] << 8);
+    header_start = 10;
+  } else if ((major == 2 || major == 3) && bytes.size() >= 12) {
+    header_len = u[8] | (u[9] << 8) | (u[10] << 16) | (static_cast<size_t>(u[11]) << 24);
+    header_start = 12;
+  } else {
+    return bad(absl::StrCat(".npy format version ", major, " is not 1, 2 or 3"));
+  }
+  if (header_start + header_len > bytes.size()) return bad(".npy header runs past the file");
+  const std::string header = bytes.substr(header_start, header_len);
+  auto value_of = [&](const std::string& key) -> std::string {
+    const size_t k = header.find("'" + key + "'");
+    if (k == std::string::npos) return "";
+    size_t v = header.find(':', k);
+    if (v == std::string::npos) return "";
+    ++v;
+    while (v < header.size() && header[v] == ' ') ++v;
+    const char open = header[v];
+    const char close = open == '\'' ? '\'' : open == '(' ? ')' : ',';
+    const size_t e = header.find(close, v + 1);
+    if (e == std::string::npos) return "";
+    return header.substr(v, e - v + (close == ',' ? 0 : 1));
+  };
+  const std::string descr = value_of("descr");
+  struct Kind {
+    const char* descr;
+    size_t width;
+    bool is_signed;
+  };
+  static constexpr Kind kKinds[] = {
+      {"'<u2'", 2, false}, {"'<u4'", 4, false}, {"'<i4'", 4, true}, {"'<i8'", 8, true}};
+  const Kind* kind = nullptr;
+  for (const Kind& k : kKinds) {
+    if (descr == k.descr) kind = &k;
+  }
+  if (kind == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token file ", path, ": .npy dtype ", descr.empty() ? "(none)" : descr,
+        " is not uint16, uint32, int32 or int64 little-endian ('<u2', '<u4', '<i4', '<i8')"));
+  }
+  if (value_of("fortran_order").rfind("True", 0) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file ", path, ": .npy array is in Fortran order; save it C-ordered"));
+  }
+  // The shape's product must be what the data holds.
+  const std::string shape = value_of("shape");
+  int64_t count = 1;
+  for (absl::string_view d : absl::StrSplit(absl::StripPrefix(absl::StripSuffix(shape, ")"), "("),
+                                            ',', absl::SkipWhitespace())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(d), &n) || n < 0 || n > (int64_t{1} << 40)) {
+      return bad(absl::StrCat(".npy shape ", shape, " is not a tuple of sizes"));
+    }
+    count *= n;
+  }
+  const size_t data_start = header_start + header_len;
+  if (shape.empty() || static_cast<size_t>(count) * kind->width != bytes.size() - data_start) {
+    return bad(absl::StrCat(".npy shape ", shape, " of ", descr, " needs ", count * kind->width,
+                            " bytes of data, the file has ", bytes.size() - data_start,
+                            " (truncated?)"));
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint64_t v = 0;
+    for (size_t b = 0; b < kind->width; ++b) {
+      v |= static_cast<uint64_t>(u[data_start + i * kind->width + b]) << (8 * b);
+    }
+    const bool negative = kind->is_signed && (v >> (8 * kind->width - 1)) & 1;
+    const uint64_t limit = vocab_size > 0 ? static_cast<uint64_t>(vocab_size) : (uint64_t{1} << 31);
+    if (negative || v >= limit) {
+      const int64_t shown = negative
+                                ? static_cast<int64_t>(v | (~uint64_t{0} << (8 * kind->width - 1)))
+                                : static_cast<int64_t>(v);
+      return absl::InvalidArgumentError(
+          absl::StrCat("token file ", path, ": id ", shown, " at position ", i,
+                       vocab_size > 0 ? absl::StrCat(" is outside vocabulary ", vocab_size)
+                                      : std::string(" is not a token id")));
+    }
+    ids[i] = static_cast<int32_t>(v);
+  }
+  return ids;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size) {
   std::string bytes;
   absl::Status read = ReadFileToString(path, &bytes);
   if (!read.ok()) return read;
+  if (absl::EndsWith(path, ".npy")) return ReadNpyTokens(path, bytes, vocab_size);
   const size_t width = IdWidth(path);
   if (bytes.size() % width != 0) {
     return absl::DataLossError(absl::StrCat("token file ", path, ": ", bytes.size(),

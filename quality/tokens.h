@@ -1,5 +1,7 @@
 // Token files (DESIGN.md "Checkpoints"): a flat file of little-endian token
-// ids, uint32 when the name ends in ".u32", uint16 otherwise. And the byte
+// ids, uint32 when the name ends in ".u32", uint16 otherwise; or a NumPy
+// ".npy" array of uint16, uint32, int32 or int64 (docs/checkpoints.md shows
+// how to make one with a tokenizer). And the byte
 // corpus the demo backbone is trained on: English text from Debian packages
 // (`fortunes`, the common licences), one token per byte, vocabulary 256.
 #ifndef HILNAS_QUALITY_TOKENS_H_

@@ -309,6 +309,19 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
   CheckAtMost("vocab_size", a.vocab_size, kMaxVocab, &errors);
   CheckAtMost("sliding_window", a.sliding_window, kMaxContext, &errors);
   if (!std::isfinite(a.rope_theta)) errors.push_back("rope_theta must be finite");
+  if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
+    if (!(r.factor >= 1 && r.factor < 1e6)) {
+      errors.push_back(absl::StrCat("rope_scaling.factor ", r.factor, " must be in [1, 1e6)"));
+    }
+    if (r.kind == RopeScaling::Kind::kLlama3 &&
+        !(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+          r.high_freq_factor < 1e6 && r.original_max_position_embeddings > 0)) {
+      errors.push_back(absl::StrCat("rope_scaling (llama3): want 0 < low_freq_factor (",
+                                    r.low_freq_factor, ") < high_freq_factor (", r.high_freq_factor,
+                                    ") and original_max_position_embeddings (",
+                                    r.original_max_position_embeddings, ") > 0"));
+    }
+  }
   if (!(a.norm_eps < 1)) errors.push_back(absl::StrCat("norm_eps ", a.norm_eps, " must be < 1"));
   if (a.head_dim > 0 && a.head_dim % 2 != 0) {
     errors.push_back(absl::StrCat("head_dim ", a.head_dim, " must be even for rotary embeddings"));
@@ -397,6 +410,15 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.norm_eps = p.norm_eps();
   a.qk_norm = p.qk_norm();
   a.sliding_window = p.sliding_window();
+  if (p.has_rope_scaling() && p.rope_scaling().kind() != RopeScalingSpec::NONE) {
+    const RopeScalingSpec& r = p.rope_scaling();
+    a.rope_scaling.kind = r.kind() == RopeScalingSpec::LINEAR ? RopeScaling::Kind::kLinear
+                                                              : RopeScaling::Kind::kLlama3;
+    a.rope_scaling.factor = r.factor();
+    a.rope_scaling.low_freq_factor = r.low_freq_factor();
+    a.rope_scaling.high_freq_factor = r.high_freq_factor();
+    a.rope_scaling.original_max_position_embeddings = r.original_max_position_embeddings();
+  }
   for (int i = 0; i < p.attention_size(); ++i) {
     Attention at;
     if (AttentionFromProto(p.attention(i), &at)) {
@@ -449,6 +471,15 @@ ArchSpec ArchToProto(const Arch& a) {
   p.set_rope_theta(a.rope_theta);
   p.set_norm_eps(a.norm_eps);
   p.set_qk_norm(a.qk_norm);
+  if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
+    RopeScalingSpec* s = p.mutable_rope_scaling();
+    s->set_kind(r.kind == RopeScaling::Kind::kLinear ? RopeScalingSpec::LINEAR
+                                                     : RopeScalingSpec::LLAMA3);
+    s->set_factor(r.factor);
+    s->set_low_freq_factor(r.low_freq_factor);
+    s->set_high_freq_factor(r.high_freq_factor);
+    s->set_original_max_position_embeddings(r.original_max_position_embeddings);
+  }
   for (Attention at : a.attention) {
     p.add_attention(AttentionToProto(at));
   }

@@ -35,6 +35,21 @@ struct PpdSpec {
   double timing_match_rate = 0;  // > 0: matches drawn at this rate (timing only)
 };
 
+// RoPE frequency scaling (proto/arch.proto's RopeScaling).
+struct RopeScaling {
+  enum class Kind { kNone, kLinear, kLlama3 };
+  Kind kind = Kind::kNone;
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_position_embeddings = 8192;
+  bool operator==(const RopeScaling& o) const {
+    return kind == o.kind && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor &&
+           original_max_position_embeddings == o.original_max_position_embeddings;
+  }
+};
+
 struct Arch {
   std::string name;
   int num_layers = 0;
@@ -53,6 +68,7 @@ struct Arch {
   KvPredictionSpec kv_prediction;
   KvLayout kv_cache = KvLayout::kStandard;
   PpdSpec ppd;
+  RopeScaling rope_scaling;
 
   int q_width() const { return num_heads * head_dim; }
   int kv_width() const { return num_kv_heads * head_dim; }

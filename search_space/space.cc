@@ -313,6 +313,8 @@ absl::Status Space::Contains(const Arch& arch) const {
   fixed("rope_theta", arch.rope_theta, b.rope_theta);
   fixed("norm_eps", arch.norm_eps, b.norm_eps);
   fixed("sliding_window", arch.sliding_window, b.sliding_window);
+  if (!(arch.rope_scaling == b.rope_scaling))
+    errors.push_back("rope_scaling differs from the space's");
   bool aux_found = false;
   for (const auto& k : aux_) aux_found = aux_found || SameAux(k, arch.kv_prediction);
   if (!aux_found) errors.push_back("kv_prediction is not one of the space's auxiliary choices");

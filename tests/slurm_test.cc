@@ -280,6 +280,13 @@ TEST_F(SlurmTest, ScancelIsRetriedTimeoutFailsAndStopCancelsEverything) {
   }
 
   ASSERT_TRUE(WaitFor([&] { return !Queue("faults").empty(); }, 120)) << coordinator->Log();
+  // What is out shows with its job id, state and node.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return hilnas::testing::RunHilnas("campaign status faults " + Address())
+                   .output.find("RUNNING on ") != std::string::npos;
+      },
+      60));
   auto r = hilnas::testing::RunHilnas("campaign stop faults " + Address());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(WaitFor([&] { return Queue("faults").empty(); }, 60))

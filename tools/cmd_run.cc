@@ -161,7 +161,7 @@ int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& c
     auto decoder = LoadCheckpoint(args[1]);
     if (!decoder.ok()) return Fail(decoder.status());
     if (cl.values) {
-      absl::Status finite = CheckFiniteWeights(args[1] + "/model.safetensors");
+      absl::Status finite = CheckFiniteWeights(args[1]);
       if (!finite.ok()) return Fail(finite);
     }
     const Arch& a = decoder->arch();

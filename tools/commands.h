@@ -50,6 +50,8 @@ int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int AuditCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int SlimCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int PpdCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int EvalCommand(const std::vector<std::string>& args, const CommandLine& cl);
+int GenerateCommand(const std::vector<std::string>& args, const CommandLine& cl);
 
 // Starts this binary with `args` as a child process, its output to `log`
 // (inherited when empty).

@@ -94,6 +94,11 @@ ABSL_FLAG(int64_t, warmup_steps, 20, "train: linear warm-up steps before cosine 
 ABSL_FLAG(double, weight_decay, 0.1, "train: AdamW decoupled weight decay (not on norms)");
 ABSL_FLAG(double, grad_clip, 1.0, "train: global gradient-norm clip; 0 = off");
 ABSL_FLAG(std::string, distill_from, "", "train: teacher checkpoint for knowledge distillation");
+ABSL_FLAG(int64_t, windows, 64, "eval: held-out windows of --seq-len (the trainer's eval_windows)");
+ABSL_FLAG(std::string, prompt, "", "generate: prompt text (byte-level vocabularies)");
+ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma-separated");
+ABSL_FLAG(std::string, logits_out, "",
+          "generate: write the prompt positions' logits here (.npy, float32)");
 ABSL_FLAG(std::string, result_json, "",
           "train: also write {\"loss\": ...} here (what an external or Slurm evaluator reads)");
 ABSL_FLAG(double, distill_weight, 0.5, "train: KD weight when --distill-from is given");
@@ -284,6 +289,10 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.grad_clip = absl::GetFlag(FLAGS_grad_clip);
   cl.distill_from = absl::GetFlag(FLAGS_distill_from);
   cl.result_json = absl::GetFlag(FLAGS_result_json);
+  cl.windows = absl::GetFlag(FLAGS_windows);
+  cl.prompt = absl::GetFlag(FLAGS_prompt);
+  cl.prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
+  cl.logits_out = absl::GetFlag(FLAGS_logits_out);
   cl.distill_weight = absl::GetFlag(FLAGS_distill_weight);
   cl.eval_every = absl::GetFlag(FLAGS_eval_every);
   cl.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);

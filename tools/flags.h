@@ -83,7 +83,12 @@ struct CommandLine {
   double weight_decay = 0;
   double grad_clip = 0;
   std::string distill_from;
-  std::string result_json;  // train: {"loss": ...} for an external evaluator
+  std::string result_json;
+  int64_t windows = 64;    // eval: held-out windows
+  std::string prompt;      // generate: text (byte vocabularies)
+  std::string prompt_ids;  // generate: 1,2,3
+  std::string logits_out;  // generate: the prompt's logits as .npy  // train: {"loss": ...} for an
+                           // external evaluator
   double distill_weight = 0;
   int64_t eval_every = 0;
   std::string checkpoint_dir;

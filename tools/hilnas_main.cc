@@ -43,7 +43,8 @@ const Command kCommands[] = {
     {"coordinator", CoordinatorCommand,
      "[--listen ADDR --db FILE --http ADDR --work-dir DIR --token T --lease-ttl-ms MS\n"
      "    --tls-cert F --tls-key F --tls-client-ca F --user-token T --user-tokens-file F\n"
-     "    --data-root DIR... --evaluator NAME=TEMPLATE... --max-queued-jobs N --insecure]\n"
+     "    --data-root DIR... --evaluator NAME=TEMPLATE|NAME=slurm:FILE... --max-queued-jobs N\n"
+     "    --insecure]\n"
      "serve agents, users and campaigns over gRPC (SQLite store), and the web page with --http;\n"
      "off loopback it needs TLS, both tokens and a data root (docs/security.md)",
      true},
@@ -86,6 +87,14 @@ const Command kCommands[] = {
      "    --eval-every 50 --checkpoint-dir DIR --heldout 0.05]\n"
      "continued pretraining (AdamW, cosine, clip, optional KD)",
      true},
+    {"eval", EvalCommand,
+     "--ckpt DIR --tokens FILE [--seq-len 128 --windows 64 --heldout 0.05 --threads T]\n"
+     "held-out loss (nats/token), perplexity and tokens/s with the trainer's windows",
+     false},
+    {"generate", GenerateCommand,
+     "--ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens 16 --logits-out F.npy]\n"
+     "greedy continuation: text for byte-level vocabularies, ids otherwise",
+     false},
     {"calibrate", CalibrateCommand,
      "--ckpt DIR --tokens FILE [--out FILE --calib-tokens N --seq-len 128]\n"
      "FFN / ModelDim / Layer activation metrics (Sec. 3.3)",

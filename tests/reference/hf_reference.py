@@ -1,0 +1,280 @@
+#!/usr/bin/python3
+"""An independent reference for hilnas's reading of published checkpoints.
+
+Writes small synthetic checkpoints in the layout Hugging Face publishes
+(config.json with its field names; safetensors, sharded with
+model.safetensors.index.json), computes their logits with a plain PyTorch
+forward written from the published equations of the Llama and Qwen3
+decoders (not hilnas's code, not transformers), and checks that
+`hilnas generate --logits-out` agrees to 1e-4 in float32 on prompts longer
+than the RoPE scaling's original context. Also checks that configs hilnas
+must refuse are refused naming the field.
+
+    /usr/bin/python3 tests/reference/hf_reference.py BUILD/tools/hilnas [WORKDIR]
+
+Needs Debian's python3-torch and python3-numpy (scripts/setup installs them).
+"""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+TOLERANCE = 1e-4
+
+
+# ---- safetensors, written by hand (the format: 8-byte little-endian header
+# length, a JSON header of dtype/shape/data_offsets, the data) ----
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.contiguous()
+        if t.dtype == torch.bfloat16:
+            raw = t.view(torch.int16).numpy().tobytes()
+            dtype = "BF16"
+        elif t.dtype == torch.float16:
+            raw, dtype = t.numpy().tobytes(), "F16"
+        else:
+            raw, dtype = t.to(torch.float32).numpy().tobytes(), "F32"
+        header[name] = {"dtype": dtype, "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+# ---- the forward, from the published equations ----
+
+def rms_norm(x, w, eps):
+    # Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * w
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def inverse_frequencies(cfg):
+    hd = cfg["head_dim"]
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    s = cfg.get("rope_scaling")
+    if not s:
+        return inv
+    if s["rope_type"] == "linear":
+        return inv / s["factor"]
+    # Llama 3.1's RoPE scaling: wavelengths beyond original/low_freq_factor
+    # are divided by factor, those under original/high_freq_factor kept,
+    # and in between interpolated linearly in original/wavelength.
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    original = s["original_max_position_embeddings"]
+    out = []
+    for f in inv.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < original / high:
+            out.append(f)
+        elif wavelen > original / low:
+            out.append(f / factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def rotate(x, cos, sin):
+    # RoPE (Su et al. 2021) in the half-split layout Hugging Face checkpoints
+    # use: pairs are (i, i + hd/2).
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def forward(cfg, w, ids):
+    t = len(ids)
+    d, hd = cfg["hidden_size"], cfg["head_dim"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    eps = cfg["rms_norm_eps"]
+    qk_norm = cfg["architectures"][0] == "Qwen3ForCausalLM"
+    x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), inverse_frequencies(cfg))
+    cos, sin = freqs.cos().float(), freqs.sin().float()
+    mask = torch.full((t, t), float("-inf")).triu(1)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(t, nh, hd)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(t, nkv, hd)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(t, nkv, hd)
+        if qk_norm:  # Qwen3: RMSNorm over each head's query and key
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = rotate(q, cos[:, None, :], sin[:, None, :])
+        k = rotate(k, cos[:, None, :], sin[:, None, :])
+        group = nh // nkv  # grouped-query attention: each KV head serves `group` query heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
+        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+        x = x + a @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
+# ---- synthetic checkpoints in the published layout ----
+
+def make_weights(cfg, gen):
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    r = lambda *shape: torch.randn(*shape, generator=gen) * 0.2
+    norm = lambda n: 1 + 0.1 * torch.randn(n, generator=gen)
+    w = {"model.embed_tokens.weight": r(v, d), "model.norm.weight": norm(d)}
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = r(v, d)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(d)
+        w[p + "post_attention_layernorm.weight"] = norm(d)
+        w[p + "self_attn.q_proj.weight"] = r(nh * hd, d)
+        w[p + "self_attn.k_proj.weight"] = r(nkv * hd, d)
+        w[p + "self_attn.v_proj.weight"] = r(nkv * hd, d)
+        w[p + "self_attn.o_proj.weight"] = r(d, nh * hd)
+        w[p + "mlp.gate_proj.weight"] = r(f, d)
+        w[p + "mlp.up_proj.weight"] = r(f, d)
+        w[p + "mlp.down_proj.weight"] = r(d, f)
+        if cfg["architectures"][0] == "Qwen3ForCausalLM":
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
+    return w
+
+
+def llama3_config():
+    # Llama 3.2's config.json fields, small: GQA 4/2, head_dim given and
+    # not d_model/heads, untied head, rope_scaling llama3 with a 16-token
+    # original context (the prompt is longer).
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+        "vocab_size": 300, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+        "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+        "hidden_act": "silu", "max_position_embeddings": 131072, "torch_dtype": "float32",
+        "bos_token_id": 1, "eos_token_id": 2,
+    }
+
+
+def qwen3_config():
+    # Qwen3's config.json fields: QK-norm implied by the class, GQA 8/2,
+    # tied embeddings, an unused sliding_window, null rope_scaling.
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "rope_scaling": None, "sliding_window": None, "use_sliding_window": False,
+        "max_window_layers": 28, "tie_word_embeddings": True, "attention_bias": False,
+        "hidden_act": "silu", "torch_dtype": "bfloat16",
+    }
+
+
+def write_checkpoint(folder, cfg, weights, shards, dtype):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    stored = {k: t.to(dtype) for k, t in weights.items()}
+    if shards == 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"), stored)
+    else:
+        names = sorted(stored)
+        weight_map = {}
+        for s in range(shards):
+            file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: stored[n] for n in names[s::shards]}
+            write_safetensors(os.path.join(folder, file), part)
+            weight_map.update({n: file for n in part})
+        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+    # What the reference computes with: the weights as stored, in float32.
+    return {k: t.to(torch.float32) for k, t in stored.items()}
+
+
+def hilnas_logits(hilnas, folder, ids, work):
+    out = os.path.join(work, os.path.basename(folder) + "-logits.npy")
+    r = subprocess.run([hilnas, "generate", "--ckpt", folder,
+                        "--prompt_ids", ",".join(map(str, ids)), "--max_new_tokens", "1",
+                        "--logits_out", out, "--threads", "1"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"hilnas generate failed on {folder}:\n{r.stdout}{r.stderr}")
+    return torch.from_numpy(np.load(out))
+
+
+def expect_refused(hilnas, work, name, cfg, weights, field):
+    folder = os.path.join(work, name)
+    write_checkpoint(folder, cfg, weights, 1, torch.float32)
+    r = subprocess.run([hilnas, "checkpoint", "check", folder], capture_output=True, text=True)
+    said = r.stdout + r.stderr
+    ok = r.returncode != 0 and field in said
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: refused naming {field}: {said.strip()[:160]}")
+    return ok
+
+
+def main():
+    hilnas = sys.argv[1]
+    work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="hilnas-hf-ref-")
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1234)
+    ok = True
+    prompt = [(7 * i + 3) % 256 for i in range(48)]  # 48 tokens > the 16-token original context
+    for name, cfg, shards, dtype in [
+        ("llama3-sharded-f32", llama3_config(), 3, torch.float32),
+        ("qwen3-bf16", qwen3_config(), 1, torch.bfloat16),
+    ]:
+        folder = os.path.join(work, name)
+        w = write_checkpoint(folder, cfg, make_weights(cfg, gen), shards, dtype)
+        with torch.no_grad():
+            ref = forward(cfg, w, prompt)
+        got = hilnas_logits(hilnas, folder, prompt, work)
+        diff = (got - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+        passed = diff <= TOLERANCE
+        ok = ok and passed
+        print(f"{'ok  ' if passed else 'FAIL'} {name}: {tuple(ref.shape)} logits, max |hilnas - "
+              f"reference| = {diff:.2e} (tolerance {TOLERANCE:g})")
+    # The scaling matters at these lengths: without it the logits differ.
+    cfg = llama3_config()
+    plain = dict(cfg, rope_scaling=None)
+    w = make_weights(cfg, gen)
+    with torch.no_grad():
+        gap = (forward(cfg, w, prompt) - forward(plain, w, prompt)).abs().max().item()
+    print(f"{'ok  ' if gap > 1e-2 else 'FAIL'} llama3 scaling changes the logits by {gap:.3f}")
+    ok = ok and gap > 1e-2
+
+    base = llama3_config()
+    small = make_weights(base, gen)
+    ok &= expect_refused(hilnas, work, "bias", dict(base, attention_bias=True), small,
+                         "attention_bias")
+    ok &= expect_refused(hilnas, work, "yarn",
+                         dict(base, rope_scaling={"rope_type": "yarn", "factor": 4.0}), small,
+                         "rope_scaling")
+    ok &= expect_refused(hilnas, work, "gemma", dict(base, architectures=["GemmaForCausalLM"]),
+                         small, "architectures")
+    ok &= expect_refused(hilnas, work, "gelu", dict(base, hidden_act="gelu"), small, "hidden_act")
+    print("all agree" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
