@@ -156,6 +156,15 @@ absl::Status WriteSafetensors(const std::string& path,
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path) {
+  std::map<std::string, torch::Tensor> out;
+  HILNAS_RETURN_IF_ERROR(ForEachSafetensor(path, [&](const std::string& name, torch::Tensor t) {
+    out.emplace(name, std::move(t));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status ForEachSafetensor(const std::string& path, const TensorSink& sink) {
   HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
@@ -252,19 +261,18 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
     return absl::DataLossError(
         absl::StrCat(path, ": data buffer has ", data_size, " bytes but tensors cover ", expect));
   }
-  std::map<std::string, torch::Tensor> out;
   try {
     for (const Entry& e : entries) {
       torch::Tensor t = torch::empty(e.shape, e.dtype->torch_dtype);
       in.seekg(data_start + e.begin);
       in.read(static_cast<char*>(t.data_ptr()), e.end - e.begin);
       if (!in) return absl::DataLossError(absl::StrCat(path, ": tensor ", e.name, ": read failed"));
-      out.emplace(e.name, std::move(t));
+      HILNAS_RETURN_IF_ERROR(sink(e.name, std::move(t)));
     }
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat(path, ": ", e.what_without_backtrace()));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
@@ -515,17 +523,55 @@ absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, Stor
   return WriteConfigJson(decoder.arch(), dir + "/config.json");
 }
 
-absl::StatusOr<std::map<std::string, torch::Tensor>> ReadCheckpointTensors(const std::string& dir) {
+absl::Status ForEachCheckpointTensor(const std::string& dir, const TensorSink& sink) {
   const std::string index_path = dir + "/" + kShardIndexFile;
-  if (!std::filesystem::exists(index_path)) return ReadSafetensors(dir + "/model.safetensors");
+  if (!std::filesystem::exists(index_path))
+    return ForEachSafetensor(dir + "/model.safetensors", sink);
+  HILNAS_ASSIGN_OR_RETURN(std::vector<std::string> shards, ShardFiles(dir));
+  std::map<std::string, std::string> shard_of;  // tensor -> shard file
+  {
+    std::string text;
+    HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &text));
+    const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      shard_of[it.key()] = it.value().get<std::string>();
+    }
+  }
+  std::set<std::string> seen;
+  for (const std::string& shard : shards) {
+    const std::string shard_path = dir + "/" + shard;
+    HILNAS_RETURN_IF_ERROR(ForEachSafetensor(
+        shard_path, [&](const std::string& name, torch::Tensor t) -> absl::Status {
+          auto it = shard_of.find(name);
+          if (it == shard_of.end() || it->second != shard) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(shard_path, ": tensor ", name,
+                             it == shard_of.end() ? " is not in the index's weight_map"
+                                                  : " is indexed in " + it->second + " instead"));
+          }
+          seen.insert(name);
+          return sink(name, std::move(t));
+        }));
+  }
+  for (const auto& [name, shard] : shard_of) {
+    if (!seen.count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, "/", shard, ": missing tensor ", name, " (the index names it there)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir) {
+  const std::string index_path = dir + "/" + kShardIndexFile;
+  if (!std::filesystem::exists(index_path)) return std::vector<std::string>{"model.safetensors"};
   std::string text;
   HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &text));
-  json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": want an object with a \"weight_map\" object"));
   }
-  std::map<std::string, std::string> shard_of;  // tensor -> shard file
   std::set<std::string> shards;
   for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
     const std::string file = it.value().is_string() ? it.value().get<std::string>() : "";
@@ -535,30 +581,48 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadCheckpointTensors(const
                                                      "\"] ", it.value().dump(),
                                                      " is not a file name beside the index"));
     }
-    shard_of[it.key()] = file;
     shards.insert(file);
   }
-  std::map<std::string, torch::Tensor> all;
-  for (const std::string& shard : shards) {
-    const std::string shard_path = dir + "/" + shard;
-    HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadSafetensors(shard_path));
-    for (auto& [name, t] : tensors) {
-      auto it = shard_of.find(name);
-      if (it == shard_of.end() || it->second != shard) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(shard_path, ": tensor ", name,
-                         it == shard_of.end() ? " is not in the index's weight_map"
-                                              : " is indexed in " + it->second + " instead"));
+  return std::vector<std::string>(shards.begin(), shards.end());
+}
+
+absl::StatusOr<torch::Dtype> CheckpointStoredDtype(const std::string& dir) {
+  HILNAS_ASSIGN_OR_RETURN(std::vector<std::string> files, ShardFiles(dir));
+  std::set<std::string> dtypes;
+  for (const std::string& file : files) {
+    const std::string path = dir + "/" + file;
+    HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
+    std::ifstream in(path, std::ios::binary);
+    unsigned char len_bytes[8] = {};
+    in.read(reinterpret_cast<char*>(len_bytes), 8);
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+    if (!in || header_len > (uint64_t{1} << 30)) {
+      return absl::DataLossError(absl::StrCat(path, ": not a safetensors file"));
+    }
+    std::string text(header_len, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(header_len));
+    const json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!in || !header.is_object()) {
+      return absl::DataLossError(absl::StrCat(path, ": header is not valid JSON"));
+    }
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() != "__metadata__" && it.value().is_object() && it.value().contains("dtype")) {
+        dtypes.insert(it.value()["dtype"].dump());
       }
-      all.emplace(name, std::move(t));
     }
   }
-  for (const auto& [name, shard] : shard_of) {
-    if (!all.count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dir, "/", shard, ": missing tensor ", name, " (the index names it there)"));
-    }
-  }
+  if (dtypes.size() == 1 && *dtypes.begin() == "\"BF16\"") return torch::kBFloat16;
+  return torch::kFloat;
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> ReadCheckpointTensors(const std::string& dir) {
+  std::map<std::string, torch::Tensor> all;
+  HILNAS_RETURN_IF_ERROR(
+      ForEachCheckpointTensor(dir, [&](const std::string& name, torch::Tensor t) {
+        all.emplace(name, std::move(t));
+        return absl::OkStatus();
+      }));
   return all;
 }
 
@@ -566,50 +630,53 @@ absl::StatusOr<Decoder> LoadCheckpoint(const std::string& dir, torch::Dtype dtyp
   HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(dir + "/config.json"));
   const std::string st_path =
       std::filesystem::exists(dir + "/" + kShardIndexFile) ? dir : dir + "/model.safetensors";
-  HILNAS_ASSIGN_OR_RETURN(auto tensors, ReadCheckpointTensors(dir));
-  if (arch.tie_embeddings) {
-    // Some writers store the tied head too; accept it only when it is the
-    // embedding, bit for bit.
-    auto head = tensors.find("lm_head.weight");
-    auto emb = tensors.find("model.embed_tokens.weight");
-    if (head != tensors.end() && emb != tensors.end()) {
-      if (!head->second.equal(emb->second)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(st_path,
-                         ": lm_head.weight differs from model.embed_tokens.weight but config.json "
-                         "says tie_word_embeddings"));
-      }
-      tensors.erase(head);
-    }
-  }
-  const auto expected_shapes = ExpectedTensorShapes(arch);
-  for (const auto& [name, shape] : expected_shapes) {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(st_path, ": missing tensor ", name));
-    }
-    const std::vector<int64_t> got(it->second.sizes().begin(), it->second.sizes().end());
-    if (got != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(st_path, ": tensor ", name, " has shape ",
-                                                     ShapeString(got), ", config.json implies ",
-                                                     ShapeString(shape)));
-    }
-  }
-  if (tensors.size() != expected_shapes.size()) {
-    // Every expected tensor is present, so the surplus names are extras.
-    std::set<std::string> expected;
-    for (const auto& [name, shape] : expected_shapes) expected.insert(name);
-    for (const auto& [name, t] : tensors) {
-      if (!expected.count(name)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(st_path, ": unexpected tensor ", name, " (not implied by config.json)"));
-      }
-    }
-  }
-  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::Create(arch, /*seed=*/0, dtype));
+  const auto expected_list = ExpectedTensorShapes(arch);
+  const std::map<std::string, std::vector<int64_t>> expected(expected_list.begin(),
+                                                             expected_list.end());
+  // Tensors stream from the file(s) into the model one at a time: the peak
+  // is the model in `dtype` plus its largest tensor, not the file and the
+  // model side by side.
+  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::CreateForLoading(arch, dtype));
+  std::map<std::string, torch::Tensor> params;
+  for (auto& [name, param] : decoder.NamedTensors()) params.emplace(name, param);
+  std::set<std::string> loaded;
+  torch::Tensor tied_head;  // a tied checkpoint's stored head, checked against the embedding
   try {
     torch::NoGradGuard no_grad;
-    for (auto& [name, param] : decoder.NamedTensors()) param.copy_(tensors.at(name));
+    HILNAS_RETURN_IF_ERROR(
+        ForEachCheckpointTensor(dir, [&](const std::string& name, torch::Tensor t) -> absl::Status {
+          if (arch.tie_embeddings && name == "lm_head.weight") {
+            tied_head = std::move(t);
+            return absl::OkStatus();
+          }
+          auto it = expected.find(name);
+          if (it == expected.end()) {
+            return absl::InvalidArgumentError(absl::StrCat(st_path, ": unexpected tensor ", name,
+                                                           " (not implied by config.json)"));
+          }
+          const std::vector<int64_t> got(t.sizes().begin(), t.sizes().end());
+          if (got != it->second) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(st_path, ": tensor ", name, " has shape ", ShapeString(got),
+                             ", config.json implies ", ShapeString(it->second)));
+          }
+          params.at(name).copy_(t);  // converts from the stored dtype
+          loaded.insert(name);
+          return absl::OkStatus();
+        }));
+    for (const auto& [name, shape] : expected_list) {
+      if (!loaded.count(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(st_path, ": missing tensor ", name));
+      }
+    }
+    // Some writers store the tied head too; accept it only when it is the
+    // embedding, bit for bit.
+    if (tied_head.defined() && !tied_head.to(dtype).equal(params.at("model.embed_tokens.weight"))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(st_path,
+                       ": lm_head.weight differs from model.embed_tokens.weight but config.json "
+                       "says tie_word_embeddings"));
+    }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat(st_path, ": ", e.what_without_backtrace()));
   }

@@ -5,6 +5,7 @@
 #ifndef HILNAS_MODEL_CHECKPOINT_H_
 #define HILNAS_MODEL_CHECKPOINT_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -27,6 +28,10 @@ absl::Status WriteSafetensors(const std::string& path,
 // DATA_LOSS for a truncated file, a header that lies about sizes or offsets,
 // overlapping or holey buffers; INVALID_ARGUMENT for an unknown dtype.
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::string& path);
+// The same checks, then each tensor handed to `sink` as it is read (one in
+// memory at a time); the first error `sink` returns stops the reading.
+using TensorSink = std::function<absl::Status(const std::string& name, torch::Tensor tensor)>;
+absl::Status ForEachSafetensor(const std::string& path, const TensorSink& sink);
 
 // config.json as Hugging Face writes it: LlamaForCausalLM, or
 // Qwen3ForCausalLM when queries and keys are normalised; `rope_scaling`
@@ -45,6 +50,13 @@ absl::StatusOr<Arch> ReadConfigJson(const std::string& path);
 // may hold one the index does not name; shard names may not leave dir.
 inline constexpr char kShardIndexFile[] = "model.safetensors.index.json";
 absl::StatusOr<std::map<std::string, torch::Tensor>> ReadCheckpointTensors(const std::string& dir);
+absl::Status ForEachCheckpointTensor(const std::string& dir, const TensorSink& sink);
+// bf16 when every weight is stored bf16 (read from the headers only), else
+// f32: the dtype that holds a checkpoint's weights exactly at the least memory.
+absl::StatusOr<torch::Dtype> CheckpointStoredDtype(const std::string& dir);
+// The weight files of a checkpoint, in reading order: model.safetensors, or
+// the index's shards (names checked to stay beside it).
+absl::StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir);
 
 // Writes dir/config.json and dir/model.safetensors (creating dir).
 absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, StorageDtype dtype);

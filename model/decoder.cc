@@ -275,15 +275,21 @@ struct LayerImpl : torch::nn::Module {
 TORCH_MODULE(Layer);
 
 struct BackboneImpl : torch::nn::Module {
-  explicit BackboneImpl(const Arch& a) {
+  // Each part is converted to `dtype` as soon as it is built, so a bf16
+  // model never holds all its weights in f32 at once (a 1.8B backbone would
+  // need 7.2 GB for a moment).
+  BackboneImpl(const Arch& a, torch::Dtype dtype) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.d_model));
+    embed_tokens->to(dtype);
     layers = register_module("layers", torch::nn::ModuleList());
     for (Attention at : a.attention) {
       Layer l(a, at);
+      l->to(dtype);
       layers->push_back(l);
       typed_layers.push_back(l);
     }
     norm = register_module("norm", RmsNorm(a.d_model, a.norm_eps));
+    norm->to(dtype);
   }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -317,9 +323,11 @@ torch::Tensor RopeInverseFrequencies(const Arch& a) {
 class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const Arch& a, torch::Dtype dtype) : arch_(a), dtype_(dtype) {
-    model_ = register_module("model", Backbone(a));
-    if (!a.tie_embeddings)
+    model_ = register_module("model", Backbone(a, dtype));
+    if (!a.tie_embeddings) {
       lm_head_ = register_module("lm_head", MakeLinear(a.d_model, a.vocab_size));
+      lm_head_->to(dtype);
+    }
     inv_freq_ = RopeInverseFrequencies(a);
     for (auto& layer : model_->typed_layers) {
       if (!layer->self_attn) continue;
@@ -430,11 +438,25 @@ int64_t KvCache::bytes() const {
 }
 
 absl::StatusOr<Decoder> Decoder::Create(const Arch& arch, uint64_t seed, torch::Dtype dtype) {
+  return CreateImpl(arch, seed, dtype, /*initialize=*/true);
+}
+
+absl::StatusOr<Decoder> Decoder::CreateForLoading(const Arch& arch, torch::Dtype dtype) {
+  return CreateImpl(arch, 0, dtype, /*initialize=*/false);
+}
+
+absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, torch::Dtype dtype,
+                                            bool initialize) {
   absl::Status valid = ValidateArch(arch);
   if (!valid.ok()) return valid;
   try {
     auto impl = std::make_shared<DecoderImpl>(arch, dtype);
     torch::NoGradGuard no_grad;
+    if (!initialize) {
+      impl->to(dtype);
+      impl->eval();
+      return Decoder(impl);
+    }
     // Deterministic initialisation in the fixed ExpectedTensorShapes order:
     // N(0, 0.02) for matrices, output projections scaled by 1/sqrt(2 L)
     // (GPT-2), ones for norm scales.
@@ -445,7 +467,11 @@ absl::StatusOr<Decoder> Decoder::Create(const Arch& arch, uint64_t seed, torch::
       const bool residual_out =
           name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
       const double std = 0.02 / (residual_out ? std::sqrt(2.0 * arch.num_layers) : 1.0);
-      t.normal_(0.0, std, gen);
+      if (t.scalar_type() == torch::kFloat) {
+        t.normal_(0.0, std, gen);
+      } else {  // drawn in f32 and rounded, as before parts were built in dtype
+        t.copy_(torch::empty(t.sizes(), torch::kFloat).normal_(0.0, std, gen));
+      }
     }
     impl->to(dtype);
     impl->eval();

@@ -103,6 +103,9 @@ class Decoder {
   // (latency does not depend on weight values). REQUIRES: ValidateArch ok.
   static absl::StatusOr<Decoder> Create(const Arch& arch, uint64_t seed,
                                         torch::Dtype dtype = torch::kFloat);
+  // The architecture with weights that are about to be overwritten (by
+  // LoadCheckpoint): no random initialisation.
+  static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype);
 
   const Arch& arch() const;
   torch::Dtype dtype() const;
@@ -154,6 +157,8 @@ class Decoder {
   torch::nn::Module& module();
 
  private:
+  static absl::StatusOr<Decoder> CreateImpl(const Arch& arch, uint64_t seed, torch::Dtype dtype,
+                                            bool initialize);
   explicit Decoder(std::shared_ptr<DecoderImpl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<DecoderImpl> impl_;
 };

@@ -14,7 +14,11 @@ absl::StatusOr<Backbone> LoadBackbone(const std::string& dir, std::string metric
   if (metrics_path.empty()) metrics_path = (std::filesystem::path(dir) / "metrics.json").string();
   Backbone b;
   b.dir = dir;
-  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(dir));
+  // A bf16 backbone stays bf16: pruning only selects and copies weights, so
+  // every value is kept exactly at half the memory of f32 (a 1.8B backbone:
+  // 3.6 GB instead of 7.2).
+  HILNAS_ASSIGN_OR_RETURN(const torch::Dtype dtype, CheckpointStoredDtype(dir));
+  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(dir, dtype));
   b.model = std::make_unique<Decoder>(std::move(model));
   HILNAS_ASSIGN_OR_RETURN(b.metrics, LoadMetrics(metrics_path));
   HILNAS_RETURN_IF_ERROR(CheckMetricsMatch(b.metrics, metrics_path, dir, b.model->arch()));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "util/files.h"
 #include "util/fnv.h"
@@ -51,7 +52,13 @@ std::vector<double> ToVector(const torch::Tensor& t) {
 
 absl::StatusOr<std::string> CheckpointFingerprint(const std::string& dir) {
   uint64_t h = kFnv1aSeed;
-  for (const char* name : {"config.json", "model.safetensors"}) {
+  // config.json, then the weights: model.safetensors, or the index and its
+  // shards in order.
+  std::vector<std::string> files = {"config.json"};
+  HILNAS_ASSIGN_OR_RETURN(std::vector<std::string> weights, ShardFiles(dir));
+  if (fs::exists(fs::path(dir) / kShardIndexFile)) files.push_back(kShardIndexFile);
+  files.insert(files.end(), weights.begin(), weights.end());
+  for (const std::string& name : files) {
     const std::string path = (fs::path(dir) / name).string();
     HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
     std::ifstream in(path, std::ios::binary);

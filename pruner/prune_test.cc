@@ -63,6 +63,31 @@ TEST(PruneTest, ATargetThatLosesTheBackbonesRopeScalingIsRefused) {
               HasSubstr("rope_scaling differs from the backbone's"));
 }
 
+TEST(PruneTest, ABf16BackboneStaysBf16AndPrunesToTheSameValuesAsInF32) {
+  const std::string demo = std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone";
+  ASSERT_OK_AND_ASSIGN(torch::Dtype stored, CheckpointStoredDtype(demo));
+  EXPECT_EQ(stored, torch::kBFloat16);
+  ASSERT_OK_AND_ASSIGN(Backbone b, LoadBackbone(demo));
+  EXPECT_EQ(b.model->dtype(), torch::kBFloat16);  // half the memory of f32
+  Arch target = b.model->arch();
+  target.num_layers = 4;
+  target.d_ffn = 512;
+  target.attention.resize(4);
+  const std::string dir = ::testing::TempDir() + "/hilnas_prune_bf16";
+  std::filesystem::remove_all(dir);
+  ASSERT_OK(PruneToCheckpoint(b, target, {64}, dir + "/bf16", StorageDtype::kF32));
+  // The same cut from the backbone loaded in f32: bit-identical weights.
+  ASSERT_OK_AND_ASSIGN(Decoder f32, LoadCheckpoint(demo, torch::kFloat));
+  ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(b.metrics, f32.arch(), target, {64}));
+  ASSERT_OK_AND_ASSIGN(Decoder cut, ApplyPrune(f32, plan, target));
+  ASSERT_OK(SaveCheckpoint(cut, dir + "/f32", StorageDtype::kF32));
+  std::string a, c;
+  ASSERT_OK(ReadFileToString(dir + "/bf16/model.safetensors", &a));
+  ASSERT_OK(ReadFileToString(dir + "/f32/model.safetensors", &c));
+  EXPECT_TRUE(a == c);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(PruneTest, PruningOnlyFfnChannelsChangesOnlyFfnTensors) {
   Fixture f;
   Arch target = f.arch;
