@@ -248,6 +248,11 @@ def main():
         with torch.no_grad():
             ref = forward(cfg, w, prompt)
         got = hilnas_logits(hilnas, folder, prompt, work)
+        check = subprocess.run([hilnas, "checkpoint", "check", folder], capture_output=True, text=True)
+        summarised = check.returncode == 0 and "parameters" in check.stdout
+        print(f"{'ok  ' if summarised else 'FAIL'} {name}: checkpoint check: "
+              f"{(check.stdout + check.stderr).strip().splitlines()[0][:150]}")
+        ok = ok and summarised
         diff = (got - ref).abs().max().item() if got.shape == ref.shape else float("inf")
         passed = diff <= TOLERANCE
         ok = ok and passed
