@@ -23,6 +23,7 @@
 #include "coordinator/campaign_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "quality/slurm_evaluator.h"
 #include "tests/process.h"
 #include "util/status_matchers.h"
 #include "util/subprocess.h"
@@ -235,6 +236,22 @@ TEST_F(SlurmTest, TwoAtOnceAndAKilledCoordinatorEvaluatesEachTrialOnce) {
   }
   EXPECT_EQ(stage2, 6);
   EXPECT_EQ(records.size(), 6u) << "a job other than one per trial was submitted";
+  // What a restart between sbatch and the write relies on: the evaluator
+  // finds each trial's job by its name, in squeue or in sacct.
+  ASSERT_OK_AND_ASSIGN(SlurmEvaluatorConfig config, ReadSlurmEvaluatorConfig(slurm));
+  std::unique_ptr<TrialEvaluator> evaluator = NewSlurmEvaluator(config);
+  for (const Trial& t : Trials("onceeach")) {
+    if (t.stage() != 2) continue;
+    EvaluationTask task;
+    task.campaign = "onceeach";
+    task.trial = t.id();
+    task.attempt = 1;
+    ASSERT_OK_AND_ASSIGN(std::string found, evaluator->Find(task));
+    EXPECT_EQ(found, t.eval_job()) << "trial " << t.id();
+    task.attempt = 2;
+    ASSERT_OK_AND_ASSIGN(found, evaluator->Find(task));
+    EXPECT_EQ(found, "") << "no second attempt was submitted for trial " << t.id();
+  }
   auto status = hilnas::testing::RunHilnas("campaign status onceeach " + Address());
   EXPECT_THAT(status.output, HasSubstr("stage 2: 6 of 6 trials (6 done"));
 }
