@@ -110,7 +110,12 @@ void CampaignRunner::Loop() {
         if (r.state != CampaignState::kRunning) {
           // Stopped or failed with evaluations out (seen once per campaign
           // after a start, then whenever stage 2 ran here): cancel them.
-          if (!swept_ || in_flight_campaigns_.count(r.config.name())) {
+          bool maybe_out = !swept_;
+          if (!maybe_out) {
+            absl::MutexLock lock(&step_mu_);
+            maybe_out = in_flight_campaigns_.count(r.config.name()) > 0;
+          }
+          if (maybe_out) {
             absl::Status s = CancelEvaluations(r.config.name());
             std::string& last = cancel_errors_[r.config.name()];
             if (!s.ok() && std::string(s.message()) != last) {  // retried each loop, logged once

@@ -143,9 +143,9 @@ class CampaignRunner {
   absl::Mutex step_mu_;  // one Step at a time
   std::map<std::string, std::unique_ptr<CampaignContext>> contexts_ ABSL_GUARDED_BY(step_mu_);
   std::map<std::string, int> step_errors_;  // consecutive failed steps; the runner thread's
-  // Campaigns that may have evaluations out (all of them until the first
-  // sweep after a start): the runner thread's.
-  std::set<std::string> in_flight_campaigns_;
+  // Campaigns that may have evaluations out; until the first sweep after a
+  // start (swept_, the runner thread's), all of them.
+  std::set<std::string> in_flight_campaigns_ ABSL_GUARDED_BY(step_mu_);
   bool swept_ = false;
   std::map<std::string, std::string> cancel_errors_;  // the last, per campaign
 
