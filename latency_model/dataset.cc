@@ -1,5 +1,7 @@
 #include "latency_model/dataset.h"
 
+#include <cmath>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -7,14 +9,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "latency_model/metrics.h"
 #include "util/textproto.h"
 
 namespace hilnas {
 namespace {
 
-constexpr char kHeader[] =
+constexpr char kHeaderV1[] =
     "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,ttft_se_ms,decode_ms,"
     "decode_se_ms";
+constexpr char kHeader[] =
+    "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,ttft_se_ms,decode_ms,"
+    "decode_se_ms,pass";
 
 }  // namespace
 
@@ -26,10 +32,11 @@ absl::Status WriteLatencyCsv(const std::string& path, const std::string& comment
   }
   absl::StrAppend(&out, kHeader, "\n");
   for (const LatencyRow& r : rows) {
-    absl::StrAppend(&out, absl::StrFormat("%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.5f\n", r.device,
-                                          r.arch.num_layers, r.arch.d_model, r.arch.d_ffn,
-                                          PatternString(r.arch.attention), r.prompt_tokens,
-                                          r.ttft_ms, r.ttft_se_ms, r.decode_ms, r.decode_se_ms));
+    absl::StrAppend(&out,
+                    absl::StrFormat("%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%d\n", r.device,
+                                    r.arch.num_layers, r.arch.d_model, r.arch.d_ffn,
+                                    PatternString(r.arch.attention), r.prompt_tokens, r.ttft_ms,
+                                    r.ttft_se_ms, r.decode_ms, r.decode_se_ms, r.pass));
   }
   return WriteFileAtomically(path, out);
 }
@@ -42,22 +49,29 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
   std::vector<LatencyRow> rows;
   int line_no = 0;
   bool header = false;
+  size_t fields = 11;  // 10 in files from before test-retest passes
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     if (!header) {
-      if (line != kHeader) {
+      if (line != kHeader && line != kHeaderV1) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ":", line_no, ": header is not \"", kHeader, "\""));
       }
+      fields = line == kHeader ? 11 : 10;
       header = true;
       continue;
     }
     std::vector<std::string> f = absl::StrSplit(line, ',');
-    if (f.size() != 10) {
+    if (f.size() != fields) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": ", f.size(), " fields, expected 10"));
+          absl::StrCat(path, ":", line_no, ": ", f.size(), " fields, expected ", fields));
+    }
+    int pass = 1;
+    if (fields == 11 && (!absl::SimpleAtoi(f[10], &pass) || pass < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": column 11 (pass) \"", f[10], "\" is not 1, 2, ..."));
     }
     LatencyRow r;
     r.device = f[0];
@@ -99,6 +113,7 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
     r.ttft_se_ms = reals[1];
     r.decode_ms = reals[2];
     r.decode_se_ms = reals[3];
+    r.pass = pass;
     rows.push_back(std::move(r));
   }
   if (!header) return absl::InvalidArgumentError(absl::StrCat(path, ": no header line"));
@@ -120,6 +135,73 @@ std::vector<LatencyRow> LatencyRowsOf(const Arch& arch, const BenchmarkResult& r
     rows.push_back(r);
   }
   return rows;
+}
+
+namespace {
+
+std::string RowKey(const LatencyRow& r) {
+  return absl::StrCat(r.device, "|", ArchKey(ArchToProto(r.arch)), "|", r.prompt_tokens);
+}
+
+}  // namespace
+
+std::vector<LatencyRow> MergePasses(const std::vector<LatencyRow>& rows) {
+  std::map<std::string, std::vector<const LatencyRow*>> groups;
+  std::vector<std::string> order;
+  for (const LatencyRow& r : rows) {
+    auto& g = groups[RowKey(r)];
+    if (g.empty()) order.push_back(RowKey(r));
+    g.push_back(&r);
+  }
+  std::vector<LatencyRow> out;
+  for (const std::string& key : order) {
+    const auto& g = groups[key];
+    LatencyRow m = *g[0];
+    if (g.size() > 1) {
+      double log_ttft = 0, log_decode = 0, ttft_var = 0, decode_var = 0;
+      for (const LatencyRow* r : g) {
+        log_ttft += std::log(std::max(r->ttft_ms, 1e-9));
+        log_decode += std::log(std::max(r->decode_ms, 1e-9));
+        ttft_var += r->ttft_se_ms * r->ttft_se_ms;
+        decode_var += r->decode_se_ms * r->decode_se_ms;
+      }
+      const double n = static_cast<double>(g.size());
+      m.ttft_ms = std::exp(log_ttft / n);
+      m.decode_ms = std::exp(log_decode / n);
+      m.ttft_se_ms = std::sqrt(ttft_var) / n;
+      m.decode_se_ms = std::sqrt(decode_var) / n;
+      m.pass = 1;
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+RetestAgreement TestRetest(const std::vector<LatencyRow>& rows, int prompt_tokens,
+                           double (*value)(const LatencyRow&)) {
+  std::map<std::string, double> first;
+  for (const LatencyRow& r : rows) {
+    if (r.pass == 1 && r.prompt_tokens == prompt_tokens) first[RowKey(r)] = value(r);
+  }
+  std::vector<double> a, b, log_a, log_b;
+  for (const LatencyRow& r : rows) {
+    if (r.pass != 2 || r.prompt_tokens != prompt_tokens) continue;
+    auto it = first.find(RowKey(r));
+    if (it == first.end() || !(it->second > 0) || !(value(r) > 0)) continue;
+    a.push_back(it->second);
+    b.push_back(value(r));
+    log_a.push_back(std::log(it->second));
+    log_b.push_back(std::log(value(r)));
+  }
+  RetestAgreement g;
+  g.n = static_cast<int>(a.size());
+  if (g.n < 2) return g;
+  g.r2 = RSquared(a, b);
+  g.r2_log = RSquared(log_a, log_b);
+  g.tau = KendallTau(a, b);
+  g.within5 = ShareWithin(a, b, 0.05);
+  g.within10 = ShareWithin(a, b, 0.10);
+  return g;
 }
 
 }  // namespace hilnas

@@ -167,5 +167,64 @@ TEST(LatencyDatasetTest, BadRowsNameTheLineAndField) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not in the search space")));
 }
 
+TEST(LatencyDatasetTest, PassesRoundTripMergeAndGiveTheTestRetestCeiling) {
+  const Space space = SmallSpace();
+  std::vector<LatencyRow> rows = SyntheticRows(space, 20, 6);
+  // A second pass: the same architectures, 3% slower and noisier on odd ones.
+  const size_t n = rows.size();
+  for (size_t i = 0; i < n; ++i) {
+    LatencyRow again = rows[i];
+    again.pass = 2;
+    again.ttft_ms *= i % 2 ? 1.08 : 1.03;
+    rows.push_back(again);
+  }
+  const std::string path = ::testing::TempDir() + "/latency_passes.csv";
+  ASSERT_OK(WriteLatencyCsv(path, "two passes", rows));
+  ASSERT_OK_AND_ASSIGN(std::vector<LatencyRow> back, ReadLatencyCsv(path, space));
+  ASSERT_EQ(back.size(), 2 * n);
+  EXPECT_EQ(back[n].pass, 2);
+
+  const RetestAgreement r = TestRetest(
+      back, 256, +[](const LatencyRow& row) { return row.ttft_ms; });
+  EXPECT_EQ(r.n, static_cast<int>(n));
+  EXPECT_NEAR(r.within5, 0.5, 1e-9);  // the even half moved 3%, the odd half 8%
+  EXPECT_NEAR(r.within10, 1.0, 1e-9);
+  EXPECT_GT(r.r2, 0.9);
+  EXPECT_LT(r.r2, 1.0);
+  EXPECT_GT(r.tau, 0.8);
+
+  const std::vector<LatencyRow> merged = MergePasses(back);
+  ASSERT_EQ(merged.size(), n);  // one row per architecture for the model
+  EXPECT_NEAR(merged[0].ttft_ms, back[0].ttft_ms * std::sqrt(1.03), 1e-3 * back[0].ttft_ms);
+  EXPECT_NEAR(merged[0].ttft_se_ms, std::sqrt(2.0) * back[0].ttft_se_ms / 2, 1e-3);
+  // One pass: nothing to compare, nothing merged.
+  const std::vector<LatencyRow> one(back.begin(), back.begin() + n);
+  EXPECT_EQ(TestRetest(
+                one, 256, +[](const LatencyRow& row) { return row.ttft_ms; })
+                .n,
+            0);
+  EXPECT_EQ(MergePasses(one).size(), n);
+}
+
+TEST(LatencyDatasetTest, FilesWithoutThePassColumnStillRead) {
+  const Space space = SmallSpace();
+  const std::string path = ::testing::TempDir() + "/latency_v1.csv";
+  std::ofstream(path) << "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,"
+                         "ttft_se_ms,decode_ms,decode_se_ms\n"
+                         "x,4,128,256,FFFF,256,1.0,0.1,0.5,0.01\n";
+  ASSERT_OK_AND_ASSIGN(std::vector<LatencyRow> rows, ReadLatencyCsv(path, space));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].pass, 1);
+  std::ofstream(path) << "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,"
+                         "ttft_se_ms,decode_ms,decode_se_ms,pass\n"
+                         "x,4,128,256,FFFF,256,1.0,0.1,0.5,0.01,0\n";
+  EXPECT_THAT(ReadLatencyCsv(path, space).status().message(), HasSubstr("column 11 (pass)"));
+}
+
+TEST(LatencyMetricsTest, ShareWithinCountsPredictionsInsideTheTolerance) {
+  EXPECT_NEAR(ShareWithin({100, 100, 100, 100}, {104, 95, 111, 90}, 0.05), 0.5, 1e-12);
+  EXPECT_NEAR(ShareWithin({100, 100, 100, 100}, {104, 95, 111, 90}, 0.10), 0.75, 1e-12);
+}
+
 }  // namespace
 }  // namespace hilnas

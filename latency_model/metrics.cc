@@ -43,6 +43,16 @@ double RSquared(const std::vector<double>& y, const std::vector<double>& p) {
   return tot == 0 ? 0 : 1 - res / tot;
 }
 
+double ShareWithin(const std::vector<double>& measured, const std::vector<double>& predicted,
+                   double tolerance) {
+  if (measured.empty()) return 0;
+  int within = 0;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    within += measured[i] > 0 && std::abs(predicted[i] / measured[i] - 1) <= tolerance + 1e-12;
+  }
+  return static_cast<double>(within) / static_cast<double>(measured.size());
+}
+
 double Rmse(const std::vector<double>& y, const std::vector<double>& p) {
   double ss = 0;
   for (size_t i = 0; i < y.size(); ++i) ss += (y[i] - p[i]) * (y[i] - p[i]);

@@ -16,6 +16,11 @@ double KendallTau(const std::vector<double>& a, const std::vector<double>& b);
 // 1 - SS_res / SS_tot of `predicted` against `measured`.
 double RSquared(const std::vector<double>& measured, const std::vector<double>& predicted);
 double Rmse(const std::vector<double>& measured, const std::vector<double>& predicted);
+// The share of predictions within +/-tolerance of the measurement
+// (|predicted / measured - 1| <= tolerance): nn-Meter's and LitePred's
+// accuracy convention (nn-Meter: 99.0% within 10% on a Pixel 4 CPU).
+double ShareWithin(const std::vector<double>& measured, const std::vector<double>& predicted,
+                   double tolerance);
 
 // Out-of-fold posterior means and variances from k-fold cross-validation:
 // each point is predicted by a GP fitted without its fold. Folds are a

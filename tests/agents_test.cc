@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/service.grpc.pb.h"
@@ -182,6 +184,35 @@ TEST_F(AgentsTest, AgentReconnectsAfterCoordinatorRestartAndBenchPrintsResult) {
   EXPECT_EQ(Agents()["phone"].jobs_done(), 2);
   // The first job's result is still there after the restart.
   EXPECT_EQ(WaitJob(first, 0).state(), JOB_DONE);
+}
+
+// Test-retest (issue 18): `latency collect --passes 2` measures every
+// architecture twice, each pass in its own order after the other, and
+// `latency eval` reports pass 1 against pass 2 beside the GP.
+TEST_F(AgentsTest, LatencyCollectTwoPassesAndEvalReportsTheRetestCeiling) {
+  auto coordinator = StartCoordinator();
+  auto agent = StartAgent("retest", "0");
+  const std::string space = std::string(HILNAS_SOURCE_DIR) + "/configs/small-space.textproto";
+  const std::string csv = dir_ + "/retest.csv";
+  Process collect({"latency", "collect", "--coordinator=" + address_, "--space=" + space, "--n=8",
+                   "--passes=2", "--prompt_lengths=32", "--decode_tokens=2", "--repeats=2",
+                   "--max_repeats=2", "--threads=1", "--out=" + csv},
+                  dir_ + "/collect.log");
+  ASSERT_EQ(collect.Wait(), 0) << collect.Log() << agent->Log();
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(csv, &text).ok());
+  int pass1 = 0, pass2 = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    pass1 += absl::EndsWith(line, ",1");
+    pass2 += absl::EndsWith(line, ",2");
+  }
+  EXPECT_EQ(pass1, 8) << text;
+  EXPECT_EQ(pass2, 8) << text;
+  Process eval({"latency", "eval", "--space=" + space, "--data=" + csv, "--folds=4"},
+               dir_ + "/eval.log");
+  ASSERT_EQ(eval.Wait(), 0) << eval.Log();
+  EXPECT_THAT(eval.Log(), HasSubstr("test-retest ceiling (pass 1 vs 2, 8 archs)"));
+  EXPECT_THAT(eval.Log(), HasSubstr("within 10%"));
 }
 
 // `kv_cache: SLIM` in an ArchSpec makes the agent build and time the K-only

@@ -1,9 +1,11 @@
 // `hilnas latency collect|fit|eval|predict`: measure architectures through
 // the coordinator's agents, fit the GP latency model, report its
 // cross-validated quality beside the FLOPs / parameter proxies, predict.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -54,45 +56,61 @@ int Collect(const CommandLine& cl) {
   absl::StatusOr<std::unique_ptr<UserService::Stub>> user = UserStub(cl);
   if (!user.ok()) return Fail(user.status());
   UserService::Stub* stub = user->get();
-  std::vector<std::pair<std::string, Arch>> jobs;
-  for (const Arch& arch : sample->archs) {
-    BenchmarkRequest request = *settings;
-    *request.mutable_arch() = ArchToProto(arch);
-    if (absl::Status s = ValidateBenchmarkRequest(request); !s.ok()) return Fail(s);
-    absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, *stub, request);
-    if (!job_id.ok()) return Fail(job_id.status());
-    jobs.push_back({*job_id, arch});
+  if (cl.passes < 1 || cl.passes > 10) {
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("--passes ", cl.passes, " is not in 1..10")));
   }
-  std::fprintf(stderr, "queued %zu benchmark jobs on %s\n", jobs.size(),
-               CoordinatorAddress(cl).c_str());
   const std::string comment = absl::StrCat(
-      "hilnas latency collect: ", jobs.size(), " Sobol draws (seed ", cl.seed, ") of ",
-      cl.space.empty() ? "the default space" : cl.space, "\nprompt lengths ", cl.prompt_lengths,
-      ", ", cl.decode_tokens, " decode tokens, repeats ", cl.repeats, "..", cl.max_repeats,
-      ", random weights, libtorch agents; collected ",
+      "hilnas latency collect: ", sample->archs.size(), " Sobol draws (seed ", cl.seed, ") of ",
+      cl.space.empty() ? "the default space" : cl.space, ", ", cl.passes,
+      " pass(es), each in its own shuffled order after the last\nprompt lengths ",
+      cl.prompt_lengths, ", ", cl.decode_tokens, " decode tokens, repeats ", cl.repeats, "..",
+      cl.max_repeats, ", random weights, libtorch agents; collected ",
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
       "\nvalues are per-prompt-length medians of the agent's timed runs; *_se_ms are standard "
       "errors of the medians");
   std::vector<LatencyRow> rows;
   int failed = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    absl::StatusOr<GetJobResponse> waited = WaitForJob(*stub, jobs[i].first, /*timeout_s=*/0);
-    if (!waited.ok()) return Fail(waited.status());
-    const GetJobResponse& job = *waited;
-    if (job.state() == JOB_FAILED) {
-      ++failed;
-      std::fprintf(stderr, "job %s failed: %s\n", job.job_id().c_str(),
-                   job.result().failure_message().c_str());
-      continue;
+  for (int pass = 1; pass <= cl.passes; ++pass) {
+    // Test-retest (issue 18): every pass measures every architecture, in an
+    // order of its own, after the previous pass has finished, so drift
+    // between jobs shows up as disagreement between passes.
+    std::vector<Arch> order = sample->archs;
+    std::mt19937_64 shuffle(cl.seed * 1000003 + static_cast<uint64_t>(pass));
+    if (cl.passes > 1) std::shuffle(order.begin(), order.end(), shuffle);
+    std::vector<std::pair<std::string, Arch>> jobs;
+    for (const Arch& arch : order) {
+      BenchmarkRequest request = *settings;
+      *request.mutable_arch() = ArchToProto(arch);
+      if (absl::Status s = ValidateBenchmarkRequest(request); !s.ok()) return Fail(s);
+      absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, *stub, request);
+      if (!job_id.ok()) return Fail(job_id.status());
+      jobs.push_back({*job_id, arch});
     }
-    for (LatencyRow& r :
-         LatencyRowsOf(jobs[i].second, job.result(), job.result().device().name())) {
-      rows.push_back(std::move(r));
+    std::fprintf(stderr, "pass %d of %lld: queued %zu benchmark jobs on %s\n", pass,
+                 static_cast<long long>(cl.passes), jobs.size(), CoordinatorAddress(cl).c_str());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      absl::StatusOr<GetJobResponse> waited = WaitForJob(*stub, jobs[i].first, /*timeout_s=*/0);
+      if (!waited.ok()) return Fail(waited.status());
+      const GetJobResponse& job = *waited;
+      if (job.state() == JOB_FAILED) {
+        ++failed;
+        std::fprintf(stderr, "job %s failed: %s\n", job.job_id().c_str(),
+                     job.result().failure_message().c_str());
+        continue;
+      }
+      for (LatencyRow& r :
+           LatencyRowsOf(jobs[i].second, job.result(), job.result().device().name())) {
+        r.pass = pass;
+        rows.push_back(std::move(r));
+      }
+      std::fprintf(stderr, "\rpass %d: collected %zu/%zu (%d failed)", pass, i + 1, jobs.size(),
+                   failed);
+      if ((i + 1) % 10 == 0 || i + 1 == jobs.size()) {  // keep what is measured
+        if (absl::Status s = WriteLatencyCsv(out, comment, rows); !s.ok()) return Fail(s);
+      }
     }
-    std::fprintf(stderr, "\rcollected %zu/%zu (%d failed)", i + 1, jobs.size(), failed);
-    if ((i + 1) % 10 == 0 || i + 1 == jobs.size()) {  // keep what is measured
-      if (absl::Status s = WriteLatencyCsv(out, comment, rows); !s.ok()) return Fail(s);
-    }
+    std::fprintf(stderr, "\n");
   }
   std::fprintf(stderr, "\nwrote %zu rows to %s\n", rows.size(), out.c_str());
   return 0;
@@ -174,6 +192,7 @@ int Fit(const CommandLine& cl) {
   if (!d.ok()) return Fail(d.status());
   const std::string out = cl.out;
   if (out.empty()) return Fail(absl::InvalidArgumentError("latency fit needs --out FILE"));
+  d->rows = MergePasses(d->rows);  // one row per architecture, passes averaged
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<LatencyModel> m = LatencyModel::Fit(d->space, d->rows[0].device, d->metric,
                                                      d->prompt, d->rows, GpOptionsOf(cl));
@@ -196,6 +215,14 @@ int Fit(const CommandLine& cl) {
 int Eval(const CommandLine& cl) {
   absl::StatusOr<Loaded> d = LoadData(cl);
   if (!d.ok()) return Fail(d.status());
+  // Several passes: their agreement is the ceiling; the model sees one row
+  // per architecture (the passes' geometric mean).
+  const bool ttft_metric = d->metric == LatencyMetric::kTtft;
+  const RetestAgreement retest = TestRetest(
+      d->rows, d->prompt,
+      ttft_metric ? +[](const LatencyRow& r) { return r.ttft_ms; }
+                  : +[](const LatencyRow& r) { return r.decode_ms; });
+  d->rows = MergePasses(d->rows);
   const std::vector<const LatencyRow*> rows = LatencyModel::Select(d->prompt, d->rows);
   absl::StatusOr<LatencyModel> full =
       LatencyModel::Fit(d->space, rows[0]->device, d->metric, d->prompt, d->rows, GpOptionsOf(cl));
@@ -224,14 +251,25 @@ int Eval(const CommandLine& cl) {
       LatencyMetricName(d->metric), d->prompt, rows.size(), rows[0]->device.c_str(), cl.folds, cv_s,
       cl.gp_prior.c_str());
   std::printf(
-      "| predictor | R^2 (ms) | R^2 (log) | RMSE s | Kendall tau |\n|---|---|---|---|---|\n");
-  std::printf("| GP (cross-validated) | %.3f | %.3f | %.4f | %.3f |\n", cv->r2, cv->r2_log,
-              cv->rmse_ms / 1e3, cv->tau);
-  std::printf("| parameter count | - | - | - | %.3f |\n", KendallTau(measured, params));
-  std::printf("| FLOPs | - | - | - | %.3f |\n", KendallTau(measured, flops));
-  std::printf("| roofline (%.0f GFLOP/s, %.0f GB/s here) | %.3f | - | %.4f | %.3f |\n",
-              roofline.peak_flops / 1e9, roofline.bandwidth / 1e9, RSquared(measured, roof),
-              Rmse(measured, roof) / 1e3, KendallTau(measured, roof));
+      "| predictor | R^2 (ms) | R^2 (log) | RMSE s | Kendall tau | within 5%% | within 10%% "
+      "|\n|---|---|---|---|---|---|---|\n");
+  std::printf("| GP (cross-validated) | %.3f | %.3f | %.4f | %.3f | %.1f%% | %.1f%% |\n", cv->r2,
+              cv->r2_log, cv->rmse_ms / 1e3, cv->tau, 100 * ShareWithin(measured, predicted, 0.05),
+              100 * ShareWithin(measured, predicted, 0.10));
+  if (retest.n >= 2) {
+    std::printf(
+        "| test-retest ceiling (pass 1 vs 2, %d archs) | %.3f | %.3f | - | %.3f | %.1f%% | "
+        "%.1f%% |\n",
+        retest.n, retest.r2, retest.r2_log, retest.tau, 100 * retest.within5,
+        100 * retest.within10);
+  }
+  std::printf("| parameter count | - | - | - | %.3f | - | - |\n", KendallTau(measured, params));
+  std::printf("| FLOPs | - | - | - | %.3f | - | - |\n", KendallTau(measured, flops));
+  std::printf(
+      "| roofline (%.0f GFLOP/s, %.0f GB/s here) | %.3f | - | %.4f | %.3f | %.1f%% | %.1f%% |\n",
+      roofline.peak_flops / 1e9, roofline.bandwidth / 1e9, RSquared(measured, roof),
+      Rmse(measured, roof) / 1e3, KendallTau(measured, roof),
+      100 * ShareWithin(measured, roof, 0.05), 100 * ShareWithin(measured, roof, 0.10));
   if (const std::string plot = cl.plot; !plot.empty()) {
     const std::string title = absl::StrFormat(
         "%s @ %d tokens: GP %d-fold CV, R^2 %.3f, tau %.3f", LatencyMetricName(d->metric),

@@ -94,6 +94,9 @@ ABSL_FLAG(int64_t, warmup_steps, 20, "train: linear warm-up steps before cosine 
 ABSL_FLAG(double, weight_decay, 0.1, "train: AdamW decoupled weight decay (not on norms)");
 ABSL_FLAG(double, grad_clip, 1.0, "train: global gradient-norm clip; 0 = off");
 ABSL_FLAG(std::string, distill_from, "", "train: teacher checkpoint for knowledge distillation");
+ABSL_FLAG(int64_t, passes, 1,
+          "latency collect: measure every architecture this many times, each pass in its own "
+          "shuffled order after the last (test-retest)");
 ABSL_FLAG(int64_t, windows, 64, "eval: held-out windows of --seq-len (the trainer's eval_windows)");
 ABSL_FLAG(std::string, prompt, "", "generate: prompt text (byte-level vocabularies)");
 ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma-separated");
@@ -290,6 +293,7 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.distill_from = absl::GetFlag(FLAGS_distill_from);
   cl.result_json = absl::GetFlag(FLAGS_result_json);
   cl.windows = absl::GetFlag(FLAGS_windows);
+  cl.passes = absl::GetFlag(FLAGS_passes);
   cl.prompt = absl::GetFlag(FLAGS_prompt);
   cl.prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
   cl.logits_out = absl::GetFlag(FLAGS_logits_out);

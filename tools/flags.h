@@ -85,6 +85,7 @@ struct CommandLine {
   std::string distill_from;
   std::string result_json;
   int64_t windows = 64;    // eval: held-out windows
+  int64_t passes = 1;      // latency collect: test-retest passes
   std::string prompt;      // generate: text (byte vocabularies)
   std::string prompt_ids;  // generate: 1,2,3
   std::string logits_out;  // generate: the prompt's logits as .npy  // train: {"loss": ...} for an

@@ -68,7 +68,7 @@ const Command kCommands[] = {
      "one benchmark job through the coordinator",
      false},
     {"latency", LatencyCommand,
-     "collect --space FILE --n N --prompt-lengths L --out CSV\n"
+     "collect --space FILE --n N --prompt-lengths L [--passes 2] --out CSV\n"
      "  | fit --data CSV|--campaign C [--space FILE --metric ttft|decode --prompt-tokens N] --out "
      "MODEL\n"
      "  | eval --data CSV|--campaign C [--space FILE --metric ttft|decode --folds 10 --plot "
