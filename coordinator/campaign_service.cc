@@ -111,6 +111,7 @@ absl::StatusOr<std::vector<CampaignStatus>> CampaignServiceImpl::List() {
 absl::StatusOr<CampaignStatus> CampaignServiceImpl::Stop(const std::string& name) {
   HILNAS_RETURN_IF_ERROR(store_->SetState(name, CampaignEvent::kStop, "stopped by the user"));
   store_->Log(name, "stopped by the user").IgnoreError();
+  runner_->Poke();  // its evaluations out are cancelled on the runner's next pass
   return DescribeCampaign(*store_, name);
 }
 
