@@ -14,6 +14,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "quality/tokens.h"
+#include "util/npy.h"
 #include "util/textproto.h"
 
 namespace hilnas {
@@ -174,6 +177,53 @@ TEST_F(FuzzTest, MutatedConfigJsonIsReadOrRefusedCleanly) {
   Fuzz("config.json", [&](int) {
     Spit(dir_ + "/config.json", m.Mutate(config, true));
     return ReadConfigJson(dir_ + "/config.json").status();
+  });
+}
+
+TEST_F(FuzzTest, MutatedPublishedConfigsAreReadOrRefusedCleanly) {
+  // The Hugging Face fields the published families add: rope_scaling llama3,
+  // Qwen3's class, null head_dim and sliding_window, bias flags.
+  auto j = nlohmann::json::parse(
+      Slurp(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone/config.json"));
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j.erase("qk_norm");  // implied by the class
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  j["sliding_window"] = nullptr;
+  j["use_sliding_window"] = false;
+  j["attention_bias"] = false;
+  const std::string config = j.dump(2);
+  Spit(dir_ + "/config.json", config);
+  ASSERT_TRUE(ReadConfigJson(dir_ + "/config.json").ok());
+  Mutator m(1123);
+  Fuzz("published config.json", [&](int) {
+    Spit(dir_ + "/config.json", m.Mutate(config, true));
+    return ReadConfigJson(dir_ + "/config.json").status();
+  });
+}
+
+TEST_F(FuzzTest, MutatedNumpyTokenFilesAreReadOrRefusedCleanly) {
+  std::string data;
+  for (int i = 0; i < 500; ++i) {
+    const uint32_t id = static_cast<uint32_t>(i * 7 % 256);
+    for (int b = 0; b < 4; ++b) data += static_cast<char>((id >> (8 * b)) & 0xff);
+  }
+  const std::string npy = NpyBytes("<u4", "(500,)", data);
+  const std::string path = dir_ + "/tokens.npy";
+  Spit(path, npy);
+  ASSERT_TRUE(ReadTokenFile(path, 256).ok());
+  Mutator m(99);
+  Fuzz(".npy tokens", [&](int i) {
+    // Header bytes (where the parsing is) as often as data bytes.
+    std::string bytes = npy;
+    const std::string head = m.Mutate(bytes.substr(0, 128), i % 2 == 0);
+    bytes.replace(0, 128, head);
+    if (i % 3 == 0) bytes = m.Mutate(bytes, false);
+    Spit(path, bytes);
+    return ReadTokenFile(path, 256).status();
   });
 }
 
