@@ -164,9 +164,18 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
   return out;
 }
 
-absl::Status ForEachSafetensor(const std::string& path, const TensorSink& sink) {
+namespace {
+
+// A safetensors file's JSON header and where its data buffer lies, every
+// size checked before anything is allocated.
+struct SafetensorsHeader {
+  json header;
+  int64_t data_start = 0, data_size = 0;
+};
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path,
+                                                        std::ifstream& in) {
   HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
   in.seekg(0, std::ios::end);
   const int64_t file_size = in.tellg();
@@ -179,23 +188,36 @@ absl::Status ForEachSafetensor(const std::string& path, const TensorSink& sink) 
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  if (header_len > static_cast<uint64_t>(file_size - 8)) {
+  // No real header comes near a gibibyte (the format's own readers stop at 100 MB).
+  if (header_len > static_cast<uint64_t>(file_size - 8) || header_len > (uint64_t{1} << 30)) {
     return absl::DataLossError(absl::StrCat(path, ": header length ", header_len,
                                             " exceeds the file's remaining ", file_size - 8,
                                             " bytes (truncated or not safetensors)"));
   }
   std::string text(header_len, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_len));
-  json header;
+  SafetensorsHeader h;
   try {
-    header = json::parse(text);
+    h.header = json::parse(text);
   } catch (const json::exception& e) {  // parse errors and number overflow (1e999)
     return absl::DataLossError(absl::StrCat(path, ": header is not valid JSON: ", e.what()));
   }
-  if (!header.is_object())
+  if (!h.header.is_object()) {
     return absl::DataLossError(absl::StrCat(path, ": header is not an object"));
-  const int64_t data_start = 8 + static_cast<int64_t>(header_len);
-  const int64_t data_size = file_size - data_start;
+  }
+  h.data_start = 8 + static_cast<int64_t>(header_len);
+  h.data_size = file_size - h.data_start;
+  return h;
+}
+
+}  // namespace
+
+absl::Status ForEachSafetensor(const std::string& path, const TensorSink& sink) {
+  std::ifstream in;
+  HILNAS_ASSIGN_OR_RETURN(SafetensorsHeader parsed, ReadSafetensorsHeader(path, in));
+  const json& header = parsed.header;
+  const int64_t data_start = parsed.data_start;
+  const int64_t data_size = parsed.data_size;
 
   struct Entry {
     std::string name;
@@ -523,22 +545,50 @@ absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, Stor
   return WriteConfigJson(decoder.arch(), dir + "/config.json");
 }
 
+namespace {
+
+// model.safetensors.index.json: its shard files in reading order and the
+// shard each tensor is in, every name checked to stay beside the index.
+struct ShardIndex {
+  std::vector<std::string> shards;
+  std::map<std::string, std::string> shard_of;  // tensor -> shard file
+};
+absl::StatusOr<ShardIndex> ReadShardIndex(const std::string& index_path) {
+  std::string text;
+  HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &text));
+  const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": want an object with a \"weight_map\" object"));
+  }
+  ShardIndex out;
+  std::set<std::string> shards;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    const std::string file = it.value().is_string() ? it.value().get<std::string>() : "";
+    // A shard is a file beside the index, never a path elsewhere.
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map[\"", it.key(),
+                                                     "\"] ", it.value().dump(),
+                                                     " is not a file name beside the index"));
+    }
+    out.shard_of[it.key()] = file;
+    shards.insert(file);
+  }
+  out.shards.assign(shards.begin(), shards.end());
+  return out;
+}
+
+}  // namespace
+
 absl::Status ForEachCheckpointTensor(const std::string& dir, const TensorSink& sink) {
   const std::string index_path = dir + "/" + kShardIndexFile;
-  if (!std::filesystem::exists(index_path))
+  if (!std::filesystem::exists(index_path)) {
     return ForEachSafetensor(dir + "/model.safetensors", sink);
-  HILNAS_ASSIGN_OR_RETURN(std::vector<std::string> shards, ShardFiles(dir));
-  std::map<std::string, std::string> shard_of;  // tensor -> shard file
-  {
-    std::string text;
-    HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &text));
-    const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      shard_of[it.key()] = it.value().get<std::string>();
-    }
   }
+  HILNAS_ASSIGN_OR_RETURN(const ShardIndex index, ReadShardIndex(index_path));
+  const std::map<std::string, std::string>& shard_of = index.shard_of;
   std::set<std::string> seen;
-  for (const std::string& shard : shards) {
+  for (const std::string& shard : index.shards) {
     const std::string shard_path = dir + "/" + shard;
     HILNAS_RETURN_IF_ERROR(ForEachSafetensor(
         shard_path, [&](const std::string& name, torch::Tensor t) -> absl::Status {
@@ -565,47 +615,17 @@ absl::Status ForEachCheckpointTensor(const std::string& dir, const TensorSink& s
 absl::StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir) {
   const std::string index_path = dir + "/" + kShardIndexFile;
   if (!std::filesystem::exists(index_path)) return std::vector<std::string>{"model.safetensors"};
-  std::string text;
-  HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &text));
-  const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(index_path, ": want an object with a \"weight_map\" object"));
-  }
-  std::set<std::string> shards;
-  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-    const std::string file = it.value().is_string() ? it.value().get<std::string>() : "";
-    // A shard is a file beside the index, never a path elsewhere.
-    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map[\"", it.key(),
-                                                     "\"] ", it.value().dump(),
-                                                     " is not a file name beside the index"));
-    }
-    shards.insert(file);
-  }
-  return std::vector<std::string>(shards.begin(), shards.end());
+  HILNAS_ASSIGN_OR_RETURN(ShardIndex index, ReadShardIndex(index_path));
+  return std::move(index.shards);
 }
 
 absl::StatusOr<torch::Dtype> CheckpointStoredDtype(const std::string& dir) {
   HILNAS_ASSIGN_OR_RETURN(std::vector<std::string> files, ShardFiles(dir));
   std::set<std::string> dtypes;
   for (const std::string& file : files) {
-    const std::string path = dir + "/" + file;
-    HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
-    std::ifstream in(path, std::ios::binary);
-    unsigned char len_bytes[8] = {};
-    in.read(reinterpret_cast<char*>(len_bytes), 8);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-    if (!in || header_len > (uint64_t{1} << 30)) {
-      return absl::DataLossError(absl::StrCat(path, ": not a safetensors file"));
-    }
-    std::string text(header_len, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(header_len));
-    const json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!in || !header.is_object()) {
-      return absl::DataLossError(absl::StrCat(path, ": header is not valid JSON"));
-    }
+    std::ifstream in;
+    HILNAS_ASSIGN_OR_RETURN(SafetensorsHeader parsed, ReadSafetensorsHeader(dir + "/" + file, in));
+    const json& header = parsed.header;
     for (auto it = header.begin(); it != header.end(); ++it) {
       if (it.key() != "__metadata__" && it.value().is_object() && it.value().contains("dtype")) {
         dtypes.insert(it.value()["dtype"].dump());
