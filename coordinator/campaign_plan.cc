@@ -16,11 +16,7 @@ StageTally TallyStage(const std::vector<Trial>& trials, int stage) {
     t.done += trial.state() == DONE;
     t.counted += trial.state() != ABANDONED;
     t.measuring = t.measuring || trial.state() == MEASURING;
-    t.unmeasured_open += !TrialFinished(trial.state()) && trial.state() != MEASURING;
     if (trial.state() == PROPOSED && t.proposed_id == 0) t.proposed_id = trial.id();
-    const bool evaluating =
-        trial.state() == PROPOSED || trial.state() == PRUNING || trial.state() == TRAINING;
-    if (evaluating && t.evaluating_id == 0) t.evaluating_id = trial.id();
     t.in_flight += trial.state() == TRAINING;
     if (trial.state() == PROPOSED || trial.state() == PRUNING) {
       ++t.waiting;

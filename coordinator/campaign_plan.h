@@ -27,10 +27,8 @@ struct StageTally {
   int open = 0;                // not yet DONE, FAILED or ABANDONED
   int done = 0;                // DONE
   int counted = 0;             // not ABANDONED: what the stage-2 budget counts
-  int unmeasured_open = 0;     // open and not MEASURING
   bool measuring = false;      // some trial is MEASURING
   int64_t proposed_id = 0;     // the first PROPOSED trial, 0 when none
-  int64_t evaluating_id = 0;   // stage 2: first PROPOSED, PRUNING or TRAINING, 0 when none
   int in_flight = 0;           // stage 2: TRAINING (an evaluation is out, or being submitted)
   int waiting = 0;             // stage 2: PROPOSED or PRUNING (to prune and submit)
   int64_t waiting_id = 0;      // the first of those, 0 when none

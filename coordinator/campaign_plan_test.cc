@@ -40,9 +40,8 @@ TEST(CampaignPlanTest, TallyCountsOneStageOnly) {
   const StageTally two = TallyStage(trials, 2);
   EXPECT_EQ(two.total, 4);
   EXPECT_EQ(two.counted, 3);
-  EXPECT_EQ(two.unmeasured_open, 2);
+  EXPECT_EQ(two.open, 3);
   EXPECT_EQ(two.proposed_id, 3);
-  EXPECT_EQ(two.evaluating_id, 3);
   EXPECT_EQ(two.in_flight, 1);
   EXPECT_EQ(two.waiting, 1);
   EXPECT_EQ(two.waiting_id, 3);

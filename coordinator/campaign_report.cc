@@ -62,6 +62,11 @@ FrontView ComputeFront(const CampaignRecord& record, const std::vector<Trial>& t
   return v;
 }
 
+std::string EvaluationSummary(const Trial& t) {
+  return absl::StrCat(t.eval_job().empty() ? "(submitting)" : t.eval_job(), " ", t.eval_state(),
+                      t.eval_node().empty() ? "" : " on ", t.eval_node());
+}
+
 std::string FrontSummary(const CampaignRecord& record, const std::vector<Trial>& trials) {
   const FrontView v = ComputeFront(record, trials);
   const int front = static_cast<int>(std::count(v.on_front.begin(), v.on_front.end(), true));

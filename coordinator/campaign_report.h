@@ -38,6 +38,11 @@ FrontView ComputeFront(const CampaignRecord& record, const std::vector<Trial>& t
 // TTFT 442 ms".
 std::string FrontSummary(const CampaignRecord& record, const std::vector<Trial>& trials);
 
+// Where a stage-2 evaluation out stands: "4121 RUNNING on gpu03" (job,
+// state as the evaluator last saw it, node when known); "(submitting)" for
+// the job while its handle is not yet recorded.
+std::string EvaluationSummary(const Trial& trial);
+
 // One row per trial of either stage (`all`) or per evaluated stage-2 trial:
 // id, stage, state, provenance, architecture, parameters, TTFT predicted and
 // measured, decode, memory, loss, front.

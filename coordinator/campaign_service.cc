@@ -30,9 +30,7 @@ absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std:
     if (t.state() == FAILED) s.set_trials_failed(s.trials_failed() + 1);
     if (t.state() == TRAINING) {
       s.add_in_flight(absl::StrCat("trial ", t.id(), " attempt ", std::max(1, t.eval_attempt()),
-                                   ": ", t.eval_job().empty() ? "(submitting)" : t.eval_job(), " ",
-                                   t.eval_state(), t.eval_node().empty() ? "" : " on ",
-                                   t.eval_node()));
+                                   ": ", EvaluationSummary(t)));
     }
   }
   if (!std::isnan(r.cv_r2)) s.set_cv_r2(r.cv_r2);

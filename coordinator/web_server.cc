@@ -110,22 +110,18 @@ absl::StatusOr<std::string> CampaignJson(CampaignStore& store, const std::string
     for (size_t i = 0; i < front.evaluated.size(); ++i) {
       on_front = on_front || (front.evaluated[i] == &t && front.on_front[i]);
     }
-    j["trials"].push_back(
-        {{"trial", t.id()},
-         {"stage", t.stage()},
-         {"state", absl::AsciiStrToLower(TrialState_Name(t.state()))},
-         {"provenance", t.provenance()},
-         {"architecture", ArchSummary(t.arch())},
-         {"parameters", t.parameters()},
-         {"predicted_ttft_ms", t.predicted_ttft_ms()},
-         {"measured_ttft_ms", t.measured_ttft_ms()},
-         {"loss", t.stage() == 2 && t.state() == DONE ? t.loss() : 0.0},
-         {"message", t.message()},
-         {"evaluation", t.state() == TRAINING
-                            ? absl::StrCat(t.eval_job(), " ", t.eval_state(),
-                                           t.eval_node().empty() ? "" : " on ", t.eval_node())
-                            : ""},
-         {"on_front", on_front}});
+    j["trials"].push_back({{"trial", t.id()},
+                           {"stage", t.stage()},
+                           {"state", absl::AsciiStrToLower(TrialState_Name(t.state()))},
+                           {"provenance", t.provenance()},
+                           {"architecture", ArchSummary(t.arch())},
+                           {"parameters", t.parameters()},
+                           {"predicted_ttft_ms", t.predicted_ttft_ms()},
+                           {"measured_ttft_ms", t.measured_ttft_ms()},
+                           {"loss", t.stage() == 2 && t.state() == DONE ? t.loss() : 0.0},
+                           {"message", t.message()},
+                           {"evaluation", t.state() == TRAINING ? EvaluationSummary(t) : ""},
+                           {"on_front", on_front}});
   }
   return j.dump();
 }
