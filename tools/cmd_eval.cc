@@ -16,7 +16,6 @@
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
 #include "model/generate.h"
-#include "quality/tokens.h"
 #include "quality/trainer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -37,17 +36,16 @@ absl::StatusOr<Decoder> LoadForCommand(const CommandLine& cl) {
 }
 
 absl::Status RunEval(const CommandLine& cl) {
+  if (cl.tokens.empty()) return absl::InvalidArgumentError("eval needs --tokens FILE");
   HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl));
   const Arch& arch = model.arch();
-  if (cl.tokens.empty()) return absl::InvalidArgumentError("eval needs --tokens FILE");
   if (cl.seq_len < 2 || cl.windows < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--seq-len ", cl.seq_len, " and --windows ", cl.windows, " must be >= 2, 1"));
   }
-  HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokenFile(cl.tokens, arch.vocab_size));
   // The trainer's split and windows: the file's tail, evenly spaced windows.
   HILNAS_ASSIGN_OR_RETURN(TokenSplit split,
-                          SplitTokens(std::move(ids), cl.heldout, cl.seq_len + 1));
+                          LoadSplit(cl.tokens, arch.vocab_size, cl.seq_len, cl.heldout));
   const auto t0 = std::chrono::steady_clock::now();
   HILNAS_ASSIGN_OR_RETURN(double loss, HeldOutLoss(model, split.heldout, cl.seq_len, cl.windows));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -72,16 +72,6 @@ void PrintProgress(const TrainProgress& p) {
   std::fflush(stdout);
 }
 
-absl::StatusOr<TokenSplit> LoadSplit(const std::string& path, int64_t vocab, int64_t seq_len,
-                                     double heldout) {
-  if (path.empty()) return absl::InvalidArgumentError("give --tokens FILE (see `hilnas corpus`)");
-  HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokenFile(path, vocab));
-  auto split = SplitTokens(std::move(ids), heldout, seq_len + 1);
-  if (!split.ok())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", split.status().message()));
-  return split;
-}
-
 absl::Status RunCorpus(const CommandLine& cl) {
   const std::string out = cl.out;
   if (out.empty()) return absl::InvalidArgumentError("corpus needs --out FILE");
@@ -267,6 +257,16 @@ absl::Status RunPrune(const CommandLine& cl) {
 }
 
 }  // namespace
+
+absl::StatusOr<TokenSplit> LoadSplit(const std::string& path, int64_t vocab, int64_t seq_len,
+                                     double heldout) {
+  if (path.empty()) return absl::InvalidArgumentError("give --tokens FILE (see `hilnas corpus`)");
+  HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokenFile(path, vocab));
+  auto split = SplitTokens(std::move(ids), heldout, seq_len + 1);
+  if (!split.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", split.status().message()));
+  return split;
+}
 
 int CorpusCommand(const std::vector<std::string>&, const CommandLine& cl) {
   absl::Status s = RunCorpus(cl);

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/checkpoint.h"
+#include "quality/tokens.h"
 #include "search_space/arch.h"
 #include "tools/flags.h"
 
@@ -63,6 +64,12 @@ absl::StatusOr<Arch> ArchOf(const CommandLine& cl);
 
 // The checkpoint storage type named by --dtype (f32 | f16 | bf16).
 absl::StatusOr<StorageDtype> StorageDtypeOf(const CommandLine& cl);
+
+// The token file at `path` (ids checked against `vocab`), split as the
+// trainer splits it: the last `heldout` fraction held out, both parts at
+// least one window of seq_len + 1. Errors name the file.
+absl::StatusOr<TokenSplit> LoadSplit(const std::string& path, int64_t vocab, int64_t seq_len,
+                                     double heldout);
 
 // at::set_num_threads(--threads) when --threads > 0; INVALID_ARGUMENT for
 // more threads than the machine has cores (100000 threads would hang it).
