@@ -638,8 +638,12 @@ absl::StatusOr<bool> CampaignRunner::PollEvaluations(const CampaignRecord& recor
         changed = true;
         break;
     }
-    HILNAS_ASSIGN_OR_RETURN(CampaignRecord now, campaigns_->Get(record.config.name()));
-    if (now.state != CampaignState::kRunning) break;  // too many failures, or a stop
+    // A failed trial may have failed the campaign (CheckFailures): then stop
+    // polling; a user's stop is seen by the caller after the loop.
+    if (s.kind == Kind::kRetry || s.kind == Kind::kFailed) {
+      HILNAS_ASSIGN_OR_RETURN(CampaignRecord now, campaigns_->Get(record.config.name()));
+      if (now.state != CampaignState::kRunning) break;
+    }
   }
   return changed;
 }
