@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "search_space/arch.h"
 #include "tests/process.h"
+#include "tests/tiny_job.h"
 #include "util/status_matchers.h"
 #include "util/textproto.h"
 
@@ -26,6 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::hilnas::testing::Process;
+using ::hilnas::testing::kTinyCampaignSpace;
 using ::hilnas::testing::WaitFor;
 using ::testing::HasSubstr;
 
@@ -96,16 +98,8 @@ backbone_checkpoint: ")",
                                                      HILNAS_SOURCE_DIR, R"(/data/demo-backbone"
 tokens: ")",
                                                      dir_, R"(/tokens.bin"
-search_space {
-  base { num_heads: 8 num_kv_heads: 2 head_dim: 32 vocab_size: 256 tie_embeddings: true
-         rope_theta: 10000 norm_eps: 1e-05 sliding_window: 32 }
-  num_layers { min: 2 max: 8 step: 1 }
-  d_ffn { min: 128 max: 768 step: 64 }
-  d_model { min: 128 max: 256 step: 64 }
-  attention_choices: FULL attention_choices: SLIDING_WINDOW attention_choices: SKIP
-  block_size: 64 max_consecutive_efficient: 2
-}
-ttft_prompt_tokens: 64
+)",
+                                                     kTinyCampaignSpace, R"(ttft_prompt_tokens: 64
 reference { loss: 6.0 }
 stage1_latency_points: 8 stage1_sobol_points: 6 stage1_target_r2: 0.9999
 stage2_trials: 10 stage2_initial_points: 4 batch_size: 2

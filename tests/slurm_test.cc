@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "quality/slurm_evaluator.h"
 #include "tests/process.h"
+#include "tests/tiny_job.h"
 #include "util/status_matchers.h"
 #include "util/subprocess.h"
 #include "util/textproto.h"
@@ -35,6 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::hilnas::testing::HilnasBinary;
 using ::hilnas::testing::Process;
+using ::hilnas::testing::kTinyCampaignSpace;
 using ::hilnas::testing::WaitFor;
 using ::testing::HasSubstr;
 
@@ -126,27 +128,20 @@ class SlurmTest : public ::testing::Test {
   }
 
   void WriteCampaign(const std::string& name, int stage2_trials) {
-    ASSERT_OK(WriteFileAtomically(dir_ + "/campaign.textproto", absl::StrCat(R"(name: ")", name,
-                                                                             R"("
+    ASSERT_OK(WriteFileAtomically(dir_ + "/campaign.textproto",
+                                  absl::StrCat(R"(name: ")", name,
+                                               R"("
 backbone_checkpoint: ")",
-                                                                             HILNAS_SOURCE_DIR,
-                                                                             R"(/data/demo-backbone"
+                                               HILNAS_SOURCE_DIR,
+                                               R"(/data/demo-backbone"
 quality_evaluator: "gpu"
-search_space {
-  base { num_heads: 8 num_kv_heads: 2 head_dim: 32 vocab_size: 256 tie_embeddings: true
-         rope_theta: 10000 norm_eps: 1e-05 sliding_window: 32 }
-  num_layers { min: 2 max: 8 step: 1 }
-  d_ffn { min: 128 max: 768 step: 64 }
-  d_model { min: 128 max: 256 step: 64 }
-  attention_choices: FULL attention_choices: SLIDING_WINDOW attention_choices: SKIP
-  block_size: 64 max_consecutive_efficient: 2
-}
-ttft_prompt_tokens: 32
+)",
+                                               kTinyCampaignSpace, R"(ttft_prompt_tokens: 32
 reference { loss: 6.0 }
 stage1_latency_points: 4 stage1_sobol_points: 4 stage1_target_r2: 0.0
 stage2_initial_points: 2 batch_size: 2 max_in_flight: 2 max_failed_fraction: 0.5
 stage2_trials: )",
-                                                                             stage2_trials, R"(
+                                               stage2_trials, R"(
 candidates: 40 mc_samples: 16 seed: 5
 benchmark { warmup_runs: 0 repeats: 1 max_repeats: 1 decode_tokens: 2 threads: 1 }
 )")));

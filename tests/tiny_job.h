@@ -1,4 +1,4 @@
-// The small benchmark job the multi-process tests hand to real agents.
+// The small benchmark job and campaign search space the multi-process tests use.
 #ifndef HILNAS_TESTS_TINY_JOB_H_
 #define HILNAS_TESTS_TINY_JOB_H_
 
@@ -33,6 +33,19 @@ inline BenchmarkRequest TinyJob() {
   r.set_threads(1);
   return r;
 }
+
+// A campaign search space the demo backbone prunes to in seconds, for the
+// multi-process campaign tests' configs (text format).
+inline constexpr char kTinyCampaignSpace[] = R"(search_space {
+  base { num_heads: 8 num_kv_heads: 2 head_dim: 32 vocab_size: 256 tie_embeddings: true
+         rope_theta: 10000 norm_eps: 1e-05 sliding_window: 32 }
+  num_layers { min: 2 max: 8 step: 1 }
+  d_ffn { min: 128 max: 768 step: 64 }
+  d_model { min: 128 max: 256 step: 64 }
+  attention_choices: FULL attention_choices: SLIDING_WINDOW attention_choices: SKIP
+  block_size: 64 max_consecutive_efficient: 2
+}
+)";
 
 }  // namespace hilnas::testing
 
