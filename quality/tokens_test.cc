@@ -50,10 +50,6 @@ TEST(TokenFileTest, TruncatedFilesAndOutOfVocabularyIdsAreNamed) {
   fs::remove_all(d);
 }
 
-std::string Npy(const std::string& descr, const std::string& shape, const std::string& data) {
-  return NpyBytes(descr, shape, data);
-}
-
 std::string LittleEndian(const std::vector<int64_t>& values, int width) {
   std::string s;
   for (int64_t v : values) {
@@ -73,22 +69,23 @@ TEST(TokenFileTest, ReadsNumpyArraysOfEveryIdTypeAndNamesBadOnes) {
   for (const auto& [descr, width] :
        std::vector<std::pair<std::string, int>>{{"<u2", 2}, {"<u4", 4}, {"<i4", 4}, {"<i8", 8}}) {
     ASSERT_OK_AND_ASSIGN(
-        auto ids, read("a.npy", Npy(descr, "(4,)", LittleEndian({5, 0, 255, 17}, width)), 256));
+        auto ids,
+        read("a.npy", NpyBytes(descr, "(4,)", LittleEndian({5, 0, 255, 17}, width)), 256));
     EXPECT_EQ(ids, want) << descr;
   }
   // Two dimensions flatten in C order.
-  ASSERT_OK_AND_ASSIGN(auto flat,
-                       read("m.npy", Npy("<u2", "(2, 2)", LittleEndian({5, 0, 255, 17}, 2)), 0));
+  ASSERT_OK_AND_ASSIGN(
+      auto flat, read("m.npy", NpyBytes("<u2", "(2, 2)", LittleEndian({5, 0, 255, 17}, 2)), 0));
   EXPECT_EQ(flat, want);
   EXPECT_THAT(
-      read("neg.npy", Npy("<i8", "(3,)", LittleEndian({1, -4, 2}, 8)), 256).status().message(),
+      read("neg.npy", NpyBytes("<i8", "(3,)", LittleEndian({1, -4, 2}, 8)), 256).status().message(),
       HasSubstr("neg.npy: id -4 at position 1"));
   EXPECT_THAT(
-      read("big.npy", Npy("<u4", "(2,)", LittleEndian({1, 9000}, 4)), 256).status().message(),
+      read("big.npy", NpyBytes("<u4", "(2,)", LittleEndian({1, 9000}, 4)), 256).status().message(),
       HasSubstr("id 9000 at position 1 is outside vocabulary 256"));
-  EXPECT_THAT(read("f.npy", Npy("<f4", "(1,)", LittleEndian({0}, 4)), 0).status().message(),
+  EXPECT_THAT(read("f.npy", NpyBytes("<f4", "(1,)", LittleEndian({0}, 4)), 0).status().message(),
               HasSubstr("'<f4' is not uint16"));
-  EXPECT_THAT(read("short.npy", Npy("<u2", "(4,)", LittleEndian({1, 2, 3}, 2)), 0),
+  EXPECT_THAT(read("short.npy", NpyBytes("<u2", "(4,)", LittleEndian({1, 2, 3}, 2)), 0),
               testing::StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated")));
   EXPECT_THAT(read("text.npy", "not numpy at all", 0),
               testing::StatusIs(absl::StatusCode::kDataLoss, HasSubstr("not a .npy file")));
