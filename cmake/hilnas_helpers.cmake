@@ -14,6 +14,9 @@ function(hilnas_cc_library)
 endfunction()
 
 function(hilnas_cc_test)
+  if(HILNAS_AGENT_ONLY)
+    return()  # the agent-only cross build has no test framework
+  endif()
   cmake_parse_arguments(A "TORCH" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} hilnas_testing GTest::gmock GTest::gtest_main)
@@ -36,4 +39,6 @@ function(hilnas_cc_test)
   endif()
 endfunction()
 
-include(GoogleTest)
+if(NOT HILNAS_AGENT_ONLY)
+  include(GoogleTest)
+endif()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -82,6 +83,15 @@ std::string WithCommas(int64_t n) {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "hilnas: error: %s\n", std::string(status.message()).c_str());
   return 1;
+}
+
+void ReexecWithPassiveOpenMp(char** argv, int threads) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && threads > 0) {
+    setenv("OPENBLAS_NUM_THREADS", absl::StrCat(threads).c_str(), 1);
+  }
+  execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
 }
 
 pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {

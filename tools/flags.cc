@@ -4,6 +4,8 @@
 // that runs another passes it a modified copy, never a global.
 #include "tools/flags.h"
 
+#include <algorithm>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 
@@ -182,6 +184,19 @@ ABSL_FLAG(int64_t, max_model_mb, 64 << 10,
 ABSL_FLAG(int32_t, max_message_mb, 4, "coordinator: largest gRPC message accepted, MiB");
 
 namespace hilnas::tools {
+
+// Accept --prompt-tokens as well as Abseil's --prompt_tokens.
+std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (std::string& a : out) {
+    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+    const size_t end = std::min(a.find('='), a.size());
+    for (size_t i = 2; i < end; ++i) {
+      if (a[i] == '-') a[i] = '_';
+    }
+  }
+  return out;
+}
 
 std::map<std::string, std::vector<std::string>> TakeRepeatedFlags(std::vector<std::string>& argv) {
   static const char* const kRepeated[] = {"data_root", "evaluator"};

@@ -146,6 +146,10 @@ struct CommandLine {
   bool Changed(const std::string& flag) const { return changed.count(flag) > 0; }
 };
 
+// Accepts --prompt-tokens as well as Abseil's --prompt_tokens: argv with
+// dashes in flag names turned into underscores.
+std::vector<std::string> NormaliseFlagNames(int argc, char** argv);
+
 // Flags that may be given more than once (--data-root, --evaluator): Abseil
 // keeps only the last value of a flag, so main() takes every occurrence out
 // of argv first. Returns them by flag name ("data_root"); `argv` keeps the rest.

@@ -163,34 +163,8 @@ std::string Usage() {
   return out;
 }
 
-// Accept --prompt-tokens as well as Abseil's --prompt_tokens.
-std::vector<std::string> NormaliseFlagNames(int argc, char** argv) {
-  std::vector<std::string> out(argv, argv + argc);
-  for (std::string& a : out) {
-    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
-    const size_t end = std::min(a.find('='), a.size());
-    for (size_t i = 2; i < end; ++i) {
-      if (a[i] == '-') a[i] = '_';
-    }
-  }
-  return out;
-}
-
-// libgomp (libtorch's OpenMP) reads its environment when the library loads,
-// before main. Its default ACTIVE wait policy leaves worker threads spinning
-// after each parallel region, fighting OpenBLAS's own threads for the same
-// cores: on 2 cores that moved mobilellm-flash-350m's TTFT by up to 40%
-// between identical runs. Commands marked stable_timing re-exec themselves
-// once with a passive policy (and OpenBLAS sized to --threads) unless the
-// user chose otherwise. Training gains too: 985 -> 1888 tokens/s for the
-// demo backbone on 2 threads.
 void ReexecForStableTiming(char** argv, const Command& command, const CommandLine& cl) {
-  if (!command.stable_timing || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && cl.threads > 0) {
-    setenv("OPENBLAS_NUM_THREADS", absl::StrCat(cl.threads).c_str(), 1);
-  }
-  execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
+  if (command.stable_timing) ReexecWithPassiveOpenMp(argv, cl.threads);
 }
 
 }  // namespace
