@@ -1,0 +1,194 @@
+// The aarch64 agent bundle (scripts/build-arm64) as a phone would run it:
+// scripts/phone-agent drives a stand-in adb (tests/fake_adb/adb) whose
+// "phone" is this machine under qemu-aarch64-static user-mode emulation. The
+// bundled agent registers with a loopback coordinator (token-authenticated),
+// completes a benchmark of a small architecture with skip and
+// sliding-window layers, and reports an aarch64 device. Timings under
+// emulation mean nothing and are not checked.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/service.grpc.pb.h"
+#include "tests/process.h"
+#include "tests/tiny_job.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::Process;
+using ::hilnas::testing::WaitFor;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kBundle = std::string(HILNAS_SOURCE_DIR) + "/build/arm64/hilnas-agent-aarch64";
+const std::string kToken = "arm64-test-token-5f3c9e";
+
+std::chrono::system_clock::time_point In(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// `command` through the shell, with its output; the exit code in `code`.
+std::string Shell(const std::string& command, int* code) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+class Arm64AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kBundle + "/hilnas-agent"))
+        << kBundle << " is missing: run scripts/build-arm64 (scripts/test does)";
+    dir_ = ::testing::TempDir() + "/hilnas_arm64_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ + "/phone/data/local/tmp");
+    // The phone's cpufreq tree: CPU 1 is the big core.
+    for (const auto& [cpu, khz] : {std::pair{0, "1800000"}, {1, "2850000"}}) {
+      const std::string d = absl::StrCat(dir_, "/phone/sys/devices/system/cpu/cpu", cpu, "/cpufreq");
+      std::filesystem::create_directories(d);
+      std::ofstream(d + "/cpuinfo_max_freq") << khz << "\n";
+    }
+    std::ofstream(dir_ + "/token") << kToken;
+    env_ = absl::StrCat("ADB=", HILNAS_SOURCE_DIR, "/tests/fake_adb/adb FAKE_ADB_ROOT=", dir_,
+                        "/phone ");
+    script_ = absl::StrCat(HILNAS_SOURCE_DIR, "/scripts/phone-agent fake-phone ");
+  }
+  void TearDown() override {
+    int code = 0;
+    Shell(env_ + script_ + "stop", &code);
+  }
+
+  std::unique_ptr<Process> StartCoordinator() {
+    const std::string port_file = dir_ + "/port";
+    auto p = std::make_unique<Process>(
+        std::vector<std::string>{"coordinator", "--listen=127.0.0.1:0", "--db=" + dir_ + "/c.db",
+                                 "--port_file=" + port_file, "--token=" + kToken,
+                                 "--lease_ttl_ms=60000", "--heartbeat_ms=1000"},
+        dir_ + "/coordinator.log");
+    std::string text;
+    EXPECT_TRUE(
+        WaitFor([&] { return ReadFileToString(port_file, &text).ok() && !text.empty(); }, 30))
+        << p->Log();
+    EXPECT_TRUE(absl::SimpleAtoi(text, &port_));
+    stub_ = UserService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
+                                                     grpc::InsecureChannelCredentials()));
+    return p;
+  }
+
+  std::string dir_, env_, script_;
+  int port_ = 0;
+  std::unique_ptr<UserService::Stub> stub_;
+};
+
+TEST_F(Arm64AgentTest, BundledAgentOnAnEmulatedPhoneRegistersAndCompletesABenchmark) {
+  auto coordinator = StartCoordinator();
+  int code = 0;
+  const std::string started =
+      Shell(absl::StrCat(env_, script_, "start --coordinator 127.0.0.1:", port_,
+                         " --pools phones --token-file ", dir_, "/token"),
+            &code);
+  ASSERT_EQ(code, 0) << started;
+  EXPECT_THAT(started, HasSubstr("CPUs 1, 1 threads"));  // the big core only
+  EXPECT_THAT(Shell(env_ + script_ + "status", &code), HasSubstr("running"));
+
+  // It registers (under emulation libtorch takes seconds to load).
+  AgentInfo agent;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        ListAgentsResponse resp;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(In(5000));
+        if (!stub_->ListAgents(&ctx, ListAgentsRequest(), &resp).ok()) return false;
+        for (const AgentInfo& a : resp.agents()) {
+          if (a.device().name() == "Fake-Phone-9") agent = a;
+        }
+        return agent.has_device();
+      },
+      120))
+      << Shell(env_ + script_ + "log", &code) << coordinator->Log();
+  EXPECT_THAT(agent.device().os(), HasSubstr("aarch64"));
+  EXPECT_EQ(agent.device().cpu_set(), "1");
+  EXPECT_THAT(agent.device().pools(), ::testing::ElementsAre("phones"));
+
+  // A small architecture with FULL, SLIDING_WINDOW and SKIP layers.
+  BenchmarkRequest job = testing::TinyJob();
+  job.clear_prompt_lengths();
+  job.add_prompt_lengths(48);
+  job.set_repeats(2);
+  job.set_max_repeats(2);
+  job.set_warmup_runs(0);
+  SubmitBenchmarkRequest req;
+  *req.mutable_request() = job;
+  req.set_pool("phones");
+  SubmitBenchmarkResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(5000));
+    ASSERT_TRUE(stub_->SubmitBenchmark(&ctx, req, &submitted).ok());
+  }
+  GetJobResponse done;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        GetJobRequest get;
+        get.set_job_id(submitted.job_id());
+        get.set_wait_ms(5000);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(In(10000));
+        return stub_->GetJob(&ctx, get, &done).ok() &&
+               (done.state() == JOB_DONE || done.state() == JOB_FAILED);
+      },
+      300))
+      << Shell(env_ + script_ + "log", &code);
+  ASSERT_EQ(done.state(), JOB_DONE) << done.result().failure_message();
+  EXPECT_THAT(done.result().device().os(), HasSubstr("aarch64"));
+  EXPECT_EQ(done.result().device().name(), "Fake-Phone-9");
+  ASSERT_FALSE(done.result().summaries().empty());
+  EXPECT_GT(done.result().summaries(0).ttft_median_ms(), 0);
+
+  // The phone reached the coordinator through adb reverse; the token went
+  // as a file, never on a command line.
+  std::string reverse, adb_log;
+  ASSERT_TRUE(ReadFileToString(dir_ + "/phone/reverse.log", &reverse).ok());
+  EXPECT_THAT(reverse, HasSubstr(absl::StrCat("tcp:", port_, " tcp:", port_)));
+  ASSERT_TRUE(ReadFileToString(dir_ + "/phone/adb.log", &adb_log).ok());
+  EXPECT_THAT(adb_log, Not(HasSubstr(kToken)));
+
+  EXPECT_THAT(Shell(env_ + script_ + "log", &code), HasSubstr("agent for 127.0.0.1:"));
+  EXPECT_THAT(Shell(env_ + script_ + "stop", &code), HasSubstr("stopped"));
+  EXPECT_THAT(Shell(env_ + script_ + "status", &code), HasSubstr("stopped"));
+}
+
+TEST_F(Arm64AgentTest, PhoneAgentRefusesAPhoneThatIsNotArm64OrNotThere) {
+  int code = 0;
+  std::string out = Shell(absl::StrCat("FAKE_ADB_ABI=x86_64 ", env_, script_,
+                                       "start --coordinator 127.0.0.1:50051"),
+                          &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("CPU ABI \"x86_64\""));
+  out = Shell(absl::StrCat(env_, HILNAS_SOURCE_DIR,
+                           "/scripts/phone-agent other-serial start --coordinator 127.0.0.1:1"),
+              &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("other-serial: adb says"));
+  out = Shell(absl::StrCat(env_, script_, "start"), &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("start needs --coordinator"));
+}
+
+}  // namespace
+}  // namespace hilnas
