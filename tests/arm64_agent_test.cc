@@ -59,7 +59,8 @@ class Arm64AgentTest : public ::testing::Test {
     std::filesystem::create_directories(dir_ + "/phone/data/local/tmp");
     // The phone's cpufreq tree: CPU 1 is the big core.
     for (const auto& [cpu, khz] : {std::pair{0, "1800000"}, {1, "2850000"}}) {
-      const std::string d = absl::StrCat(dir_, "/phone/sys/devices/system/cpu/cpu", cpu, "/cpufreq");
+      const std::string d =
+          absl::StrCat(dir_, "/phone/sys/devices/system/cpu/cpu", cpu, "/cpufreq");
       std::filesystem::create_directories(d);
       std::ofstream(d + "/cpuinfo_max_freq") << khz << "\n";
     }
@@ -85,8 +86,8 @@ class Arm64AgentTest : public ::testing::Test {
         WaitFor([&] { return ReadFileToString(port_file, &text).ok() && !text.empty(); }, 30))
         << p->Log();
     EXPECT_TRUE(absl::SimpleAtoi(text, &port_));
-    stub_ = UserService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
-                                                     grpc::InsecureChannelCredentials()));
+    stub_ = UserService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
     return p;
   }
 
@@ -175,9 +176,9 @@ TEST_F(Arm64AgentTest, BundledAgentOnAnEmulatedPhoneRegistersAndCompletesABenchm
 
 TEST_F(Arm64AgentTest, PhoneAgentRefusesAPhoneThatIsNotArm64OrNotThere) {
   int code = 0;
-  std::string out = Shell(absl::StrCat("FAKE_ADB_ABI=x86_64 ", env_, script_,
-                                       "start --coordinator 127.0.0.1:50051"),
-                          &code);
+  std::string out = Shell(
+      absl::StrCat("FAKE_ADB_ABI=x86_64 ", env_, script_, "start --coordinator 127.0.0.1:50051"),
+      &code);
   EXPECT_NE(code, 0);
   EXPECT_THAT(out, HasSubstr("CPU ABI \"x86_64\""));
   out = Shell(absl::StrCat(env_, HILNAS_SOURCE_DIR,

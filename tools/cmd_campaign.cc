@@ -22,6 +22,8 @@
 #include "coordinator/campaign_store.h"
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"
+#include "model/gguf.h"
+#include "model/gguf_export.h"
 #include "nlohmann/json.hpp"
 #include "pruner/backbone.h"
 #include "search_space/counts.h"
@@ -253,36 +255,99 @@ int ParetoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   return s.ok() ? 0 : Fail(s);
 }
 
+namespace {
+
+// The trial of a campaign, or NOT_FOUND naming what exists.
+absl::StatusOr<const Trial*> FindTrial(const LoadedCampaign& c, const std::string& name,
+                                       int64_t id) {
+  for (const Trial& t : c.trials) {
+    if (t.id() == id) return &t;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("campaign \"", name, "\" has no trial ", id, " (it has ", c.trials.size(), ")"));
+}
+
+// Prunes the campaign's backbone to the trial's architecture into `dir`.
+absl::Status PruneTrial(const LoadedCampaign& c, const Trial& trial, const std::string& dir,
+                        StorageDtype dtype) {
+  const CampaignConfig& cfg = c.record.config;
+  HILNAS_ASSIGN_OR_RETURN(Backbone backbone,
+                          LoadBackbone(cfg.backbone_checkpoint(), cfg.backbone_metrics()));
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial.arch()));
+  PruneOptions po;
+  po.block_size = cfg.search_space().block_size();
+  return PruneToCheckpoint(backbone, arch, po, dir, dtype);
+}
+
+// hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE
+int ExportGgufCommand(const CommandLine& cl) {
+  const std::string out = cl.out;
+  if (out.empty() || (cl.ckpt.empty() == cl.campaign.empty())) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE "
+        "[--dtype f32|f16 --overwrite]"));
+  }
+  GgufExportOptions o;
+  if (cl.dtype == "f16" || cl.dtype == "F16") {
+    o.dtype = GgmlType::kF16;
+  } else if (cl.dtype != "f32" && cl.dtype != "F32") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", cl.dtype, ": GGUF export writes f32 or f16")));
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && !cl.overwrite) {
+    return Fail(
+        absl::AlreadyExistsError(absl::StrCat("--out ", out, " exists; --overwrite replaces it")));
+  }
+  if (std::filesystem::is_directory(out, ec)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--out ", out, " is a directory")));
+  }
+  absl::Status s = [&]() -> absl::Status {
+    if (!cl.ckpt.empty()) return ExportGguf(cl.ckpt, out, o);
+    HILNAS_ASSIGN_OR_RETURN(LoadedCampaign c, LoadCampaignFromDb(cl.db, cl.campaign));
+    HILNAS_ASSIGN_OR_RETURN(const Trial* trial, FindTrial(c, cl.campaign, cl.trial));
+    // The dense checkpoint first (f32: the GGUF file rounds once, to its own dtype).
+    const std::string staging = out + ".ckpt.tmp";
+    std::filesystem::remove_all(staging, ec);
+    absl::Status pruned = PruneTrial(c, *trial, staging, StorageDtype::kF32);
+    absl::Status exported = pruned.ok() ? ExportGguf(staging, out, o) : pruned;
+    std::filesystem::remove_all(staging, ec);
+    return exported;
+  }();
+  if (!s.ok()) return Fail(s);
+  absl::StatusOr<GgufFile> f = ReadGguf(out);
+  if (!f.ok()) return Fail(f.status());
+  std::printf("%s: GGUF v%u, %s layout, %s, %zu tensors, %s bytes\n", out.c_str(), f->version,
+              f->Find("general.architecture")->s.c_str(), GgmlTypeName(o.dtype), f->tensors.size(),
+              WithCommas(std::filesystem::file_size(out)).c_str());
+  return 0;
+}
+
+}  // namespace
+
 int ExportCommand(const std::vector<std::string>& args, const CommandLine& cl) {
+  if (!args.empty()) return Fail(absl::InvalidArgumentError("export takes flags only"));
+  if (cl.format == "gguf") return ExportGgufCommand(cl);
   const std::string name = cl.campaign, out = cl.out;
   const int64_t id = cl.trial;
-  if (!args.empty() || name.empty() || out.empty() || id <= 0) {
+  if (name.empty() || out.empty() || id <= 0) {
     return Fail(absl::InvalidArgumentError(
-        "usage: hilnas export --campaign C --trial N --out DIR [--db FILE --dtype f32|bf16]"));
+        "usage: hilnas export --campaign C --trial N --out DIR [--db FILE --dtype f32|bf16]\n"
+        "       hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE"));
   }
   absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, name);
   if (!c.ok()) return Fail(c.status());
-  const Trial* trial = nullptr;
-  for (const Trial& t : c->trials) {
-    if (t.id() == id) trial = &t;
-  }
-  if (trial == nullptr) {
-    return Fail(absl::NotFoundError(absl::StrCat("campaign \"", name, "\" has no trial ", id,
-                                                 " (it has ", c->trials.size(), ")")));
-  }
+  absl::StatusOr<const Trial*> found = FindTrial(*c, name, id);
+  if (!found.ok()) return Fail(found.status());
+  const Trial* trial = *found;
   absl::Status s = [&]() -> absl::Status {
     const CampaignConfig& cfg = c->record.config;
     HILNAS_ASSIGN_OR_RETURN(
         OutputFolder dest,
         OutputFolder::Prepare(out, cl.overwrite,
                               {cfg.backbone_checkpoint(), cfg.backbone_metrics(), cl.db}));
-    HILNAS_ASSIGN_OR_RETURN(Backbone backbone,
-                            LoadBackbone(cfg.backbone_checkpoint(), cfg.backbone_metrics()));
-    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial->arch()));
     HILNAS_ASSIGN_OR_RETURN(StorageDtype dtype, StorageDtypeOf(cl));
-    PruneOptions po;
-    po.block_size = cfg.search_space().block_size();
-    HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(backbone, arch, po, dest.staging(), dtype));
+    HILNAS_RETURN_IF_ERROR(PruneTrial(*c, *trial, dest.staging(), dtype));
     return dest.Commit();
   }();
   if (!s.ok()) return Fail(s);

@@ -124,8 +124,9 @@ const Command kCommands[] = {
      "who did what to this coordinator: create, start, stop, resume, submit (docs/security.md)",
      false},
     {"export", ExportCommand,
-     "--campaign C --trial N --out DIR [--db FILE]\n"
-     "the dense pruned checkpoint of any trial",
+     "--campaign C --trial N --out DIR [--db FILE] |\n"
+     "    --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE [--dtype f32|f16]\n"
+     "the dense pruned checkpoint of any trial; or a GGUF file for llama.cpp",
      false},
     {"slim", SlimCommand,
      "--in CKPT --out CKPT [--dtype f32|f16|bf16 --max-condition 1e5 --max-error 1e-3]\n"

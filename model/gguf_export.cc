@@ -1,0 +1,221 @@
+#include "model/gguf_export.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/checkpoint.h"
+#include "model/decoder.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+namespace {
+
+// llama.cpp's placeholder-free token types (llama_token_type).
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kByte = 6;
+
+std::string Bytes(const torch::Tensor& t) {
+  torch::Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
+}
+
+// llama.cpp's "normal" rope rotates dimension pairs (2i, 2i+1) of a head;
+// Hugging Face's rotate-half pairs (i, i + d/2). Reordering each head's
+// rows (i, i + d/2) -> (2i, 2i+1) makes the two compute the same.
+torch::Tensor InterleaveRopeRows(const torch::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), cols = w.size(1), hd = rows / heads;
+  return w.reshape({heads, 2, hd / 2, cols}).transpose(1, 2).reshape({rows, cols});
+}
+
+}  // namespace
+
+std::vector<std::string> PlaceholderVocabulary(int vocab_size) {
+  std::vector<std::string> tokens;
+  tokens.reserve(vocab_size);
+  for (int i = 0; i < vocab_size; ++i) {
+    if (i == 0) {
+      tokens.push_back("<unk>");
+    } else if (i == 1) {
+      tokens.push_back("<s>");
+    } else if (i == 2) {
+      tokens.push_back("</s>");
+    } else if (i < 3 + 256) {
+      tokens.push_back(absl::StrFormat("<0x%02X>", i - 3));
+    } else {
+      tokens.push_back(absl::StrCat("[", i, "]"));
+    }
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
+  for (int i = 0; i < arch.num_layers; ++i) {
+    if (arch.attention[i] != Attention::kFull) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", i, " has ", AttentionName(arch.attention[i]),
+          " attention: llama.cpp's llama and qwen3 layouts run full attention in every layer"));
+    }
+  }
+  if (arch.kv_cache != KvLayout::kStandard) {
+    return absl::InvalidArgumentError(
+        "kv_cache slim: llama.cpp keeps a standard K and V cache (export the checkpoint before "
+        "`hilnas slim`)");
+  }
+  if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    return absl::InvalidArgumentError(
+        "kv_prediction: llama.cpp has no auxiliary model predicting the KV cache");
+  }
+  if (arch.ppd.k > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ppd k ", arch.ppd.k, ": llama.cpp decodes one token at a time"));
+  }
+  if (arch.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim ", arch.head_dim, ": rope needs an even head dimension"));
+  }
+  if (arch.qk_norm) {
+    if (arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+      return absl::InvalidArgumentError(
+          "rope_scaling llama3 with QK-norm: llama.cpp's qwen3 layout has no rope_freqs tensor");
+    }
+    return std::string("qwen3");
+  }
+  return std::string("llama");
+}
+
+absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& out_path,
+                        const GgufExportOptions& options) {
+  if (options.dtype == GgmlType::kBF16) {
+    return absl::InvalidArgumentError("GGUF export writes f32 or f16, not bf16");
+  }
+  if (options.context_length <= 0 || options.context_length > kMaxContext) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context length ", options.context_length, " is not in 1..", kMaxContext));
+  }
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
+  HILNAS_ASSIGN_OR_RETURN(const std::string layout, GgufLayoutFor(arch));
+  try {
+    HILNAS_ASSIGN_OR_RETURN(auto weights, ReadCheckpointTensors(checkpoint_dir));
+    auto take = [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      auto it = weights.find(name);
+      if (it == weights.end()) {
+        return absl::DataLossError(
+            absl::StrCat(checkpoint_dir, ": no tensor \"", name, "\" for the GGUF file"));
+      }
+      torch::Tensor t = it->second.to(torch::kFloat);
+      weights.erase(it);
+      return t;
+    };
+
+    GgufWriter w;
+    const std::string& a = layout;
+    w.Add("general.architecture", GgufValue::Str(a));
+    w.Add("general.name", GgufValue::Str(arch.name.empty() ? "hilnas" : arch.name));
+    w.Add("general.alignment", GgufValue::U32(32));
+    // llama_ftype: 0 ALL_F32, 1 MOSTLY_F16.
+    w.Add("general.file_type", GgufValue::U32(options.dtype == GgmlType::kF16 ? 1 : 0));
+    w.Add(a + ".context_length", GgufValue::U32(static_cast<uint32_t>(options.context_length)));
+    w.Add(a + ".embedding_length", GgufValue::U32(arch.d_model));
+    w.Add(a + ".block_count", GgufValue::U32(arch.num_layers));
+    w.Add(a + ".feed_forward_length", GgufValue::U32(arch.d_ffn));
+    w.Add(a + ".attention.head_count", GgufValue::U32(arch.num_heads));
+    w.Add(a + ".attention.head_count_kv", GgufValue::U32(arch.num_kv_heads));
+    w.Add(a + ".attention.key_length", GgufValue::U32(arch.head_dim));
+    w.Add(a + ".attention.value_length", GgufValue::U32(arch.head_dim));
+    w.Add(a + ".attention.layer_norm_rms_epsilon",
+          GgufValue::F32(static_cast<float>(arch.norm_eps)));
+    w.Add(a + ".rope.dimension_count", GgufValue::U32(arch.head_dim));
+    w.Add(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(arch.rope_theta)));
+    w.Add(a + ".vocab_size", GgufValue::U32(arch.vocab_size));
+    if (arch.rope_scaling.kind == RopeScaling::Kind::kLinear) {
+      w.Add(a + ".rope.scaling.type", GgufValue::Str("linear"));
+      w.Add(a + ".rope.scaling.factor",
+            GgufValue::F32(static_cast<float>(arch.rope_scaling.factor)));
+    }
+    std::vector<std::string> tokens = PlaceholderVocabulary(arch.vocab_size);
+    std::vector<int32_t> types(tokens.size(), kNormal);
+    for (size_t i = 0; i < types.size(); ++i) {
+      types[i] = i == 0 ? kUnknown : i < 3 ? kControl : i < 3 + 256 ? kByte : kNormal;
+    }
+    w.Add("tokenizer.ggml.model", GgufValue::Str("llama"));
+    w.Add("tokenizer.ggml.tokens", GgufValue::StrArray(std::move(tokens)));
+    w.Add("tokenizer.ggml.scores", GgufValue::F32Array(std::vector<float>(arch.vocab_size, 0.f)));
+    w.Add("tokenizer.ggml.token_type", GgufValue::I32Array(types));
+    w.Add("tokenizer.ggml.unknown_token_id", GgufValue::U32(0));
+    w.Add("tokenizer.ggml.bos_token_id", GgufValue::U32(std::min(1, arch.vocab_size - 1)));
+    w.Add("tokenizer.ggml.eos_token_id", GgufValue::U32(std::min(2, arch.vocab_size - 1)));
+
+    // Tensors in llama.cpp's names; dims innermost first ([out, in] -> {in, out}).
+    auto add = [&](const std::string& name, torch::Tensor t, bool matrix) {
+      std::vector<uint64_t> dims;
+      for (int64_t d = t.dim() - 1; d >= 0; --d) dims.push_back(static_cast<uint64_t>(t.size(d)));
+      const GgmlType type = matrix ? options.dtype : GgmlType::kF32;
+      torch::Tensor stored = type == GgmlType::kF16 ? t.to(torch::kHalf) : t;
+      w.AddTensor(name, dims, type,
+                  [stored]() -> absl::StatusOr<std::string> { return Bytes(stored); });
+    };
+    HILNAS_ASSIGN_OR_RETURN(torch::Tensor embed, take("model.embed_tokens.weight"));
+    add("token_embd.weight", embed, true);
+    if (arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+      // llama.cpp divides each pair's angle by its factor: base / scaled.
+      torch::Tensor scaled = RopeInverseFrequencies(arch).to(torch::kDouble);
+      torch::Tensor base =
+          torch::pow(arch.rope_theta, -torch::arange(0, arch.head_dim, 2, torch::kDouble) /
+                                          static_cast<double>(arch.head_dim));
+      add("rope_freqs.weight", (base / scaled).to(torch::kFloat), false);
+    }
+    for (int i = 0; i < arch.num_layers; ++i) {
+      const std::string hf = absl::StrCat("model.layers.", i, "."),
+                        gg = absl::StrCat("blk.", i, ".");
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor attn_norm, take(hf + "input_layernorm.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor q, take(hf + "self_attn.q_proj.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor k, take(hf + "self_attn.k_proj.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor v, take(hf + "self_attn.v_proj.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor o, take(hf + "self_attn.o_proj.weight"));
+      if (layout == "llama") {
+        q = InterleaveRopeRows(q, arch.num_heads);
+        k = InterleaveRopeRows(k, arch.num_kv_heads);
+      }
+      add(gg + "attn_norm.weight", attn_norm, false);
+      add(gg + "attn_q.weight", q, true);
+      add(gg + "attn_k.weight", k, true);
+      add(gg + "attn_v.weight", v, true);
+      add(gg + "attn_output.weight", o, true);
+      if (arch.qk_norm) {
+        HILNAS_ASSIGN_OR_RETURN(torch::Tensor qn, take(hf + "self_attn.q_norm.weight"));
+        HILNAS_ASSIGN_OR_RETURN(torch::Tensor kn, take(hf + "self_attn.k_norm.weight"));
+        add(gg + "attn_q_norm.weight", qn, false);
+        add(gg + "attn_k_norm.weight", kn, false);
+      }
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor ffn_norm, take(hf + "post_attention_layernorm.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor gate, take(hf + "mlp.gate_proj.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor up, take(hf + "mlp.up_proj.weight"));
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor down, take(hf + "mlp.down_proj.weight"));
+      add(gg + "ffn_norm.weight", ffn_norm, false);
+      add(gg + "ffn_gate.weight", gate, true);
+      add(gg + "ffn_up.weight", up, true);
+      add(gg + "ffn_down.weight", down, true);
+    }
+    HILNAS_ASSIGN_OR_RETURN(torch::Tensor norm, take("model.norm.weight"));
+    add("output_norm.weight", norm, false);
+    if (!arch.tie_embeddings) {
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor head, take("lm_head.weight"));
+      add("output.weight", head, true);
+    }
+    weights.erase("lm_head.weight");  // a tied checkpoint may store the copy
+    if (!weights.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint_dir, ": tensor \"", weights.begin()->first,
+                       "\" has no place in llama.cpp's ", layout, " layout"));
+    }
+    return w.Write(out_path);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("GGUF export of ", checkpoint_dir, ": ", e.what()));
+  }
+}
+
+}  // namespace hilnas
