@@ -6,9 +6,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "model/checkpoint.h"
+#include "model/decoder.h"
+#include "model/gguf_export.h"
 #include "nlohmann/json.hpp"
 #include "search_space/arch.h"
 #include "util/status_macros.h"
@@ -45,12 +48,15 @@ class ExternalModel : public PreparedModel {
         ExpandCommand(options_.bench_command, {{"model", model_},
                                                {"prompt_tokens", std::to_string(prompt_tokens)},
                                                {"decode_tokens", std::to_string(decode_tokens)},
+                                               {"depth", std::to_string(prompt_tokens)},
                                                {"threads", std::to_string(threads_)}}));
     HILNAS_ASSIGN_OR_RETURN(CommandOutput out, RunCapturing(cmd, options_.timeout_s));
-    if (options_.format == ExternalFormat::kLlamaBench) {
-      return ParseLlamaBenchOutput(out.out, prompt_tokens, decode_tokens);
-    }
-    return ParseExecuTorchOutput(out.out + "\n" + out.err);
+    absl::StatusOr<RunTiming> t = options_.format == ExternalFormat::kLlamaBench
+                                      ? ParseLlamaBenchOutput(out.out, prompt_tokens, decode_tokens)
+                                      : ParseExecuTorchOutput(out.out + "\n" + out.err);
+    // The benchmark process's memory (wait4), not the agent's.
+    if (t.ok()) t->process_peak_rss_bytes = out.peak_rss_bytes;
+    return t;
   }
 
  private:
@@ -60,10 +66,50 @@ class ExternalModel : public PreparedModel {
 };
 
 class ExternalRuntime : public Runtime {
+ private:
+  // hilnas's own GGUF export (model/gguf_export.h): random weights for an
+  // architecture (timing does not depend on their values), or the request's
+  // checkpoint, written as llama.cpp's f32 or f16 GGUF.
+  absl::StatusOr<std::string> BuiltinGgufExport(const BenchmarkRequest& req,
+                                                const std::string& checkpoint,
+                                                const std::string& tag) {
+    GgufExportOptions o;
+    if (req.precision() == FP16) {
+      o.dtype = GgmlType::kF16;
+    } else if (req.precision() != FP32 && req.precision() != PRECISION_UNSPECIFIED) {
+      return absl::UnimplementedError(absl::StrCat("built-in GGUF export writes fp32 or fp16, not ",
+                                                   PrecisionName(req.precision())));
+    }
+    const std::string dir = absl::StrCat(options_.work_dir, "/", tag);
+    std::string source = checkpoint;
+    try {
+      if (req.has_arch()) {
+        HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(req.arch()));
+        // Refused before any weights are made: what llama.cpp cannot run.
+        if (absl::StatusOr<std::string> layout = GgufLayoutFor(arch); !layout.ok()) {
+          return absl::UnimplementedError(absl::StrCat("llama.cpp: ", layout.status().message()));
+        }
+        source = dir + "/random-weights";
+        HILNAS_ASSIGN_OR_RETURN(Decoder d, Decoder::Create(arch, /*seed=*/0));
+        HILNAS_RETURN_IF_ERROR(SaveCheckpoint(d, source, StorageDtype::kF32));
+      }
+      const std::string model =
+          absl::StrCat(dir, "/model.", PrecisionName(req.precision()), ".gguf");
+      absl::Status s = ExportGguf(source, model, o);
+      if (req.has_arch()) std::filesystem::remove_all(source);
+      if (absl::IsInvalidArgument(s)) return absl::UnimplementedError(s.message());
+      HILNAS_RETURN_IF_ERROR(s);
+      return model;
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("built-in GGUF export: ", e.what()));
+    }
+  }
+
  public:
   explicit ExternalRuntime(ExternalRuntimeOptions o) : options_(std::move(o)) {}
   std::string name() const override { return options_.name; }
   std::string version() const override { return options_.version; }
+  bool runs_in_process() const override { return false; }
 
   absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(const BenchmarkRequest& req) override {
     if (options_.bench_command.empty()) {
@@ -84,7 +130,9 @@ class ExternalRuntime : public Runtime {
       tag = absl::StrCat(std::hash<std::string>()(checkpoint));
     }
     std::string model = checkpoint;
-    if (!options_.export_command.empty()) {
+    if (options_.export_command == kBuiltinGgufExport) {
+      HILNAS_ASSIGN_OR_RETURN(model, BuiltinGgufExport(req, checkpoint, tag));
+    } else if (!options_.export_command.empty()) {
       model = absl::StrCat(options_.work_dir, "/", tag, "/model.", PrecisionName(req.precision()));
       HILNAS_ASSIGN_OR_RETURN(
           std::string cmd,
@@ -142,38 +190,58 @@ absl::StatusOr<RunTiming> ParseLlamaBenchOutput(const std::string& output, int p
     return absl::InvalidArgumentError(
         absl::StrCat("llama-bench output is neither a JSON array nor JSON lines: ", Tail(output)));
   }
+  // Depths exist when any test reports one; decode is then wanted at the prompt's.
+  bool has_depth = false;
+  for (const nlohmann::json& t : tests) has_depth = has_depth || t.contains("n_depth");
+  const double want_depth = has_depth ? prompt_tokens : 0;
   double pp_ns = -1, tg_ns = -1;
+  std::vector<double> gen_depths;
+  std::string version;
   for (const nlohmann::json& t : tests) {
     const double n_prompt = Number(t, "n_prompt"), n_gen = Number(t, "n_gen");
     const double avg_ns = Number(t, "avg_ns");
-    if (n_prompt < 0 || n_gen < 0 || avg_ns < 0) {
+    const double depth = t.contains("n_depth") ? Number(t, "n_depth") : 0;
+    if (n_prompt < 0 || n_gen < 0 || avg_ns < 0 || depth < 0) {
       return absl::InvalidArgumentError(
           "llama-bench output: a test lacks n_prompt, n_gen or avg_ns");
+    }
+    if (version.empty() && t.contains("build_number") && t["build_number"].is_number()) {
+      version = absl::StrCat("b", t["build_number"].get<int64_t>());
+      if (t.contains("build_commit") && t["build_commit"].is_string()) {
+        absl::StrAppend(&version, " (", t["build_commit"].get<std::string>(), ")");
+      }
     }
     if (n_prompt > 0 && n_gen == 0) {
       if (n_prompt != prompt_tokens) {
         return absl::InvalidArgumentError(absl::StrCat("llama-bench output: n_prompt ", n_prompt,
                                                        " but ", prompt_tokens, " were asked for"));
       }
-      pp_ns = avg_ns;
+      if (depth == 0) pp_ns = avg_ns;  // TTFT: the prompt on an empty cache
     } else if (n_gen > 0 && n_prompt == 0) {
       if (n_gen != decode_tokens) {
         return absl::InvalidArgumentError(absl::StrCat("llama-bench output: n_gen ", n_gen, " but ",
                                                        decode_tokens, " were asked for"));
       }
-      tg_ns = avg_ns / n_gen;
+      gen_depths.push_back(depth);
+      if (depth == want_depth) tg_ns = avg_ns / n_gen;
     }
   }
   if (pp_ns < 0) {
-    return absl::InvalidArgumentError("llama-bench output has no prompt-processing (pp) test");
+    return absl::InvalidArgumentError(
+        "llama-bench output has no prompt-processing (pp) test at depth 0");
   }
   if (decode_tokens > 0 && tg_ns < 0) {
-    return absl::InvalidArgumentError("llama-bench output has no generation (tg) test");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama-bench output has no generation (tg) test at depth ", want_depth,
+        gen_depths.empty() ? std::string()
+                           : absl::StrCat(" (only at depth ", absl::StrJoin(gen_depths, ","), ")"),
+        ": run it with -d 0,{depth}"));
   }
   RunTiming r;
   r.ttft_ms = pp_ns / 1e6;
   r.decode_ms_per_token = decode_tokens > 0 ? tg_ns / 1e6 : 0.0;
   r.decode_tokens = decode_tokens;
+  r.reported_version = version;
   return r;
 }
 

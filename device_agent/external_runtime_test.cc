@@ -112,7 +112,87 @@ TEST(ExternalRuntimeTest, DrivesExportAndBenchCommandsThroughTheProtocol) {
   EXPECT_EQ(r.samples_size(), 2);
   EXPECT_NEAR(r.summaries(0).ttft_median_ms(), 1843.211, 1e-9);
   EXPECT_EQ(r.device().runtime(), "llama.cpp");
-  EXPECT_EQ(r.device().runtime_version(), "b4521");
+  // The version llama-bench printed, not the one configured.
+  EXPECT_EQ(r.device().runtime_version(), "b4521 (b4f2c0a1)");
+  // Memory is the bench process's (a shell and cat, a few MB, or 0 when
+  // it ended before the first sample), never the agent's (this test
+  // process, libtorch loaded).
+  EXPECT_LT(r.peak_rss_bytes(), 32 << 20);
+}
+
+TEST(LlamaBenchParserTest, DecodeIsTakenAtThePromptsDepth) {
+  const std::string jsonl =
+      "{\"build_number\": 7100, \"build_commit\": \"10e9780\", \"n_prompt\": 512, \"n_gen\": 0, "
+      "\"n_depth\": 0, \"avg_ns\": 4000000}\n"
+      "{\"n_prompt\": 0, \"n_gen\": 8, \"n_depth\": 0, \"avg_ns\": 40000000}\n"
+      "{\"n_prompt\": 512, \"n_gen\": 0, \"n_depth\": 512, \"avg_ns\": 9000000}\n"
+      "{\"n_prompt\": 0, \"n_gen\": 8, \"n_depth\": 512, \"avg_ns\": 80000000}\n";
+  ASSERT_OK_AND_ASSIGN(RunTiming t, ParseLlamaBenchOutput(jsonl, 512, 8));
+  EXPECT_DOUBLE_EQ(t.ttft_ms, 4.0);               // the prompt on an empty cache
+  EXPECT_DOUBLE_EQ(t.decode_ms_per_token, 10.0);  // after 512 tokens, not 5.0 at depth 0
+  EXPECT_EQ(t.reported_version, "b7100 (10e9780)");
+  const std::string shallow =
+      "{\"n_prompt\": 512, \"n_gen\": 0, \"n_depth\": 0, \"avg_ns\": 4000000}\n"
+      "{\"n_prompt\": 0, \"n_gen\": 8, \"n_depth\": 0, \"avg_ns\": 40000000}\n";
+  EXPECT_THAT(ParseLlamaBenchOutput(shallow, 512, 8),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no generation (tg) test at depth 512 (only at depth 0)")));
+}
+
+TEST(ExternalRuntimeTest, PeakMemoryIsTheBenchProcesses) {
+  const std::string work = ::testing::TempDir() + "/hilnas_external_rss";
+  std::filesystem::remove_all(work);
+  ExternalRuntimeOptions o;
+  o.work_dir = work;
+  // The shell holds a 64 MiB string for a second (memory is sampled at
+  // most every 500 ms), then prints the recorded output.
+  o.bench_command = absl::StrCat(
+      "x=$(head -c 67108864 /dev/zero | tr '\\0' a); sleep 1; test ${#x} -gt 0 && cat ", kData,
+      "llama_bench.json");
+  std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
+  BenchmarkRequest req;
+  req.set_checkpoint_dir(work);
+  req.add_prompt_lengths(1024);
+  req.set_decode_tokens(32);
+  req.set_repeats(1);
+  req.set_max_repeats(1);
+  ProtocolOptions po;
+  po.cooldown_ms = 0;
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  EXPECT_GE(r.samples(0).peak_rss_bytes(), 64 << 20);
+  EXPECT_EQ(r.peak_rss_bytes(), r.samples(0).peak_rss_bytes());
+}
+
+// --export-command builtin:gguf: hilnas writes the GGUF file llama-bench
+// reads; what llama.cpp cannot run is an unsupported architecture.
+TEST(ExternalRuntimeTest, BuiltinGgufExportFeedsTheBenchCommand) {
+  const std::string work = ::testing::TempDir() + "/hilnas_external_gguf";
+  std::filesystem::remove_all(work);
+  ExternalRuntimeOptions o;
+  o.work_dir = work;
+  o.export_command = kBuiltinGgufExport;
+  o.bench_command =
+      absl::StrCat("test \"$(head -c 4 {model})\" = GGUF && cat ", kData, "llama_bench.json");
+  std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
+  Arch full = TinyMixedArch();
+  full.attention.assign(4, Attention::kFull);
+  BenchmarkRequest req;
+  *req.mutable_arch() = ArchToProto(full);
+  req.add_prompt_lengths(1024);
+  req.set_decode_tokens(32);
+  req.set_repeats(1);
+  req.set_max_repeats(1);
+  req.set_precision(FP16);
+  ProtocolOptions po;
+  po.cooldown_ms = 0;
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+
+  *req.mutable_arch() = ArchToProto(TinyMixedArch());  // SWA and skip layers
+  r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
+  EXPECT_THAT(r.failure_message(), HasSubstr("layer 1 has swa attention"));
 }
 
 TEST(ExternalRuntimeTest, FailingExportIsUnsupportedArch) {

@@ -37,8 +37,11 @@ std::pair<std::vector<double>, std::vector<double>> Times(const BenchmarkResult&
 
 // Warm-ups, then timed runs until the TTFT and decode spreads are below the threshold
 // (after the minimum repeats) or the cap is reached.
+// `in_process`: the runtime's memory is the agent's own (else its runs
+// report their process's peak, 0 when it could not be read).
 absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& req, int prompt,
-                                 const ProtocolOptions& o, BenchmarkResult& result) {
+                                 bool in_process, const ProtocolOptions& o,
+                                 BenchmarkResult& result) {
   const auto cooldown = std::chrono::duration<double, std::milli>(o.cooldown_ms);
   for (int w = 0; w < req.warmup_runs(); ++w) {
     absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
@@ -57,9 +60,13 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
     s->set_ttft_ms(t->ttft_ms);
     s->set_decode_ms_per_token(t->decode_ms_per_token);
     s->set_decode_tokens(t->decode_tokens);
-    s->set_peak_rss_bytes(PeakRssBytes());
+    // An external runtime's memory is its process's, not the agent's.
+    s->set_peak_rss_bytes(in_process ? PeakRssBytes() : t->process_peak_rss_bytes);
     s->set_kv_cache_bytes(t->kv_cache_bytes);
     result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), s->peak_rss_bytes()));
+    if (!t->reported_version.empty()) {
+      result.mutable_device()->set_runtime_version(t->reported_version);
+    }
     // Both figures the latency model learns from must have settled.
     const auto [ttfts, decodes] = Times(result, prompt);
     const double spread = std::max(RelativeSpread(ttfts), RelativeSpread(decodes));
@@ -121,7 +128,7 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
                                                        std::chrono::steady_clock::now() - t0)
                                                        .count()));
         for (int prompt : req.prompt_lengths()) {
-          status = MeasurePromptLength(**model, req, prompt, o, result);
+          status = MeasurePromptLength(**model, req, prompt, runtime.runs_in_process(), o, result);
           if (!status.ok()) break;
         }
       } else {
@@ -131,7 +138,13 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
       status = absl::InternalError(absl::StrCat("the runtime threw: ", e.what()));
     }
   if (!status.ok()) Fail(result, status);
-  result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));
+  if (runtime.runs_in_process()) {
+    result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));
+  } else {  // the external process's peak, over its runs (not the agent's export step)
+    int64_t peak = 0;
+    for (const LatencySample& s : result.samples()) peak = std::max(peak, s.peak_rss_bytes());
+    result.set_peak_rss_bytes(peak);
+  }
   result.set_cpu_temperature_c(CpuTemperatureC());
   result.set_finished_unix_ms(SystemClock().NowMs());
   Summarise(result);

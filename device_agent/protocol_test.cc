@@ -37,7 +37,10 @@ class ScriptedRuntime : public Runtime {
       ++r->runs;
       if (r->ttfts.empty() && r->run_throws) throw std::bad_alloc();
       if (r->ttfts.empty()) return r->run_status;
-      RunTiming t{r->ttfts.front(), 10.0, decode_tokens};
+      RunTiming t;
+      t.ttft_ms = r->ttfts.front();
+      t.decode_ms_per_token = 10.0;
+      t.decode_tokens = decode_tokens;
       r->ttfts.pop_front();
       if (!r->decodes.empty()) {
         t.decode_ms_per_token = r->decodes.front();

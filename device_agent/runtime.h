@@ -18,6 +18,11 @@ struct RunTiming {
   double decode_ms_per_token = 0;  // over the tokens after the first
   int decode_tokens = 0;           // tokens generated after the first
   int64_t kv_cache_bytes = 0;      // the run's KV cache (0 when the runtime cannot tell)
+  // An external runtime's own process: its peak resident memory, and the
+  // version it reported in its output (0 / empty for in-process runtimes,
+  // whose memory is the agent's own).
+  int64_t process_peak_rss_bytes = 0;
+  std::string reported_version;
 };
 
 // A model built and ready to run. Not thread-safe.
@@ -34,6 +39,9 @@ class Runtime {
   virtual ~Runtime() = default;
   virtual std::string name() const = 0;  // "libtorch-cpu", "llama.cpp", "executorch"
   virtual std::string version() const = 0;
+  // False for runtimes that time another process (the agent's own memory
+  // then says nothing of the model's).
+  virtual bool runs_in_process() const { return true; }
   // Builds what `request` names (its arch, or checkpoint_dir on this device),
   // at its precision and thread count. Errors: INVALID_ARGUMENT or
   // UNIMPLEMENTED for an architecture or precision this runtime cannot run

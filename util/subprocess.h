@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ namespace hilnas {
 
 struct CommandOutput {
   std::string out, err;
+  // The command's peak resident memory: the largest VmHWM among its process
+  // group (the command and what it started), sampled while it runs; not
+  // this process's. 0 when it ended before the first sample.
+  int64_t peak_rss_bytes = 0;
 };
 
 // Replaces every {key} (key: letters, digits, _) in `tmpl`; other braces,
