@@ -16,10 +16,11 @@ ABSL_FLAG(std::string, pools, "", "agent: comma-separated pools this device serv
 ABSL_FLAG(std::string, runtime, "libtorch", "agent: libtorch | external");
 ABSL_FLAG(std::string, external_format, "llama-bench", "agent: llama-bench | executorch");
 ABSL_FLAG(std::string, export_command, "",
-          "agent: external runtime: command making {model} from {config}/{checkpoint}");
+          "agent: external runtime: command making {model} from {config}/{checkpoint}, or "
+          "builtin:gguf (hilnas writes llama.cpp's GGUF file)");
 ABSL_FLAG(std::string, bench_command, "",
           "agent: external runtime: command timing {model} at {prompt_tokens}/{decode_tokens}/"
-          "{threads}");
+          "{depth}/{threads}");
 ABSL_FLAG(std::string, runtime_name, "", "agent: external runtime's name, e.g. llama.cpp");
 ABSL_FLAG(std::string, runtime_version, "", "agent: external runtime's version, e.g. b4521");
 ABSL_FLAG(int32_t, max_jobs, 0, "agent: exit after this many jobs (0 = run until stopped)");
