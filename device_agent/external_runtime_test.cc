@@ -26,6 +26,22 @@ std::string Read(const std::string& name) {
   return out;
 }
 
+// One prompt length of 1024 tokens, 32 decode tokens, `runs` timed runs.
+BenchmarkRequest OnePrompt(int runs) {
+  BenchmarkRequest req;
+  req.add_prompt_lengths(1024);
+  req.set_decode_tokens(32);
+  req.set_repeats(runs);
+  req.set_max_repeats(runs);
+  return req;
+}
+
+BenchmarkResult Measure(Runtime& rt, const BenchmarkRequest& req) {
+  ProtocolOptions po;
+  po.cooldown_ms = 0;
+  return MeasureBenchmark(rt, req, DeviceIdentity(), po);
+}
+
 TEST(LlamaBenchParserTest, PromptTestGivesTtftAndGenTestGivesDecode) {
   ASSERT_OK_AND_ASSIGN(RunTiming t, ParseLlamaBenchOutput(Read("llama_bench.json"), 1024, 32));
   EXPECT_NEAR(t.ttft_ms, 1843.211, 1e-9);
@@ -99,15 +115,9 @@ TEST(ExternalRuntimeTest, DrivesExportAndBenchCommandsThroughTheProtocol) {
   o.bench_command = absl::StrCat("test -s {model} && test {prompt_tokens} = 1024 && cat ", kData,
                                  "llama_bench.json");
   std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
-  BenchmarkRequest req;
+  BenchmarkRequest req = OnePrompt(2);
   *req.mutable_arch() = ArchToProto(TinyMixedArch());
-  req.add_prompt_lengths(1024);
-  req.set_decode_tokens(32);
-  req.set_repeats(2);
-  req.set_max_repeats(2);
-  ProtocolOptions po;
-  po.cooldown_ms = 0;
-  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  BenchmarkResult r = Measure(*rt, req);
   ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
   EXPECT_EQ(r.samples_size(), 2);
   EXPECT_NEAR(r.summaries(0).ttft_median_ms(), 1843.211, 1e-9);
@@ -150,15 +160,9 @@ TEST(ExternalRuntimeTest, PeakMemoryIsTheBenchProcesses) {
       "x=$(head -c 67108864 /dev/zero | tr '\\0' a); sleep 1; test ${#x} -gt 0 && cat ", kData,
       "llama_bench.json");
   std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
-  BenchmarkRequest req;
+  BenchmarkRequest req = OnePrompt(1);
   req.set_checkpoint_dir(work);
-  req.add_prompt_lengths(1024);
-  req.set_decode_tokens(32);
-  req.set_repeats(1);
-  req.set_max_repeats(1);
-  ProtocolOptions po;
-  po.cooldown_ms = 0;
-  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  BenchmarkResult r = Measure(*rt, req);
   ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
   EXPECT_GE(r.samples(0).peak_rss_bytes(), 64 << 20);
   EXPECT_EQ(r.peak_rss_bytes(), r.samples(0).peak_rss_bytes());
@@ -177,20 +181,14 @@ TEST(ExternalRuntimeTest, BuiltinGgufExportFeedsTheBenchCommand) {
   std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
   Arch full = TinyMixedArch();
   full.attention.assign(4, Attention::kFull);
-  BenchmarkRequest req;
+  BenchmarkRequest req = OnePrompt(1);
   *req.mutable_arch() = ArchToProto(full);
-  req.add_prompt_lengths(1024);
-  req.set_decode_tokens(32);
-  req.set_repeats(1);
-  req.set_max_repeats(1);
   req.set_precision(FP16);
-  ProtocolOptions po;
-  po.cooldown_ms = 0;
-  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  BenchmarkResult r = Measure(*rt, req);
   ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
 
   *req.mutable_arch() = ArchToProto(TinyMixedArch());  // SWA and skip layers
-  r = MeasureBenchmark(*rt, req, DeviceIdentity(), po);
+  r = Measure(*rt, req);
   EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
   EXPECT_THAT(r.failure_message(), HasSubstr("layer 1 has swa attention"));
 }

@@ -92,57 +92,38 @@ class Reader {
   uint64_t pos_ = 0;
 };
 
+// One little-endian T from the file into `field` (u, i or f of a value).
+template <typename T, typename Field>
+absl::Status ReadInto(Reader& r, Field* field, const std::string& what) {
+  T x;
+  if (absl::Status s = r.Scalar(&x, what); !s.ok()) return s;
+  *field = x;
+  return absl::OkStatus();
+}
+
 absl::Status ReadScalar(Reader& r, GgufType type, GgufValue* v, const std::string& what) {
   v->type = type;
   switch (type) {
-    case GgufType::kUint8: {
-      uint8_t x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->u = x;
-      return absl::OkStatus();
-    }
-    case GgufType::kInt8: {
-      int8_t x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->i = x;
-      return absl::OkStatus();
-    }
-    case GgufType::kUint16: {
-      uint16_t x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->u = x;
-      return absl::OkStatus();
-    }
-    case GgufType::kInt16: {
-      int16_t x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->i = x;
-      return absl::OkStatus();
-    }
-    case GgufType::kUint32: {
-      uint32_t x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->u = x;
-      return absl::OkStatus();
-    }
-    case GgufType::kInt32: {
-      int32_t x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->i = x;
-      return absl::OkStatus();
-    }
+    case GgufType::kUint8:
+      return ReadInto<uint8_t>(r, &v->u, what);
+    case GgufType::kInt8:
+      return ReadInto<int8_t>(r, &v->i, what);
+    case GgufType::kUint16:
+      return ReadInto<uint16_t>(r, &v->u, what);
+    case GgufType::kInt16:
+      return ReadInto<int16_t>(r, &v->i, what);
+    case GgufType::kUint32:
+      return ReadInto<uint32_t>(r, &v->u, what);
+    case GgufType::kInt32:
+      return ReadInto<int32_t>(r, &v->i, what);
     case GgufType::kUint64:
-      return r.Scalar(&v->u, what);
+      return ReadInto<uint64_t>(r, &v->u, what);
     case GgufType::kInt64:
-      return r.Scalar(&v->i, what);
-    case GgufType::kFloat32: {
-      float x;
-      if (auto s = r.Scalar(&x, what); !s.ok()) return s;
-      v->f = x;
-      return absl::OkStatus();
-    }
+      return ReadInto<int64_t>(r, &v->i, what);
+    case GgufType::kFloat32:
+      return ReadInto<float>(r, &v->f, what);
     case GgufType::kFloat64:
-      return r.Scalar(&v->f, what);
+      return ReadInto<double>(r, &v->f, what);
     case GgufType::kBool: {
       uint8_t x;
       if (auto s = r.Scalar(&x, what); !s.ok()) return s;
