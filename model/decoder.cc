@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/attention.h"
 #include "model/slim.h"
 
 namespace hilnas {
@@ -109,8 +110,14 @@ struct AttentionBlockImpl : torch::nn::Module {
       keys = cache_k->narrow(2, key_start, end - key_start);
       values = cache_v->narrow(2, key_start, end - key_start);
     }
-    auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
-    auto out = torch::matmul(probs, values.unsqueeze(2));   // [B, KVH, G, T, hd]
+    torch::Tensor out;
+    if (torch::GradMode::is_enabled()) {  // training: the plain form autograd differentiates
+      auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
+      out = torch::matmul(probs, values.unsqueeze(2));        // [B, KVH, G, T, hd]
+    } else {  // inference: tiled, online softmax, only the blocks causality and the window allow
+      const int64_t window = type == Attention::kSlidingWindow ? arch.sliding_window : 0;
+      out = BlockedAttention(q, keys, values, start, key_start, window);  // [B, H, T, hd]
+    }
     out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
     return Project(out, o_proj->weight);
   }

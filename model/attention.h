@@ -1,0 +1,35 @@
+// Causal attention for inference, as production runtimes compute it
+// (FlashAttention's tiling with an online softmax; llama.cpp and ExecuTorch
+// price attention the same way): no T x S score tensor, grouped-query heads
+// stacked so each key and value is read once per KV head, key blocks above
+// the causal diagonal or outside a sliding window never computed. A
+// sliding-window layer's cost therefore scales with its window, not with
+// the context, which is what the latency model must learn (issue 22).
+#ifndef HILNAS_MODEL_ATTENTION_H_
+#define HILNAS_MODEL_ATTENTION_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace hilnas {
+
+// q [B, H, T, hd] at absolute positions q_start..q_start+T-1 (RoPE applied);
+// k, v [B, KVH, S, hd] at positions k_start..k_start+S-1, H a multiple of
+// KVH. Query p attends to keys kp <= p, and with `window` > 0 only to
+// p - kp < window. Every query must see at least one key. Returns
+// [B, H, T, hd] in q's dtype. No autograd (inference only).
+torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t q_start, int64_t k_start,
+                               int64_t window, int64_t block = 128);
+
+// The same attention computed the plain way (scores, mask, softmax, weighted
+// sum), materialising [B, KVH, H/KVH, T, S]: the reference the tests hold
+// the blocked kernel to, and what training differentiates through.
+torch::Tensor ReferenceAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                 const torch::Tensor& v, int64_t q_start, int64_t k_start,
+                                 int64_t window);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_ATTENTION_H_
