@@ -36,10 +36,23 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
   const int64_t k_end = k_start + s;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  // One query block when decoding (T == 1): its G rows against every key at once.
+  if (t == 1) {
+    // Decode: one query per head against the keys it may see, all KV heads
+    // in one batched product ([B*KVH, G, hd] x [B*KVH, hd, S']): four ops,
+    // each key and value read once, no mask (the range is exact).
+    const int64_t p = q_start;
+    const int64_t hi = std::min(p + 1, k_end);
+    const int64_t lo = window > 0 ? std::max(k_start, p - window + 1) : k_start;
+    const int64_t n = hi - lo;
+    auto keys = k.narrow(2, lo - k_start, n).reshape({b * kvh, n, hd});
+    auto values = v.narrow(2, lo - k_start, n).reshape({b * kvh, n, hd});
+    auto qs = q.reshape({b * kvh, g, hd});
+    auto probs = torch::softmax(torch::bmm(qs, keys.transpose(1, 2)).mul_(scale), -1);
+    return torch::bmm(probs, values).view({b, h, 1, hd});
+  }
   const int64_t bq = std::min(t, block);
   const int64_t n_qblocks = (t + bq - 1) / bq;
-  const int64_t bk = t == 1 ? std::max<int64_t>(s, 1) : block;
+  const int64_t bk = block;
   torch::Tensor out = torch::empty({b, h, t, hd}, q.options());
   // Work items: (batch, KV head, query block), each writing its own slice.
   at::parallel_for(0, b * kvh * n_qblocks, 1, [&](int64_t first, int64_t last) {

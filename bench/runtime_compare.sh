@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# hilnas's built-in runtime against llama.cpp on the same weights (issue 22):
+# random-weight checkpoints written by `hilnas checkpoint init`, converted by
+# `hilnas export --format gguf`, timed by `hilnas run` and by llama.cpp's
+# llama-bench, interleaved row by row in one session so drift hits both.
+#
+#   LLAMA_BENCH=/path/to/llama-bench bash bench/runtime_compare.sh [SHAPES] [PROMPTS] [THREADS]
+#     SHAPES   comma list of full4, big12, mixed4 (default full4,mixed4)
+#     PROMPTS  comma list of prompt lengths (default 256,1024,2048)
+#     THREADS  comma list (default 1,2)
+#
+# TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
+# decode is ms/token of 16 tokens after the prompt (hilnas decodes after
+# its prompt; llama-bench's tg test at depth = prompt, `-d`). Both f32
+# weights, no flash attention; llama.cpp's K/V cache is f16 (llama-bench
+# offers no f32 cache), hilnas's f32. Each figure is the median of REPEATS runs
+# (default 3). llama.cpp is not a dependency of hilnas: build it in your own
+# session (../shared/MACHINE-NOTES.md) and record its commit.
+#
+# mixed4 has sliding-window and skip layers, which llama.cpp's llama layout
+# cannot express: its rows are hilnas only, beside hilnas's all-full and
+# all-but-attention variants of the same shape, to price a window layer's
+# attention against a full layer's.
+#
+# Prints a Markdown table (paste into bench/data/runtime-compare.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHAPES="${1:-full4,mixed4}"
+PROMPTS="${2:-256,1024,2048}"
+THREADS="${3:-1,2}"
+REPEATS="${REPEATS:-3}"
+B="$PWD/build/tools/hilnas"
+LB="${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
+W="$(mktemp -d /tmp/hilnas-runtime-compare.XXXXXX)"
+trap 'rm -rf "$W"' EXIT
+
+arch() {  # NAME LAYERS D FFN HEADS KV VOCAB ATTENTION...
+  local name=$1 layers=$2 d=$3 f=$4 heads=$5 kv=$6 vocab=$7
+  shift 7
+  {
+    echo "name: \"$name\" num_layers: $layers d_model: $d d_ffn: $f num_heads: $heads"
+    echo "num_kv_heads: $kv head_dim: 64 vocab_size: $vocab tie_embeddings: true"
+    echo "rope_theta: 10000 norm_eps: 1e-05 qk_norm: true sliding_window: 128"
+    for a in "$@"; do echo "attention: $a"; done
+  } >"$W/$name.textproto"
+}
+F=FULL S=SLIDING_WINDOW K=SKIP
+arch full4 4 512 1536 8 2 4096 $F $F $F $F
+arch swa4 4 512 1536 8 2 4096 $F $S $S $F
+arch skip4 4 512 1536 8 2 4096 $F $K $K $F
+arch big12 12 1024 4096 32 8 202048 $F $F $F $F $F $F $F $F $F $F $F $F
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+# hilnas: "ttft decode" medians over REPEATS processes.
+hilnas_row() {  # CKPT PROMPT THREADS
+  local t d
+  for _ in $(seq "$REPEATS"); do
+    "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 17 --threads "$3" 2>&1 |
+      sed -n 's/^stats: //p' |
+      /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
+  done >"$W/h.txt"
+  t=$(cut -d' ' -f1 "$W/h.txt" | median)
+  d=$(cut -d' ' -f2 "$W/h.txt" | median)
+  echo "$t $d"
+}
+
+# llama.cpp: pp at depth 0 and tg at depth PROMPT, averaged over REPEATS runs.
+llama_row() {  # GGUF PROMPT THREADS
+  "$LB" -m "$1" -p "$2" -n 16 -d "0,$2" -t "$3" -r "$REPEATS" -fa 0 -o jsonl 2>/dev/null |
+    /usr/bin/python3 -c '
+import json, sys
+p = int(sys.argv[1]); pp = tg = None
+for line in sys.stdin:
+    j = json.loads(line)
+    if j["n_prompt"] == p and j["n_gen"] == 0 and j["n_depth"] == 0: pp = j["avg_ns"] / 1e6
+    if j["n_prompt"] == 0 and j["n_gen"] > 0 and j["n_depth"] == p: tg = j["avg_ns"] / 1e6 / j["n_gen"]
+print(pp, tg)' "$2"
+}
+
+echo "| shape | threads | prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio | hilnas decode ms/tok | llama.cpp decode ms/tok | ratio |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+IFS=, read -ra shape_list <<<"$SHAPES"
+IFS=, read -ra prompt_list <<<"$PROMPTS"
+IFS=, read -ra thread_list <<<"$THREADS"
+for shape in "${shape_list[@]}"; do
+  variants=("$shape")
+  [ "$shape" = mixed4 ] && variants=(full4 swa4 skip4)
+  for v in "${variants[@]}"; do
+    [ -d "$W/$v" ] && continue
+    "$B" checkpoint init --arch "$W/$v.textproto" --out "$W/$v" --seed 1 >/dev/null
+    if [ "$v" = full4 ] || [ "$v" = big12 ]; then
+      "$B" export --format gguf --ckpt "$W/$v" --out "$W/$v.gguf" >/dev/null
+    fi
+  done
+  for t in "${thread_list[@]}"; do
+    for p in "${prompt_list[@]}"; do
+      for v in "${variants[@]}"; do
+        read -r ht hd <<<"$(hilnas_row "$W/$v" "$p" "$t")"
+        lt=- ld=- rt=- rd=-
+        if [ -f "$W/$v.gguf" ]; then
+          read -r lt ld <<<"$(llama_row "$W/$v.gguf" "$p" "$t")"
+          rt=$(awk -v a="$ht" -v b="$lt" 'BEGIN {printf "%.2fx", a / b}')
+          rd=$(awk -v a="$hd" -v b="$ld" 'BEGIN {printf "%.2fx", a / b}')
+          lt=$(printf '%.1f' "$lt")
+          ld=$(printf '%.2f' "$ld")
+        fi
+        printf '| %s | %s | %s | %.1f | %s | %s | %.2f | %s | %s |\n' "$v" "$t" "$p" "$ht" "$lt" "$rt" "$hd" "$ld" "$rd"
+        echo "$v $t $p $ht $hd" >>"$W/all.txt"
+      done
+    done
+  done
+  if [ "$shape" = mixed4 ]; then
+    # A window layer's attention against a full layer's: the two middle
+    # layers' cost over the skip variant, per variant.
+    echo
+    echo "| threads | prompt | SWA attention / full attention, prefill | decode |"
+    echo "|---:|---:|---:|---:|"
+    for t in "${thread_list[@]}"; do
+      for p in "${prompt_list[@]}"; do
+        awk -v t="$t" -v p="$p" '$2 == t && $3 == p {ttft[$1] = $4; dec[$1] = $5}
+          END {printf "| %s | %s | %.2f | %.2f |\n", t, p,
+                 (ttft["swa4"] - ttft["skip4"]) / (ttft["full4"] - ttft["skip4"]),
+                 (dec["swa4"] - dec["skip4"]) / (dec["full4"] - dec["skip4"])}' "$W/all.txt"
+      done
+    done
+  fi
+done
