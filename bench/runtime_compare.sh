@@ -4,15 +4,18 @@
 # `hilnas export --format gguf`, timed by `hilnas run` and by llama.cpp's
 # llama-bench, interleaved row by row in one session so drift hits both.
 #
-#   LLAMA_BENCH=/path/to/llama-bench bash bench/runtime_compare.sh [SHAPES] [PROMPTS] [THREADS]
+#   LLAMA_BENCH=/path/to/llama-bench bash bench/runtime_compare.sh [SHAPES] [PROMPTS] [THREADS] [PRECISIONS]
 #     SHAPES   comma list of full4, big12, mixed4 (default full4,mixed4)
 #     PROMPTS  comma list of prompt lengths (default 256,1024,2048)
 #     THREADS  comma list (default 1,2)
+#     PRECISIONS  f32 and/or f16 weights (default f32,f16): hilnas stores
+#              the matrices in f16 and computes in f32 (--weight-dtype),
+#              llama.cpp runs the f16 GGUF of the same weights
 #
 # TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
 # decode is ms/token of 16 tokens after the prompt (hilnas decodes after
-# its prompt; llama-bench's tg test at depth = prompt, `-d`). Both f32
-# weights, no flash attention; llama.cpp's K/V cache is f16 (llama-bench
+# its prompt; llama-bench's tg test at depth = prompt, `-d`). No flash
+# attention; llama.cpp's K/V cache is f16 (llama-bench
 # offers no f32 cache), hilnas's f32. Each figure is the median of REPEATS runs
 # (default 3). llama.cpp is not a dependency of hilnas: build it in your own
 # session (../shared/MACHINE-NOTES.md) and record its commit.
@@ -28,6 +31,7 @@ cd "$(dirname "$0")/.."
 SHAPES="${1:-full4,mixed4}"
 PROMPTS="${2:-256,1024,2048}"
 THREADS="${3:-1,2}"
+PRECISIONS="${4:-f32,f16}"
 REPEATS="${REPEATS:-3}"
 B="$PWD/build/tools/hilnas"
 LB="${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
@@ -53,10 +57,11 @@ arch big12 12 1024 4096 32 8 202048 $F $F $F $F $F $F $F $F $F $F $F $F
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 # hilnas: "ttft decode" medians over REPEATS processes.
-hilnas_row() {  # CKPT PROMPT THREADS
+hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
   local t d
   for _ in $(seq "$REPEATS"); do
-    "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 17 --threads "$3" 2>&1 |
+    "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 17 --threads "$3" \
+        --weight-dtype "$4" 2>&1 |
       sed -n 's/^stats: //p' |
       /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
   done >"$W/h.txt"
@@ -78,11 +83,12 @@ for line in sys.stdin:
 print(pp, tg)' "$2"
 }
 
-echo "| shape | threads | prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio | hilnas decode ms/tok | llama.cpp decode ms/tok | ratio |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| shape | weights | threads | prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio | hilnas decode ms/tok | llama.cpp decode ms/tok | ratio |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 IFS=, read -ra shape_list <<<"$SHAPES"
 IFS=, read -ra prompt_list <<<"$PROMPTS"
 IFS=, read -ra thread_list <<<"$THREADS"
+IFS=, read -ra precision_list <<<"$PRECISIONS"
 for shape in "${shape_list[@]}"; do
   variants=("$shape")
   [ "$shape" = mixed4 ] && variants=(full4 swa4 skip4)
@@ -90,23 +96,30 @@ for shape in "${shape_list[@]}"; do
     [ -d "$W/$v" ] && continue
     "$B" checkpoint init --arch "$W/$v.textproto" --out "$W/$v" --seed 1 >/dev/null
     if [ "$v" = full4 ] || [ "$v" = big12 ]; then
-      "$B" export --format gguf --ckpt "$W/$v" --out "$W/$v.gguf" >/dev/null
+      for pr in "${precision_list[@]}"; do
+        "$B" export --format gguf --ckpt "$W/$v" --out "$W/$v.$pr.gguf" --dtype "$pr" >/dev/null
+      done
     fi
   done
-  for t in "${thread_list[@]}"; do
-    for p in "${prompt_list[@]}"; do
-      for v in "${variants[@]}"; do
-        read -r ht hd <<<"$(hilnas_row "$W/$v" "$p" "$t")"
-        lt=- ld=- rt=- rd=-
-        if [ -f "$W/$v.gguf" ]; then
-          read -r lt ld <<<"$(llama_row "$W/$v.gguf" "$p" "$t")"
-          rt=$(awk -v a="$ht" -v b="$lt" 'BEGIN {printf "%.2fx", a / b}')
-          rd=$(awk -v a="$hd" -v b="$ld" 'BEGIN {printf "%.2fx", a / b}')
-          lt=$(printf '%.1f' "$lt")
-          ld=$(printf '%.2f' "$ld")
-        fi
-        printf '| %s | %s | %s | %.1f | %s | %s | %.2f | %s | %s |\n' "$v" "$t" "$p" "$ht" "$lt" "$rt" "$hd" "$ld" "$rd"
-        echo "$v $t $p $ht $hd" >>"$W/all.txt"
+  precisions=("${precision_list[@]}")
+  [ "$shape" = mixed4 ] && precisions=(f32)  # the window-cost rows
+  for pr in "${precisions[@]}"; do
+    for t in "${thread_list[@]}"; do
+      for p in "${prompt_list[@]}"; do
+        for v in "${variants[@]}"; do
+          read -r ht hd <<<"$(hilnas_row "$W/$v" "$p" "$t" "$pr")"
+          lt=- ld=- rt=- rd=-
+          if [ -f "$W/$v.$pr.gguf" ]; then
+            read -r lt ld <<<"$(llama_row "$W/$v.$pr.gguf" "$p" "$t")"
+            rt=$(awk -v a="$ht" -v b="$lt" 'BEGIN {printf "%.2fx", a / b}')
+            rd=$(awk -v a="$hd" -v b="$ld" 'BEGIN {printf "%.2fx", a / b}')
+            lt=$(printf '%.1f' "$lt")
+            ld=$(printf '%.2f' "$ld")
+          fi
+          printf '| %s | %s | %s | %s | %.1f | %s | %s | %.2f | %s | %s |\n' "$v" "$pr" "$t" "$p" "$ht" \
+            "$lt" "$rt" "$hd" "$ld" "$rd"
+          echo "$v $t $p $ht $hd" >>"$W/all.txt"
+        done
       done
     done
   done

@@ -112,7 +112,12 @@ class LibtorchRuntime : public Runtime {
   std::string version() const override { return TORCH_VERSION; }
 
   absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(const BenchmarkRequest& req) override {
-    HILNAS_ASSIGN_OR_RETURN(torch::Dtype dtype, DtypeFor(req.precision()));
+    // BF16 and FP16 store the weights in half precision and compute in f32,
+    // as phones run half-precision weights on CPUs without fast half
+    // arithmetic (Decoder::StoreWeightsAs); slim caches compute in the half
+    // dtype itself (their W_KV product is not a projection).
+    HILNAS_ASSIGN_OR_RETURN(const torch::Dtype storage, DtypeFor(req.precision()));
+    torch::Dtype dtype = storage;
     if (req.threads() > 0) at::set_num_threads(req.threads());
     int max_context = 0;
     for (int p : req.prompt_lengths()) max_context = std::max(max_context, p);
@@ -121,16 +126,22 @@ class LibtorchRuntime : public Runtime {
     if (req.has_arch()) {
       HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(req.arch()));
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
+      if (arch.kv_cache != KvLayout::kSlim) dtype = torch::kFloat;
       decoder = Decoder::Create(arch, req.seed(), dtype);
     } else if (!req.checkpoint_dir().empty()) {
       HILNAS_ASSIGN_OR_RETURN(Arch arch,
                               ReadConfigJson(absl::StrCat(req.checkpoint_dir(), "/config.json")));
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
+      if (arch.kv_cache != KvLayout::kSlim) dtype = torch::kFloat;
       decoder = LoadCheckpoint(req.checkpoint_dir(), dtype);
     } else {
       return absl::InvalidArgumentError("benchmark request names neither arch nor checkpoint_dir");
     }
     if (!decoder.ok()) return Classify(decoder.status());
+    if (storage != torch::kFloat && decoder->arch().kv_cache != KvLayout::kSlim) {
+      // Built in f32 (random or loaded), then its matrices narrowed.
+      HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));
+    }
     const int64_t chunk = req.prefill_chunk() > 0 ? req.prefill_chunk() : 1024;
     if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
       // Random weights time like trained ones: the auxiliary model and maps.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/attention.h"
+#include "model/half_gemv.h"
 #include "model/slim.h"
 
 namespace hilnas {
@@ -35,7 +36,19 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
 // product: BLAS gemv streams the weights 3-4x faster than gemm with M = 1,
 // which is what linear() would call (measured: 202048x1024 fp32 head, 2
 // threads, OpenBLAS: 18 ms vs 66 ms). Decode is bound by weight bytes.
+//
+// Weights stored in half precision (Decoder::StoreWeightsAs) are computed
+// in x's dtype: a one-token product reads them as they are (HalfWeightGemv,
+// half the bytes), a prompt widens the matrix once and multiplies in f32.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
+  if (w.scalar_type() != x.scalar_type()) {
+    if (x.numel() == w.size(1) && x.scalar_type() == torch::kFloat) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = w.size(0);
+      return HalfWeightGemv(w, x).view(shape);
+    }
+    return torch::matmul(x, w.to(x.scalar_type()).t());
+  }
   if (x.numel() == w.size(1)) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
@@ -362,7 +375,9 @@ class DecoderImpl : public torch::nn::Module {
     return {cos_table_.narrow(0, start, t), sin_table_.narrow(0, start, t)};
   }
 
-  torch::Tensor Embed(const torch::Tensor& tokens) { return model_->embed_tokens(tokens); }
+  torch::Tensor Embed(const torch::Tensor& tokens) {
+    return model_->embed_tokens(tokens).to(dtype_);  // a no-op unless stored in half precision
+  }
 
   // Layers [first, last) over hidden states x [B, T, d] at positions
   // start..start+T-1, writing their keys and values into `cache` (if any).
@@ -491,6 +506,24 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
 
 const Arch& Decoder::arch() const { return impl_->arch_; }
 torch::Dtype Decoder::dtype() const { return impl_->dtype_; }
+
+absl::Status Decoder::StoreWeightsAs(torch::Dtype storage) {
+  if (storage != torch::kBFloat16 && storage != torch::kHalf) {
+    return absl::InvalidArgumentError("weights are stored in half precision: bf16 or f16");
+  }
+  if (impl_->dtype_ != torch::kFloat) {
+    return absl::FailedPreconditionError("half-precision weights need an f32 decoder");
+  }
+  if (impl_->arch_.kv_cache == KvLayout::kSlim) {
+    return absl::UnimplementedError(
+        "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
+  }
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : impl_->parameters()) {
+    if (p.dim() == 2) p.set_data(p.to(storage).contiguous());
+  }
+  return absl::OkStatus();
+}
 torch::nn::Module& Decoder::module() { return *impl_; }
 
 torch::Tensor Decoder::Forward(const torch::Tensor& tokens, ForwardObserver* observer) {

@@ -108,7 +108,14 @@ class Decoder {
   static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype);
 
   const Arch& arch() const;
-  torch::Dtype dtype() const;
+  torch::Dtype dtype() const;  // what activations, norms and the cache compute in
+
+  // Stores every matrix (projections, MLP, embedding, head) in `storage`
+  // (bf16 or f16) while computing in f32, as phones run half-precision
+  // weights: decode reads half the weight bytes. Inference only (the
+  // half-precision products have no gradient). REQUIRES dtype() == f32;
+  // UNIMPLEMENTED for slim caches.
+  absl::Status StoreWeightsAs(torch::Dtype storage);
 
   // Full causal forward over tokens [batch, T] without a cache; logits
   // [batch, T, vocab].

@@ -54,6 +54,14 @@ absl::StatusOr<Built> BuildModel(const CommandLine& cl, torch::Dtype dtype) {
     how = absl::StrCat("random weights, seed ", cl.seed);
   }
   if (!decoder.ok()) return decoder.status();
+  if (cl.weight_dtype != "f32") {
+    HILNAS_ASSIGN_OR_RETURN(torch::Dtype storage, ComputeDtype(cl.weight_dtype));
+    if (dtype != torch::kFloat) {
+      return absl::InvalidArgumentError("--weight-dtype needs --dtype f32 (computing in f32)");
+    }
+    HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));
+    how += absl::StrCat(", weights stored in ", cl.weight_dtype);
+  }
   std::shared_ptr<KvPredictor> kvp;
   if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     // Auxiliary prefill + predictor + one base step (KV Prediction Sec. 4.3).

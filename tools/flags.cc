@@ -134,6 +134,9 @@ ABSL_FLAG(std::string, space, "", "SearchSpace .textproto file; default: MobileL
 ABSL_FLAG(std::string, out, "", "output path");
 ABSL_FLAG(std::string, dtype, "f32",
           "f32 | bf16 | f16 (compute dtype, or storage for checkpoints)");
+ABSL_FLAG(std::string, weight_dtype, "f32",
+          "run: store the matrices in bf16 or f16 and compute in f32, as phones run "
+          "half-precision weights (decode reads half the bytes)");
 ABSL_FLAG(int64_t, prompt_tokens, 256, "prompt length in tokens");
 ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate");
 ABSL_FLAG(int64_t, prefill_chunk, 1024, "prefill chunk in tokens (MobileLLM-Flash Sec. 4.2.2)");
@@ -335,6 +338,7 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.space = absl::GetFlag(FLAGS_space);
   cl.out = absl::GetFlag(FLAGS_out);
   cl.dtype = absl::GetFlag(FLAGS_dtype);
+  cl.weight_dtype = absl::GetFlag(FLAGS_weight_dtype);
   cl.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   cl.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   cl.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);

@@ -113,6 +113,7 @@ struct CommandLine {
   std::string space;
   std::string out;
   std::string dtype;
+  std::string weight_dtype;
   int64_t prompt_tokens = 0;
   int64_t max_new_tokens = 0;
   int64_t prefill_chunk = 0;

@@ -33,7 +33,7 @@ const Command kCommands[] = {
      false},
     {"run", RunCommand,
      "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
-     "    --prefill-chunk C --threads T --dtype f32|bf16 --seed S]\n"
+     "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16 --seed S]\n"
      "build, prefill and decode once; print TTFT and decode speed",
      true},
     {"checkpoint", CheckpointCommand,

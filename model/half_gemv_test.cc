@@ -1,0 +1,78 @@
+#include "model/half_gemv.h"
+
+#include <torch/torch.h>
+
+#include "gtest/gtest.h"
+#include "model/decoder.h"
+#include "model/test_archs.h"
+
+namespace hilnas {
+namespace {
+
+// The kernel against a double-precision product of the same (rounded)
+// weights, for both half formats and sizes that are not multiples of the
+// vector width.
+TEST(HalfWeightGemvTest, EqualsTheWidenedProduct) {
+  torch::manual_seed(1);
+  for (torch::Dtype storage : {torch::kBFloat16, torch::kHalf}) {
+    for (int64_t in : {1, 7, 32, 100, 513}) {
+      auto w = torch::randn({67, in}).to(storage);
+      auto x = torch::randn({in});
+      auto want = torch::mv(w.to(torch::kDouble), x.to(torch::kDouble));
+      auto got = HalfWeightGemv(w, x);
+      EXPECT_EQ(got.scalar_type(), torch::kFloat);
+      EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 1e-4 * std::sqrt(in))
+          << "in " << in;
+    }
+  }
+}
+
+// A decoder storing bf16 weights computes what an f32 decoder with the
+// same weights rounded to bf16 computes: prefill (widened matrices) and
+// decode (the kernel), token for token.
+TEST(HalfWeightGemvTest, DecoderWithHalfWeightsMatchesRoundedF32Weights) {
+  Arch a = TinyMixedArch();
+  for (torch::Dtype storage : {torch::kBFloat16, torch::kHalf}) {
+    auto half = Decoder::Create(a, 11);
+    auto rounded = Decoder::Create(a, 11);
+    ASSERT_TRUE(half.ok() && rounded.ok());
+    ASSERT_TRUE(half->StoreWeightsAs(storage).ok());
+    {
+      torch::NoGradGuard g;
+      for (torch::Tensor& p : rounded->Parameters()) {
+        if (p.dim() == 2) p.copy_(p.to(storage).to(torch::kFloat));
+      }
+    }
+    for (const torch::Tensor& p : half->Parameters()) {
+      if (p.dim() == 2) {
+        EXPECT_EQ(p.scalar_type(), storage);
+      }
+    }
+    torch::NoGradGuard g;
+    auto tokens = torch::randint(0, a.vocab_size, {1, 12}, torch::kLong);
+    KvCache c1 = half->NewCache(1, 16), c2 = rounded->NewCache(1, 16);
+    auto l1 = half->ForwardCached(tokens, c1, false);
+    auto l2 = rounded->ForwardCached(tokens, c2, false);
+    EXPECT_LT((l1 - l2).abs().max().item<float>(), 1e-4);
+    for (int step = 0; step < 3; ++step) {
+      auto next = l2.narrow(1, l2.size(1) - 1, 1).argmax(-1);
+      l1 = half->ForwardCached(next, c1, true);
+      l2 = rounded->ForwardCached(next, c2, true);
+      EXPECT_LT((l1 - l2).abs().max().item<float>(), 1e-4) << "step " << step;
+    }
+  }
+}
+
+TEST(HalfWeightGemvTest, StoreWeightsAsRefusesWhatItCannotDo) {
+  auto d = Decoder::Create(TinyMixedArch(), 1);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->StoreWeightsAs(torch::kFloat).code(), absl::StatusCode::kInvalidArgument);
+  Arch s = TinyMhaArch();
+  s.kv_cache = KvLayout::kSlim;
+  auto slim_d = Decoder::Create(s, 1);
+  ASSERT_TRUE(slim_d.ok());
+  EXPECT_EQ(slim_d->StoreWeightsAs(torch::kBFloat16).code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace hilnas
