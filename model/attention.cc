@@ -10,21 +10,36 @@
 
 namespace hilnas {
 
-torch::Tensor ReferenceAttention(const torch::Tensor& q, const torch::Tensor& k,
-                                 const torch::Tensor& v, int64_t q_start, int64_t k_start,
-                                 int64_t window) {
-  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hd = q.size(3);
-  const int64_t kvh = k.size(1), s = k.size(2);
-  auto qg = q.reshape({b, kvh, h / kvh, t, hd});
-  auto scores = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) / std::sqrt(double(hd));
+torch::Tensor BlockedPositions(int64_t q_start, int64_t t, int64_t k_start, int64_t s,
+                               int64_t window) {
   auto opts = torch::TensorOptions().dtype(torch::kLong);
   auto qpos = torch::arange(q_start, q_start + t, opts).view({t, 1});
   auto kpos = torch::arange(k_start, k_start + s, opts).view({1, s});
   auto blocked = kpos > qpos;
   if (window > 0) blocked = blocked.logical_or(qpos - kpos >= window);
-  scores = scores.masked_fill(blocked, -std::numeric_limits<double>::infinity());
-  auto out = torch::matmul(torch::softmax(scores, -1), v.unsqueeze(2));  // [B, KVH, G, T, hd]
-  return out.reshape({b, h, t, hd});
+  return blocked;
+}
+
+torch::Tensor ReferenceProbabilities(const torch::Tensor& q, const torch::Tensor& k,
+                                     int64_t q_start, int64_t k_start, int64_t window) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hd = q.size(3);
+  const int64_t kvh = k.size(1), s = k.size(2);
+  auto qg = q.reshape({b, kvh, h / kvh, t, hd});
+  auto scores = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) / std::sqrt(double(hd));
+  // One query with every key at or before it and no window needs no mask.
+  if (t > 1 || window > 0 || k_start + s - 1 > q_start) {
+    scores = scores.masked_fill(BlockedPositions(q_start, t, k_start, s, window),
+                                -std::numeric_limits<double>::infinity());
+  }
+  return torch::softmax(scores, -1);
+}
+
+torch::Tensor ReferenceAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                 const torch::Tensor& v, int64_t q_start, int64_t k_start,
+                                 int64_t window) {
+  auto out = torch::matmul(ReferenceProbabilities(q, k, q_start, k_start, window),
+                           v.unsqueeze(2));  // [B, KVH, G, T, hd]
+  return out.reshape({q.size(0), q.size(1), q.size(2), q.size(3)});
 }
 
 torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
@@ -86,12 +101,7 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
           const std::tuple<int64_t, int64_t, int64_t> key{p0 - c0, rows_q, cols};
           auto it = masks.find(key);
           if (it == masks.end()) {
-            auto opts = torch::TensorOptions().dtype(torch::kLong);
-            auto qpos = torch::arange(p0, p1, opts).view({rows_q, 1});
-            auto kpos = torch::arange(c0, c0 + cols, opts).view({1, cols});
-            auto blocked = kpos > qpos;
-            if (window > 0) blocked = blocked.logical_or(qpos - kpos >= window);
-            it = masks.emplace(key, blocked).first;
+            it = masks.emplace(key, BlockedPositions(p0, rows_q, c0, cols, window)).first;
           }
           sc.view({g, rows_q, cols}).masked_fill_(it->second, neg_inf);
         }

@@ -23,6 +23,17 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t q_start, int64_t k_start,
                                int64_t window, int64_t block = 128);
 
+// [T, S] bool: true where the query at q_start + i may not see the key at
+// k_start + j (a later key, or with `window` > 0 one window or more back).
+torch::Tensor BlockedPositions(int64_t q_start, int64_t t, int64_t k_start, int64_t s,
+                               int64_t window);
+
+// The attention weights the plain way: scores of q over k, scaled by
+// 1/sqrt(hd), masked by BlockedPositions, soft-maxed over the keys:
+// [B, KVH, H/KVH, T, S]. Differentiable (training uses it).
+torch::Tensor ReferenceProbabilities(const torch::Tensor& q, const torch::Tensor& k,
+                                     int64_t q_start, int64_t k_start, int64_t window);
+
 // The same attention computed the plain way (scores, mask, softmax, weighted
 // sum), materialising [B, KVH, H/KVH, T, S]: the reference the tests hold
 // the blocked kernel to, and what training differentiates through.

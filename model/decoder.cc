@@ -182,8 +182,7 @@ struct AttentionBlockImpl : torch::nn::Module {
       auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
       out = torch::matmul(probs, values.unsqueeze(2));        // [B, KVH, G, T, hd]
     } else {  // inference: tiled, online softmax, only the blocks causality and the window allow
-      const int64_t window = type == Attention::kSlidingWindow ? arch.sliding_window : 0;
-      out = BlockedAttention(q, keys, values, start, key_start, window);  // [B, H, T, hd]
+      out = BlockedAttention(q, keys, values, start, key_start, Window());  // [B, H, T, hd]
     }
     out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
     return Project(out, o_proj->weight);
@@ -194,24 +193,11 @@ struct AttentionBlockImpl : torch::nn::Module {
   // causal and window masks: [B, KVH, H/KVH, T, S].
   torch::Tensor Probabilities(const torch::Tensor& q, const torch::Tensor& keys, int64_t start,
                               int64_t key_start) {
-    const int64_t b = q.size(0), t = q.size(2), kvh = arch.num_kv_heads, hd = arch.head_dim;
-    const int64_t n_keys = keys.size(2);
-    auto qg = q.view({b, kvh, arch.num_heads / kvh, t, hd});
-    auto scores =
-        torch::matmul(qg, keys.unsqueeze(2).transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
-    // Causal (and window) mask; a single full-attention query needs none.
-    if (t > 1 || type == Attention::kSlidingWindow) {
-      auto opts = torch::TensorOptions().dtype(torch::kLong);
-      auto qpos = torch::arange(start, start + t, opts).view({t, 1});
-      auto kpos = torch::arange(key_start, key_start + n_keys, opts).view({1, n_keys});
-      auto blocked = kpos > qpos;
-      if (type == Attention::kSlidingWindow) {
-        blocked = blocked.logical_or(qpos - kpos >= arch.sliding_window);
-      }
-      scores = scores.masked_fill(blocked, -std::numeric_limits<double>::infinity());
-    }
-    return torch::softmax(scores, -1);
+    return ReferenceProbabilities(q, keys, start, key_start, Window());
   }
+
+  // Tokens a query may look back (itself included); 0: no limit.
+  int64_t Window() const { return type == Attention::kSlidingWindow ? arch.sliding_window : 0; }
 
   // Slim attention (Slim Attention Sec. 2): the cache holds each token's raw
   // keys K = x W_K (before K-norm and RoPE), [B, capacity, d]; values are
