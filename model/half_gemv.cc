@@ -13,14 +13,16 @@
 namespace hilnas {
 namespace {
 
-inline float Bf16ToFloat(uint16_t h) {
+// One stored weight as f32: bf16 widens by a shift, f16 through c10.
+inline float Widen1(uint16_t h, bool bf16) {
+  if (!bf16) return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
 
-// Portable: bf16 widens by a shift; f16 through c10's conversion.
+// Portable: eight running sums the compiler can vectorise.
 void RowsPortable(const uint16_t* w, const float* x, float* y, int64_t in, int64_t first,
                   int64_t last, bool bf16) {
   for (int64_t o = first; o < last; ++o) {
@@ -29,17 +31,13 @@ void RowsPortable(const uint16_t* w, const float* x, float* y, int64_t in, int64
     int64_t i = 0;
     for (; i + 8 <= in; i += 8) {
       for (int k = 0; k < 8; ++k) {
-        const float wv = bf16 ? Bf16ToFloat(row[i + k])
-                              : static_cast<float>(c10::Half(row[i + k], c10::Half::from_bits()));
-        acc[k] += wv * x[i + k];
+        acc[k] += Widen1(row[i + k], bf16) * x[i + k];
       }
     }
     float sum = 0;
     for (float a : acc) sum += a;
     for (; i < in; ++i) {
-      sum += (bf16 ? Bf16ToFloat(row[i])
-                   : static_cast<float>(c10::Half(row[i], c10::Half::from_bits()))) *
-             x[i];
+      sum += Widen1(row[i], bf16) * x[i];
     }
     y[o] = sum;
   }
@@ -75,9 +73,7 @@ __attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const uint16_t* w, const 
     s = _mm_hadd_ps(s, s);
     float sum = _mm_cvtss_f32(s);
     for (; i < in; ++i) {
-      sum += (bf16 ? Bf16ToFloat(row[i])
-                   : static_cast<float>(c10::Half(row[i], c10::Half::from_bits()))) *
-             x[i];
+      sum += Widen1(row[i], bf16) * x[i];
     }
     y[o] = sum;
   }
