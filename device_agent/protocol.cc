@@ -123,7 +123,8 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
       const auto t0 = std::chrono::steady_clock::now();
       absl::StatusOr<std::unique_ptr<PreparedModel>> model = runtime.Prepare(req);
       if (model.ok()) {
-        result.set_peak_rss_bytes(PeakRssBytes());  // weights and build temporaries
+        // Weights and build temporaries, when they are the agent's own.
+        if (runtime.runs_in_process()) result.set_peak_rss_bytes(PeakRssBytes());
         Say(o, absl::StrFormat("built in %.0f ms", std::chrono::duration<double, std::milli>(
                                                        std::chrono::steady_clock::now() - t0)
                                                        .count()));
@@ -138,12 +139,10 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
       status = absl::InternalError(absl::StrCat("the runtime threw: ", e.what()));
     }
   if (!status.ok()) Fail(result, status);
+  // An external runtime's peak is already the largest of its runs' (each
+  // sample's); the agent's own memory (its export step) is not the model's.
   if (runtime.runs_in_process()) {
     result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), PeakRssBytes()));
-  } else {  // the external process's peak, over its runs (not the agent's export step)
-    int64_t peak = 0;
-    for (const LatencySample& s : result.samples()) peak = std::max(peak, s.peak_rss_bytes());
-    result.set_peak_rss_bytes(peak);
   }
   result.set_cpu_temperature_c(CpuTemperatureC());
   result.set_finished_unix_ms(SystemClock().NowMs());
