@@ -81,22 +81,24 @@ class ExternalRuntime : public Runtime {
                                                    PrecisionName(req.precision())));
     }
     const std::string dir = absl::StrCat(options_.work_dir, "/", tag);
-    std::string source = checkpoint;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);  // Prepare makes it only for architectures
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+    const std::string model = absl::StrCat(dir, "/model.", PrecisionName(req.precision()), ".gguf");
     try {
+      absl::Status s;
       if (req.has_arch()) {
         HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(req.arch()));
         // Refused before any weights are made: what llama.cpp cannot run.
         if (absl::StatusOr<std::string> layout = GgufLayoutFor(arch); !layout.ok()) {
           return absl::UnimplementedError(absl::StrCat("llama.cpp: ", layout.status().message()));
         }
-        source = dir + "/random-weights";
+        // Written straight from the model in memory, no checkpoint round trip.
         HILNAS_ASSIGN_OR_RETURN(Decoder d, Decoder::Create(arch, /*seed=*/0));
-        HILNAS_RETURN_IF_ERROR(SaveCheckpoint(d, source, StorageDtype::kF32));
+        s = ExportGguf(d, model, o);
+      } else {
+        s = ExportGguf(checkpoint, model, o);
       }
-      const std::string model =
-          absl::StrCat(dir, "/model.", PrecisionName(req.precision()), ".gguf");
-      absl::Status s = ExportGguf(source, model, o);
-      if (req.has_arch()) std::filesystem::remove_all(source);
       if (absl::IsInvalidArgument(s)) return absl::UnimplementedError(s.message());
       HILNAS_RETURN_IF_ERROR(s);
       return model;

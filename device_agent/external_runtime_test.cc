@@ -6,6 +6,8 @@
 #include "device_agent/protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/decoder.h"
 #include "model/test_archs.h"
 #include "search_space/arch.h"
 #include "util/status_matchers.h"
@@ -186,6 +188,16 @@ TEST(ExternalRuntimeTest, BuiltinGgufExportFeedsTheBenchCommand) {
   req.set_precision(FP16);
   BenchmarkResult r = Measure(*rt, req);
   ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+
+  // A checkpoint on the device, exported into a work folder of its own.
+  const std::string ckpt = work + "-ckpt";
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(full, 3));
+  ASSERT_OK(SaveCheckpoint(d, ckpt, StorageDtype::kF32));
+  BenchmarkRequest from_ckpt = OnePrompt(1);
+  from_ckpt.set_checkpoint_dir(ckpt);
+  r = Measure(*rt, from_ckpt);
+  EXPECT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  std::filesystem::remove_all(ckpt);
 
   *req.mutable_arch() = ArchToProto(TinyMixedArch());  // SWA and skip layers
   r = Measure(*rt, req);

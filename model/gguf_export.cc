@@ -87,8 +87,9 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
   return std::string("llama");
 }
 
-absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& out_path,
-                        const GgufExportOptions& options) {
+namespace {
+
+absl::Status CheckOptions(const GgufExportOptions& options) {
   if (options.dtype == GgmlType::kBF16) {
     return absl::InvalidArgumentError("GGUF export writes f32 or f16, not bf16");
   }
@@ -96,15 +97,21 @@ absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& ou
     return absl::InvalidArgumentError(
         absl::StrCat("context length ", options.context_length, " is not in 1..", kMaxContext));
   }
-  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
+  return absl::OkStatus();
+}
+
+// What both entry points share: `weights` by Hugging Face name (consumed),
+// `source` names them in messages. REQUIRES CheckOptions(options) ok.
+absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> weights,
+                       const std::string& source, const std::string& out_path,
+                       const GgufExportOptions& options) {
   HILNAS_ASSIGN_OR_RETURN(const std::string layout, GgufLayoutFor(arch));
   try {
-    HILNAS_ASSIGN_OR_RETURN(auto weights, ReadCheckpointTensors(checkpoint_dir));
     auto take = [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
       auto it = weights.find(name);
       if (it == weights.end()) {
         return absl::DataLossError(
-            absl::StrCat(checkpoint_dir, ": no tensor \"", name, "\" for the GGUF file"));
+            absl::StrCat(source, ": no tensor \"", name, "\" for the GGUF file"));
       }
       torch::Tensor t = it->second.to(torch::kFloat);
       weights.erase(it);
@@ -208,14 +215,39 @@ absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& ou
     }
     weights.erase("lm_head.weight");  // a tied checkpoint may store the copy
     if (!weights.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(checkpoint_dir, ": tensor \"", weights.begin()->first,
-                       "\" has no place in llama.cpp's ", layout, " layout"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor \"", weights.begin()->first,
+                                                     "\" has no place in llama.cpp's ", layout,
+                                                     " layout"));
     }
     return w.Write(out_path);
   } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("GGUF export of ", source, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& out_path,
+                        const GgufExportOptions& options) {
+  HILNAS_RETURN_IF_ERROR(CheckOptions(options));
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
+  // Refused before the weights are read.
+  HILNAS_RETURN_IF_ERROR(GgufLayoutFor(arch).status());
+  try {
+    HILNAS_ASSIGN_OR_RETURN(auto weights, ReadCheckpointTensors(checkpoint_dir));
+    return WriteGguf(arch, std::move(weights), checkpoint_dir, out_path, options);
+  } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("GGUF export of ", checkpoint_dir, ": ", e.what()));
   }
+}
+
+absl::Status ExportGguf(const Decoder& decoder, const std::string& out_path,
+                        const GgufExportOptions& options) {
+  HILNAS_RETURN_IF_ERROR(CheckOptions(options));
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> weights;
+  for (auto& [name, tensor] : decoder.NamedTensors()) weights.emplace(name, tensor);
+  return WriteGguf(decoder.arch(), std::move(weights), "the model", out_path, options);
 }
 
 }  // namespace hilnas

@@ -21,6 +21,8 @@
 
 namespace hilnas {
 
+class Decoder;
+
 struct GgufExportOptions {
   GgmlType dtype = GgmlType::kF32;  // matrices: f32 or f16 (norms stay f32, as llama.cpp's)
   int64_t context_length = 8192;    // {arch}.context_length: the training context llama.cpp assumes
@@ -35,6 +37,10 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch);
 // size (<unk>, <s>, </s>, byte tokens, then numbered ones): hilnas has no
 // tokenizer, and timing does not need one.
 absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& out_path,
+                        const GgufExportOptions& options = {});
+// The same from a model in memory (its weights as they are, no checkpoint
+// written and read back): the agent's built-in export of random weights.
+absl::Status ExportGguf(const Decoder& decoder, const std::string& out_path,
                         const GgufExportOptions& options = {});
 
 // The placeholder vocabulary's tokens, exposed for tests.

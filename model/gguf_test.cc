@@ -260,6 +260,20 @@ TEST_F(GgufTest, Llama3ScalingBecomesRopeFreqFactors) {
   EXPECT_EQ(f.Find("llama.rope.scaling.type"), nullptr);
 }
 
+TEST_F(GgufTest, ExportFromAModelInMemoryEqualsExportFromItsCheckpoint) {
+  const Arch arch = LlamaLike();
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(arch, 7));
+  ASSERT_OK(ExportGguf(d, dir_ + "/memory.gguf"));
+  ASSERT_OK(ExportGguf(Checkpoint(arch), dir_ + "/disk.gguf"));
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string memory = bytes(dir_ + "/memory.gguf");
+  EXPECT_GT(memory.size(), 1000u);
+  EXPECT_EQ(memory, bytes(dir_ + "/disk.gguf"));
+}
+
 TEST_F(GgufTest, RefusesWhatLlamaCppCannotRunNamingTheLayerOrOption) {
   const std::string out = dir_ + "/no.gguf";
   EXPECT_THAT(ExportGguf(Checkpoint(TinyMixedArch()), out),
