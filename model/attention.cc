@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
+#include <vector>
 
 namespace hilnas {
 
@@ -42,10 +44,12 @@ torch::Tensor ReferenceAttention(const torch::Tensor& q, const torch::Tensor& k,
   return out.reshape({q.size(0), q.size(1), q.size(2), q.size(3)});
 }
 
-torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t q_start, int64_t k_start,
-                               int64_t window, int64_t block) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+// The kernel in ATen operations, for dtypes other than float (the tests'
+// double-precision reference runs, half-precision activations).
+torch::Tensor AtenAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            int64_t q_start, int64_t k_start, int64_t window, int64_t block) {
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hd = q.size(3);
   const int64_t kvh = k.size(1), s = k.size(2), g = h / kvh;
   const int64_t k_end = k_start + s;
@@ -121,6 +125,382 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
     }
   });
   return out;
+}
+
+// ---- The float kernel: raw loops, no ATen call per block. ----
+//
+// Per work item (batch, KV head, query block) the G query heads sharing the
+// KV head are stacked into R = G * rows rows, so each key block is loaded
+// once for all of them (grouped-query attention without repeated K/V). Per
+// key block: S = Q K^T (4 x 16 register tiles over a transposed key block),
+// each row's causal/window range soft-maxed online, O += P V. Per-block
+// ATen operations cost 2-5 us each, which is what made a small-window layer
+// cost far more than its few score blocks; BLAS is not called either, so
+// the kernel's threads never meet OpenBLAS's own (nested, they oversubscribe
+// the cores).
+
+// The helpers are always inlined into AttendItem's clones, so their vector
+// returns never cross a call and GCC's ABI note does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+constexpr int64_t kRowTile = 4;   // query rows per register tile
+constexpr int64_t kColTile = 16;  // keys (or head dims) per register tile
+
+inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+__attribute__((always_inline)) inline V8 Load8(const float* p) {
+  V8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+__attribute__((always_inline)) inline void Store8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
+
+// exp() of eight lanes: Cephes' expf (range reduction by ln 2, degree-5
+// polynomial, 2^n through the exponent bits); relative error ~1e-7, inputs
+// clamped to [-87.3, 88.3] (the kernel passes s - max <= 0).
+__attribute__((always_inline)) inline V8 Exp8(V8 x) {
+  const V8 lo = V8{} - 87.3f, hi = V8{} + 88.3f;
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  V8 n = x * 1.44269504088896341f;
+  n = (n + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23)
+  x = x - n * 0.693359375f - n * -2.12194440e-4f;
+  V8 y = V8{} + 1.9875691500e-4f;
+  y = y * x + 1.3981999507e-3f;
+  y = y * x + 8.3334519073e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * x * x + x + 1.0f;
+  const I8 bits = (__builtin_convertvector(n, I8) + 127) << 23;
+  V8 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+// What one thread reuses across its items: no allocation per block.
+struct Scratch {
+  std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
+  std::vector<float> vb;    // [bk, hd_pad] value block, when hd is not a tile multiple
+  std::vector<float> s;     // [R_pad, bk_pad] scores, then probabilities
+  std::vector<float> acc;   // [R_pad, hd_pad] unnormalised outputs
+  std::vector<float> m, l;  // [R_pad] running maxima and sums
+};
+
+// Where the queries, keys and values of one work item are.
+struct Item {
+  const float* q;       // row r: q + (r / rows) * q_head + (r % rows) * hd
+  int64_t q_head;       // stride between stacked heads
+  float* out;           // same layout as q
+  const float* keys;    // [S, hd] at positions k_start..
+  const float* values;  // [S, hd]
+  const float* kt;      // the keys transposed, [hd_pad, kt_stride]; null when rows == 1
+  int64_t rows;         // queries per head in this block
+  int64_t g;            // heads stacked
+  int64_t p0;           // position of the first query
+};
+
+struct Shape {
+  int64_t hd, k_start, k_end, window, bk;
+  float scale;
+  int64_t kt_stride;  // row stride of Item::kt: S rounded up to a tile, plus a tile (zeros)
+};
+
+__attribute__((always_inline)) inline void AttendItemBody(const Item& it, const Shape& sh,
+                                                          Scratch& w) {
+  const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile);
+  const int64_t r_all = it.g * it.rows, rp = RoundUp(r_all, kRowTile);
+  const int64_t p1 = it.p0 + it.rows;
+  w.qs.assign(rp * hdp, 0.0f);
+  w.acc.assign(rp * hdp, 0.0f);
+  w.m.assign(rp, -std::numeric_limits<float>::infinity());
+  w.l.assign(rp, 0.0f);
+  for (int64_t r = 0; r < r_all; ++r) {
+    const float* src = it.q + (r / it.rows) * it.q_head + (r % it.rows) * hd;
+    for (int64_t d = 0; d < hd; ++d) w.qs[r * hdp + d] = src[d] * sh.scale;
+  }
+  // Keys any of these queries may see: causal above, window below.
+  const int64_t hi = std::min(p1, sh.k_end);
+  const int64_t lo = sh.window > 0 ? std::max(sh.k_start, it.p0 - sh.window + 1) : sh.k_start;
+  const bool decode = it.rows == 1;
+  for (int64_t c0 = lo; c0 < hi; c0 += sh.bk) {
+    const int64_t cols = std::min(sh.bk, hi - c0), cp = RoundUp(cols, kColTile);
+    const float* kb = it.keys + (c0 - sh.k_start) * hd;
+    const float* vb = it.values + (c0 - sh.k_start) * hd;
+    w.s.resize(rp * cp);
+    float* s = w.s.data();
+    // The keys [a, b) of this block that row r sees, and a row tile's
+    // union: a tile on the diagonal or a window's edge skips the columns
+    // none of its rows sees.
+    auto row_range = [&](int64_t r, int64_t& a, int64_t& b) {
+      a = b = 0;
+      if (r >= r_all) return;
+      const int64_t p = it.p0 + r % it.rows;
+      const int64_t first = sh.window > 0 ? std::max(sh.k_start, p - sh.window + 1) : sh.k_start;
+      a = std::clamp(first - c0, int64_t{0}, cols);
+      b = std::clamp(p + 1 - c0, int64_t{0}, cols);
+    };
+    auto tile_range = [&](int64_t r, int64_t& ta, int64_t& tb) {
+      ta = cols;
+      tb = 0;
+      for (int64_t i = r; i < r + kRowTile; ++i) {
+        int64_t a, b;
+        row_range(i, a, b);
+        if (a < b) {
+          ta = std::min(ta, a);
+          tb = std::max(tb, b);
+        }
+      }
+    };
+    if (decode) {
+      // A handful of rows: dot products straight off the cache, no transpose.
+      for (int64_t c = 0; c < cols; ++c) {
+        const float* key = kb + c * hd;
+        for (int64_t r = 0; r < r_all; ++r) {
+          const float* qr = w.qs.data() + r * hdp;
+          V8 a = V8{};
+          int64_t d = 0;
+          for (; d + 8 <= hd; d += 8) a += Load8(qr + d) * Load8(key + d);
+          float sum = 0;
+          for (int i = 0; i < 8; ++i) sum += a[i];
+          for (; d < hd; ++d) sum += qr[d] * key[d];
+          s[r * cp + c] = sum;
+        }
+      }
+    } else {
+      // Keys transposed once per call ([hd, S], see FloatAttention): column
+      // c of this block is column c0 - k_start + c there.
+      const float* kt = it.kt + (c0 - sh.k_start);
+      const int64_t ks = sh.kt_stride;
+      for (int64_t r = 0; r < rp; r += kRowTile) {
+        const float* q0 = w.qs.data() + r * hdp;
+        int64_t ta, tb;
+        tile_range(r, ta, tb);
+        for (int64_t c = ta / kColTile * kColTile; c < tb; c += kColTile) {
+          V8 a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
+          for (int64_t d = 0; d < hd; ++d) {
+            const V8 k0 = Load8(kt + d * ks + c), k1 = Load8(kt + d * ks + c + 8);
+            const float x0 = q0[d], x1 = q0[hdp + d], x2 = q0[2 * hdp + d], x3 = q0[3 * hdp + d];
+            a00 += x0 * k0;
+            a01 += x0 * k1;
+            a10 += x1 * k0;
+            a11 += x1 * k1;
+            a20 += x2 * k0;
+            a21 += x2 * k1;
+            a30 += x3 * k0;
+            a31 += x3 * k1;
+          }
+          Store8(s + r * cp + c, a00);
+          Store8(s + r * cp + c + 8, a01);
+          Store8(s + (r + 1) * cp + c, a10);
+          Store8(s + (r + 1) * cp + c + 8, a11);
+          Store8(s + (r + 2) * cp + c, a20);
+          Store8(s + (r + 2) * cp + c + 8, a21);
+          Store8(s + (r + 3) * cp + c, a30);
+          Store8(s + (r + 3) * cp + c + 8, a31);
+        }
+      }
+    }
+    // Online softmax (Milakov & Gimelshein) over each row's own key range
+    // [a, b) in this block; everything outside it becomes probability 0.
+    for (int64_t r = 0; r < rp; ++r) {
+      float* row = s + r * cp;
+      int64_t a, b;
+      row_range(r, a, b);
+      if (a >= b) {
+        std::fill(row, row + cp, 0.0f);
+        continue;
+      }
+      float mx = row[a];
+      {
+        int64_t c = a;
+        if (b - a >= 8) {
+          V8 m8 = Load8(row + a);
+          for (c = a + 8; c + 8 <= b; c += 8) {
+            const V8 x = Load8(row + c);
+            m8 = x > m8 ? x : m8;
+          }
+          for (int i = 0; i < 8; ++i) mx = std::max(mx, m8[i]);
+        }
+        for (; c < b; ++c) mx = std::max(mx, row[c]);
+      }
+      const float m_new = std::max(w.m[r], mx);
+      const float alpha = std::exp(w.m[r] - m_new);  // 0 on the first block (m = -inf)
+      w.m[r] = m_new;
+      std::fill(row, row + a, 0.0f);
+      std::fill(row + b, row + cp, 0.0f);
+      V8 sum8{};
+      int64_t c = a;
+      for (; c + 8 <= b; c += 8) {
+        const V8 e = Exp8(Load8(row + c) - m_new);
+        Store8(row + c, e);
+        sum8 += e;
+      }
+      float sum = 0;
+      for (int i = 0; i < 8; ++i) sum += sum8[i];
+      for (; c < b; ++c) {
+        row[c] = std::exp(row[c] - m_new);
+        sum += row[c];
+      }
+      w.l[r] = w.l[r] * alpha + sum;
+      if (alpha != 1.0f) {
+        float* acc = w.acc.data() + r * hdp;
+        for (int64_t d = 0; d < hdp; ++d) acc[d] *= alpha;
+      }
+    }
+    // O += P V, 4 rows x 16 dims per register tile.
+    const float* vrows = vb;
+    int64_t vstride = hd;
+    if (hd != hdp) {
+      w.vb.assign(cols * hdp, 0.0f);
+      for (int64_t c = 0; c < cols; ++c) std::copy(vb + c * hd, vb + c * hd + hd, &w.vb[c * hdp]);
+      vrows = w.vb.data();
+      vstride = hdp;
+    }
+    for (int64_t r = 0; r < rp; r += kRowTile) {
+      const float* p0 = s + r * cp;
+      int64_t ta, tb;
+      tile_range(r, ta, tb);
+      for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
+        float* o0 = w.acc.data() + r * hdp + d;
+        V8 a00 = Load8(o0), a01 = Load8(o0 + 8), a10 = Load8(o0 + hdp), a11 = Load8(o0 + hdp + 8),
+           a20 = Load8(o0 + 2 * hdp), a21 = Load8(o0 + 2 * hdp + 8), a30 = Load8(o0 + 3 * hdp),
+           a31 = Load8(o0 + 3 * hdp + 8);
+        for (int64_t c = ta; c < tb; ++c) {
+          const V8 v0 = Load8(vrows + c * vstride + d), v1 = Load8(vrows + c * vstride + d + 8);
+          const float x0 = p0[c], x1 = p0[cp + c], x2 = p0[2 * cp + c], x3 = p0[3 * cp + c];
+          a00 += x0 * v0;
+          a01 += x0 * v1;
+          a10 += x1 * v0;
+          a11 += x1 * v1;
+          a20 += x2 * v0;
+          a21 += x2 * v1;
+          a30 += x3 * v0;
+          a31 += x3 * v1;
+        }
+        Store8(o0, a00);
+        Store8(o0 + 8, a01);
+        Store8(o0 + hdp, a10);
+        Store8(o0 + hdp + 8, a11);
+        Store8(o0 + 2 * hdp, a20);
+        Store8(o0 + 2 * hdp + 8, a21);
+        Store8(o0 + 3 * hdp, a30);
+        Store8(o0 + 3 * hdp + 8, a31);
+      }
+    }
+  }
+  for (int64_t r = 0; r < r_all; ++r) {
+    float* dst = it.out + (r / it.rows) * it.q_head + (r % it.rows) * hd;
+    const float inv = 1.0f / w.l[r];
+    for (int64_t d = 0; d < hd; ++d) dst[d] = w.acc[r * hdp + d] * inv;
+  }
+}
+
+// The body compiled twice: for AVX2 + FMA, picked at run time where the CPU
+// has them, and for the build's baseline (arm64's NEON; old x86).
+void AttendItemPortable(const Item& it, const Shape& sh, Scratch& w) { AttendItemBody(it, sh, w); }
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void AttendItemAvx2(const Item& it, const Shape& sh,
+                                                        Scratch& w) {
+  AttendItemBody(it, sh, w);
+}
+#endif
+
+void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return AttendItemAvx2(it, sh, w);
+#endif
+  AttendItemPortable(it, sh, w);
+}
+
+torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
+                             const torch::Tensor& v_in, int64_t q_start, int64_t k_start,
+                             int64_t window, int64_t block) {
+  const torch::Tensor q = q_in.contiguous();
+  // Keys and values may be a narrowed cache: each head's rows must be
+  // contiguous, the heads themselves may be strided.
+  auto rows_contiguous = [](const torch::Tensor& x) {
+    return x.stride(3) == 1 && x.stride(2) == x.size(3) ? x : x.contiguous();
+  };
+  const torch::Tensor k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hd = q.size(3);
+  const int64_t kvh = k.size(1), s = k.size(2), g = h / kvh;
+  // Query rows per item: a window layer takes blocks a fraction of its
+  // window high, so the keys an item reads (window + block - 1) stay close
+  // to the window; every key block then holds the whole range.
+  int64_t bq = std::min(t, block), bk = block;
+  if (window > 0) {
+    bq = std::min(t, std::max<int64_t>(8, std::min(block, window / 8)));
+    bk = std::max(block, window + bq - 1);
+  }
+  const int64_t n_qblocks = (t + bq - 1) / bq;
+  torch::Tensor out = torch::empty({b, h, t, hd}, q.options());
+  const int64_t hdp = RoundUp(hd, kColTile), kt_stride = RoundUp(s, kColTile) + kColTile;
+  const Shape shape{hd,       k_start, k_start + s,
+                    window,   bk,      static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                    kt_stride};
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  // Prefill reads each key block from several query blocks: transpose each
+  // KV head's keys once ([hd_pad, S_pad], zero-padded) instead of per item.
+  torch::Tensor kt_all;
+  const float* ktp = nullptr;
+  if (t > 1) {
+    kt_all = torch::zeros({b * kvh, hdp, kt_stride}, q.options());
+    kt_all.narrow(1, 0, hd).narrow(2, 0, s).copy_(k.reshape({b * kvh, s, hd}).transpose(1, 2));
+    ktp = kt_all.data_ptr<float>();
+  }
+  auto run = [&](int64_t first, int64_t last) {
+    thread_local Scratch scratch;
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t bi = item / (kvh * n_qblocks), gi = (item / n_qblocks) % kvh,
+                    qb = item % n_qblocks;
+      const int64_t i0 = qb * bq;
+      const int64_t head0 = (bi * h + gi * g) * t * hd + i0 * hd;
+      const Item it{qp + head0,
+                    t * hd,
+                    op + head0,
+                    kp + bi * k.stride(0) + gi * k.stride(1),
+                    vp + bi * v.stride(0) + gi * v.stride(1),
+                    ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
+                    std::min(bq, t - i0),
+                    g,
+                    q_start + i0};
+      AttendItem(it, shape, scratch);
+    }
+  };
+  // Score and value work in multiply-adds: below ~4M a second thread's
+  // wake-up (60-110 us under the agents' passive OpenMP policy) costs more
+  // than it saves, which is every decode step of a small model.
+  const int64_t keys_read =
+      window > 0 ? std::min(s, window + bq - 1) : std::min(s, k_start + s - q_start + t);
+  const double work = 2.0 * static_cast<double>(b * h * t) * keys_read * hd;
+  if (work < 4e6 || b * kvh * n_qblocks == 1) {
+    run(0, b * kvh * n_qblocks);
+  } else {
+    at::parallel_for(0, b * kvh * n_qblocks, 1, run);
+  }
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t q_start, int64_t k_start,
+                               int64_t window, int64_t block) {
+  torch::NoGradGuard no_grad;
+  if (q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat &&
+      v.scalar_type() == torch::kFloat) {
+    return FloatAttention(q, k, v, q_start, k_start, window, block);
+  }
+  return AtenAttention(q, k, v, q_start, k_start, window, block);
 }
 
 }  // namespace hilnas

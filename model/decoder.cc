@@ -86,6 +86,42 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
 
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
 // paired with i + head_dim/2.
+// A sliding-window layer's cache is a ring of min(capacity, window) slots
+// along `dim`: position p lives in slot p % slots, so the layer holds what
+// KvCacheBytes counts for it (issue 22). Full layers use the same indexing
+// with slots == capacity, which never wraps.
+
+// Positions [from, to) of `ring` in position order (to - from <= slots): a
+// view when they do not wrap, else a copy of the two pieces.
+torch::Tensor ReadRing(const torch::Tensor& ring, int dim, int64_t from, int64_t to) {
+  const int64_t slots = ring.size(dim), n = to - from;
+  const int64_t s0 = n > 0 ? from % slots : 0, first = std::min(n, slots - s0);
+  torch::Tensor head = ring.narrow(dim, s0, first);
+  if (first == n) return head;
+  return torch::cat({head, ring.narrow(dim, 0, n - first)}, dim);
+}
+
+// Writes `x`, positions start..start+x.size(dim)-1, into `ring`; of a chunk
+// longer than the ring only its last `slots` positions are kept.
+void WriteRing(torch::Tensor& ring, int dim, int64_t start, const torch::Tensor& x) {
+  const int64_t slots = ring.size(dim), t = x.size(dim);
+  const int64_t keep = std::min(t, slots), from = start + t - keep;
+  const torch::Tensor src = x.narrow(dim, t - keep, keep);
+  const int64_t s0 = from % slots, first = std::min(keep, slots - s0);
+  ring.narrow(dim, s0, first).copy_(src.narrow(dim, 0, first));
+  if (first < keep) ring.narrow(dim, 0, keep - first).copy_(src.narrow(dim, first, keep - first));
+}
+
+// Copies positions [begin, end) between two rings of the same shape.
+void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t begin, int64_t end) {
+  const int64_t slots = to.size(dim);
+  for (int64_t p = std::max(begin, end - slots); p < end;) {
+    const int64_t s0 = p % slots, n = std::min(end - p, slots - s0);
+    to.narrow(dim, s0, n).copy_(from.narrow(dim, s0, n));
+    p += n;
+  }
+}
+
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                         const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
@@ -168,14 +204,34 @@ struct AttentionBlockImpl : torch::nn::Module {
     int64_t key_start = 0;  // absolute position of the first key read
     torch::Tensor keys = k, values = v;
     const int64_t end = start + t;
-    if (cache_k != nullptr) {
+    if (cache_k != nullptr && type != Attention::kSlidingWindow) {
       cache_k->narrow(2, start, t).copy_(k);
       cache_v->narrow(2, start, t).copy_(v);
-      if (type == Attention::kSlidingWindow) {
-        key_start = std::max<int64_t>(0, start - arch.sliding_window + 1);
+      keys = cache_k->narrow(2, 0, end);
+      values = cache_v->narrow(2, 0, end);
+    } else if (cache_k != nullptr && t == 1) {
+      // Decode over the ring: every filled slot is inside the window, and a
+      // single query's softmax does not care in which order its keys come,
+      // so the slots are read as they lie (positions stand in as if they
+      // ended at this query; the kernel needs no mask for one query).
+      WriteRing(*cache_k, 2, start, k);
+      WriteRing(*cache_v, 2, start, v);
+      const int64_t n = std::min(end, cache_k->size(2));
+      keys = cache_k->narrow(2, 0, n);
+      values = cache_v->narrow(2, 0, n);
+      key_start = end - n;
+    } else if (cache_k != nullptr) {
+      // A chunk: the window's earlier keys from the ring, in order, then the
+      // chunk's own; the ring keeps the last `slots` of them afterwards.
+      key_start = std::max<int64_t>(0, start - arch.sliding_window + 1);
+      if (key_start < start) {
+        keys = torch::cat({ReadRing(*cache_k, 2, key_start, start), k}, 2);
+        values = torch::cat({ReadRing(*cache_v, 2, key_start, start), v}, 2);
+      } else {
+        key_start = start;
       }
-      keys = cache_k->narrow(2, key_start, end - key_start);
-      values = cache_v->narrow(2, key_start, end - key_start);
+      WriteRing(*cache_k, 2, start, k);
+      WriteRing(*cache_v, 2, start, v);
     }
     torch::Tensor out;
     if (torch::GradMode::is_enabled()) {  // training: the plain form autograd differentiates
@@ -223,12 +279,20 @@ struct AttentionBlockImpl : torch::nn::Module {
     int64_t key_start = 0;
     torch::Tensor keys_raw = raw, key_cos = cos, key_sin = sin;
     const int64_t end = start + t;
-    if (cache_k != nullptr) {
+    if (cache_k != nullptr && type != Attention::kSlidingWindow) {
       cache_k->narrow(1, start, t).copy_(raw);
-      if (type == Attention::kSlidingWindow) {
-        key_start = std::max<int64_t>(0, start - arch.sliding_window + 1);
-      }
-      keys_raw = cache_k->narrow(1, key_start, end - key_start);
+      keys_raw = cache_k->narrow(1, 0, end);
+      key_cos = rope_cos->narrow(0, 0, end);
+      key_sin = rope_sin->narrow(0, 0, end);
+    } else if (cache_k != nullptr) {
+      // The ring of raw keys (see WriteRing), read back in position order
+      // (RoPE needs each key's position; a slim decode step reads at most
+      // `window` keys, so the copy is small).
+      key_start = std::max<int64_t>(0, start - arch.sliding_window + 1);
+      keys_raw =
+          key_start < start ? torch::cat({ReadRing(*cache_k, 1, key_start, start), raw}, 1) : raw;
+      key_start = end - keys_raw.size(1);
+      WriteRing(*cache_k, 1, start, raw);
       key_cos = rope_cos->narrow(0, key_start, end - key_start);
       key_sin = rope_sin->narrow(0, key_start, end - key_start);
     }
@@ -464,12 +528,16 @@ KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype
     values_.emplace_back();
     if (at == Attention::kSkip) continue;
     if (layers >= 0 && static_cast<int>(keys_.size()) > layers) continue;
+    // A window layer keeps a ring of `window` slots (see WriteRing).
+    const int64_t slots = at == Attention::kSlidingWindow
+                              ? std::min<int64_t>(capacity, arch.sliding_window)
+                              : capacity;
     if (slim_) {
-      keys_.back() = torch::zeros({batch, capacity, arch.kv_width()}, dtype);
+      keys_.back() = torch::zeros({batch, slots, arch.kv_width()}, dtype);
       continue;
     }
-    keys_.back() = torch::zeros({batch, arch.num_kv_heads, capacity, arch.head_dim}, dtype);
-    values_.back() = torch::zeros({batch, arch.num_kv_heads, capacity, arch.head_dim}, dtype);
+    keys_.back() = torch::zeros({batch, arch.num_kv_heads, slots, arch.head_dim}, dtype);
+    values_.back() = torch::zeros({batch, arch.num_kv_heads, slots, arch.head_dim}, dtype);
   }
 }
 
@@ -481,12 +549,8 @@ void KvCache::CopyPositions(const KvCache& from, int64_t begin, int64_t end, int
   const int dim = slim_ ? 1 : 2;
   for (int i = first_layer; i < last_layer; ++i) {
     if (!keys_[i].defined()) continue;
-    keys_[i].narrow(dim, begin, end - begin).copy_(from.keys_[i].narrow(dim, begin, end - begin));
-    if (values_[i].defined()) {
-      values_[i]
-          .narrow(dim, begin, end - begin)
-          .copy_(from.values_[i].narrow(dim, begin, end - begin));
-    }
+    CopyRing(keys_[i], from.keys_[i], dim, begin, end);
+    if (values_[i].defined()) CopyRing(values_[i], from.values_[i], dim, begin, end);
   }
 }
 
@@ -607,10 +671,9 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
     t = kv[i].keys.size(1);
     TORCH_CHECK(t <= cache.capacity(), "FillCache: ", t, " tokens > capacity ", cache.capacity());
     const auto [cos, sin] = impl_->Rope(0, t);
-    cache.keys(static_cast<int>(i))
-        .narrow(2, 0, t)
-        .copy_(layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin));
-    cache.values(static_cast<int>(i)).narrow(2, 0, t).copy_(kv[i].values.transpose(1, 2));
+    WriteRing(cache.keys(static_cast<int>(i)), 2, 0,
+              layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin));
+    WriteRing(cache.values(static_cast<int>(i)), 2, 0, kv[i].values.transpose(1, 2));
   }
   cache.Advance(t);
 }

@@ -21,12 +21,16 @@
 namespace hilnas {
 
 // Preallocated key/value cache for one sequence batch: per attention layer,
-// K and V of shape [batch, kv_heads, capacity, head_dim]. Appending writes
-// into the preallocated storage, so decoding allocates no cache memory per
-// token. Keys are stored after RoPE. Skip layers hold nothing.
+// K and V of shape [batch, kv_heads, slots, head_dim], slots = capacity for
+// a full layer and min(capacity, window) for a sliding-window layer, whose
+// cache is a ring (position p in slot p % slots), so a window layer holds
+// `window` tokens however long the context (what KvCacheBytes counts).
+// Appending writes into the preallocated storage, so decoding allocates no
+// cache memory per token. Keys are stored after RoPE. Skip layers hold
+// nothing.
 //
 // A SLIM architecture (Slim Attention Sec. 2) caches keys only, before
-// K-norm and RoPE, [batch, capacity, kv_width]: exactly half the bytes.
+// K-norm and RoPE, [batch, slots, kv_width]: exactly half the bytes.
 class KvCache {
  public:
   // Storage for attention layers below `layers` only (all when negative).

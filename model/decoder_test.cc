@@ -186,11 +186,35 @@ TEST(GenerateTest, RejectsTokensOutsideTheVocabulary) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("prompt is empty")));
 }
 
-TEST(KvCacheTest, PreallocatesOnlyAttentionLayers) {
-  Arch a = TinyMixedArch();  // 3 attention layers, 2 KV heads of 8
+TEST(KvCacheTest, PreallocatesOnlyAttentionLayersAndAWindowForWindowLayers) {
+  Arch a = TinyMixedArch();  // 2 full layers, 1 window-3 layer, 2 KV heads of 8
   Decoder d = MakeDouble(a);
   KvCache c = d.NewCache(1, 10);
-  EXPECT_EQ(c.bytes(), 3 * 2 * 2 * 10 * 8 * 8);  // layers x (K,V) x heads x tokens x dim x f64
+  // (K,V) x heads x dim x f64 x (10 + 10 + 3 tokens)
+  EXPECT_EQ(c.bytes(), 2 * 2 * 8 * 8 * (10 + 10 + 3));
+  EXPECT_EQ(c.bytes(), KvCacheBytes(a, 10, 8));
+  EXPECT_EQ(d.NewCache(1, 2).bytes(), KvCacheBytes(a, 2, 8));  // shorter than the window
+}
+
+// The inference path in float (the blocked float kernel, the window layer's
+// ring) against one full forward: every chunking, then decode far past the
+// window so the ring wraps many times.
+TEST(DecoderTest, FloatCachedPathsEqualTheFullForward) {
+  auto made = Decoder::Create(TinyMixedArch(), 1, torch::kFloat);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Decoder& d = *made;
+  torch::NoGradGuard no_grad;
+  auto tokens = Tokens(40, 50, 6);
+  auto full = d.Forward(tokens);
+  for (int64_t chunk : {1, 3, 7, 40}) {
+    KvCache cache = d.NewCache(1, 40);
+    std::vector<torch::Tensor> parts;
+    for (int64_t p = 0; p < 40; p += chunk) {
+      parts.push_back(d.ForwardCached(tokens.narrow(1, p, std::min<int64_t>(chunk, 40 - p)), cache,
+                                      /*last_only=*/false));
+    }
+    EXPECT_LT((torch::cat(parts, 1) - full).abs().max().item<float>(), 2e-5) << "chunk " << chunk;
+  }
 }
 
 }  // namespace

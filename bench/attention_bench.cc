@@ -1,0 +1,111 @@
+// The attention kernel alone (model/attention.h), a sliding-window layer
+// against a full one on the same queries, keys and values (issue 22: at
+// 2048 tokens with window 128 a window layer's attention must cost <= 0.15x
+// a full layer's). Projections, norms and RoPE are left out: they cost the
+// same in both layers and are measured by bench/runtime_compare.sh.
+//
+// Prefill: T queries over an empty cache (the prompt's own T keys).
+// Decode: one query at position T over the T keys before it and itself,
+// reading the window's keys from a ring of `window` slots for the window
+// layer, as the decoder's cache stores them. Full and window runs are
+// interleaved; medians of --repeats.
+//
+// usage: attention_bench [--prompts 256,1024,2048] [--threads 1,2] [--window 128]
+//                        [--heads 8] [--kv-heads 2] [--head-dim 64] [--repeats 7]
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "model/attention.h"
+
+namespace {
+
+using hilnas::bench::Arg;
+
+std::vector<int64_t> Ints(const std::string& list) {
+  std::vector<int64_t> out;
+  for (absl::string_view s : absl::StrSplit(list, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v <= 0) {
+      std::fprintf(stderr, "error: bad number '%s' in '%s'\n", std::string(s).c_str(),
+                   list.c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double Seconds(F&& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto prompts = Ints(Arg(argc, argv, "--prompts", "256,1024,2048"));
+  const auto threads = Ints(Arg(argc, argv, "--threads", "1,2"));
+  const int64_t window = Ints(Arg(argc, argv, "--window", "128"))[0];
+  const int64_t h = Ints(Arg(argc, argv, "--heads", "8"))[0];
+  const int64_t kvh = Ints(Arg(argc, argv, "--kv-heads", "2"))[0];
+  const int64_t hd = Ints(Arg(argc, argv, "--head-dim", "64"))[0];
+  const int repeats = static_cast<int>(Ints(Arg(argc, argv, "--repeats", "7"))[0]);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  std::printf("heads %lld/%lld x %lld, window %lld, medians of %d\n\n", (long long)h,
+              (long long)kvh, (long long)hd, (long long)window, repeats);
+  std::printf(
+      "| threads | tokens | full prefill ms | window prefill ms | ratio | "
+      "full decode us | window decode us | ratio |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t n_threads : threads) {
+    at::set_num_threads(static_cast<int>(n_threads));
+    for (int64_t t : prompts) {
+      auto q = torch::randn({1, h, t, hd});
+      auto k = torch::randn({1, kvh, t + 1, hd});
+      auto v = torch::randn({1, kvh, t + 1, hd});
+      auto q1 = torch::randn({1, h, 1, hd});
+      auto kp = k.narrow(2, 0, t), vp = v.narrow(2, 0, t);
+      // The window layer's decode cache: `window` slots, in ring order.
+      const int64_t slots = std::min(window, t + 1);
+      auto kr = k.narrow(2, t + 1 - slots, slots).contiguous();
+      auto vr = v.narrow(2, t + 1 - slots, slots).contiguous();
+      std::vector<double> fp, wp, fd, wd;
+      for (int r = 0; r <= repeats; ++r) {  // r == 0 warms up
+        const double a = Seconds([&] { hilnas::BlockedAttention(q, kp, vp, 0, 0, 0); });
+        const double b = Seconds([&] { hilnas::BlockedAttention(q, kp, vp, 0, 0, window); });
+        double c = 0, d = 0;
+        for (int i = 0; i < 20; ++i) {
+          c += Seconds([&] { hilnas::BlockedAttention(q1, k, v, t, 0, 0); });
+          d += Seconds([&] { hilnas::BlockedAttention(q1, kr, vr, t, t + 1 - slots, window); });
+        }
+        if (r == 0) continue;
+        fp.push_back(a);
+        wp.push_back(b);
+        fd.push_back(c / 20);
+        wd.push_back(d / 20);
+      }
+      std::printf("| %lld | %lld | %.2f | %.2f | %.3f | %.1f | %.1f | %.3f |\n",
+                  (long long)n_threads, (long long)t, Median(fp) * 1e3, Median(wp) * 1e3,
+                  Median(wp) / Median(fp), Median(fd) * 1e6, Median(wd) * 1e6,
+                  Median(wd) / Median(fd));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
