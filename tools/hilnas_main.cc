@@ -76,7 +76,7 @@ const Command kCommands[] = {
      "  | predict --model MODEL [--space FILE] --shape NAME|--arch FILE\n"
      "measure Sobol draws through the agents; fit the GP latency model; cross-validated R^2,\n"
      "RMSE, Kendall tau vs FLOPs/params proxies; predicted latency with a 95% interval",
-     false},
+     true},
     {"corpus", CorpusCommand,
      "--out FILE [--sources A,B]\n"
      "byte-level tokens of English text from Debian packages",
@@ -90,11 +90,11 @@ const Command kCommands[] = {
     {"eval", EvalCommand,
      "--ckpt DIR --tokens FILE [--seq-len 128 --windows 64 --heldout 0.05 --threads T]\n"
      "held-out loss (nats/token), perplexity and tokens/s with the trainer's windows",
-     false},
+     true},
     {"generate", GenerateCommand,
      "--ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens 16 --logits-out F.npy]\n"
      "greedy continuation: text for byte-level vocabularies, ids otherwise",
-     false},
+     true},
     {"calibrate", CalibrateCommand,
      "--ckpt DIR --tokens FILE [--out FILE --calib-tokens N --seq-len 128]\n"
      "FFN / ModelDim / Layer activation metrics (Sec. 3.3)",
@@ -112,7 +112,7 @@ const Command kCommands[] = {
      "create --config FILE | start NAME [--wait] | status|stop|resume NAME | list\n"
      "store a search campaign (.textproto); run it: stage 1 latency, stage 2 qNEHVI;\n"
      "progress, diagnostics, log; stop and resume",
-     false},
+     true},
     {"pareto", ParetoCommand,
      "show CAMPAIGN [--db FILE --all] | export CAMPAIGN --format csv|json [--out FILE]\n"
      "  | plot CAMPAIGN --out front.svg\n"
