@@ -28,6 +28,7 @@
 namespace {
 
 using hilnas::bench::Arg;
+using hilnas::bench::Median;
 
 std::vector<int64_t> Ints(const std::string& list) {
   std::vector<int64_t> out;
@@ -41,11 +42,6 @@ std::vector<int64_t> Ints(const std::string& list) {
     out.push_back(v);
   }
   return out;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 template <typename F>

@@ -1,11 +1,14 @@
-// Small helpers the benchmarks share: flag lookup and dying on a status.
+// Small helpers the benchmarks share: flag lookup, medians and dying on a
+// status.
 #ifndef HILNAS_BENCH_BENCH_UTIL_H_
 #define HILNAS_BENCH_BENCH_UTIL_H_
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -17,6 +20,12 @@ inline std::string Arg(int argc, char** argv, const char* name, const std::strin
     if (!std::strcmp(argv[i], name)) return argv[i + 1];
   }
   return fallback;
+}
+
+// The middle value (the upper one of an even count).
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 [[noreturn]] inline void Die(const absl::Status& s) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "model/decoder.h"
 #include "model/generate.h"
 #include "search_space/counts.h"
@@ -21,10 +22,7 @@
 
 namespace {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using hilnas::bench::Median;
 
 // FLOP/s of an n x n x n fp32 matmul: the machine's practical compute peak.
 double MatmulFlops(int64_t n, int repeats) {

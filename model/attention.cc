@@ -139,8 +139,8 @@ torch::Tensor AtenAttention(const torch::Tensor& q, const torch::Tensor& k, cons
 // the kernel's threads never meet OpenBLAS's own (nested, they oversubscribe
 // the cores).
 
-// The helpers are always inlined into AttendItem's clones, so their vector
-// returns never cross a call and GCC's ABI note does not apply.
+// The helpers are always inlined into AttendItemBody's two builds, so their
+// vector returns never cross a call and GCC's ABI note does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float V8 __attribute__((vector_size(32)));
 typedef int32_t I8 __attribute__((vector_size(32)));
@@ -181,6 +181,47 @@ __attribute__((always_inline)) inline V8 Exp8(V8 x) {
   return y * scale;
 }
 
+// The register tile both products use: for the four rows i,
+// o[i][0..16) = (accumulate ? o[i][0..16) : 0) + sum over k in [k0, k1) of
+// x[i * xs + k] * y[k * ys + 0..16). Scores: x = queries (k over head
+// dims), y = transposed keys. Values: x = probabilities (k over keys), y =
+// value rows. Eight accumulators stay in registers.
+__attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, const float* y,
+                                                    int64_t ys, int64_t k0, int64_t k1, float* o,
+                                                    int64_t os, bool accumulate) {
+  V8 a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
+  if (accumulate) {
+    a00 = Load8(o);
+    a01 = Load8(o + 8);
+    a10 = Load8(o + os);
+    a11 = Load8(o + os + 8);
+    a20 = Load8(o + 2 * os);
+    a21 = Load8(o + 2 * os + 8);
+    a30 = Load8(o + 3 * os);
+    a31 = Load8(o + 3 * os + 8);
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    const V8 y0 = Load8(y + k * ys), y1 = Load8(y + k * ys + 8);
+    const float x0 = x[k], x1 = x[xs + k], x2 = x[2 * xs + k], x3 = x[3 * xs + k];
+    a00 += x0 * y0;
+    a01 += x0 * y1;
+    a10 += x1 * y0;
+    a11 += x1 * y1;
+    a20 += x2 * y0;
+    a21 += x2 * y1;
+    a30 += x3 * y0;
+    a31 += x3 * y1;
+  }
+  Store8(o, a00);
+  Store8(o + 8, a01);
+  Store8(o + os, a10);
+  Store8(o + os + 8, a11);
+  Store8(o + 2 * os, a20);
+  Store8(o + 2 * os + 8, a21);
+  Store8(o + 3 * os, a30);
+  Store8(o + 3 * os + 8, a31);
+}
+
 // What one thread reuses across its items: no allocation per block.
 struct Scratch {
   std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
@@ -197,7 +238,7 @@ struct Item {
   float* out;           // same layout as q
   const float* keys;    // [S, hd] at positions k_start..
   const float* values;  // [S, hd]
-  const float* kt;      // the keys transposed, [hd_pad, kt_stride]; null when rows == 1
+  const float* kt;      // the keys transposed, [hd_pad, kt_stride]; null for one query (T = 1)
   int64_t rows;         // queries per head in this block
   int64_t g;            // heads stacked
   int64_t p0;           // position of the first query
@@ -280,27 +321,7 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
         int64_t ta, tb;
         tile_range(r, ta, tb);
         for (int64_t c = ta / kColTile * kColTile; c < tb; c += kColTile) {
-          V8 a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
-          for (int64_t d = 0; d < hd; ++d) {
-            const V8 k0 = Load8(kt + d * ks + c), k1 = Load8(kt + d * ks + c + 8);
-            const float x0 = q0[d], x1 = q0[hdp + d], x2 = q0[2 * hdp + d], x3 = q0[3 * hdp + d];
-            a00 += x0 * k0;
-            a01 += x0 * k1;
-            a10 += x1 * k0;
-            a11 += x1 * k1;
-            a20 += x2 * k0;
-            a21 += x2 * k1;
-            a30 += x3 * k0;
-            a31 += x3 * k1;
-          }
-          Store8(s + r * cp + c, a00);
-          Store8(s + r * cp + c + 8, a01);
-          Store8(s + (r + 1) * cp + c, a10);
-          Store8(s + (r + 1) * cp + c + 8, a11);
-          Store8(s + (r + 2) * cp + c, a20);
-          Store8(s + (r + 2) * cp + c + 8, a21);
-          Store8(s + (r + 3) * cp + c, a30);
-          Store8(s + (r + 3) * cp + c + 8, a31);
+          Tile4x16(q0, hdp, kt + c, ks, 0, hd, s + r * cp + c, cp, /*accumulate=*/false);
         }
       }
     }
@@ -365,30 +386,8 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
       int64_t ta, tb;
       tile_range(r, ta, tb);
       for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
-        float* o0 = w.acc.data() + r * hdp + d;
-        V8 a00 = Load8(o0), a01 = Load8(o0 + 8), a10 = Load8(o0 + hdp), a11 = Load8(o0 + hdp + 8),
-           a20 = Load8(o0 + 2 * hdp), a21 = Load8(o0 + 2 * hdp + 8), a30 = Load8(o0 + 3 * hdp),
-           a31 = Load8(o0 + 3 * hdp + 8);
-        for (int64_t c = ta; c < tb; ++c) {
-          const V8 v0 = Load8(vrows + c * vstride + d), v1 = Load8(vrows + c * vstride + d + 8);
-          const float x0 = p0[c], x1 = p0[cp + c], x2 = p0[2 * cp + c], x3 = p0[3 * cp + c];
-          a00 += x0 * v0;
-          a01 += x0 * v1;
-          a10 += x1 * v0;
-          a11 += x1 * v1;
-          a20 += x2 * v0;
-          a21 += x2 * v1;
-          a30 += x3 * v0;
-          a31 += x3 * v1;
-        }
-        Store8(o0, a00);
-        Store8(o0 + 8, a01);
-        Store8(o0 + hdp, a10);
-        Store8(o0 + hdp + 8, a11);
-        Store8(o0 + 2 * hdp, a20);
-        Store8(o0 + 2 * hdp + 8, a21);
-        Store8(o0 + 3 * hdp, a30);
-        Store8(o0 + 3 * hdp + 8, a31);
+        Tile4x16(p0, cp, vrows + d, vstride, ta, tb, w.acc.data() + r * hdp + d, hdp,
+                 /*accumulate=*/true);
       }
     }
   }

@@ -84,8 +84,6 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
   return torch::matmul(x, w.t());
 }
 
-// Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
-// paired with i + head_dim/2.
 // A sliding-window layer's cache is a ring of min(capacity, window) slots
 // along `dim`: position p lives in slot p % slots, so the layer holds what
 // KvCacheBytes counts for it (issue 22). Full layers use the same indexing
@@ -122,6 +120,8 @@ void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t beg
   }
 }
 
+// Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
+// paired with i + head_dim/2.
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                         const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
@@ -227,8 +227,6 @@ struct AttentionBlockImpl : torch::nn::Module {
       if (key_start < start) {
         keys = torch::cat({ReadRing(*cache_k, 2, key_start, start), k}, 2);
         values = torch::cat({ReadRing(*cache_v, 2, key_start, start), v}, 2);
-      } else {
-        key_start = start;
       }
       WriteRing(*cache_k, 2, start, k);
       WriteRing(*cache_v, 2, start, v);
@@ -291,7 +289,6 @@ struct AttentionBlockImpl : torch::nn::Module {
       key_start = std::max<int64_t>(0, start - arch.sliding_window + 1);
       keys_raw =
           key_start < start ? torch::cat({ReadRing(*cache_k, 1, key_start, start), raw}, 1) : raw;
-      key_start = end - keys_raw.size(1);
       WriteRing(*cache_k, 1, start, raw);
       key_cos = rope_cos->narrow(0, key_start, end - key_start);
       key_sin = rope_sin->narrow(0, key_start, end - key_start);
