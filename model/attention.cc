@@ -1,6 +1,7 @@
 #include "model/attention.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -497,6 +498,7 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
   torch::NoGradGuard no_grad;
   if (q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat &&
       v.scalar_type() == torch::kFloat) {
+    RECORD_FUNCTION("hilnas::attention", {});
     return FloatAttention(q, k, v, q_start, k_start, window, block);
   }
   return AtenAttention(q, k, v, q_start, k_start, window, block);

@@ -2,12 +2,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "model/attention.h"
-#include "model/half_gemv.h"
+#include "model/gemv.h"
 #include "model/slim.h"
 
 namespace hilnas {
@@ -19,6 +20,7 @@ namespace F = torch::nn::functional;
 // ops, each a dispatch and a temporary: a fifth of a small model's decode
 // step went to per-op cost). Same formula, float accumulation.
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  RECORD_FUNCTION("hilnas::rms_norm", {});
   const int64_t d = x.size(-1), rows = x.numel() / d;
   torch::Tensor out = torch::empty_like(x);
   const float* xp = x.data_ptr<float>();
@@ -65,23 +67,58 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
 // threads, OpenBLAS: 18 ms vs 66 ms). Decode is bound by weight bytes.
 //
 // Weights stored in half precision (Decoder::StoreWeightsAs) are computed
-// in x's dtype: a one-token product reads them as they are (HalfWeightGemv,
+// in x's dtype: a one-token product reads them as they are (WeightGemv,
 // half the bytes), a prompt widens the matrix once and multiplies in f32.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
   if (w.scalar_type() != x.scalar_type()) {
     if (x.numel() == w.size(1) && x.scalar_type() == torch::kFloat) {
       std::vector<int64_t> shape = x.sizes().vec();
       shape.back() = w.size(0);
-      return HalfWeightGemv(w, x).view(shape);
+      return WeightGemv(w, x).view(shape);
     }
     return torch::matmul(x, w.to(x.scalar_type()).t());
   }
   if (x.numel() == w.size(1)) {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
+    if (x.scalar_type() == torch::kFloat) return WeightGemv(w, x).view(shape);
     return torch::mv(w, x.reshape({-1})).view(shape);
   }
   return torch::matmul(x, w.t());
+}
+
+// x through several matrices of the same width, as Project would: one
+// float token (decode) takes all the products in one parallel region.
+std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
+                                       const std::vector<torch::Tensor>& ws) {
+  std::vector<torch::Tensor> out;
+  if (x.scalar_type() == torch::kFloat && x.numel() == ws[0].size(1)) {
+    out = WeightGemvs(ws, x);
+    for (size_t m = 0; m < ws.size(); ++m) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = ws[m].size(0);
+      out[m] = out[m].view(shape);
+    }
+    return out;
+  }
+  for (const torch::Tensor& w : ws) out.push_back(Project(x, w));
+  return out;
+}
+
+// silu(gate) * up. One token's worth in one loop (two ATen ops and a
+// temporary cost more than the arithmetic); larger inputs take ATen's
+// vectorised kernels.
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
+      !up.is_contiguous() || torch::GradMode::is_enabled()) {
+    return F::silu(gate) * up;
+  }
+  torch::Tensor out = torch::empty_like(gate);
+  const float* g = gate.data_ptr<float>();
+  const float* u = up.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0, n = gate.numel(); i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  return out;
 }
 
 // A sliding-window layer's cache is a ring of min(capacity, window) slots
@@ -130,6 +167,7 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
       cos.scalar_type() == torch::kFloat) {
     // Inference: one pass instead of five ops; the same products and sums.
     // x [B, T, H, hd], cos/sin [1, T, 1, hd].
+    RECORD_FUNCTION("hilnas::rope", {});
     const int64_t b = x.size(0), t = x.size(1), h = x.size(2), hd = x.size(3);
     torch::Tensor out = torch::empty_like(x);
     const float* xp = x.data_ptr<float>();
@@ -186,15 +224,18 @@ struct AttentionBlockImpl : torch::nn::Module {
     }
     const int64_t b = x.size(0), t = x.size(1);
     const int64_t h = arch.num_heads, kvh = arch.num_kv_heads, hd = arch.head_dim;
-    auto q = Project(x, q_proj->weight).view({b, t, h, hd});
-    torch::Tensor k, v;
+    torch::Tensor q, k, v;
     if (provided != nullptr) {
+      q = Project(x, q_proj->weight);
       k = provided->keys;
       v = provided->values;
     } else {
-      k = Project(x, k_proj->weight).view({b, t, kvh, hd});
-      v = Project(x, v_proj->weight).view({b, t, kvh, hd});
+      auto qkv = ProjectMany(x, {q_proj->weight, k_proj->weight, v_proj->weight});
+      q = qkv[0];
+      k = qkv[1].view({b, t, kvh, hd});
+      v = qkv[2].view({b, t, kvh, hd});
     }
+    q = q.view({b, t, h, hd});
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
     q = ApplyRope(q, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd})).transpose(1, 2);
@@ -349,7 +390,8 @@ struct MlpImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x, ForwardObserver* observer = nullptr,
                         int layer = 0) {  // SwiGLU
-    auto hidden = F::silu(Project(x, gate_proj->weight)) * Project(x, up_proj->weight);
+    auto gate_up = ProjectMany(x, {gate_proj->weight, up_proj->weight});
+    auto hidden = SwiGlu(gate_up[0], gate_up[1]);
     if (observer != nullptr) observer->OnFfnHidden(layer, hidden);
     return Project(hidden, down_proj->weight);
   }

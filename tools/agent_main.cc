@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "util/subprocess.h"
 
 int main(int argc, char** argv) {
   using namespace hilnas::tools;
@@ -26,6 +27,6 @@ int main(int argc, char** argv) {
   std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(cargv.size()), cargv.data());
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   const CommandLine cl = ParseCommandLine();
-  ReexecWithPassiveOpenMp(argv, cl.threads);
+  hilnas::ReexecWithTimingThreads(argv, cl.threads);
   return AgentCommand(args, cl);
 }

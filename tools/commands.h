@@ -57,17 +57,14 @@ int PpdCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int EvalCommand(const std::vector<std::string>& args, const CommandLine& cl);
 int GenerateCommand(const std::vector<std::string>& args, const CommandLine& cl);
 
-// libgomp (libtorch's OpenMP) reads its environment when the library loads,
-// before main. Its default ACTIVE wait policy leaves worker threads spinning
-// after each parallel region, fighting OpenBLAS's own threads for the same
-// cores: on 2 cores that moved mobilellm-flash-350m's TTFT by up to 40%
-// between identical runs. Timing commands call this first: unless the user
-// chose a policy, it re-execs this binary once with a passive policy (and
-// OpenBLAS sized to `threads` when > 0). Training gains too: 985 -> 1888
-// tokens/s for the demo backbone on 2 threads. The agent bundle's launcher
-// sets the policy itself (a binary started through the dynamic loader cannot
-// re-exec /proc/self/exe).
-void ReexecWithPassiveOpenMp(char** argv, int threads);
+// Timing commands call util/subprocess.h's ReexecWithTimingThreads first:
+// unless the user chose a policy, the binary re-executes once with bounded
+// OpenMP spinning and OpenBLAS sized to --threads. Before that, libgomp's
+// default policy moved mobilellm-flash-350m's TTFT by up to 40% between
+// identical runs on 2 cores; training gains too (985 -> 1888 tokens/s for
+// the demo backbone). The agent bundle's launcher sets the same variables
+// itself (a binary started through the dynamic loader cannot re-exec
+// /proc/self/exe).
 
 // Starts this binary with `args` as a child process, its output to `log`
 // (inherited when empty).

@@ -85,15 +85,6 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-void ReexecWithPassiveOpenMp(char** argv, int threads) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && threads > 0) {
-    setenv("OPENBLAS_NUM_THREADS", absl::StrCat(threads).c_str(), 1);
-  }
-  execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
-}
-
 pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {
   return SpawnProcess("/proc/self/exe", args, log, /*append_log=*/false);
 }

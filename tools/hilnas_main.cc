@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "util/subprocess.h"
 
 namespace hilnas::tools {
 namespace {
@@ -165,7 +166,7 @@ std::string Usage() {
 }
 
 void ReexecForStableTiming(char** argv, const Command& command, const CommandLine& cl) {
-  if (command.stable_timing) ReexecWithPassiveOpenMp(argv, cl.threads);
+  if (command.stable_timing) ReexecWithTimingThreads(argv, cl.threads);
 }
 
 }  // namespace

@@ -225,4 +225,15 @@ pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& ar
   return pid;
 }
 
+void ReexecWithTimingThreads(char** argv, int threads) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("GOMP_SPINCOUNT", "10000", 0);
+  setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && threads > 0) {
+    setenv("OPENBLAS_NUM_THREADS", absl::StrCat(threads).c_str(), 1);
+  }
+  execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
+}
+
 }  // namespace hilnas

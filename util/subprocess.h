@@ -50,6 +50,24 @@ absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& argv, d
 pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
                    const std::string& log, bool append_log);
 
+// Re-executes this program once (execv of /proc/self/exe) with the thread
+// settings every timing in hilnas runs under, unless OMP_WAIT_POLICY is
+// already set; libgomp and OpenBLAS read them only at start-up.
+// - OpenMP workers spin about 0.1 ms (GOMP_SPINCOUNT 10000) before they
+//   sleep: a decode step's ~20 parallel regions follow each other closely
+//   and find them awake, while a long OpenBLAS product does not share its
+//   cores with spinning workers for long. Spinning without a bound
+//   (libgomp's default, 3 ms) fought OpenBLAS's threads: decode of
+//   mobilellm-flash-350m on 2 cores went from 40 to 92 ms/token, and hilnas
+//   eval fell from 11,000 to 5,000 tokens/s.
+// - OpenBLAS threads sleep after about 2^20 cycles idle
+//   (OPENBLAS_THREAD_TIMEOUT 20) instead of 2^28: otherwise they spin on
+//   for ~0.1 s after a prefill, under the decode that follows, and full4's
+//   decode on 2 threads swung between 1.45 and 2.1 ms/token.
+// - OPENBLAS_NUM_THREADS = `threads` when set (> 0).
+// Returns only if it did not re-execute (already set, or execv failed).
+void ReexecWithTimingThreads(char** argv, int threads);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_UTIL_SUBPROCESS_H_

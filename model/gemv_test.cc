@@ -1,4 +1,4 @@
-#include "model/half_gemv.h"
+#include "model/gemv.h"
 
 #include <torch/torch.h>
 
@@ -12,14 +12,14 @@ namespace {
 // The kernel against a double-precision product of the same (rounded)
 // weights, for both half formats and sizes that are not multiples of the
 // vector width.
-TEST(HalfWeightGemvTest, EqualsTheWidenedProduct) {
+TEST(WeightGemvTest, EqualsTheWidenedProduct) {
   torch::manual_seed(1);
-  for (torch::Dtype storage : {torch::kBFloat16, torch::kHalf}) {
+  for (torch::Dtype storage : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     for (int64_t in : {1, 7, 32, 100, 513}) {
       auto w = torch::randn({67, in}).to(storage);
       auto x = torch::randn({in});
       auto want = torch::mv(w.to(torch::kDouble), x.to(torch::kDouble));
-      auto got = HalfWeightGemv(w, x);
+      auto got = WeightGemv(w, x);
       EXPECT_EQ(got.scalar_type(), torch::kFloat);
       EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 1e-4 * std::sqrt(in))
           << "in " << in;
@@ -27,10 +27,33 @@ TEST(HalfWeightGemvTest, EqualsTheWidenedProduct) {
   }
 }
 
+// Several matrices in one call, split across two threads at row ranges
+// that straddle the matrices' borders (1024 f32 columns: 64 rows a
+// thread), equal one product each.
+TEST(WeightGemvTest, SeveralMatricesEqualOneProductEach) {
+  torch::manual_seed(2);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  for (torch::Dtype storage : {torch::kFloat, torch::kHalf}) {
+    std::vector<torch::Tensor> ws = {torch::randn({37, 1024}).to(storage),
+                                     torch::randn({200, 1024}).to(storage),
+                                     torch::randn({5, 1024}).to(storage)};
+    auto x = torch::randn({1, 1, 1024});
+    std::vector<torch::Tensor> got = WeightGemvs(ws, x);
+    ASSERT_EQ(got.size(), ws.size());
+    for (size_t m = 0; m < ws.size(); ++m) {
+      auto want = torch::mv(ws[m].to(torch::kDouble), x.reshape({-1}).to(torch::kDouble));
+      ASSERT_EQ(got[m].sizes(), want.sizes());
+      EXPECT_LT((got[m].to(torch::kDouble) - want).abs().max().item<double>(), 1e-3) << m;
+    }
+  }
+  at::set_num_threads(threads);
+}
+
 // A decoder storing bf16 weights computes what an f32 decoder with the
 // same weights rounded to bf16 computes: prefill (widened matrices) and
 // decode (the kernel), token for token.
-TEST(HalfWeightGemvTest, DecoderWithHalfWeightsMatchesRoundedF32Weights) {
+TEST(WeightGemvTest, DecoderWithHalfWeightsMatchesRoundedF32Weights) {
   Arch a = TinyMixedArch();
   for (torch::Dtype storage : {torch::kBFloat16, torch::kHalf}) {
     auto half = Decoder::Create(a, 11);
@@ -63,7 +86,7 @@ TEST(HalfWeightGemvTest, DecoderWithHalfWeightsMatchesRoundedF32Weights) {
   }
 }
 
-TEST(HalfWeightGemvTest, StoreWeightsAsRefusesWhatItCannotDo) {
+TEST(WeightGemvTest, StoreWeightsAsRefusesWhatItCannotDo) {
   auto d = Decoder::Create(TinyMixedArch(), 1);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->StoreWeightsAs(torch::kFloat).code(), absl::StatusCode::kInvalidArgument);

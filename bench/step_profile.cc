@@ -1,0 +1,200 @@
+// Where a prefill and a decode step of the built-in runtime spend their time
+// (issue 22, item 2): self time per operation, from libtorch's
+// RecordFunction hooks, which see every ATen op and hilnas's own kernels
+// (hilnas::gemv, hilnas::attention, hilnas::rms_norm, hilnas::rope).
+// "(between ops)" is wall time no op accounts for: hilnas's C++ between
+// calls, view bookkeeping, the hooks themselves.
+//
+// usage: step_profile (--arch FILE.textproto | --shape NAME) [--prompt 256,2048]
+//                     [--threads 1] [--weight-dtype f32|f16|bf16] [--decode-tokens 64]
+//                     [--repeats 3] [--chunk 1024]
+//
+// The hooks cost about a microsecond per op, so shares are what to read;
+// absolute times come from `hilnas run`.
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "model/decoder.h"
+#include "proto/arch.pb.h"
+#include "search_space/arch.h"
+#include "search_space/shapes.h"
+#include "util/subprocess.h"
+#include "util/textproto.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Frame {
+  Clock::time_point start;
+  double children_s = 0;
+};
+thread_local std::vector<Frame> frames;
+std::map<std::string, std::pair<double, int64_t>> self_time;  // name -> (s, calls)
+
+std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction&) {
+  frames.push_back({Clock::now(), 0});
+  return nullptr;
+}
+
+void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (frames.empty()) return;
+  const Frame f = frames.back();
+  frames.pop_back();
+  const double s = std::chrono::duration<double>(Clock::now() - f.start).count();
+  if (!frames.empty()) frames.back().children_s += s;
+  auto& [total, calls] = self_time[fn.name()];
+  total += s - f.children_s;
+  ++calls;
+}
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "step_profile: %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], name)) return argv[i + 1];
+  }
+  return fallback;
+}
+
+int64_t IntArg(int argc, char** argv, const char* name, const char* fallback) {
+  int64_t v = 0;
+  const std::string s = Arg(argc, argv, name, fallback);
+  if (!absl::SimpleAtoi(s, &v) || v <= 0)
+    Die(std::string(name) + " " + s + ": not a positive integer");
+  return v;
+}
+
+hilnas::Arch LoadArch(int argc, char** argv) {
+  const std::string file = Arg(argc, argv, "--arch", "");
+  if (!file.empty()) {
+    hilnas::ArchSpec spec;
+    absl::Status read = hilnas::ReadTextProtoFile(file, &spec);
+    if (!read.ok()) Die(std::string(read.message()));
+    auto arch = hilnas::ArchFromProto(spec);
+    if (!arch.ok()) Die(file + ": " + std::string(arch.status().message()));
+    return *arch;
+  }
+  auto shape = hilnas::FindShape(Arg(argc, argv, "--shape", "mobilellm-flash-350m"));
+  if (!shape.ok()) Die(std::string(shape.status().message()));
+  return shape->arch;
+}
+
+// Prints the table for one phase: self time per op per step, largest first.
+void Report(const char* phase, double wall_s, int64_t steps) {
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self_time.begin(),
+                                                                       self_time.end());
+  double accounted = 0;
+  for (const auto& r : rows) accounted += r.second.first;
+  rows.push_back({"(between ops)", {wall_s - accounted, 0}});
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("\n%s: %.3f ms per step (with hooks)\n\n", phase, 1e3 * wall_s / steps);
+  std::printf("| op | calls/step | ms/step | share |\n|---|---:|---:|---:|\n");
+  for (const auto& [name, v] : rows) {
+    if (v.first / wall_s < 0.005) continue;
+    std::printf("| %s | %.0f | %.3f | %.1f%% |\n", name.c_str(),
+                static_cast<double>(v.second) / steps, 1e3 * v.first / steps,
+                100 * v.first / wall_s);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t threads = IntArg(argc, argv, "--threads", "1");
+  hilnas::ReexecWithTimingThreads(argv, static_cast<int>(threads));  // as agents time
+  at::set_num_threads(static_cast<int>(threads));
+  const hilnas::Arch arch = LoadArch(argc, argv);
+  const int64_t decode_tokens = IntArg(argc, argv, "--decode-tokens", "64");
+  const int64_t repeats = IntArg(argc, argv, "--repeats", "3");
+  const int64_t chunk = IntArg(argc, argv, "--chunk", "1024");
+  const std::string dtype = Arg(argc, argv, "--weight-dtype", "f32");
+  std::vector<int64_t> prompts;
+  for (absl::string_view p : absl::StrSplit(Arg(argc, argv, "--prompt", "256,2048"), ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(p, &v) || v <= 0) Die("--prompt: bad length " + std::string(p));
+    prompts.push_back(v);
+  }
+  auto decoder = hilnas::Decoder::Create(arch, 1);
+  if (!decoder.ok()) Die(std::string(decoder.status().message()));
+  if (dtype != "f32") {
+    const torch::Dtype storage = dtype == "f16" ? torch::kHalf : torch::kBFloat16;
+    if (dtype != "f16" && dtype != "bf16") Die("--weight-dtype " + dtype + ": f32, f16 or bf16");
+    absl::Status stored = decoder->StoreWeightsAs(storage);
+    if (!stored.ok()) Die(std::string(stored.message()));
+  }
+  torch::NoGradGuard no_grad;
+  at::RecordFunctionGuard enable(true);
+  for (int64_t prompt : prompts) {
+    std::printf("\n## %s, prompt %lld, %lld thread(s), %s weights\n", arch.name.c_str(),
+                static_cast<long long>(prompt), static_cast<long long>(threads), dtype.c_str());
+    auto tokens = torch::randint(0, arch.vocab_size, {1, prompt}, torch::kLong);
+    auto prefill = [&](hilnas::KvCache& cache) {
+      torch::Tensor logits;
+      for (int64_t s = 0; s < prompt; s += chunk) {
+        logits = decoder->ForwardCached(tokens.narrow(1, s, std::min(chunk, prompt - s)), cache,
+                                        /*last_only=*/true);
+      }
+      return logits;
+    };
+    {
+      hilnas::KvCache warm = decoder->NewCache(1, prompt + decode_tokens);
+      prefill(warm);  // warm-up: allocator, kernels' scratch
+    }
+    // Prefill, `repeats` times on fresh caches.
+    self_time.clear();
+    double wall = 0;
+    torch::Tensor logits;
+    hilnas::KvCache cache = decoder->NewCache(1, prompt + decode_tokens);
+    {
+      at::CallbackHandle h = at::addThreadLocalCallback(
+          at::RecordFunctionCallback(OnStart, OnEnd)
+              .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+      for (int64_t r = 0; r < repeats; ++r) {
+        cache = decoder->NewCache(1, prompt + decode_tokens);
+        const auto t0 = Clock::now();
+        logits = prefill(cache);
+        wall += std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+      at::removeCallback(h);
+    }
+    Report("prefill", wall, repeats);
+    // Decode at depth = prompt, greedy, on the last prefill's cache.
+    self_time.clear();
+    wall = 0;
+    {
+      at::CallbackHandle h = at::addThreadLocalCallback(
+          at::RecordFunctionCallback(OnStart, OnEnd)
+              .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+      for (int64_t i = 0; i < decode_tokens; ++i) {
+        torch::Tensor next;
+        {
+          at::RecordFunctionGuard untimed(false);
+          next = logits.narrow(1, logits.size(1) - 1, 1).argmax(-1);
+        }
+        const auto t0 = Clock::now();
+        logits = decoder->ForwardCached(next, cache, /*last_only=*/true);
+        wall += std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+      at::removeCallback(h);
+    }
+    Report("decode", wall, decode_tokens);
+  }
+  return 0;
+}

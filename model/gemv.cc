@@ -1,0 +1,185 @@
+#include "model/gemv.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace hilnas {
+namespace {
+
+// One stored weight as f32: bf16 widens by a shift, f16 through c10.
+inline float Widen1(uint16_t h, bool bf16) {
+  if (!bf16) return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline float Widen1(float f, bool) { return f; }
+
+// Portable: eight running sums the compiler can vectorise.
+template <typename W>
+void RowsPortable(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last,
+                  bool bf16) {
+  for (int64_t o = first; o < last; ++o) {
+    const W* row = w + o * in;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= in; i += 8) {
+      for (int k = 0; k < 8; ++k) {
+        acc[k] += Widen1(row[i + k], bf16) * x[i + k];
+      }
+    }
+    float sum = 0;
+    for (float a : acc) sum += a;
+    for (; i < in; ++i) {
+      sum += Widen1(row[i], bf16) * x[i];
+    }
+    y[o] = sum;
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) inline __m256 Widen(const uint16_t* p, bool bf16) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 Widen(const float* p, bool) {
+  return _mm256_loadu_ps(p);
+}
+
+template <typename W>
+__attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* x, float* y,
+                                                       int64_t in, int64_t first, int64_t last,
+                                                       bool bf16) {
+  int64_t o = first;
+  // Four rows at a time share each load of x.
+  for (; o + 4 <= last; o += 4) {
+    const W* r[4] = {w + o * in, w + (o + 1) * in, w + (o + 2) * in, w + (o + 3) * in};
+    __m256 lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) lo[k] = hi[k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+      for (int k = 0; k < 4; ++k) {
+        lo[k] = _mm256_fmadd_ps(Widen(r[k] + i, bf16), x0, lo[k]);
+        hi[k] = _mm256_fmadd_ps(Widen(r[k] + i + 8, bf16), x1, hi[k]);
+      }
+    }
+    for (int k = 0; k < 4; ++k) {
+      const __m256 a = _mm256_add_ps(lo[k], hi[k]);
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+      s = _mm_hadd_ps(s, s);
+      s = _mm_hadd_ps(s, s);
+      float sum = _mm_cvtss_f32(s);
+      for (int64_t j = i; j < in; ++j) sum += Widen1(r[k][j], bf16) * x[j];
+      y[o + k] = sum;
+    }
+  }
+  for (; o < last; ++o) {
+    const W* row = w + o * in;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+           a3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= in; i += 32) {
+      a0 = _mm256_fmadd_ps(Widen(row + i, bf16), _mm256_loadu_ps(x + i), a0);
+      a1 = _mm256_fmadd_ps(Widen(row + i + 8, bf16), _mm256_loadu_ps(x + i + 8), a1);
+      a2 = _mm256_fmadd_ps(Widen(row + i + 16, bf16), _mm256_loadu_ps(x + i + 16), a2);
+      a3 = _mm256_fmadd_ps(Widen(row + i + 24, bf16), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= in; i += 8) {
+      a0 = _mm256_fmadd_ps(Widen(row + i, bf16), _mm256_loadu_ps(x + i), a0);
+    }
+    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float sum = _mm_cvtss_f32(s);
+    for (; i < in; ++i) {
+      sum += Widen1(row[i], bf16) * x[i];
+    }
+    y[o] = sum;
+  }
+}
+
+bool HasAvx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
+
+// A thread takes at least this many weight bytes. With OpenMP workers that
+// spin briefly before sleeping (tools/common.cc sets GOMP_SPINCOUNT), a
+// decode step's products follow each other closely enough that splitting
+// 256 KiB pays: full4 (d 512, f 1536) f16 decode on 2 threads, 1.37 ->
+// 0.88 ms/token against 4 MiB; 64 KiB was no better. Without the spin (a
+// purely passive policy) every split waited 60-110 us for a sleeping
+// worker and no split paid.
+constexpr int64_t kGemvGrainBytes = int64_t{256} << 10;
+
+template <typename W>
+void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last,
+          bool bf16) {
+#if defined(__x86_64__)
+  if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16);
+#endif
+  RowsPortable(w, x, y, in, first, last, bf16);
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
+                                       const torch::Tensor& x) {
+  RECORD_FUNCTION("hilnas::gemv", {});
+  TORCH_CHECK(!ws.empty(), "WeightGemvs: no matrices");
+  const torch::ScalarType type = ws[0].scalar_type();
+  const int64_t in = ws[0].size(1);
+  TORCH_CHECK(type == torch::kFloat || type == torch::kBFloat16 || type == torch::kHalf,
+              "WeightGemv: w must be f32, bf16 or f16");
+  std::vector<torch::Tensor> ys;
+  std::vector<int64_t> row_end;  // cumulative rows: matrix m owns [row_end[m-1], row_end[m])
+  int64_t rows = 0;
+  const torch::Tensor xc = x.reshape({in}).to(torch::kFloat).contiguous();
+  for (const torch::Tensor& w : ws) {
+    TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && w.size(1) == in && w.scalar_type() == type,
+                "WeightGemv: matrices must be contiguous, of one type, with ", in, " columns");
+    ys.push_back(torch::empty({w.size(0)}, xc.options()));
+    rows += w.size(0);
+    row_end.push_back(rows);
+  }
+  const float* xp = xc.data_ptr<float>();
+  const bool bf16 = type == torch::kBFloat16;
+  const int64_t grain =
+      std::max<int64_t>(16, kGemvGrainBytes / (std::max<int64_t>(in, 1) * ws[0].element_size()));
+  at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
+    int64_t begin = 0;
+    for (size_t m = 0; m < ws.size(); begin = row_end[m++]) {
+      const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
+      if (lo >= hi) continue;
+      float* yp = ys[m].data_ptr<float>();
+      const void* base = ws[m].data_ptr();
+      if (type == torch::kFloat) {
+        Rows(static_cast<const float*>(base), xp, yp, in, lo - begin, hi - begin, bf16);
+      } else {
+        Rows(static_cast<const uint16_t*>(base), xp, yp, in, lo - begin, hi - begin, bf16);
+      }
+    }
+  });
+  return ys;
+}
+
+torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x) {
+  return WeightGemvs({w}, x)[0];
+}
+
+}  // namespace hilnas

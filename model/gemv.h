@@ -1,0 +1,31 @@
+// y = W x for one token (decode), with W stored in f32, bf16 or f16 and x,
+// y in f32. Decode is bound by weight bytes: half-precision weights are
+// read as they are, 2 bytes per weight, as phones run them (libtorch 1.13
+// has no mixed-precision GEMV, and CPUs without fast half-precision
+// arithmetic compute in f32 anyway). f32 weights take the same kernel
+// rather than BLAS sgemv so that a decode step runs on one thread pool:
+// OpenBLAS's threads and OpenMP's, both awake, fight for the same cores.
+// On x86 with AVX2/FMA/F16C (checked at run time) an intrinsics kernel, a
+// portable loop elsewhere (the aarch64 agent bundle).
+#ifndef HILNAS_MODEL_GEMV_H_
+#define HILNAS_MODEL_GEMV_H_
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace hilnas {
+
+// w [out, in] f32, bf16 or f16, contiguous; x f32 with `in` elements.
+// Returns f32 [out]. Rows are split across libtorch's intra-op threads.
+torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x);
+
+// The products of one x with several matrices of the same type and width
+// (q/k/v, gate/up) in one parallel region: the workers wake once, not once
+// per matrix. Returns f32 [rows of ws[m]] for each m.
+std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
+                                       const torch::Tensor& x);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_GEMV_H_
