@@ -13,7 +13,7 @@
 #              llama.cpp runs the f16 GGUF of the same weights
 #
 # TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
-# decode is ms/token of 16 tokens after the prompt (hilnas decodes after
+# decode is ms/token of 64 tokens after the prompt (hilnas decodes after
 # its prompt; llama-bench's tg test at depth = prompt, `-d`). No flash
 # attention; llama.cpp's K/V cache is f16 (llama-bench
 # offers no f32 cache), hilnas's f32. Each figure is the median of REPEATS runs
@@ -60,7 +60,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
   local t d
   for _ in $(seq "$REPEATS"); do
-    "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 17 --threads "$3" \
+    "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 65 --threads "$3" \
         --weight-dtype "$4" 2>&1 |
       sed -n 's/^stats: //p' |
       /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
@@ -72,7 +72,7 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
 
 # llama.cpp: pp at depth 0 and tg at depth PROMPT, averaged over REPEATS runs.
 llama_row() {  # GGUF PROMPT THREADS
-  "$LB" -m "$1" -p "$2" -n 16 -d "0,$2" -t "$3" -r "$REPEATS" -fa 0 -o jsonl 2>/dev/null |
+  "$LB" -m "$1" -p "$2" -n 64 -d "0,$2" -t "$3" -r "$REPEATS" -fa 0 -o jsonl 2>/dev/null |
     /usr/bin/python3 -c '
 import json, sys
 p = int(sys.argv[1]); pp = tg = None

@@ -159,6 +159,20 @@ __attribute__((always_inline)) inline V8 Load8(const float* p) {
 
 __attribute__((always_inline)) inline void Store8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
 
+// {sum(a[0]), ..., sum(a[7])}: pairwise sums in three rounds (what AVX's
+// hadd does, written with generic shuffles so the portable build has it).
+__attribute__((always_inline)) inline V8 HorizontalSums(const V8 a[8]) {
+  typedef int I8 __attribute__((vector_size(32)));
+  auto pairs = [](V8 x, V8 y) {
+    return __builtin_shuffle(x, y, I8{0, 2, 8, 10, 4, 6, 12, 14}) +
+           __builtin_shuffle(x, y, I8{1, 3, 9, 11, 5, 7, 13, 15});
+  };
+  const V8 u0 = pairs(pairs(a[0], a[1]), pairs(a[2], a[3]));
+  const V8 u1 = pairs(pairs(a[4], a[5]), pairs(a[6], a[7]));
+  return __builtin_shuffle(u0, u1, I8{0, 1, 2, 3, 8, 9, 10, 11}) +
+         __builtin_shuffle(u0, u1, I8{4, 5, 6, 7, 12, 13, 14, 15});
+}
+
 // exp() of eight lanes: Cephes' expf (range reduction by ln 2, degree-5
 // polynomial, 2^n through the exponent bits); relative error ~1e-7, inputs
 // clamped to [-87.3, 88.3] (the kernel passes s - max <= 0).
@@ -298,17 +312,30 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
       }
     };
     if (decode) {
-      // A handful of rows: dot products straight off the cache, no transpose.
-      for (int64_t c = 0; c < cols; ++c) {
+      // A handful of rows: dot products straight off the cache, no
+      // transpose. Eight keys at a time, so one load of q serves eight
+      // products and their eight sums fold into one vector.
+      int64_t c = 0;
+      if (hd % 8 == 0) {
+        for (; c + 8 <= cols; c += 8) {
+          const float* key = kb + c * hd;
+          for (int64_t r = 0; r < r_all; ++r) {
+            const float* qr = w.qs.data() + r * hdp;
+            V8 a[8] = {};
+            for (int64_t d = 0; d < hd; d += 8) {
+              const V8 qd = Load8(qr + d);
+              for (int j = 0; j < 8; ++j) a[j] += qd * Load8(key + j * hd + d);
+            }
+            Store8(s + r * cp + c, HorizontalSums(a));
+          }
+        }
+      }
+      for (; c < cols; ++c) {
         const float* key = kb + c * hd;
         for (int64_t r = 0; r < r_all; ++r) {
           const float* qr = w.qs.data() + r * hdp;
-          V8 a = V8{};
-          int64_t d = 0;
-          for (; d + 8 <= hd; d += 8) a += Load8(qr + d) * Load8(key + d);
           float sum = 0;
-          for (int i = 0; i < 8; ++i) sum += a[i];
-          for (; d < hd; ++d) sum += qr[d] * key[d];
+          for (int64_t d = 0; d < hd; ++d) sum += qr[d] * key[d];
           s[r * cp + c] = sum;
         }
       }
@@ -476,13 +503,14 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
       AttendItem(it, shape, scratch);
     }
   };
-  // Score and value work in multiply-adds: below ~4M a second thread's
-  // wake-up (60-110 us under the agents' passive OpenMP policy) costs more
-  // than it saves, which is every decode step of a small model.
+  // Score and value work in multiply-adds: below ~250K (full4's decode at
+  // depth 256: 2 x 8 heads x 256 keys x 64) a second thread costs about
+  // what it saves, even with the workers still spinning from the step's
+  // previous product (util/subprocess.h).
   const int64_t keys_read =
-      window > 0 ? std::min(s, window + bq - 1) : std::min(s, k_start + s - q_start + t);
+      window > 0 ? std::min(s, window + bq - 1) : std::min(s, q_start + t - k_start);
   const double work = 2.0 * static_cast<double>(b * h * t) * keys_read * hd;
-  if (work < 4e6 || b * kvh * n_qblocks == 1) {
+  if (work < 2.5e5 || b * kvh * n_qblocks == 1) {
     run(0, b * kvh * n_qblocks);
   } else {
     at::parallel_for(0, b * kvh * n_qblocks, 1, run);

