@@ -7,7 +7,10 @@
 //
 // usage: step_profile (--arch FILE.textproto | --shape NAME) [--prompt 256,2048]
 //                     [--threads 1] [--weight-dtype f32|f16|bf16] [--decode-tokens 64]
-//                     [--repeats 3] [--chunk 1024]
+//                     [--repeats 3] [--chunk 1024] [--aten-decode 1]
+//
+// --aten-decode 1 decodes through the ATen modules (Decoder::
+// SetInPlaceDecode(false)) instead of the allocation-free step.
 //
 // The hooks cost about a microsecond per op, so shares are what to read;
 // absolute times come from `hilnas run`.
@@ -139,6 +142,7 @@ int main(int argc, char** argv) {
     absl::Status stored = decoder->StoreWeightsAs(storage);
     if (!stored.ok()) Die(std::string(stored.message()));
   }
+  if (Arg(argc, argv, "--aten-decode", "0") == "1") decoder->SetInPlaceDecode(false);
   torch::NoGradGuard no_grad;
   at::RecordFunctionGuard enable(true);
   for (int64_t prompt : prompts) {

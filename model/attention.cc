@@ -237,6 +237,12 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
   Store8(o + 3 * os + 8, a31);
 }
 
+// Score and value work in multiply-adds below which one thread does it
+// all: under ~250K (full4's decode at depth 256: 2 x 8 heads x 256 keys x
+// 64) a second thread costs about what it saves, even with the workers
+// still spinning from the step's previous product (util/subprocess.h).
+constexpr double kParallelWork = 2.5e5;
+
 // What one thread reuses across its items: no allocation per block.
 struct Scratch {
   std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
@@ -503,14 +509,10 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
       AttendItem(it, shape, scratch);
     }
   };
-  // Score and value work in multiply-adds: below ~250K (full4's decode at
-  // depth 256: 2 x 8 heads x 256 keys x 64) a second thread costs about
-  // what it saves, even with the workers still spinning from the step's
-  // previous product (util/subprocess.h).
   const int64_t keys_read =
       window > 0 ? std::min(s, window + bq - 1) : std::min(s, q_start + t - k_start);
   const double work = 2.0 * static_cast<double>(b * h * t) * keys_read * hd;
-  if (work < 2.5e5 || b * kvh * n_qblocks == 1) {
+  if (work < kParallelWork || b * kvh * n_qblocks == 1) {
     run(0, b * kvh * n_qblocks);
   } else {
     at::parallel_for(0, b * kvh * n_qblocks, 1, run);
@@ -519,6 +521,40 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
 }
 
 }  // namespace
+
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
+                     const float* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out) {
+  RECORD_FUNCTION("hilnas::attention", {});
+  const int64_t g = h / kvh;
+  const Shape shape{hd,
+                    key_start,
+                    key_start + n,
+                    /*window=*/0,
+                    /*bk=*/128,
+                    static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                    /*kt_stride=*/0};
+  auto run = [&](int64_t first, int64_t last) {
+    thread_local Scratch scratch;
+    for (int64_t gi = first; gi < last; ++gi) {
+      const Item it{q + gi * g * hd,
+                    hd,
+                    out + gi * g * hd,
+                    keys + gi * head_stride,
+                    values + gi * head_stride,
+                    nullptr,
+                    1,
+                    g,
+                    position};
+      AttendItem(it, shape, scratch);
+    }
+  };
+  if (2.0 * static_cast<double>(h) * n * hd < kParallelWork || kvh == 1) {
+    run(0, kvh);
+  } else {
+    at::parallel_for(0, kvh, 1, run);
+  }
+}
 
 torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t q_start, int64_t k_start,

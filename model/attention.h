@@ -23,6 +23,17 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t q_start, int64_t k_start,
                                int64_t window, int64_t block = 128);
 
+// One decode query per head, in raw float buffers (the decoder's
+// allocation-free decode step): q [H, hd] at `position` (RoPE applied);
+// head j's keys and values are n rows of hd floats at keys + j *
+// head_stride and values + j * head_stride, at positions key_start.. (a
+// window layer's ring holds its last n positions: any order does for one
+// query, so pass key_start = position + 1 - n). Writes out [H, hd]. The
+// same kernel as BlockedAttention's, so the same numbers.
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
+                     const float* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out);
+
 // [T, S] bool: true where the query at q_start + i may not see the key at
 // k_start + j (a later key, or with `window` > 0 one window or more back).
 torch::Tensor BlockedPositions(int64_t q_start, int64_t t, int64_t k_start, int64_t s,

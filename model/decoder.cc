@@ -19,6 +19,13 @@ namespace F = torch::nn::functional;
 // RMSNorm in one pass per row for inference (the ATen form below is six
 // ops, each a dispatch and a temporary: a fifth of a small model's decode
 // step went to per-op cost). Same formula, float accumulation.
+void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* out) {
+  float sum = 0;
+  for (int64_t i = 0; i < d; ++i) sum += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+  for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * w[i];
+}
+
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   RECORD_FUNCTION("hilnas::rms_norm", {});
   const int64_t d = x.size(-1), rows = x.numel() / d;
@@ -27,14 +34,7 @@ torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, d
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, rows, 64, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      const float* xr = xp + r * d;
-      float* orow = op + r * d;
-      float sum = 0;
-      for (int64_t i = 0; i < d; ++i) sum += xr[i] * xr[i];
-      const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
-      for (int64_t i = 0; i < d; ++i) orow[i] = xr[i] * scale * wp[i];
-    }
+    for (int64_t r = first; r < last; ++r) RmsNormRow(xp + r * d, wp, d, eps, op + r * d);
   });
   return out;
 }
@@ -158,7 +158,15 @@ void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t beg
 }
 
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
-// paired with i + head_dim/2.
+// paired with i + head_dim/2. One head's row; out must not alias x.
+void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float* out) {
+  const int64_t half = hd / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    out[i] = x[i] * c[i] + (-x[i + half]) * sn[i];
+    out[i + half] = x[i + half] * c[i + half] + x[i] * sn[i + half];
+  }
+}
+
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                         const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
@@ -179,12 +187,7 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
         const float* c = cp + (bt % t) * hd;
         const float* sn = sp + (bt % t) * hd;
         for (int64_t head = 0; head < h; ++head) {
-          const float* xr = xp + (bt * h + head) * hd;
-          float* orow = op + (bt * h + head) * hd;
-          for (int64_t i = 0; i < half; ++i) {
-            orow[i] = xr[i] * c[i] + (-xr[i + half]) * sn[i];
-            orow[i + half] = xr[i + half] * c[i + half] + xr[i] * sn[i + half];
-          }
+          RopeRow(xp + (bt * h + head) * hd, c, sn, hd, op + (bt * h + head) * hd);
         }
       }
     });
@@ -483,6 +486,44 @@ torch::Tensor RopeInverseFrequencies(const Arch& a) {
                       torch::where(wavelen < original / r.high_freq_factor, inv, blended));
 }
 
+// What DecoderImpl::DecodeStep writes between its kernels, one token's
+// worth, kept per thread (pipelined decoding steps several caches of one
+// decoder from threads at once).
+struct DecodeBuffers {
+  std::vector<float> x, normed, out, q, q_rot, k, v, head, attn, gate, up;
+  void Reserve(const Arch& a) {  // a no-op once grown
+    for (auto* b : {&x, &normed, &out}) b->resize(std::max<size_t>(b->size(), a.d_model));
+    for (auto* b : {&q, &q_rot, &attn}) b->resize(std::max<size_t>(b->size(), a.q_width()));
+    for (auto* b : {&k, &v}) b->resize(std::max<size_t>(b->size(), a.kv_width()));
+    for (auto* b : {&gate, &up}) b->resize(std::max<size_t>(b->size(), a.d_ffn));
+    head.resize(std::max<size_t>(head.size(), a.head_dim));
+  }
+};
+
+// Row `token` of an embedding table stored in f32, bf16 or f16, as f32.
+void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
+  const int64_t d = table.size(1);
+  switch (table.scalar_type()) {
+    case torch::kFloat: {
+      const float* row = table.data_ptr<float>() + token * d;
+      std::copy(row, row + d, out);
+      return;
+    }
+    case torch::kHalf: {
+      const at::Half* row = table.data_ptr<at::Half>() + token * d;
+      for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(row[i]);
+      return;
+    }
+    case torch::kBFloat16: {
+      const at::BFloat16* row = table.data_ptr<at::BFloat16>() + token * d;
+      for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(row[i]);
+      return;
+    }
+    default:
+      TORCH_CHECK(false, "embedding table of type ", table.scalar_type());
+  }
+}
+
 class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const Arch& a, torch::Dtype dtype) : arch_(a), dtype_(dtype) {
@@ -552,7 +593,112 @@ class DecoderImpl : public torch::nn::Module {
     return Head(x);
   }
 
+  // Whether DecodeStep can take `tokens` into `cache`: one token, f32
+  // activations, inference, batch 1, the standard cache layout with storage
+  // for every attention layer.
+  bool CanDecodeInPlace(const torch::Tensor& tokens, const KvCache& cache) const {
+    if (!in_place_decode_ || dtype_ != torch::kFloat || torch::GradMode::is_enabled() ||
+        cache.slim() || tokens.numel() != 1 || tokens.dim() != 2 ||
+        tokens.scalar_type() != torch::kLong) {
+      return false;
+    }
+    for (int i = 0; i < arch_.num_layers; ++i) {
+      if (arch_.attention[i] == Attention::kSkip) continue;
+      KvCache& c = const_cast<KvCache&>(cache);
+      const torch::Tensor& k = c.keys(i);
+      const torch::Tensor& v = c.values(i);
+      if (!k.defined() || !v.defined() || k.size(0) != 1 || !k.is_contiguous() ||
+          !v.is_contiguous() || k.scalar_type() != torch::kFloat) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // One token through the model (ForwardCached's decode step) in raw loops
+  // over buffers that live as long as the calling thread, so a step makes
+  // no allocation but its returned logits (issue 22) and dispatches no ATen
+  // operator: per layer RMSNorm, q/k/v in one parallel GEMV, QK-norm and
+  // RoPE per head, the cache slot written (a window layer's ring: slot
+  // position % slots), DecodeAttention, o, residual, RMSNorm, gate/up in one
+  // GEMV, SwiGLU, down, residual. The same kernels and formulas as the ATen
+  // path (tests hold them to it). Does not advance the cache.
+  torch::Tensor DecodeStep(int64_t token, KvCache& cache) {
+    const Arch& a = arch_;
+    const int64_t d = a.d_model, hd = a.head_dim, h = a.num_heads, kvh = a.num_kv_heads;
+    const int64_t pos = cache.length();
+    TORCH_CHECK(token >= 0 && token < a.vocab_size, "token ", token, " is outside the vocabulary (",
+                a.vocab_size, ")");
+    ReserveRope(pos + 1);
+    thread_local DecodeBuffers buf;
+    buf.Reserve(a);
+    float* x = buf.x.data();
+    float* normed = buf.normed.data();
+    float* out = buf.out.data();
+    EmbeddingRow(model_->embed_tokens->weight, token, x);
+    const float* cos = cos_table_.data_ptr<float>() + pos * hd;
+    const float* sin = sin_table_.data_ptr<float>() + pos * hd;
+    auto add_into_x = [&](const float* y) {
+      for (int64_t j = 0; j < d; ++j) x[j] += y[j];
+    };
+    for (int i = 0; i < a.num_layers; ++i) {
+      LayerImpl& layer = *model_->typed_layers[i];
+      if (layer.self_attn) {
+        AttentionBlockImpl& at = *layer.self_attn;
+        RmsNormRow(x, layer.input_layernorm->weight.data_ptr<float>(), d,
+                   layer.input_layernorm->eps, normed);
+        float *q = buf.q.data(), *k = buf.k.data(), *v = buf.v.data();
+        const GemvProduct qkv[3] = {
+            {&at.q_proj->weight, q}, {&at.k_proj->weight, k}, {&at.v_proj->weight, v}};
+        WeightGemvsInto(qkv, 3, normed);
+        // QK-norm, then RoPE, per head (the ATen path's order).
+        auto rotate = [&](float* row, const RmsNorm& norm, float* dst) {
+          if (a.qk_norm) {
+            RmsNormRow(row, norm->weight.data_ptr<float>(), hd, norm->eps, buf.head.data());
+            row = buf.head.data();
+          }
+          RopeRow(row, cos, sin, hd, dst);
+        };
+        float* q_rot = buf.q_rot.data();
+        for (int64_t j = 0; j < h; ++j) rotate(q + j * hd, at.q_norm, q_rot + j * hd);
+        torch::Tensor& cache_k = cache.keys(i);
+        torch::Tensor& cache_v = cache.values(i);
+        const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
+        float* kp = cache_k.data_ptr<float>();
+        float* vp = cache_v.data_ptr<float>();
+        const int64_t slot = pos % slots;
+        for (int64_t j = 0; j < kvh; ++j) {
+          rotate(k + j * hd, at.k_norm, kp + j * head_stride + slot * hd);
+          std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot * hd);
+        }
+        const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
+        DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
+                        buf.attn.data());
+        const GemvProduct o{&at.o_proj->weight, out};
+        WeightGemvsInto(&o, 1, buf.attn.data());
+        add_into_x(out);
+      }
+      RmsNormRow(x, layer.post_attention_layernorm->weight.data_ptr<float>(), d,
+                 layer.post_attention_layernorm->eps, normed);
+      MlpImpl& mlp = *layer.mlp;
+      float *gate = buf.gate.data(), *up = buf.up.data();
+      const GemvProduct gate_up[2] = {{&mlp.gate_proj->weight, gate}, {&mlp.up_proj->weight, up}};
+      WeightGemvsInto(gate_up, 2, normed);
+      for (int64_t j = 0; j < a.d_ffn; ++j) gate[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+      const GemvProduct down{&mlp.down_proj->weight, out};
+      WeightGemvsInto(&down, 1, gate);
+      add_into_x(out);
+    }
+    RmsNormRow(x, model_->norm->weight.data_ptr<float>(), d, model_->norm->eps, normed);
+    torch::Tensor logits = torch::empty({1, 1, a.vocab_size});
+    const GemvProduct head{a.tie_embeddings ? &model_->embed_tokens->weight : &lm_head_->weight,
+                           logits.data_ptr<float>()};
+    WeightGemvsInto(&head, 1, normed);
+    return logits;
+  }
+
   Arch arch_;
+  bool in_place_decode_ = true;
   torch::Dtype dtype_;
   Backbone model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};
@@ -686,10 +832,17 @@ void CheckCapacity(const KvCache& cache, int64_t start, int64_t t) {
 torch::Tensor Decoder::ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only) {
   const int64_t start = cache.length();
   CheckCapacity(cache, start, tokens.size(1));
-  auto logits = impl_->Run(tokens, start, &cache, last_only);
+  torch::Tensor logits;
+  if (impl_->CanDecodeInPlace(tokens, cache)) {
+    logits = impl_->DecodeStep(tokens.contiguous().data_ptr<int64_t>()[0], cache);
+  } else {
+    logits = impl_->Run(tokens, start, &cache, last_only);
+  }
   cache.Advance(tokens.size(1));
   return logits;
 }
+
+void Decoder::SetInPlaceDecode(bool on) { impl_->in_place_decode_ = on; }
 
 torch::Tensor Decoder::ForwardWithKv(const torch::Tensor& tokens, const std::vector<LayerKv>& kv,
                                      ForwardObserver* observer) {

@@ -128,7 +128,13 @@ class Decoder {
   // Appends tokens [batch, T] to `cache` (positions cache.length() onward)
   // and returns logits [batch, T, vocab], or [batch, 1, vocab] for the last
   // position only when `last_only`. REQUIRES: cache.length() + T <= capacity.
+  // One f32 token (decode) takes an allocation-free path of raw loops
+  // (DecodeStep in decoder.cc), the same kernels without ATen dispatch.
   torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only);
+
+  // Off: ForwardCached decodes through the ATen modules, as prompts run
+  // (for tests and benchmarks that compare the two). On by default.
+  void SetInPlaceDecode(bool on);
 
   // A cache for `capacity` tokens. Also extends the decoder's RoPE tables to
   // `capacity`, after which decoding into this cache mutates nothing shared

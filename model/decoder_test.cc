@@ -217,5 +217,59 @@ TEST(DecoderTest, FloatCachedPathsEqualTheFullForward) {
   }
 }
 
+// The allocation-free decode step against the ATen modules it replaces,
+// token for token after a prompt: every attention type (the window-3 ring
+// wraps ~12 times), QK-norm on and off, tied and untied heads, f32 and f16
+// weights.
+TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
+  Arch plain = TinyMixedArch();
+  plain.qk_norm = false;
+  plain.tie_embeddings = true;
+  plain.head_dim = 16;
+  plain.num_heads = 2;
+  plain.num_kv_heads = 1;
+  for (const Arch& a : {TinyMixedArch(), plain}) {
+    for (bool half : {false, true}) {
+      auto fast = Decoder::Create(a, 7, torch::kFloat);
+      auto slow = Decoder::Create(a, 7, torch::kFloat);
+      ASSERT_TRUE(fast.ok() && slow.ok());
+      if (half) {
+        ASSERT_TRUE(fast->StoreWeightsAs(torch::kHalf).ok());
+        ASSERT_TRUE(slow->StoreWeightsAs(torch::kHalf).ok());
+      }
+      slow->SetInPlaceDecode(false);
+      torch::NoGradGuard no_grad;
+      KvCache fc = fast->NewCache(1, 45), sc = slow->NewCache(1, 45);
+      auto prompt = Tokens(5, a.vocab_size, 8);
+      auto lf = fast->ForwardCached(prompt, fc, true), ls = slow->ForwardCached(prompt, sc, true);
+      for (int step = 0; step < 40; ++step) {
+        auto next = ls.argmax(-1);
+        lf = fast->ForwardCached(next, fc, true);
+        ls = slow->ForwardCached(next, sc, true);
+        ASSERT_EQ(lf.sizes(), ls.sizes());
+        ASSERT_LT((lf - ls).abs().max().item<float>(), 1e-5)
+            << a.name << (half ? " f16" : " f32") << " step " << step;
+      }
+      EXPECT_EQ(fc.length(), sc.length());
+      for (int layer = 0; layer < a.num_layers; ++layer) {
+        if (a.attention[layer] == Attention::kSkip) continue;
+        EXPECT_LT((fc.keys(layer) - sc.keys(layer)).abs().max().item<float>(), 1e-5) << layer;
+        EXPECT_LT((fc.values(layer) - sc.values(layer)).abs().max().item<float>(), 1e-5) << layer;
+      }
+    }
+  }
+}
+
+// A token outside the vocabulary is refused, not read past the table.
+TEST(DecoderTest, InPlaceDecodeRefusesATokenOutsideTheVocabulary) {
+  auto d = Decoder::Create(TinyMixedArch(), 1, torch::kFloat);
+  ASSERT_TRUE(d.ok());
+  torch::NoGradGuard no_grad;
+  KvCache cache = d->NewCache(1, 4);
+  EXPECT_THROW(d->ForwardCached(torch::full({1, 1}, 50, torch::kLong), cache, true), c10::Error);
+  EXPECT_THROW(d->ForwardCached(torch::full({1, 1}, -1, torch::kLong), cache, true), c10::Error);
+  EXPECT_EQ(cache.length(), 0);
+}
+
 }  // namespace
 }  // namespace hilnas

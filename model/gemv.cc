@@ -142,43 +142,52 @@ void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64
 
 }  // namespace
 
-std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
-                                       const torch::Tensor& x) {
+void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x) {
   RECORD_FUNCTION("hilnas::gemv", {});
-  TORCH_CHECK(!ws.empty(), "WeightGemvs: no matrices");
-  const torch::ScalarType type = ws[0].scalar_type();
-  const int64_t in = ws[0].size(1);
+  TORCH_CHECK(n > 0 && n <= 8, "WeightGemv: 1 to 8 products at a time, not ", n);
+  const torch::ScalarType type = products[0].w->scalar_type();
+  const int64_t in = products[0].w->size(1);
   TORCH_CHECK(type == torch::kFloat || type == torch::kBFloat16 || type == torch::kHalf,
               "WeightGemv: w must be f32, bf16 or f16");
-  std::vector<torch::Tensor> ys;
-  std::vector<int64_t> row_end;  // cumulative rows: matrix m owns [row_end[m-1], row_end[m])
+  int64_t row_end[8];  // matrix m owns rows [row_end[m - 1], row_end[m]) of the whole
   int64_t rows = 0;
-  const torch::Tensor xc = x.reshape({in}).to(torch::kFloat).contiguous();
-  for (const torch::Tensor& w : ws) {
+  for (size_t m = 0; m < n; ++m) {
+    const torch::Tensor& w = *products[m].w;
     TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && w.size(1) == in && w.scalar_type() == type,
                 "WeightGemv: matrices must be contiguous, of one type, with ", in, " columns");
-    ys.push_back(torch::empty({w.size(0)}, xc.options()));
     rows += w.size(0);
-    row_end.push_back(rows);
+    row_end[m] = rows;
   }
-  const float* xp = xc.data_ptr<float>();
   const bool bf16 = type == torch::kBFloat16;
-  const int64_t grain =
-      std::max<int64_t>(16, kGemvGrainBytes / (std::max<int64_t>(in, 1) * ws[0].element_size()));
+  const int64_t grain = std::max<int64_t>(
+      16, kGemvGrainBytes / (std::max<int64_t>(in, 1) * products[0].w->element_size()));
   at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
     int64_t begin = 0;
-    for (size_t m = 0; m < ws.size(); begin = row_end[m++]) {
+    for (size_t m = 0; m < n; begin = row_end[m++]) {
       const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
       if (lo >= hi) continue;
-      float* yp = ys[m].data_ptr<float>();
-      const void* base = ws[m].data_ptr();
+      const void* base = products[m].w->data_ptr();
       if (type == torch::kFloat) {
-        Rows(static_cast<const float*>(base), xp, yp, in, lo - begin, hi - begin, bf16);
+        Rows(static_cast<const float*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16);
       } else {
-        Rows(static_cast<const uint16_t*>(base), xp, yp, in, lo - begin, hi - begin, bf16);
+        Rows(static_cast<const uint16_t*>(base), x, products[m].y, in, lo - begin, hi - begin,
+             bf16);
       }
     }
   });
+}
+
+std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
+                                       const torch::Tensor& x) {
+  TORCH_CHECK(!ws.empty() && ws.size() <= 8, "WeightGemvs: 1 to 8 matrices, not ", ws.size());
+  const torch::Tensor xc = x.reshape({ws[0].size(1)}).to(torch::kFloat).contiguous();
+  std::vector<torch::Tensor> ys;
+  std::vector<GemvProduct> products;
+  for (const torch::Tensor& w : ws) {
+    ys.push_back(torch::empty({w.size(0)}, xc.options()));
+    products.push_back({&w, ys.back().data_ptr<float>()});
+  }
+  WeightGemvsInto(products.data(), products.size(), xc.data_ptr<float>());
   return ys;
 }
 

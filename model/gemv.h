@@ -26,6 +26,14 @@ torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x);
 std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
                                        const torch::Tensor& x);
 
+// The raw form the allocation-free decode step uses: for each of the n
+// products, y[0..rows) = w x, with w as above and x `in` floats.
+struct GemvProduct {
+  const torch::Tensor* w;
+  float* y;
+};
+void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_GEMV_H_
