@@ -7,7 +7,8 @@
 // Prefill: T queries over an empty cache (the prompt's own T keys).
 // Decode: one query at position T over the T keys before it and itself,
 // reading the window's keys from a ring of `window` slots for the window
-// layer, as the decoder's cache stores them. Full and window runs are
+// layer, as the decoder's cache stores them, through DecodeAttention (raw
+// buffers, what a decode step calls). Full and window runs are
 // interleaved; medians of --repeats.
 //
 // usage: attention_bench [--prompts 256,1024,2048] [--threads 1,2] [--window 128]
@@ -24,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "model/attention.h"
+#include "util/subprocess.h"
 
 namespace {
 
@@ -54,6 +56,7 @@ double Seconds(F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hilnas::ReexecWithTimingThreads(argv, 0);  // OpenMP as agents run it
   const auto prompts = Ints(Arg(argc, argv, "--prompts", "256,1024,2048"));
   const auto threads = Ints(Arg(argc, argv, "--threads", "1,2"));
   const int64_t window = Ints(Arg(argc, argv, "--window", "128"))[0];
@@ -75,7 +78,8 @@ int main(int argc, char** argv) {
       auto q = torch::randn({1, h, t, hd});
       auto k = torch::randn({1, kvh, t + 1, hd});
       auto v = torch::randn({1, kvh, t + 1, hd});
-      auto q1 = torch::randn({1, h, 1, hd});
+      auto q1 = torch::randn({h, hd});
+      auto o1 = torch::empty({h, hd});
       auto kp = k.narrow(2, 0, t), vp = v.narrow(2, 0, t);
       // The window layer's decode cache: `window` slots, in ring order.
       const int64_t slots = std::min(window, t + 1);
@@ -87,8 +91,16 @@ int main(int argc, char** argv) {
         const double b = Seconds([&] { hilnas::BlockedAttention(q, kp, vp, 0, 0, window); });
         double c = 0, d = 0;
         for (int i = 0; i < 20; ++i) {
-          c += Seconds([&] { hilnas::BlockedAttention(q1, k, v, t, 0, 0); });
-          d += Seconds([&] { hilnas::BlockedAttention(q1, kr, vr, t, t + 1 - slots, window); });
+          c += Seconds([&] {
+            hilnas::DecodeAttention(q1.data_ptr<float>(), h, kvh, hd, k.data_ptr<float>(),
+                                    v.data_ptr<float>(), (t + 1) * hd, t + 1, 0, t,
+                                    o1.data_ptr<float>());
+          });
+          d += Seconds([&] {
+            hilnas::DecodeAttention(q1.data_ptr<float>(), h, kvh, hd, kr.data_ptr<float>(),
+                                    vr.data_ptr<float>(), slots * hd, slots, t + 1 - slots, t,
+                                    o1.data_ptr<float>());
+          });
         }
         if (r == 0) continue;
         fp.push_back(a);

@@ -238,10 +238,11 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 }
 
 // Score and value work in multiply-adds below which one thread does it
-// all: under ~250K (full4's decode at depth 256: 2 x 8 heads x 256 keys x
-// 64) a second thread costs about what it saves, even with the workers
-// still spinning from the step's previous product (util/subprocess.h).
-constexpr double kParallelWork = 2.5e5;
+// all. With the workers still spinning from the step's previous product
+// (util/subprocess.h) a split costs about a microsecond: a window-128
+// layer's decode (8 heads x 128 keys x 64 x 2 = 131K) drops from 6.2 to
+// 3.9 us on 2 threads (attention_bench), below that a split stops paying.
+constexpr double kParallelWork = 1e5;
 
 // What one thread reuses across its items: no allocation per block.
 struct Scratch {
@@ -281,7 +282,7 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
   w.m.assign(rp, -std::numeric_limits<float>::infinity());
   w.l.assign(rp, 0.0f);
   for (int64_t r = 0; r < r_all; ++r) {
-    const float* src = it.q + (r / it.rows) * it.q_head + (r % it.rows) * hd;
+    const float* src = it.q + (r % it.g) * it.q_head + (r / it.g) * hd;
     for (int64_t d = 0; d < hd; ++d) w.qs[r * hdp + d] = src[d] * sh.scale;
   }
   // Keys any of these queries may see: causal above, window below.
@@ -289,7 +290,10 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
   const int64_t lo = sh.window > 0 ? std::max(sh.k_start, it.p0 - sh.window + 1) : sh.k_start;
   const bool decode = it.rows == 1;
   for (int64_t c0 = lo; c0 < hi; c0 += sh.bk) {
-    const int64_t cols = std::min(sh.bk, hi - c0), cp = RoundUp(cols, kColTile);
+    // A score tile starts where its rows' keys start, so its last one may
+    // reach a tile past `cols`: the row has room for it (zeros).
+    const int64_t cols = std::min(sh.bk, hi - c0),
+                  cp = RoundUp(cols, kColTile) + (decode ? 0 : kColTile);
     const float* kb = it.keys + (c0 - sh.k_start) * hd;
     const float* vb = it.values + (c0 - sh.k_start) * hd;
     w.s.resize(rp * cp);
@@ -300,7 +304,7 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
     auto row_range = [&](int64_t r, int64_t& a, int64_t& b) {
       a = b = 0;
       if (r >= r_all) return;
-      const int64_t p = it.p0 + r % it.rows;
+      const int64_t p = it.p0 + r / it.g;
       const int64_t first = sh.window > 0 ? std::max(sh.k_start, p - sh.window + 1) : sh.k_start;
       a = std::clamp(first - c0, int64_t{0}, cols);
       b = std::clamp(p + 1 - c0, int64_t{0}, cols);
@@ -354,7 +358,7 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
         const float* q0 = w.qs.data() + r * hdp;
         int64_t ta, tb;
         tile_range(r, ta, tb);
-        for (int64_t c = ta / kColTile * kColTile; c < tb; c += kColTile) {
+        for (int64_t c = ta; c < tb; c += kColTile) {
           Tile4x16(q0, hdp, kt + c, ks, 0, hd, s + r * cp + c, cp, /*accumulate=*/false);
         }
       }
@@ -426,7 +430,7 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
     }
   }
   for (int64_t r = 0; r < r_all; ++r) {
-    float* dst = it.out + (r / it.rows) * it.q_head + (r % it.rows) * hd;
+    float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
     const float inv = 1.0f / w.l[r];
     for (int64_t d = 0; d < hd; ++d) dst[d] = w.acc[r * hdp + d] * inv;
   }
@@ -486,6 +490,7 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
   torch::Tensor kt_all;
   const float* ktp = nullptr;
   if (t > 1) {
+    RECORD_FUNCTION("hilnas::attention_transpose", {});
     kt_all = torch::zeros({b * kvh, hdp, kt_stride}, q.options());
     kt_all.narrow(1, 0, hd).narrow(2, 0, s).copy_(k.reshape({b * kvh, s, hd}).transpose(1, 2));
     ktp = kt_all.data_ptr<float>();
