@@ -30,6 +30,27 @@ int64_t PeakRssBytes();
 // each job reports its own peak. Returns false where the kernel refuses.
 bool ResetPeakRss();
 
+// CPU time counters for telling what else ran during a timed run (the
+// quiet-machine gate, issue 18): busy and steal time of `cpus` (all CPUs
+// when empty) from /proc/stat, this process's own CPU time and that of its
+// finished children (getrusage: an external runtime's runs), and a
+// monotonic wall clock. `readable` is false where /proc/stat is not.
+struct CpuCounters {
+  double busy_s = 0, steal_s = 0, own_s = 0, wall_s = 0;
+  int cpus = 0;
+  bool readable = false;
+};
+CpuCounters ReadCpuCounters(const std::vector<int>& cpus);
+// /proc/stat's text -> the counters of `cpus` (all when empty), seconds at
+// `ticks_per_s`; the parser behind ReadCpuCounters, for tests.
+CpuCounters ParseProcStat(const std::string& text, const std::vector<int>& cpus,
+                          double ticks_per_s);
+
+// What else used the device between two readings: other processes' CPU
+// time (busy minus our own) per wall second, in cores; steal share; and
+// the current load average, frequency and temperature.
+RunConditions ConditionsBetween(const CpuCounters& before, const CpuCounters& after);
+
 // "0-1,3" -> {0, 1, 3}. INVALID_ARGUMENT names the bad part.
 absl::StatusOr<std::vector<int>> ParseCpuSet(const std::string& cpu_set);
 // Pins the calling thread, and every thread it creates afterwards, to the

@@ -35,6 +35,17 @@ std::pair<std::vector<double>, std::vector<double>> Times(const BenchmarkResult&
   return {ttft, decode};
 }
 
+// Why the quiet-machine gate rejects a run's conditions; empty when it does not.
+std::string GateViolation(const RunConditions& c, const ProtocolOptions& o) {
+  if (o.max_foreign_cores > 0 && c.foreign_cores() > o.max_foreign_cores) {
+    return absl::StrFormat("foreign CPU %.2f cores > %.2f", c.foreign_cores(), o.max_foreign_cores);
+  }
+  if (o.max_temperature_c > 0 && c.temperature_c() > o.max_temperature_c) {
+    return absl::StrFormat("temperature %.0f C > %.0f", c.temperature_c(), o.max_temperature_c);
+  }
+  return "";
+}
+
 // Warm-ups, then timed runs until the TTFT and decode spreads are below the threshold
 // (after the minimum repeats) or the cap is reached.
 // `in_process`: the runtime's memory is the agent's own (else its runs
@@ -50,19 +61,41 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
                            req.warmup_runs(), t->ttft_ms));
     std::this_thread::sleep_for(cooldown);
   }
-  for (int i = 0; i < req.max_repeats(); ++i) {
+  int discards = 0;
+  CpuCounters mark = ReadCpuCounters(o.cpus);  // the gate's window opens
+  for (int i = 0; i < req.max_repeats();) {
     if (Cancelled(o)) return absl::CancelledError("measurement cancelled: lease lost");
     ResetPeakRss();
     absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
     if (!t.ok()) return t.status();
-    LatencySample* s = result.add_samples();
-    s->set_prompt_tokens(prompt);
-    s->set_ttft_ms(t->ttft_ms);
-    s->set_decode_ms_per_token(t->decode_ms_per_token);
-    s->set_decode_tokens(t->decode_tokens);
+    LatencySample sample;
+    sample.set_prompt_tokens(prompt);
+    sample.set_ttft_ms(t->ttft_ms);
+    sample.set_decode_ms_per_token(t->decode_ms_per_token);
+    sample.set_decode_tokens(t->decode_tokens);
     // An external runtime's memory is its process's, not the agent's.
-    s->set_peak_rss_bytes(in_process ? PeakRssBytes() : t->process_peak_rss_bytes);
-    s->set_kv_cache_bytes(t->kv_cache_bytes);
+    sample.set_peak_rss_bytes(in_process ? PeakRssBytes() : t->process_peak_rss_bytes);
+    sample.set_kv_cache_bytes(t->kv_cache_bytes);
+    *sample.mutable_conditions() = ConditionsBetween(mark, ReadCpuCounters(o.cpus));
+    const std::string noise = GateViolation(sample.conditions(), o);
+    if (!noise.empty()) {
+      if (discards < o.max_discards) {
+        ++discards;
+        DiscardedRun* d = result.add_discarded();
+        *d->mutable_sample() = sample;
+        d->set_reason(noise);
+        Say(o, absl::StrFormat("prompt %d: run discarded (%s), retake %d/%d after %.0f ms", prompt,
+                               noise, discards, o.max_discards, o.discard_cooldown_ms));
+        std::this_thread::sleep_for(
+            std::chrono::duration<double, std::milli>(o.discard_cooldown_ms));
+        mark = ReadCpuCounters(o.cpus);
+        continue;
+      }
+      sample.set_noisy(true);  // the retakes ran out: kept, and said so
+    }
+    ++i;
+    LatencySample* s = result.add_samples();
+    *s = sample;
     result.set_peak_rss_bytes(std::max(result.peak_rss_bytes(), s->peak_rss_bytes()));
     if (!t->reported_version.empty()) {
       result.mutable_device()->set_runtime_version(t->reported_version);
@@ -70,9 +103,11 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
     // Both figures the latency model learns from must have settled.
     const auto [ttfts, decodes] = Times(result, prompt);
     const double spread = std::max(RelativeSpread(ttfts), RelativeSpread(decodes));
-    Say(o, absl::StrFormat("prompt %d: run %d TTFT %.1f ms, decode %.2f ms/token (spread %.3f)",
-                           prompt, i + 1, t->ttft_ms, t->decode_ms_per_token, spread));
-    if (i + 1 >= req.repeats() && spread <= req.max_rel_spread()) break;
+    Say(o, absl::StrFormat("prompt %d: run %d TTFT %.1f ms, decode %.2f ms/token (spread %.3f)%s",
+                           prompt, i, t->ttft_ms, t->decode_ms_per_token, spread,
+                           s->noisy() ? ", noisy: " + noise : ""));
+    if (i >= req.repeats() && spread <= req.max_rel_spread()) break;
+    mark = ReadCpuCounters(o.cpus);
     std::this_thread::sleep_for(cooldown);
   }
   return absl::OkStatus();

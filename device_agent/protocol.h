@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "device_agent/runtime.h"
@@ -20,6 +21,19 @@ struct ProtocolOptions {
   // Idle time between runs, ms: lets a phone's clocks recover so one run's
   // heat does not slow the next.
   double cooldown_ms = 100;
+  // The quiet-machine gate (issue 18): a run during which other processes
+  // used more than `max_foreign_cores` of the agent's CPUs (over the run and
+  // the cool-down before it), or the device was hotter than
+  // `max_temperature_c`, is discarded (kept in BenchmarkResult.discarded
+  // with the reason) and retaken after `discard_cooldown_ms`, at most
+  // `max_discards` times per prompt length; after that runs are kept and
+  // marked noisy. 0 turns a bound off; `hilnas agent` turns the CPU bound
+  // on (--max_foreign_cores 0.25).
+  double max_foreign_cores = 0;
+  double max_temperature_c = 0;
+  int max_discards = 5;
+  double discard_cooldown_ms = 1000;
+  std::vector<int> cpus;  // the agent's CPU set (its /proc/stat lines); empty: all
   // Called with one line per step (build, each run); may be empty.
   std::function<void(const std::string&)> progress;
   // When set and true, measurement stops after the current run and the

@@ -65,7 +65,7 @@ class AgentsTest : public ::testing::Test {
                                       const std::string& token = "") {
     std::vector<std::string> args = {"agent",          "--coordinator=" + address_,
                                      "--name=" + name, "--cpu_set=" + cpus,
-                                     "--threads=1",    "--cooldown_ms=0"};
+                                     "--threads=1",    "--cooldown_ms=0", "--max_foreign_cores=0"};
     if (!token.empty()) args.push_back("--token=" + token);
     return std::make_unique<Process>(args, dir_ + "/" + name + ".log");
   }
@@ -277,7 +277,7 @@ TEST_F(AgentsTest, ASecondLiveAgentWithTheSameNameIsRefusedUntilTheFirstIsGone) 
   // Its own log (StartAgent names the log after the agent).
   auto second = std::make_unique<Process>(
       std::vector<std::string>{"agent", "--coordinator=" + address_, "--name=twin", "--cpu_set=1",
-                               "--threads=1", "--cooldown_ms=0"},
+                               "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
       dir_ + "/twin-2.log");
   ASSERT_TRUE(
       WaitFor([&] { return second->Log().find("has a live session") != std::string::npos; }, 30))
@@ -326,7 +326,7 @@ TEST_F(AgentsTest, ABadCheckpointFailsItsJobWithTheCauseAndTheAgentLivesOn) {
 TEST_F(AgentsTest, FleetPinsEachAgentToItsOwnCpus) {
   auto coordinator = StartCoordinator();
   Process fleet({"fleet", "--coordinator=" + address_, "--agents=2", "--fleet_threads=1",
-                 "--max_jobs=1", "--cooldown_ms=0"},
+                 "--max_jobs=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
                 dir_ + "/fleet.log");
   ASSERT_TRUE(WaitFor([&] { return Agents().size() == 2; }, 30)) << fleet.Log();
   auto agents = Agents();

@@ -198,7 +198,7 @@ TEST_F(SlurmTest, TwoAtOnceAndAKilledCoordinatorEvaluatesEachTrialOnce) {
   const std::string slurm = WriteSlurmConfig("sleep 4; ", 10);
   WriteCampaign("onceeach", 6);
   auto coordinator = StartCoordinator(slurm);
-  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0"},
+  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
                 dir_ + "/agent.log");
   CreateAndStart("onceeach");
 
@@ -261,7 +261,7 @@ TEST_F(SlurmTest, ScancelIsRetriedTimeoutFailsAndStopCancelsEverything) {
       1);
   WriteCampaign("faults", 8);
   auto coordinator = StartCoordinator(slurm);
-  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0"},
+  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
                 dir_ + "/agent.log");
   CreateAndStart("faults");
 

@@ -101,6 +101,11 @@ int AgentCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   }
   o.max_jobs = cl.max_jobs;
   o.protocol.cooldown_ms = cl.cooldown_ms;
+  o.protocol.max_foreign_cores = cl.max_foreign_cores;
+  o.protocol.max_temperature_c = cl.max_temperature_c;
+  o.protocol.max_discards = cl.max_discards;
+  o.protocol.discard_cooldown_ms = cl.discard_cooldown_ms;
+  o.protocol.cpus = ParseCpuSet(cpu_set).value_or(std::vector<int>{});
   o.log = Log;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
@@ -149,14 +154,19 @@ int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl) {
     for (int k = 0; k < t; ++k)
       absl::StrAppend(&cpus, cpus.empty() ? "" : ",", (next_cpu + k) % cores);
     next_cpu = (next_cpu + t) % cores;
-    std::vector<std::string> argv = {"agent",
-                                     absl::StrCat("--coordinator=", CoordinatorAddress(cl)),
-                                     absl::StrCat("--name=", prefix, "-", i),
-                                     absl::StrCat("--cpu_set=", cpus),
-                                     absl::StrCat("--threads=", t),
-                                     absl::StrCat("--pools=", cl.pools),
-                                     absl::StrCat("--max_jobs=", cl.max_jobs),
-                                     absl::StrCat("--cooldown_ms=", cl.cooldown_ms)};
+    std::vector<std::string> argv = {
+        "agent",
+        absl::StrCat("--coordinator=", CoordinatorAddress(cl)),
+        absl::StrCat("--name=", prefix, "-", i),
+        absl::StrCat("--cpu_set=", cpus),
+        absl::StrCat("--threads=", t),
+        absl::StrCat("--pools=", cl.pools),
+        absl::StrCat("--max_jobs=", cl.max_jobs),
+        absl::StrCat("--cooldown_ms=", cl.cooldown_ms),
+        absl::StrCat("--max_foreign_cores=", cl.max_foreign_cores),
+        absl::StrCat("--max_temperature_c=", cl.max_temperature_c),
+        absl::StrCat("--max_discards=", cl.max_discards),
+        absl::StrCat("--discard_cooldown_ms=", cl.discard_cooldown_ms)};
     const ClientTls tls = ClientTlsOf(cl);
     for (const auto& [flag, value] : {std::pair<const char*, std::string>{"--tls_ca=", tls.ca_file},
                                       {"--tls_cert=", tls.cert_file},

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -136,6 +137,19 @@ void PrintResult(const BenchmarkResult& r) {
                                         : "unreadable",
               r.throttling_suspected() ? "SUSPECTED" : "not detected",
               (r.finished_unix_ms() - r.started_unix_ms()) / 1000.0);
+  int noisy = 0;
+  double foreign = 0;
+  for (const LatencySample& x : r.samples()) {
+    noisy += x.noisy();
+    foreign = std::max(foreign, x.conditions().foreign_cores());
+  }
+  std::printf(
+      "quiet-machine gate: %d run(s) discarded, %d kept noisy; others' CPU use up to %.2f "
+      "cores in the runs kept\n",
+      r.discarded_size(), noisy, foreign);
+  for (const DiscardedRun& d : r.discarded()) {
+    std::printf("  discarded at prompt %d: %s\n", d.sample().prompt_tokens(), d.reason().c_str());
+  }
   if (r.failure() != FAILURE_NONE) {
     std::printf("FAILED: %s: %s\n", FailureKind_Name(r.failure()).c_str(),
                 r.failure_message().c_str());

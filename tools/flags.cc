@@ -25,6 +25,14 @@ ABSL_FLAG(std::string, runtime_name, "", "agent: external runtime's name, e.g. l
 ABSL_FLAG(std::string, runtime_version, "", "agent: external runtime's version, e.g. b4521");
 ABSL_FLAG(int32_t, max_jobs, 0, "agent: exit after this many jobs (0 = run until stopped)");
 ABSL_FLAG(double, cooldown_ms, 100, "agent: idle time between timed runs");
+ABSL_FLAG(double, max_foreign_cores, 0.25,
+          "agent: quiet-machine gate: retake a run during which other processes used more than "
+          "this many of the agent's CPUs (0: off)");
+ABSL_FLAG(double, max_temperature_c, 0,
+          "agent: quiet-machine gate: retake a run taken above this temperature, C (0: off)");
+ABSL_FLAG(int32_t, max_discards, 5,
+          "agent: quiet-machine gate: retakes per prompt length before noisy runs are kept");
+ABSL_FLAG(double, discard_cooldown_ms, 1000, "agent: quiet-machine gate: wait before a retake");
 ABSL_FLAG(int64_t, memory_limit_mb, 0,
           "agent: refuse models needing more (weights + KV cache); 0 = MemAvailable");
 ABSL_FLAG(int32_t, agents, 2, "fleet: how many local agents");
@@ -258,6 +266,10 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.runtime_version = absl::GetFlag(FLAGS_runtime_version);
   cl.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   cl.cooldown_ms = absl::GetFlag(FLAGS_cooldown_ms);
+  cl.max_foreign_cores = absl::GetFlag(FLAGS_max_foreign_cores);
+  cl.max_temperature_c = absl::GetFlag(FLAGS_max_temperature_c);
+  cl.max_discards = absl::GetFlag(FLAGS_max_discards);
+  cl.discard_cooldown_ms = absl::GetFlag(FLAGS_discard_cooldown_ms);
   cl.memory_limit_mb = absl::GetFlag(FLAGS_memory_limit_mb);
   cl.agents = absl::GetFlag(FLAGS_agents);
   cl.fleet_threads = absl::GetFlag(FLAGS_fleet_threads);

@@ -26,6 +26,8 @@ struct CommandLine {
   std::string runtime_version;
   int32_t max_jobs = 0;
   double cooldown_ms = 0;
+  double max_foreign_cores = 0.25, max_temperature_c = 0, discard_cooldown_ms = 1000;
+  int max_discards = 5;
   int64_t memory_limit_mb = 0;
   int32_t agents = 0;
   std::string fleet_threads;
