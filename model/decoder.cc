@@ -105,6 +105,11 @@ std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
   return out;
 }
 
+// out = silu(gate) * up, elementwise over n floats (out may alias gate).
+void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 // silu(gate) * up. One token's worth in one loop (two ATen ops and a
 // temporary cost more than the arithmetic); larger inputs take ATen's
 // vectorised kernels.
@@ -114,10 +119,7 @@ torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
     return F::silu(gate) * up;
   }
   torch::Tensor out = torch::empty_like(gate);
-  const float* g = gate.data_ptr<float>();
-  const float* u = up.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  for (int64_t i = 0, n = gate.numel(); i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
   return out;
 }
 
@@ -604,9 +606,8 @@ class DecoderImpl : public torch::nn::Module {
     }
     for (int i = 0; i < arch_.num_layers; ++i) {
       if (arch_.attention[i] == Attention::kSkip) continue;
-      KvCache& c = const_cast<KvCache&>(cache);
-      const torch::Tensor& k = c.keys(i);
-      const torch::Tensor& v = c.values(i);
+      const torch::Tensor& k = cache.keys(i);
+      const torch::Tensor& v = cache.values(i);
       if (!k.defined() || !v.defined() || k.size(0) != 1 || !k.is_contiguous() ||
           !v.is_contiguous() || k.scalar_type() != torch::kFloat) {
         return false;
@@ -684,7 +685,7 @@ class DecoderImpl : public torch::nn::Module {
       float *gate = buf.gate.data(), *up = buf.up.data();
       const GemvProduct gate_up[2] = {{&mlp.gate_proj->weight, gate}, {&mlp.up_proj->weight, up}};
       WeightGemvsInto(gate_up, 2, normed);
-      for (int64_t j = 0; j < a.d_ffn; ++j) gate[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+      SwiGluRow(gate, up, a.d_ffn, gate);
       const GemvProduct down{&mlp.down_proj->weight, out};
       WeightGemvsInto(&down, 1, gate);
       add_into_x(out);

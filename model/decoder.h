@@ -43,6 +43,8 @@ class KvCache {
   // Internal to the decoder: layer storage and the commit of new tokens.
   torch::Tensor& keys(int layer) { return keys_[layer]; }
   torch::Tensor& values(int layer) { return values_[layer]; }
+  const torch::Tensor& keys(int layer) const { return keys_[layer]; }
+  const torch::Tensor& values(int layer) const { return values_[layer]; }
   void Advance(int64_t tokens) { length_ += tokens; }
   void SetLength(int64_t tokens) { length_ = tokens; }
   bool slim() const { return slim_; }
