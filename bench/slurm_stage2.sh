@@ -70,7 +70,7 @@ OMP_NUM_THREADS="$THREADS" "$B" coordinator --listen 127.0.0.1:0 --port_file "$W
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$W/port" ] && break; sleep 0.1; done
 ADDR="127.0.0.1:$(cat "$W/port")"
-"$B" agent --coordinator "$ADDR" --name a1 --threads 1 --cooldown_ms 0 --max_foreign_cores 0 >"$W/agent.log" 2>&1 &
+"$B" agent --coordinator "$ADDR" --name a1 --threads 1 --cooldown_ms 0 --max_foreign_cores 0 --canary=false >"$W/agent.log" 2>&1 &
 PIDS+=($!)
 
 stage2_seconds() {  # from "stage 2: N trials" to "done:" in the campaign's log

@@ -45,8 +45,35 @@ absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store) {
     info->set_state(std::string(AgentStateName(a.state)));
     info->set_last_heartbeat_unix_ms(a.last_heartbeat_ms);
     info->set_jobs_done(a.jobs_done);
+    info->set_canaries(a.canaries);
+    if (a.last_canary.has_value()) *info->mutable_last_canary() = *a.last_canary;
   }
   return list;
+}
+
+BenchmarkRequest DefaultCanary() {
+  BenchmarkRequest r;
+  ArchSpec& a = *r.mutable_arch();
+  a.set_name("canary");
+  a.set_num_layers(4);
+  a.set_d_model(256);
+  a.set_d_ffn(512);
+  a.set_num_heads(8);
+  a.set_num_kv_heads(2);
+  a.set_head_dim(64);
+  a.set_vocab_size(8192);
+  a.set_tie_embeddings(true);
+  a.set_rope_theta(10000);
+  a.set_norm_eps(1e-5);
+  a.set_qk_norm(true);
+  for (int i = 0; i < 4; ++i) a.add_attention(FULL);
+  r.add_prompt_lengths(256);
+  r.set_decode_tokens(32);
+  r.set_warmup_runs(1);
+  r.set_repeats(5);
+  r.set_max_repeats(5);
+  r.set_seed(1);
+  return r;
 }
 
 namespace {
@@ -153,12 +180,15 @@ class AgentServiceImpl : public AgentService::CallbackService {
           absl::StrCat("agent \"", req->device().name(), "\": ", s.message()))));
       return reactor;
     }
-    absl::StatusOr<AgentSession> session = d_.store->RegisterAgent(
-        req->device(), MetadataValue(ctx->client_metadata(), kSessionKey));
+    absl::StatusOr<AgentSession> session =
+        d_.store->RegisterAgent(req->device(), MetadataValue(ctx->client_metadata(), kSessionKey));
     if (session.ok()) {
       resp->set_agent_id(session->agent_id);
       resp->set_session_key(session->session_key);
       resp->set_heartbeat_interval_ms(d_.options.heartbeat_interval_ms);
+      if (d_.options.canary.model_case() != BenchmarkRequest::MODEL_NOT_SET) {
+        *resp->mutable_canary() = d_.options.canary;
+      }
     }
     reactor->Finish(ToGrpc(session.status()));
     return reactor;
@@ -203,12 +233,15 @@ class AgentServiceImpl : public AgentService::CallbackService {
       return reactor;
     }
     absl::StatusOr<int64_t> job_id = ParseJobId(req->job_id());
+    CanaryReading canary;
     absl::StatusOr<ReportOutcome> outcome =
-        job_id.ok()
-            ? d_.store->ReportResult(req->agent_id(), *job_id, req->lease_id(), req->result())
-            : job_id.status();
+        job_id.ok() ? d_.store->ReportResult(req->agent_id(), *job_id, req->lease_id(),
+                                             req->result(), &canary)
+                    : job_id.status();
     if (outcome.ok()) {
       resp->set_accepted(true);
+      resp->set_requeued_for_drift(*outcome == ReportOutcome::kRequeuedForDrift);
+      if (req->result().has_canary()) *resp->mutable_canary() = canary;
       d_.polls->Poke();
     }
     reactor->Finish(ToGrpc(outcome.status()));

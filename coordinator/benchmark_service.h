@@ -43,8 +43,12 @@ struct BenchmarkServiceOptions {
   // prompt plus the decoded tokens) exceed this are refused at submission.
   int64_t max_model_bytes = int64_t{64} << 30;
   int64_t heartbeat_interval_ms = 2'000;  // told to agents at Register
-  int64_t max_wait_ms = 30'000;           // longest long-poll the server holds
-  int64_t tick_ms = 50;                   // how often parked calls and leases are checked
+  // The drift check's reference benchmark, handed to agents at Register
+  // (CanaryReading); no model set: agents run no canary. DefaultCanary()
+  // is `hilnas coordinator`'s.
+  BenchmarkRequest canary;
+  int64_t max_wait_ms = 30'000;  // longest long-poll the server holds
+  int64_t tick_ms = 50;          // how often parked calls and leases are checked
 };
 
 class LongPolls;
@@ -88,6 +92,11 @@ class BenchmarkServices {
   std::unique_ptr<grpc::Service> agent_;
   std::unique_ptr<grpc::Service> user_;
 };
+
+// A small fixed benchmark for the drift check: 4 full-attention layers at
+// d_model 256, a 256-token prompt and 32 decode tokens, median of 5 (about
+// a second on a 2-core VM).
+BenchmarkRequest DefaultCanary();
 
 // The registered agents as the user service and the web page report them.
 absl::StatusOr<ListAgentsResponse> ListAgentsOf(JobStore& store);

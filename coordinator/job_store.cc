@@ -1,5 +1,7 @@
 #include "coordinator/job_store.h"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -14,8 +16,9 @@ namespace hilnas {
 namespace {
 
 // v2 added jobs.client_key (idempotent submission), v3 agents.session_hash
-// (per-agent session keys); older files are migrated in place when opened.
-constexpr int kSchemaVersion = 3;
+// (per-agent session keys), v4 jobs.drift_requeues and the canaries table
+// (the drift check); older files are migrated in place when opened.
+constexpr int kSchemaVersion = 4;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS agents(
@@ -39,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   finished_ms INTEGER NOT NULL DEFAULT 0,
   result BLOB,                     -- BenchmarkResult
   message TEXT NOT NULL DEFAULT '',
-  client_key TEXT);                -- the submitter's idempotency key, or NULL
+  client_key TEXT,                 -- the submitter's idempotency key, or NULL
+  drift_requeues INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, job_id);
 -- The jobs an agent may lease (QUEUED = 1, STALE = 5), oldest first without
 -- a sort: LeaseJob's query names the same literal states so SQLite uses it.
@@ -53,6 +57,15 @@ CREATE TABLE IF NOT EXISTS leases(
   expires_ms INTEGER NOT NULL,
   reported_ms INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS leases_by_state ON leases(state, expires_ms);
+-- Each agent's drift-check readings (CanaryReading), one row per reading.
+CREATE TABLE IF NOT EXISTS canaries(
+  agent_id TEXT NOT NULL,
+  measured_ms INTEGER NOT NULL,
+  request BLOB NOT NULL,           -- BenchmarkRequest timed: the baseline's key
+  ttft_ms REAL NOT NULL,
+  decode_ms REAL NOT NULL,
+  reading BLOB NOT NULL,           -- CanaryReading with its ratios
+  PRIMARY KEY(agent_id, measured_ms));
 )sql";
 
 // The text form SQLite keeps (coordinator/lifecycle.h).
@@ -103,6 +116,10 @@ absl::Status JobStore::CreateSchema() {
     HILNAS_RETURN_IF_ERROR(
         db_->Exec("ALTER TABLE agents ADD COLUMN session_hash TEXT NOT NULL DEFAULT ''"));
   }
+  if (version >= 1 && version <= 3) {
+    HILNAS_RETURN_IF_ERROR(
+        db_->Exec("ALTER TABLE jobs ADD COLUMN drift_requeues INTEGER NOT NULL DEFAULT 0"));
+  }
   HILNAS_RETURN_IF_ERROR(db_->Exec(kSchema));
   HILNAS_RETURN_IF_ERROR(
       db_->Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_client_key ON jobs(client_key) "
@@ -131,6 +148,18 @@ absl::StatusOr<AgentRecord> JobStore::AgentLocked(const std::string& agent_id) {
   a.state = AgentStateOf(
       /*heartbeat_fresh=*/clock_->NowMs() - a.last_heartbeat_ms <= options_.offline_after_ms,
       /*holds_lease=*/q.Int(5) > 0);
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement c,
+      db_->Prepare("SELECT (SELECT COUNT(*) FROM canaries WHERE agent_id = ?1), (SELECT reading "
+                   "FROM canaries WHERE agent_id = ?1 ORDER BY measured_ms DESC LIMIT 1)"));
+  c.Bind(1, agent_id);
+  HILNAS_ASSIGN_OR_RETURN(bool crow, c.Step());
+  if (crow && c.Int(0) > 0) {
+    a.canaries = static_cast<int>(c.Int(0));
+    a.last_canary.emplace();
+    HILNAS_RETURN_IF_ERROR(
+        c.ParseBlob(1, &*a.last_canary, absl::StrCat("agent ", agent_id, "'s canary")));
+  }
   return a;
 }
 
@@ -311,13 +340,14 @@ absl::StatusOr<int64_t> JobStore::SubmitJob(const BenchmarkRequest& request,
 absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare("SELECT l.lease_id, l.job_id, j.attempts FROM leases l JOIN jobs j "
+      db_->Prepare("SELECT l.lease_id, l.job_id, j.attempts - j.drift_requeues FROM leases l "
+                   "JOIN jobs j "
                    "ON l.job_id = j.job_id WHERE l.state = ? AND l.expires_ms < ?"));
   q.Bind(1, Text(LeaseState::kActive)).Bind(2, now);
   struct Expired {
     std::string lease_id;
     int64_t job_id;
-    int64_t attempts;
+    int64_t attempts;  // leases that did not end in a drift re-queue
   };
   std::vector<Expired> expired;
   while (true) {
@@ -447,7 +477,8 @@ absl::StatusOr<std::optional<Lease>> JobStore::LeaseJob(const std::string& agent
 
 absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id, int64_t job_id,
                                                      const std::string& lease_id,
-                                                     const BenchmarkResult& result) {
+                                                     const BenchmarkResult& result,
+                                                     CanaryReading* canary) {
   absl::MutexLock lock(&mu_);
   const int64_t now = clock_->NowMs();
   SqliteTransaction tx(db_.get());
@@ -481,11 +512,46 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
   HILNAS_RETURN_IF_ERROR(
       ul.Bind(1, Text(LeaseState::kReported)).Bind(2, now).Bind(3, lease_id).Run());
   const bool ok = result.failure() == FAILURE_NONE;
+  BenchmarkResult judged;
+  const BenchmarkResult* stored = &result;
+  if (ok && result.has_canary()) {
+    judged = result;
+    stored = &judged;
+    CanaryReading& reading = *judged.mutable_canary();
+    HILNAS_RETURN_IF_ERROR(JudgeCanaryLocked(agent_id, reading));
+    HILNAS_ASSIGN_OR_RETURN(SqliteStatement r,
+                            db_->Prepare("SELECT drift_requeues FROM jobs WHERE job_id = ?"));
+    r.Bind(1, job_id);
+    HILNAS_ASSIGN_OR_RETURN(bool has_job, r.Step());
+    const int requeues = has_job ? static_cast<int>(r.Int(0)) : 0;
+    reading.set_requeues(requeues);
+    if (canary != nullptr) *canary = reading;
+    if (reading.drifted() && requeues < options_.max_drift_requeues) {
+      // The measurement is not trusted: the job goes back to the queue
+      // (the agent re-times its canary before its next job). Nothing is
+      // stored but the reason.
+      HILNAS_ASSIGN_OR_RETURN(
+          SqliteStatement uq,
+          db_->Prepare("UPDATE jobs SET state = ?, drift_requeues = drift_requeues + 1, "
+                       "message = ? WHERE job_id = ?"));
+      HILNAS_RETURN_IF_ERROR(
+          uq.Bind(1, static_cast<int64_t>(QUEUED))
+              .Bind(2, absl::StrFormat("canary at %.2fx TTFT, %.2fx decode of the agent's "
+                                       "baseline (tolerance %.2f); re-queued (%d of %d)",
+                                       reading.ttft_ratio(), reading.decode_ratio(),
+                                       options_.canary_tolerance, requeues + 1,
+                                       options_.max_drift_requeues))
+              .Bind(3, job_id)
+              .Run());
+      HILNAS_RETURN_IF_ERROR(tx.Commit());
+      return ReportOutcome::kRequeuedForDrift;
+    }
+  }
   HILNAS_ASSIGN_OR_RETURN(SqliteStatement uj,
                           db_->Prepare("UPDATE jobs SET state = ?, result = ?, finished_ms = ?, "
                                        "message = ? WHERE job_id = ?"));
   HILNAS_RETURN_IF_ERROR(uj.Bind(1, static_cast<int64_t>(ok ? JOB_DONE : JOB_FAILED))
-                             .BindBlob(2, result.SerializeAsString())
+                             .BindBlob(2, stored->SerializeAsString())
                              .Bind(3, now)
                              .Bind(4, ok ? std::string() : result.failure_message())
                              .Bind(5, job_id)
@@ -499,12 +565,56 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
   return ReportOutcome::kAccepted;
 }
 
+absl::Status JobStore::JudgeCanaryLocked(const std::string& agent_id, CanaryReading& reading) {
+  const double ttft = reading.ttft_ms();
+  const double decode = reading.decode_ms_per_token();
+  if (!(std::isfinite(ttft) && ttft > 0) || !(std::isfinite(decode) && decode >= 0) ||
+      reading.measured_unix_ms() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("agent %s: canary reading with TTFT %g ms, decode %g ms/token at %d ms "
+                        "is not a measurement",
+                        agent_id, ttft, decode, reading.measured_unix_ms()));
+  }
+  const std::string key = reading.request().SerializeAsString();
+  // The fastest earlier readings of the same benchmark; this one counts
+  // too. Whatever ratios the agent sent are overwritten.
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT MIN(ttft_ms), MIN(CASE WHEN decode_ms > 0 THEN decode_ms END) FROM "
+                   "canaries WHERE agent_id = ? AND request = ? AND measured_ms <> ?"));
+  q.Bind(1, agent_id).BindBlob(2, key).Bind(3, reading.measured_unix_ms());
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  double base_ttft = ttft;
+  double base_decode = decode;
+  if (row && !q.IsNull(0)) base_ttft = std::min(base_ttft, q.Double(0));
+  if (row && !q.IsNull(1))
+    base_decode = decode > 0 ? std::min(base_decode, q.Double(1)) : q.Double(1);
+  reading.set_baseline_ttft_ms(base_ttft);
+  reading.set_baseline_decode_ms_per_token(base_decode);
+  reading.set_ttft_ratio(ttft / base_ttft);
+  reading.set_decode_ratio(decode > 0 && base_decode > 0 ? decode / base_decode : 1.0);
+  reading.set_drifted(reading.ttft_ratio() > 1 + options_.canary_tolerance ||
+                      reading.decode_ratio() > 1 + options_.canary_tolerance);
+  reading.set_requeues(0);
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement ins,
+      db_->Prepare("INSERT OR IGNORE INTO canaries(agent_id, measured_ms, request, ttft_ms, "
+                   "decode_ms, reading) VALUES(?, ?, ?, ?, ?, ?)"));
+  return ins.Bind(1, agent_id)
+      .Bind(2, reading.measured_unix_ms())
+      .BindBlob(3, key)
+      .BindDouble(4, ttft)
+      .BindDouble(5, decode)
+      .BindBlob(6, reading.SerializeAsString())
+      .Run();
+}
+
 absl::StatusOr<JobRecord> JobStore::GetJob(int64_t job_id) {
   absl::MutexLock lock(&mu_);
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
       db_->Prepare("SELECT request, device, pool, state, attempts, agent_id, created_ms, "
-                   "finished_ms, result, message FROM jobs WHERE job_id = ?"));
+                   "finished_ms, result, message, drift_requeues FROM jobs WHERE job_id = ?"));
   q.Bind(1, job_id);
   HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
@@ -525,6 +635,7 @@ absl::StatusOr<JobRecord> JobStore::GetJob(int64_t job_id) {
     }
   }
   j.message = q.Text(9);
+  j.drift_requeues = static_cast<int>(q.Int(10));
   return j;
 }
 

@@ -34,6 +34,11 @@ struct JobStoreOptions {
   int64_t lease_ttl_ms = 30'000;      // a lease lives this long past its last renewal
   int max_attempts = 3;               // lease expiries before a job FAILS
   int64_t offline_after_ms = 30'000;  // no heartbeat for this long: AgentState::kOffline
+  // The drift check (CanaryReading): a result whose canary ran more than
+  // this fraction off its agent's baseline goes back to the queue, at most
+  // max_drift_requeues times; after that it is kept, marked drifted.
+  double canary_tolerance = 0.10;
+  int max_drift_requeues = 2;
 };
 
 struct AgentRecord {
@@ -43,7 +48,9 @@ struct AgentRecord {
   int64_t last_heartbeat_ms = 0;
   int64_t jobs_done = 0;
   int64_t jobs_failed = 0;
-  AgentState state = AgentState::kIdle;  // derived on each read (lifecycle.h)
+  AgentState state = AgentState::kIdle;      // derived on each read (lifecycle.h)
+  int canaries = 0;                          // drift-check readings on record
+  std::optional<CanaryReading> last_canary;  // the newest, with its ratios
 };
 
 // What Register hands an agent: its id (not a secret: lists show it) and
@@ -65,10 +72,11 @@ struct JobRecord {
   int64_t job_id = 0;
   JobState state = QUEUED;
   BenchmarkRequest request;
-  std::string device;    // required agent name, or empty
-  std::string pool;      // required pool, or empty
-  int attempts = 0;      // leases granted
-  std::string agent_id;  // the last agent that leased it
+  std::string device;      // required agent name, or empty
+  std::string pool;        // required pool, or empty
+  int attempts = 0;        // leases granted
+  int drift_requeues = 0;  // results sent back because the agent's canary drifted
+  std::string agent_id;    // the last agent that leased it
   int64_t created_ms = 0;
   int64_t finished_ms = 0;
   std::optional<BenchmarkResult> result;
@@ -78,7 +86,11 @@ struct JobRecord {
 // Whether a job is over (DONE or FAILED).
 inline bool JobFinished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
 
-enum class ReportOutcome { kAccepted, kDuplicate };
+enum class ReportOutcome {
+  kAccepted,
+  kDuplicate,
+  kRequeuedForDrift,  // the report was taken, the job went back to the queue
+};
 
 class JobStore {
  public:
@@ -121,10 +133,15 @@ class JobStore {
   // queued or stale job it may run, else nullopt. NOT_FOUND for an unknown agent.
   absl::StatusOr<std::optional<Lease>> LeaseJob(const std::string& agent_id);
   // FAILED_PRECONDITION when the lease expired or is not this agent's lease
-  // for this job; NOT_FOUND for unknown agent or lease.
+  // for this job; NOT_FOUND for unknown agent or lease. A result carrying a
+  // canary reading adds it to the agent's history (once per reading) and is
+  // judged against the agent's baseline: kRequeuedForDrift when it ran
+  // more than canary_tolerance off and the job has retries left. `canary`,
+  // when given, receives the reading with its ratios.
   absl::StatusOr<ReportOutcome> ReportResult(const std::string& agent_id, int64_t job_id,
                                              const std::string& lease_id,
-                                             const BenchmarkResult& result);
+                                             const BenchmarkResult& result,
+                                             CanaryReading* canary = nullptr);
   // Expires leases past their deadline; returns how many.
   absl::StatusOr<int> ExpireLeases();
 
@@ -141,6 +158,10 @@ class JobStore {
   absl::Status CreateSchema();
   absl::StatusOr<int> ExpireLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<AgentRecord> AgentLocked(const std::string& agent_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records `reading` in `agent_id`'s history unless it is there already,
+  // and fills in its baseline and ratios.
+  absl::Status JudgeCanaryLocked(const std::string& agent_id, CanaryReading& reading)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every agent call starts here: records the agent's liveness (NOT_FOUND
   // for an unknown agent) and expires overdue leases, inside the caller's

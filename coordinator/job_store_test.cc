@@ -3,9 +3,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/status_matchers.h"
@@ -57,6 +59,20 @@ class JobStoreTest : public ::testing::Test {
   BenchmarkResult Done() {
     BenchmarkResult r;
     r.add_samples()->set_ttft_ms(12);
+    return r;
+  }
+
+  // A result carrying a canary reading taken at `at_ms`.
+  static BenchmarkResult WithCanary(double ttft_ms, double decode_ms, int64_t at_ms,
+                                    int prompt = 256) {
+    BenchmarkResult r;
+    r.add_samples()->set_ttft_ms(12);
+    CanaryReading& c = *r.mutable_canary();
+    c.mutable_request()->add_prompt_lengths(prompt);
+    c.set_ttft_ms(ttft_ms);
+    c.set_decode_ms_per_token(decode_ms);
+    c.set_measured_unix_ms(at_ms);
+    c.set_ttft_ratio(1.0);  // an agent's own claim; the coordinator recomputes it
     return r;
   }
 
@@ -376,6 +392,125 @@ PRAGMA user_version = 1;)sql"));
   ASSERT_OK_AND_ASSIGN(int64_t b, (*store)->SubmitJob(r, "", "", "k"));
   EXPECT_EQ(a, 2);
   EXPECT_EQ(a, b);
+}
+
+TEST_F(JobStoreTest, AJobMeasuredWhileTheCanaryDriftedGoesBackUntilItsRetriesRunOut) {
+  const std::string a = Register("phone-a");
+  const int64_t first = Submit();
+  Lease l = MustLease(a);
+  CanaryReading judged;
+  ASSERT_OK_AND_ASSIGN(ReportOutcome o, store_->ReportResult(a, first, l.lease_id,
+                                                             WithCanary(10, 1, 1000), &judged));
+  EXPECT_EQ(o, ReportOutcome::kAccepted);
+  EXPECT_DOUBLE_EQ(judged.ttft_ratio(), 1.0);
+  EXPECT_DOUBLE_EQ(judged.baseline_ttft_ms(), 10);
+
+  // 30% slower than the baseline: re-queued, nothing stored, twice.
+  const int64_t job = Submit();
+  for (int i = 1; i <= 2; ++i) {
+    l = MustLease(a);
+    ASSERT_EQ(l.job_id, job);
+    ASSERT_OK_AND_ASSIGN(o, store_->ReportResult(a, job, l.lease_id,
+                                                 WithCanary(13, 1.05, 1000 + i * 1000), &judged));
+    EXPECT_EQ(o, ReportOutcome::kRequeuedForDrift);
+    EXPECT_NEAR(judged.ttft_ratio(), 1.3, 1e-9);
+    EXPECT_NEAR(judged.decode_ratio(), 1.05, 1e-9);
+    EXPECT_TRUE(judged.drifted());
+    EXPECT_EQ(judged.requeues(), i - 1);
+    ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+    EXPECT_EQ(j.state, QUEUED);
+    EXPECT_FALSE(j.result.has_value());
+    EXPECT_EQ(j.drift_requeues, i);
+    EXPECT_THAT(j.message, HasSubstr(absl::StrCat("1.30x TTFT, 1.05x decode of the agent's "
+                                                  "baseline (tolerance 0.10); re-queued (",
+                                                  i, " of 2)")));
+  }
+  // Back within tolerance: kept, with its ratio and the re-queues it took.
+  l = MustLease(a);
+  ASSERT_OK_AND_ASSIGN(o, store_->ReportResult(a, job, l.lease_id, WithCanary(10.5, 1, 4000)));
+  EXPECT_EQ(o, ReportOutcome::kAccepted);
+  ASSERT_OK_AND_ASSIGN(JobRecord done, store_->GetJob(job));
+  EXPECT_EQ(done.state, JOB_DONE);
+  EXPECT_EQ(done.attempts, 3);
+  ASSERT_TRUE(done.result.has_value());
+  EXPECT_NEAR(done.result->canary().ttft_ratio(), 1.05, 1e-9);
+  EXPECT_EQ(done.result->canary().requeues(), 2);
+  EXPECT_FALSE(done.result->canary().drifted());
+
+  // Still drifted after the retries: kept, marked drifted.
+  const int64_t stubborn = Submit();
+  for (int i = 0; i < 3; ++i) {
+    l = MustLease(a);
+    ASSERT_OK_AND_ASSIGN(
+        o, store_->ReportResult(a, stubborn, l.lease_id, WithCanary(14, 1, 5000 + i * 1000)));
+    EXPECT_EQ(o, i < 2 ? ReportOutcome::kRequeuedForDrift : ReportOutcome::kAccepted);
+  }
+  ASSERT_OK_AND_ASSIGN(JobRecord kept, store_->GetJob(stubborn));
+  EXPECT_EQ(kept.state, JOB_DONE);
+  EXPECT_TRUE(kept.result->canary().drifted());
+
+  // The agent's history: every reading once, the newest with its ratios.
+  ASSERT_OK_AND_ASSIGN(std::vector<AgentRecord> agents, store_->ListAgents());
+  ASSERT_EQ(agents.size(), 1u);
+  EXPECT_EQ(agents[0].canaries, 7);
+  ASSERT_TRUE(agents[0].last_canary.has_value());
+  EXPECT_NEAR(agents[0].last_canary->ttft_ratio(), 1.4, 1e-9);
+}
+
+TEST_F(JobStoreTest, TheBaselineIsTheFastestReadingOfTheSameCanary) {
+  const std::string a = Register("phone-a");
+  CanaryReading judged;
+  auto report = [&](const BenchmarkResult& r) {
+    const int64_t job = Submit();
+    Lease l = MustLease(a);
+    auto o = store_->ReportResult(a, job, l.lease_id, r, &judged);
+    ASSERT_TRUE(o.ok()) << o.status();
+  };
+  report(WithCanary(12, 1, 1000));
+  report(WithCanary(10, 1, 2000));  // faster: the new baseline, ratio 1
+  EXPECT_DOUBLE_EQ(judged.ttft_ratio(), 1.0);
+  report(WithCanary(10.8, 1, 3000));
+  EXPECT_NEAR(judged.ttft_ratio(), 1.08, 1e-9);
+  EXPECT_DOUBLE_EQ(judged.baseline_ttft_ms(), 10);
+  // Another canary benchmark has its own baseline.
+  report(WithCanary(40, 3, 4000, /*prompt=*/1024));
+  EXPECT_DOUBLE_EQ(judged.ttft_ratio(), 1.0);
+  EXPECT_DOUBLE_EQ(judged.baseline_ttft_ms(), 40);
+}
+
+TEST_F(JobStoreTest, DriftReQueuesDoNotCountAgainstLeaseExpiries) {
+  const std::string a = Register("phone-a");
+  const int64_t base = Submit();
+  Lease l = MustLease(a);
+  ASSERT_OK(store_->ReportResult(a, base, l.lease_id, WithCanary(10, 1, 1000)).status());
+  const int64_t job = Submit();
+  for (int i = 0; i < 2; ++i) {
+    l = MustLease(a);
+    ASSERT_OK(store_->ReportResult(a, job, l.lease_id, WithCanary(20, 1, 2000)).status());
+  }
+  MustLease(a);  // attempt 3; max_attempts is 2, but only one lease ended in an expiry
+  clock_.AdvanceMs(1500);
+  ASSERT_OK(store_->ExpireLeases().status());
+  ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+  EXPECT_EQ(j.state, STALE) << j.message;
+}
+
+TEST_F(JobStoreTest, AReadingThatIsNotAMeasurementIsRefusedAndNothingChanges) {
+  const std::string a = Register("phone-a");
+  const int64_t job = Submit();
+  Lease l = MustLease(a);
+  EXPECT_THAT(store_->ReportResult(a, job, l.lease_id, WithCanary(std::nan(""), 1, 1000)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("canary reading")));
+  EXPECT_THAT(store_->ReportResult(a, job, l.lease_id, WithCanary(-3, 1, 1000)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a measurement")));
+  ASSERT_OK_AND_ASSIGN(JobRecord j, store_->GetJob(job));
+  EXPECT_EQ(j.state, LEASED);
+  ASSERT_OK_AND_ASSIGN(std::vector<AgentRecord> agents, store_->ListAgents());
+  EXPECT_EQ(agents[0].canaries, 0);
+  // The lease is still live: a good report goes through.
+  ASSERT_OK_AND_ASSIGN(ReportOutcome o,
+                       store_->ReportResult(a, job, l.lease_id, WithCanary(10, 1, 1000)));
+  EXPECT_EQ(o, ReportOutcome::kAccepted);
 }
 
 }  // namespace

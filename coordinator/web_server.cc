@@ -51,6 +51,10 @@ th{background:#f0f0f0} .bar{width:420px;height:14px;background:#eee;display:inli
 <script>
 let selected = new URLSearchParams(location.search).get('campaign');
 function esc(s){return String(s).replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]));}
+// The newest canary against the agent's fastest, e.g. "1.03x / 1.01x (12 readings)".
+function drift(x){const c=x.lastCanary; if(!x.canaries||!c) return '-';
+  const t=`${(c.ttftRatio||0).toFixed(2)}x / ${(c.decodeRatio||0).toFixed(2)}x (${x.canaries} readings)`;
+  return c.drifted?`<b class="drift">${t} DRIFT</b>`:t;}
 function bar(done,total){const p=total>0?Math.min(100,100*done/total):0;
   return `<span class="bar"><div class="fill" style="width:${p}%"></div></span> ${done} / ${total}`;}
 async function refresh(){
@@ -83,8 +87,8 @@ async function refresh(){
     }
     const a=await (await fetch('/api/agents')).json();
     document.getElementById('agents').innerHTML = (a.agents||[]).length===0 ? 'no agents registered' :
-      '<table id="agent-table"><tr><th>name</th><th>state</th><th>threads</th><th>jobs done</th><th>runtime</th></tr>'+
-      a.agents.map(x=>`<tr><td>${esc(x.device.name)}</td><td>${x.state}</td><td>${x.device.threads||0}</td><td>${x.jobsDone||0}</td><td>${esc(x.device.runtime||'')}</td></tr>`).join('')+'</table>';
+      '<table id="agent-table"><tr><th>name</th><th>state</th><th>threads</th><th>jobs done</th><th>drift (canary TTFT / decode vs baseline)</th><th>runtime</th></tr>'+
+      a.agents.map(x=>`<tr><td>${esc(x.device.name)}</td><td>${x.state}</td><td>${x.device.threads||0}</td><td>${x.jobsDone||0}</td><td>${drift(x)}</td><td>${esc(x.device.runtime||'')}</td></tr>`).join('')+'</table>';
   }catch(e){document.getElementById('campaigns').innerText='coordinator unreachable: '+e;}
 }
 refresh(); setInterval(refresh,2000);

@@ -3,11 +3,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/service.grpc.pb.h"
 #include "util/grpc_security.h"
@@ -109,6 +111,16 @@ class Agent::Impl {
       agent_id_ = resp.agent_id();
       session_key_ = resp.session_key();
       heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 2000;
+      const bool canary_on = resp.canary().model_case() != BenchmarkRequest::MODEL_NOT_SET &&
+                             (options_.canary_every_jobs > 0 || options_.canary_every_ms > 0);
+      if (!canary_on) {
+        canary_.reset();
+        last_canary_.reset();
+      } else if (!canary_.has_value() ||
+                 canary_->SerializeAsString() != resp.canary().SerializeAsString()) {
+        canary_ = resp.canary();
+        last_canary_.reset();  // a different reference: time it before the next job
+      }
       backoff_ms_ = 0;
       Log(absl::StrCat("registered with ", options_.coordinator, " as ", agent_id_));
     }
@@ -130,7 +142,12 @@ class Agent::Impl {
                                    : std::min(backoff_ms_ * 2, options_.backoff_max_ms);
     const int64_t wait = std::uniform_int_distribution<int64_t>(backoff_ms_ / 2, backoff_ms_)(rng_);
     Log(absl::StrCat(why, "; retrying in ", wait, " ms"));
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
+    Rest(stop, wait);
+  }
+
+  // Sleeps `ms`, interruptible by `stop`.
+  static void Rest(const std::atomic<bool>& stop, int64_t ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     while (!stop.load() && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -179,10 +196,16 @@ class Agent::Impl {
       if (user_progress) user_progress(line);
       Log(absl::StrCat("job ", lease.job_id(), ": ", line));
     };
+    if (CanaryDue()) TimeCanary(protocol);
     BenchmarkRequest request = lease.request();
     // A job that leaves threads unset runs with the agent's stated count.
     if (request.threads() <= 0) request.set_threads(options_.device.threads());
     BenchmarkResult result = MeasureBenchmark(*runtime_, request, options_.device, protocol);
+    if (last_canary_.has_value()) {
+      *result.mutable_canary() = *last_canary_;
+      result.mutable_canary()->set_jobs_since(jobs_since_canary_);
+    }
+    ++jobs_since_canary_;
     {
       absl::MutexLock lock(&finished.mu);
       finished.done = true;
@@ -190,6 +213,48 @@ class Agent::Impl {
     heartbeat.join();
     if (lost.load()) return;  // another agent has the job now; a report would be rejected
     Report(lease, result, stop);
+  }
+
+  bool CanaryDue() const {
+    if (!canary_.has_value()) return false;
+    if (!last_canary_.has_value() || retime_canary_) return true;
+    if (options_.canary_every_jobs > 0 && jobs_since_canary_ >= options_.canary_every_jobs) {
+      return true;
+    }
+    return options_.canary_every_ms > 0 &&
+           NowUnixMs() - last_canary_->measured_unix_ms() >= options_.canary_every_ms;
+  }
+
+  // Times the canary under the job's protocol (gate included) and keeps
+  // the reading; a failed canary leaves no reading, so the next job tries
+  // again and nothing stale is attached.
+  void TimeCanary(const ProtocolOptions& protocol) {
+    BenchmarkRequest request = *canary_;
+    if (request.threads() <= 0) request.set_threads(options_.device.threads());
+    ProtocolOptions quiet = protocol;
+    quiet.progress = nullptr;
+    BenchmarkResult r = MeasureBenchmark(*runtime_, request, options_.device, quiet);
+    last_canary_.reset();
+    if (r.failure() != FAILURE_NONE || r.summaries_size() == 0) {
+      Log(absl::StrCat("canary failed: ", r.failure_message()));
+      return;
+    }
+    CanaryReading reading;
+    *reading.mutable_request() = request;
+    reading.set_measured_unix_ms(NowUnixMs());
+    reading.set_ttft_ms(r.summaries(0).ttft_median_ms());
+    reading.set_decode_ms_per_token(r.summaries(0).decode_median_ms_per_token());
+    Log(absl::StrFormat("canary: TTFT %.2f ms, decode %.3f ms/token", reading.ttft_ms(),
+                        reading.decode_ms_per_token()));
+    last_canary_ = std::move(reading);
+    jobs_since_canary_ = 0;
+    retime_canary_ = false;
+  }
+
+  static int64_t NowUnixMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
   }
 
   // Retries transient failures (a restarting coordinator) until the report
@@ -207,6 +272,17 @@ class Agent::Impl {
       Authorize(ctx);
       ctx.set_deadline(Deadline(options_.rpc_deadline_ms));
       grpc::Status s = stub_->ReportResult(&ctx, req, &resp);
+      if (s.ok() && resp.requeued_for_drift()) {
+        backoff_ms_ = 0;
+        Log(
+            absl::StrFormat("job %s: canary at %.2fx TTFT, %.2fx decode of baseline: the job went "
+                            "back to the queue; resting %d ms, then re-timing the canary",
+                            lease.job_id(), resp.canary().ttft_ratio(),
+                            resp.canary().decode_ratio(), options_.drift_cooldown_ms));
+        retime_canary_ = true;
+        Rest(stop, options_.drift_cooldown_ms);
+        return;
+      }
       if (s.ok()) {
         backoff_ms_ = 0;
         Log(absl::StrCat("job ", lease.job_id(), ": reported",
@@ -238,6 +314,10 @@ class Agent::Impl {
   int64_t heartbeat_ms_ = 2000;
   int64_t backoff_ms_ = 0;
   std::mt19937_64 rng_;
+  std::optional<BenchmarkRequest> canary_;  // from Register; none: no drift check
+  std::optional<CanaryReading> last_canary_;
+  int jobs_since_canary_ = 0;
+  bool retime_canary_ = false;  // a job was re-queued for drift
 };
 
 Agent::Agent(AgentOptions options, std::unique_ptr<Runtime> runtime)

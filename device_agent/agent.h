@@ -41,6 +41,14 @@ struct AgentOptions {
   int64_t backoff_initial_ms = 100;
   int64_t backoff_max_ms = 5'000;
   int max_jobs = 0;  // stop after this many jobs; 0 = run until stopped
+  // The drift check (proto CanaryReading): the coordinator's canary is
+  // re-timed before the first job, after every canary_every_jobs jobs, when
+  // the last reading is canary_every_ms old, and after a job was re-queued
+  // for drift (then after drift_cooldown_ms of rest). 0 turns a trigger off;
+  // canary_every_jobs = 0 and canary_every_ms = 0 together turn it off.
+  int canary_every_jobs = 10;
+  int64_t canary_every_ms = 300'000;
+  int64_t drift_cooldown_ms = 5'000;
   ProtocolOptions protocol;
   std::function<void(const std::string&)> log;  // one line per event; may be empty
 };

@@ -18,9 +18,12 @@ namespace {
 constexpr char kHeaderV1[] =
     "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,ttft_se_ms,decode_ms,"
     "decode_se_ms";
-constexpr char kHeader[] =
+constexpr char kHeaderV2[] =
     "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,ttft_se_ms,decode_ms,"
     "decode_se_ms,pass";
+constexpr char kHeader[] =
+    "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,ttft_se_ms,decode_ms,"
+    "decode_se_ms,pass,canary_ratio";
 
 }  // namespace
 
@@ -32,11 +35,11 @@ absl::Status WriteLatencyCsv(const std::string& path, const std::string& comment
   }
   absl::StrAppend(&out, kHeader, "\n");
   for (const LatencyRow& r : rows) {
-    absl::StrAppend(&out,
-                    absl::StrFormat("%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%d\n", r.device,
-                                    r.arch.num_layers, r.arch.d_model, r.arch.d_ffn,
-                                    PatternString(r.arch.attention), r.prompt_tokens, r.ttft_ms,
-                                    r.ttft_se_ms, r.decode_ms, r.decode_se_ms, r.pass));
+    absl::StrAppend(
+        &out, absl::StrFormat("%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%d,%.4f\n", r.device,
+                              r.arch.num_layers, r.arch.d_model, r.arch.d_ffn,
+                              PatternString(r.arch.attention), r.prompt_tokens, r.ttft_ms,
+                              r.ttft_se_ms, r.decode_ms, r.decode_se_ms, r.pass, r.canary_ratio));
   }
   return WriteFileAtomically(path, out);
 }
@@ -49,17 +52,18 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
   std::vector<LatencyRow> rows;
   int line_no = 0;
   bool header = false;
-  size_t fields = 11;  // 10 in files from before test-retest passes
+  // 10 fields in files from before test-retest passes, 11 before the canary.
+  size_t fields = 12;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     if (!header) {
-      if (line != kHeader && line != kHeaderV1) {
+      if (line != kHeader && line != kHeaderV2 && line != kHeaderV1) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ":", line_no, ": header is not \"", kHeader, "\""));
       }
-      fields = line == kHeader ? 11 : 10;
+      fields = line == kHeader ? 12 : line == kHeaderV2 ? 11 : 10;
       header = true;
       continue;
     }
@@ -69,9 +73,14 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
           absl::StrCat(path, ":", line_no, ": ", f.size(), " fields, expected ", fields));
     }
     int pass = 1;
-    if (fields == 11 && (!absl::SimpleAtoi(f[10], &pass) || pass < 1)) {
+    if (fields >= 11 && (!absl::SimpleAtoi(f[10], &pass) || pass < 1)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ":", line_no, ": column 11 (pass) \"", f[10], "\" is not 1, 2, ..."));
+    }
+    double canary_ratio = 0;
+    if (fields >= 12 && (!absl::SimpleAtod(f[11], &canary_ratio) || !(canary_ratio >= 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ":", line_no, ": column 12 (canary_ratio) \"", f[11], "\" is not a ratio >= 0"));
     }
     LatencyRow r;
     r.device = f[0];
@@ -114,6 +123,7 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
     r.decode_ms = reals[2];
     r.decode_se_ms = reals[3];
     r.pass = pass;
+    r.canary_ratio = canary_ratio;
     rows.push_back(std::move(r));
   }
   if (!header) return absl::InvalidArgumentError(absl::StrCat(path, ": no header line"));
@@ -132,6 +142,7 @@ std::vector<LatencyRow> LatencyRowsOf(const Arch& arch, const BenchmarkResult& r
     r.ttft_se_ms = m.ttft_stderr_ms();
     r.decode_ms = m.decode_median_ms_per_token();
     r.decode_se_ms = m.decode_stderr_ms_per_token();
+    r.canary_ratio = result.has_canary() ? result.canary().ttft_ratio() : 0;
     rows.push_back(r);
   }
   return rows;
@@ -171,6 +182,7 @@ std::vector<LatencyRow> MergePasses(const std::vector<LatencyRow>& rows) {
       m.ttft_se_ms = std::sqrt(ttft_var) / n;
       m.decode_se_ms = std::sqrt(decode_var) / n;
       m.pass = 1;
+      for (const LatencyRow* r : g) m.canary_ratio = std::max(m.canary_ratio, r->canary_ratio);
     }
     out.push_back(std::move(m));
   }

@@ -22,6 +22,9 @@ struct LatencyRow {
   double ttft_ms = 0, ttft_se_ms = 0;
   double decode_ms = 0, decode_se_ms = 0;  // per token
   int pass = 1;  // test-retest: which measurement pass (`latency collect --passes`)
+  // The agent's canary TTFT against its baseline when this was measured
+  // (proto CanaryReading); 0 when no canary ran.
+  double canary_ratio = 0;
 };
 
 // The rows of one benchmark result of `arch`: one per prompt length it
@@ -32,8 +35,8 @@ std::vector<LatencyRow> LatencyRowsOf(const Arch& arch, const BenchmarkResult& r
 // Writes `rows` with `comment` lines (each prefixed "# ") first.
 absl::Status WriteLatencyCsv(const std::string& path, const std::string& comment,
                              const std::vector<LatencyRow>& rows);
-// Reads a file written by WriteLatencyCsv (with or without the `pass`
-// column); every architecture must be a member of `space`. Errors name the
+// Reads a file written by WriteLatencyCsv (with or without the `pass` and
+// `canary_ratio` columns); every architecture must be a member of `space`. Errors name the
 // file, line and column.
 absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path, const Space& space);
 

@@ -26,8 +26,8 @@ namespace hilnas {
 namespace {
 
 namespace fs = std::filesystem;
-using ::hilnas::testing::Process;
 using ::hilnas::testing::kTinyCampaignSpace;
+using ::hilnas::testing::Process;
 using ::hilnas::testing::WaitFor;
 using ::testing::HasSubstr;
 
@@ -109,7 +109,8 @@ train { steps: 4 batch_size: 4 seq_len: 64 eval_windows: 8 }
 )")));
   auto coordinator = StartCoordinator();
   const std::string address = absl::StrCat("--coordinator=127.0.0.1:", port_);
-  Process agent({"agent", address, "--name=a1", "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
+  Process agent({"agent", address, "--name=a1", "--threads=1", "--cooldown_ms=0",
+                 "--max_foreign_cores=0", "--canary=false"},
                 dir_ + "/agent.log");
   std::tie(rc, out) = Run({"campaign", "create", address, "--config=" + config});
   ASSERT_EQ(rc, 0) << out;

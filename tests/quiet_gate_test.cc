@@ -5,9 +5,6 @@
 // them (3x here). The hog is
 // bounded twice: killed by the test, and by alarm() in the child itself.
 // Runs alone (RUN_SERIAL): another test on the CPU would be a hog too.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,55 +15,15 @@
 #include "device_agent/libtorch_runtime.h"
 #include "device_agent/protocol.h"
 #include "gtest/gtest.h"
+#include "tests/cpu_hog.h"
 
 namespace hilnas {
 namespace {
 
-// A full4-like model (4 layers, d 256) at 1024 tokens: ~60 ms a run on one
-// thread, long enough that timer and scheduler noise stay small.
-BenchmarkRequest Job() {
-  BenchmarkRequest r;
-  ArchSpec* a = r.mutable_arch();
-  a->set_name("gate");
-  a->set_num_layers(4);
-  a->set_d_model(256);
-  a->set_d_ffn(768);
-  a->set_num_heads(4);
-  a->set_num_kv_heads(2);
-  a->set_head_dim(64);
-  a->set_vocab_size(4096);
-  a->set_tie_embeddings(true);
-  a->set_rope_theta(10000);
-  a->set_norm_eps(1e-5);
-  for (int i = 0; i < 4; ++i) a->add_attention(FULL);
-  r.add_prompt_lengths(1024);
-  r.set_decode_tokens(16);
-  r.set_warmup_runs(1);
-  r.set_repeats(7);
-  r.set_max_repeats(7);
-  r.set_threads(1);
-  return r;
-}
+using ::hilnas::testing::StartHog;
+using ::hilnas::testing::StopHog;
 
-// A process spinning on CPU 0 for at most `seconds`.
-pid_t StartHog(int seconds) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(0, &set);
-    sched_setaffinity(0, sizeof set, &set);
-    alarm(seconds);  // SIGALRM ends it even if the test dies first
-    volatile unsigned long spin = 0;
-    for (;;) spin = spin + 1;
-  }
-  return pid;
-}
-
-void StopHog(pid_t pid) {
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
+BenchmarkRequest Job() { return hilnas::testing::HogJob("gate", 7); }
 
 double MedianTtft(const BenchmarkResult& r) { return r.summaries(0).ttft_median_ms(); }
 double MedianDecode(const BenchmarkResult& r) {

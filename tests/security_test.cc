@@ -304,10 +304,10 @@ TEST_F(SecurityTest, ACommandInACampaignConfigIsRefusedAtCreateAndNeverRuns) {
 
 TEST_F(SecurityTest, AnAgentOverTlsMeasuresAndForgedReportsAreRejectedStoringNothing) {
   auto coordinator = StartCoordinator();
-  Process agent(
-      {"agent", "--coordinator=" + address_, "--name=phone", "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0",
-       "--tls_ca=" + Cert("ca.pem"), absl::StrCat("--token=", kEnrollment)},
-      dir_ + "/agent.log");
+  Process agent({"agent", "--coordinator=" + address_, "--name=phone", "--threads=1",
+                 "--cooldown_ms=0", "--max_foreign_cores=0", "--canary=false",
+                 "--tls_ca=" + Cert("ca.pem"), absl::StrCat("--token=", kEnrollment)},
+                dir_ + "/agent.log");
   auto users = Users();
   auto submit = [&](const std::string& device) {
     SubmitBenchmarkRequest req;

@@ -35,8 +35,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::hilnas::testing::HilnasBinary;
-using ::hilnas::testing::Process;
 using ::hilnas::testing::kTinyCampaignSpace;
+using ::hilnas::testing::Process;
 using ::hilnas::testing::WaitFor;
 using ::testing::HasSubstr;
 
@@ -198,7 +198,8 @@ TEST_F(SlurmTest, TwoAtOnceAndAKilledCoordinatorEvaluatesEachTrialOnce) {
   const std::string slurm = WriteSlurmConfig("sleep 4; ", 10);
   WriteCampaign("onceeach", 6);
   auto coordinator = StartCoordinator(slurm);
-  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
+  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0",
+                 "--max_foreign_cores=0", "--canary=false"},
                 dir_ + "/agent.log");
   CreateAndStart("onceeach");
 
@@ -261,7 +262,8 @@ TEST_F(SlurmTest, ScancelIsRetriedTimeoutFailsAndStopCancelsEverything) {
       1);
   WriteCampaign("faults", 8);
   auto coordinator = StartCoordinator(slurm);
-  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0", "--max_foreign_cores=0"},
+  Process agent({"agent", Address(), "--name=a1", "--threads=1", "--cooldown_ms=0",
+                 "--max_foreign_cores=0", "--canary=false"},
                 dir_ + "/agent.log");
   CreateAndStart("faults");
 

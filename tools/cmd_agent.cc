@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +107,12 @@ int AgentCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   o.protocol.max_discards = cl.max_discards;
   o.protocol.discard_cooldown_ms = cl.discard_cooldown_ms;
   o.protocol.cpus = ParseCpuSet(cpu_set).value_or(std::vector<int>{});
+  o.canary_every_jobs = cl.canary ? cl.canary_every_jobs : 0;
+  o.canary_every_ms = cl.canary ? cl.canary_every_s * 1000 : 0;
+  if (cl.canary && o.canary_every_jobs <= 0 && o.canary_every_ms <= 0) {
+    o.canary_every_ms = std::numeric_limits<int64_t>::max() / 2;  // before the first job only
+  }
+  o.drift_cooldown_ms = cl.drift_cooldown_ms;
   o.log = Log;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
@@ -154,19 +161,22 @@ int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl) {
     for (int k = 0; k < t; ++k)
       absl::StrAppend(&cpus, cpus.empty() ? "" : ",", (next_cpu + k) % cores);
     next_cpu = (next_cpu + t) % cores;
-    std::vector<std::string> argv = {
-        "agent",
-        absl::StrCat("--coordinator=", CoordinatorAddress(cl)),
-        absl::StrCat("--name=", prefix, "-", i),
-        absl::StrCat("--cpu_set=", cpus),
-        absl::StrCat("--threads=", t),
-        absl::StrCat("--pools=", cl.pools),
-        absl::StrCat("--max_jobs=", cl.max_jobs),
-        absl::StrCat("--cooldown_ms=", cl.cooldown_ms),
-        absl::StrCat("--max_foreign_cores=", cl.max_foreign_cores),
-        absl::StrCat("--max_temperature_c=", cl.max_temperature_c),
-        absl::StrCat("--max_discards=", cl.max_discards),
-        absl::StrCat("--discard_cooldown_ms=", cl.discard_cooldown_ms)};
+    std::vector<std::string> argv = {"agent",
+                                     absl::StrCat("--coordinator=", CoordinatorAddress(cl)),
+                                     absl::StrCat("--name=", prefix, "-", i),
+                                     absl::StrCat("--cpu_set=", cpus),
+                                     absl::StrCat("--threads=", t),
+                                     absl::StrCat("--pools=", cl.pools),
+                                     absl::StrCat("--max_jobs=", cl.max_jobs),
+                                     absl::StrCat("--cooldown_ms=", cl.cooldown_ms),
+                                     absl::StrCat("--max_foreign_cores=", cl.max_foreign_cores),
+                                     absl::StrCat("--max_temperature_c=", cl.max_temperature_c),
+                                     absl::StrCat("--max_discards=", cl.max_discards),
+                                     absl::StrCat("--discard_cooldown_ms=", cl.discard_cooldown_ms),
+                                     absl::StrCat("--canary=", cl.canary ? "true" : "false"),
+                                     absl::StrCat("--canary_every_jobs=", cl.canary_every_jobs),
+                                     absl::StrCat("--canary_every_s=", cl.canary_every_s),
+                                     absl::StrCat("--drift_cooldown_ms=", cl.drift_cooldown_ms)};
     const ClientTls tls = ClientTlsOf(cl);
     for (const auto& [flag, value] : {std::pair<const char*, std::string>{"--tls_ca=", tls.ca_file},
                                       {"--tls_cert=", tls.cert_file},

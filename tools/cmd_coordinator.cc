@@ -150,6 +150,17 @@ void PrintResult(const BenchmarkResult& r) {
   for (const DiscardedRun& d : r.discarded()) {
     std::printf("  discarded at prompt %d: %s\n", d.sample().prompt_tokens(), d.reason().c_str());
   }
+  if (r.has_canary()) {
+    const CanaryReading& c = r.canary();
+    std::printf(
+        "drift check: canary %.2fx TTFT, %.2fx decode of the agent's baseline (%.1f ms, %.3f "
+        "ms/token), read %d job(s) before this one%s%s\n",
+        c.ttft_ratio(), c.decode_ratio(), c.baseline_ttft_ms(), c.baseline_decode_ms_per_token(),
+        c.jobs_since(),
+        c.requeues() > 0 ? absl::StrFormat("; re-queued %d time(s) for drift", c.requeues()).c_str()
+                         : "",
+        c.drifted() ? "; DRIFTED (retries spent)" : "");
+  }
   if (r.failure() != FAILURE_NONE) {
     std::printf("FAILED: %s: %s\n", FailureKind_Name(r.failure()).c_str(),
                 r.failure_message().c_str());
@@ -280,6 +291,32 @@ absl::StatusOr<std::vector<UserToken>> UserTokensOf(const CommandLine& cl) {
 // --evaluator NAME=TEMPLATE or NAME=slurm:FILE, each checked: a name a
 // config can carry, a template with {checkpoint} and {output} or a Slurm
 // configuration that reads.
+// --canary_request: the drift check's reference benchmark, validated like
+// a submission and bounded so re-timing it stays cheap.
+absl::StatusOr<BenchmarkRequest> CanaryOf(const CommandLine& cl) {
+  if (cl.canary_request == "none") return BenchmarkRequest();
+  if (!(cl.canary_tolerance > 0 && cl.canary_tolerance < 10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--canary_tolerance ", cl.canary_tolerance, " is not in (0, 10)"));
+  }
+  if (cl.max_drift_requeues < 0 || cl.max_drift_requeues > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_drift_requeues ", cl.max_drift_requeues, " is not in 0..100"));
+  }
+  if (cl.canary_request == "default") return DefaultCanary();
+  BenchmarkRequest r;
+  if (absl::Status s = ReadTextProtoFile(cl.canary_request, &r); !s.ok()) return s;
+  if (r.model_case() != BenchmarkRequest::kArch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--canary_request ", cl.canary_request, ": the canary must name an arch (random weights)"));
+  }
+  if (absl::Status s = ValidateBenchmarkRequest(r); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--canary_request ", cl.canary_request, ": ", s.message()));
+  }
+  return r;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> EvaluatorsOf(const CommandLine& cl) {
   std::map<std::string, std::string> out;
   for (const std::string& e : cl.evaluators) {
@@ -344,8 +381,12 @@ int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& 
     return Fail(s);
   }
 
+  absl::StatusOr<BenchmarkRequest> canary = CanaryOf(cl);
+  if (!canary.ok()) return Fail(canary.status());
   SystemClock clock;
   JobStoreOptions store_options;
+  store_options.canary_tolerance = cl.canary_tolerance;
+  store_options.max_drift_requeues = cl.max_drift_requeues;
   store_options.lease_ttl_ms = cl.lease_ttl_ms;
   store_options.max_attempts = cl.max_attempts;
   store_options.offline_after_ms = 5 * cl.heartbeat_ms + 10'000;
@@ -372,6 +413,7 @@ int CoordinatorCommand(const std::vector<std::string>& args, const CommandLine& 
   options.max_unfinished_jobs = cl.max_queued_jobs;
   options.max_model_bytes = cl.max_model_mb << 20;
   options.heartbeat_interval_ms = cl.heartbeat_ms;
+  options.canary = *canary;
   BenchmarkServices services(store->get(), &clock, options, &campaign_api);
 
   grpc::ServerBuilder builder;
@@ -452,15 +494,22 @@ int AgentsCommand(const std::vector<std::string>& args, const CommandLine& cl) {
     return 0;
   }
   const int64_t now = SystemClock().NowMs();
-  std::printf("%-16s %-8s %-8s %-7s %-8s %-14s %-14s %s\n", "NAME", "STATE", "THREADS", "CPUSET",
-              "JOBS", "HEARTBEAT", "RUNTIME", "SOC");
+  std::printf("%-16s %-8s %-8s %-7s %-8s %-14s %-22s %-14s %s\n", "NAME", "STATE", "THREADS",
+              "CPUSET", "JOBS", "HEARTBEAT", "DRIFT (TTFT/DECODE)", "RUNTIME", "SOC");
   for (const AgentInfo& a : resp.agents()) {
     const DeviceIdentity& d = a.device();
-    std::printf("%-16s %-8s %-8d %-7s %-8lld %-14s %-14s %s\n", d.name().c_str(), a.state().c_str(),
-                d.threads(), d.cpu_set().empty() ? "-" : d.cpu_set().c_str(),
+    // The newest canary against the agent's fastest: "1.03x/1.01x (12)".
+    const std::string drift =
+        a.canaries() == 0 ? "-"
+                          : absl::StrFormat("%.2fx/%.2fx (%d)%s", a.last_canary().ttft_ratio(),
+                                            a.last_canary().decode_ratio(), a.canaries(),
+                                            a.last_canary().drifted() ? " DRIFT" : "");
+    std::printf("%-16s %-8s %-8d %-7s %-8lld %-14s %-22s %-14s %s\n", d.name().c_str(),
+                a.state().c_str(), d.threads(), d.cpu_set().empty() ? "-" : d.cpu_set().c_str(),
                 static_cast<long long>(a.jobs_done()),
                 absl::StrFormat("%.1f s ago", (now - a.last_heartbeat_unix_ms()) / 1000.0).c_str(),
-                absl::StrCat(d.runtime(), " ", d.runtime_version()).c_str(), d.soc().c_str());
+                drift.c_str(), absl::StrCat(d.runtime(), " ", d.runtime_version()).c_str(),
+                d.soc().c_str());
   }
   std::printf("%d agents\n", resp.agents_size());
   return 0;

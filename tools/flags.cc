@@ -33,6 +33,14 @@ ABSL_FLAG(double, max_temperature_c, 0,
 ABSL_FLAG(int32_t, max_discards, 5,
           "agent: quiet-machine gate: retakes per prompt length before noisy runs are kept");
 ABSL_FLAG(double, discard_cooldown_ms, 1000, "agent: quiet-machine gate: wait before a retake");
+ABSL_FLAG(bool, canary, true,
+          "agent: run the coordinator's drift-check canary before the first job and every "
+          "--canary_every_jobs jobs or --canary_every_s seconds");
+ABSL_FLAG(int32_t, canary_every_jobs, 10,
+          "agent: re-time the canary after this many jobs (0: off)");
+ABSL_FLAG(int64_t, canary_every_s, 300, "agent: re-time the canary when older than this (0: off)");
+ABSL_FLAG(int64_t, drift_cooldown_ms, 5000,
+          "agent: rest this long after a job was re-queued for drift, then re-time the canary");
 ABSL_FLAG(int64_t, memory_limit_mb, 0,
           "agent: refuse models needing more (weights + KV cache); 0 = MemAvailable");
 ABSL_FLAG(int32_t, agents, 2, "fleet: how many local agents");
@@ -55,6 +63,14 @@ ABSL_FLAG(int64_t, lease_ttl_ms, 30'000,
           "coordinator: a lease not renewed for this long expires and its job goes back");
 ABSL_FLAG(int64_t, heartbeat_ms, 2'000, "coordinator: heartbeat interval told to agents");
 ABSL_FLAG(int32_t, max_attempts, 3, "coordinator: lease expiries before a job fails");
+ABSL_FLAG(std::string, canary_request, "default",
+          "coordinator: the drift-check canary agents re-time: default | none | a BenchmarkRequest "
+          ".textproto");
+ABSL_FLAG(double, canary_tolerance, 0.10,
+          "coordinator: re-queue a job whose agent's canary ran more than this fraction off its "
+          "baseline");
+ABSL_FLAG(int32_t, max_drift_requeues, 2,
+          "coordinator: drift re-queues per job before its result is kept, marked drifted");
 ABSL_FLAG(std::string, work_dir, "",
           "coordinator: campaign trials' pruned checkpoints go here (default DB.work)");
 ABSL_FLAG(std::string, http, "",
@@ -270,6 +286,10 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.max_temperature_c = absl::GetFlag(FLAGS_max_temperature_c);
   cl.max_discards = absl::GetFlag(FLAGS_max_discards);
   cl.discard_cooldown_ms = absl::GetFlag(FLAGS_discard_cooldown_ms);
+  cl.canary = absl::GetFlag(FLAGS_canary);
+  cl.canary_every_jobs = absl::GetFlag(FLAGS_canary_every_jobs);
+  cl.canary_every_s = absl::GetFlag(FLAGS_canary_every_s);
+  cl.drift_cooldown_ms = absl::GetFlag(FLAGS_drift_cooldown_ms);
   cl.memory_limit_mb = absl::GetFlag(FLAGS_memory_limit_mb);
   cl.agents = absl::GetFlag(FLAGS_agents);
   cl.fleet_threads = absl::GetFlag(FLAGS_fleet_threads);
@@ -285,6 +305,9 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
   cl.heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   cl.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  cl.canary_request = absl::GetFlag(FLAGS_canary_request);
+  cl.canary_tolerance = absl::GetFlag(FLAGS_canary_tolerance);
+  cl.max_drift_requeues = absl::GetFlag(FLAGS_max_drift_requeues);
   cl.work_dir = absl::GetFlag(FLAGS_work_dir);
   cl.http = absl::GetFlag(FLAGS_http);
   cl.http_port_file = absl::GetFlag(FLAGS_http_port_file);

@@ -28,6 +28,9 @@ struct CommandLine {
   double cooldown_ms = 0;
   double max_foreign_cores = 0.25, max_temperature_c = 0, discard_cooldown_ms = 1000;
   int max_discards = 5;
+  bool canary = true;
+  int32_t canary_every_jobs = 10;
+  int64_t canary_every_s = 300, drift_cooldown_ms = 5000;
   int64_t memory_limit_mb = 0;
   int32_t agents = 0;
   std::string fleet_threads;
@@ -45,6 +48,9 @@ struct CommandLine {
   int64_t lease_ttl_ms = 0;
   int64_t heartbeat_ms = 0;
   int32_t max_attempts = 0;
+  std::string canary_request;
+  double canary_tolerance = 0.10;
+  int32_t max_drift_requeues = 2;
   std::string work_dir;
   std::string http;
   std::string http_port_file;
