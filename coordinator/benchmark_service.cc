@@ -67,7 +67,7 @@ BenchmarkRequest DefaultCanary() {
   a.set_norm_eps(1e-5);
   a.set_qk_norm(true);
   for (int i = 0; i < 4; ++i) a.add_attention(FULL);
-  r.add_prompt_lengths(256);
+  r.add_prompt_lengths(1024);
   r.set_decode_tokens(32);
   r.set_warmup_runs(1);
   r.set_repeats(5);

@@ -576,22 +576,35 @@ absl::Status JobStore::JudgeCanaryLocked(const std::string& agent_id, CanaryRead
                         agent_id, ttft, decode, reading.measured_unix_ms()));
   }
   const std::string key = reading.request().SerializeAsString();
-  // The fastest earlier readings of the same benchmark; this one counts
-  // too. Whatever ratios the agent sent are overwritten.
+  // The baseline: the 10th percentile of this reading and the agent's 500
+  // newest of the same benchmark (the fastest while there are at most 10).
+  // Interference only adds time, and a low percentile rather than the
+  // minimum keeps a lucky reading from setting it as readings accumulate.
+  // Whatever ratios the agent sent are overwritten.
+  std::vector<double> ttfts = {ttft}, decodes;
+  if (decode > 0) decodes.push_back(decode);
   HILNAS_ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare("SELECT MIN(ttft_ms), MIN(CASE WHEN decode_ms > 0 THEN decode_ms END) FROM "
-                   "canaries WHERE agent_id = ? AND request = ? AND measured_ms <> ?"));
+      db_->Prepare("SELECT ttft_ms, decode_ms FROM canaries WHERE agent_id = ? AND request = ? "
+                   "AND measured_ms <> ? ORDER BY measured_ms DESC LIMIT 500"));
   q.Bind(1, agent_id).BindBlob(2, key).Bind(3, reading.measured_unix_ms());
-  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
-  double base_ttft = ttft;
-  double base_decode = decode;
-  if (row && !q.IsNull(0)) base_ttft = std::min(base_ttft, q.Double(0));
-  if (row && !q.IsNull(1))
-    base_decode = decode > 0 ? std::min(base_decode, q.Double(1)) : q.Double(1);
+  while (true) {
+    HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ttfts.push_back(q.Double(0));
+    if (q.Double(1) > 0) decodes.push_back(q.Double(1));
+  }
+  auto low_percentile = [](std::vector<double>& v) {
+    if (v.empty()) return 0.0;
+    const size_t k = (v.size() - 1) / 10;
+    std::nth_element(v.begin(), v.begin() + k, v.end());
+    return v[k];
+  };
+  const double base_ttft = low_percentile(ttfts);
+  const double base_decode = low_percentile(decodes);
   reading.set_baseline_ttft_ms(base_ttft);
   reading.set_baseline_decode_ms_per_token(base_decode);
-  reading.set_ttft_ratio(ttft / base_ttft);
+  reading.set_ttft_ratio(ttft / base_ttft);  // > 0: base_ttft is one of the positive readings
   reading.set_decode_ratio(decode > 0 && base_decode > 0 ? decode / base_decode : 1.0);
   reading.set_drifted(reading.ttft_ratio() > 1 + options_.canary_tolerance ||
                       reading.decode_ratio() > 1 + options_.canary_tolerance);
