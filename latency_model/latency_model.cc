@@ -7,14 +7,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "latency_model/metrics.h"
-#include "proto/latency.pb.h"
 #include "search_space/counts.h"
 #include "util/textproto.h"
 
 namespace hilnas {
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2 added the nested prior model; version 1 files still load.
+constexpr int kFormatVersion = 2;
+constexpr int kMaxPriorDepth = 4;  // a prior of a prior of ...: bounded for hostile files
 
 }  // namespace
 
@@ -46,18 +47,28 @@ double LatencyModel::MeasuredSe(LatencyMetric m, const LatencyRow& r) {
 }
 
 // log FLOPs of the phase the metric times, and log parameter count: the
-// proxies of MobileLLM-Flash Tab. 2, here as extra GP inputs.
-std::vector<double> LatencyModel::RawDerived(const Arch& a) const {
+// proxies of MobileLLM-Flash Tab. 2, here as extra GP inputs; then the prior
+// device's predicted log ms.
+absl::StatusOr<std::vector<double>> LatencyModel::RawDerived(const Arch& a) const {
   const double flops = metric_ == LatencyMetric::kTtft
                            ? PrefillFlops(a, prompt_tokens_)
                            : DecodeFlops(a, std::max(1, prompt_tokens_));
-  return {std::log(flops), std::log(static_cast<double>(CountParameters(a).model()))};
+  std::vector<double> d = {std::log(flops),
+                           std::log(static_cast<double>(CountParameters(a).model()))};
+  if (prior_ != nullptr) {
+    absl::StatusOr<std::vector<LatencyPrediction>> p = prior_->Predict({a});
+    if (!p.ok()) return p.status();
+    d.push_back(std::log((*p)[0].median_ms));
+  }
+  return d;
 }
 
 absl::StatusOr<std::vector<double>> LatencyModel::Features(const Arch& arch) const {
   absl::StatusOr<std::vector<double>> x = space_.Encode(arch);
   if (!x.ok()) return x.status();
-  const std::vector<double> d = RawDerived(arch);
+  absl::StatusOr<std::vector<double>> derived = RawDerived(arch);
+  if (!derived.ok()) return derived.status();
+  const std::vector<double>& d = *derived;
   for (size_t i = 0; i < d.size(); ++i) {
     const double span = feature_max_[i] - feature_min_[i];
     x->push_back(span > 0 ? (d[i] - feature_min_[i]) / span : 0.5);
@@ -68,7 +79,8 @@ absl::StatusOr<std::vector<double>> LatencyModel::Features(const Arch& arch) con
 absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::string& device_class,
                                                LatencyMetric metric, int prompt_tokens,
                                                const std::vector<LatencyRow>& data,
-                                               const GpOptions& options) {
+                                               const GpOptions& options,
+                                               const LatencyModel* prior) {
   LatencyModel m(space);
   m.device_class_ = device_class;
   m.metric_ = metric;
@@ -77,16 +89,32 @@ absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::st
   m.feature_names_.push_back(metric == LatencyMetric::kTtft ? "log_prefill_flops"
                                                             : "log_decode_flops");
   m.feature_names_.push_back("log_params");
+  if (prior != nullptr) {
+    if (prior->metric() != metric) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prior model of ", prior->device_class(), " predicts ",
+                       LatencyMetricName(prior->metric()), ", not ", LatencyMetricName(metric)));
+    }
+    if (prior->space().proto().SerializeAsString() != space.proto().SerializeAsString()) {
+      return absl::FailedPreconditionError(absl::StrCat("prior model of ", prior->device_class(),
+                                                        " was fitted on a different search space"));
+    }
+    m.prior_ = std::make_shared<const LatencyModel>(*prior);
+    m.feature_names_.push_back(absl::StrCat("log_ms_on_", prior->device_class()));
+  }
+  const size_t derived = m.feature_names_.size() - space.dimensions();
   const std::vector<const LatencyRow*> rows = Select(prompt_tokens, data);
   if (rows.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("latency model: ", rows.size(),
                                                    " rows at prompt length ", prompt_tokens,
                                                    "; need at least 2"));
   }
-  m.feature_min_.assign(2, INFINITY);
-  m.feature_max_.assign(2, -INFINITY);
+  m.feature_min_.assign(derived, INFINITY);
+  m.feature_max_.assign(derived, -INFINITY);
   for (const LatencyRow* r : rows) {
-    const std::vector<double> d = m.RawDerived(r->arch);
+    absl::StatusOr<std::vector<double>> raw = m.RawDerived(r->arch);
+    if (!raw.ok()) return raw.status();
+    const std::vector<double>& d = *raw;
     for (size_t i = 0; i < d.size(); ++i) {
       m.feature_min_[i] = std::min(m.feature_min_[i], d[i]);
       m.feature_max_[i] = std::max(m.feature_max_[i], d[i]);
@@ -101,17 +129,22 @@ absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::st
     gd.y.push_back(ms > 0 ? std::log(ms) : NAN);  // non-positive times are dropped
     gd.y_var.push_back(ms > 0 ? (se / ms) * (se / ms) : 0.0);
   }
-  // Least-squares line of log ms in the scaled log-FLOPs feature.
-  const size_t flops = space.dimensions();
+  // Least-squares line of log ms in the scaled log-FLOPs feature, or in the
+  // prior device's scaled log ms: the affine map from device A to B.
+  const size_t regressor = m.TrendFeature();
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < gd.y.size(); ++i) {
     if (!std::isfinite(gd.y[i])) continue;
-    const double x = gd.x[i][flops];
+    const double x = gd.x[i][regressor];
     n += 1, sx += x, sy += gd.y[i], sxx += x * x, sxy += x * gd.y[i];
   }
   const double var = n > 0 ? sxx / n - (sx / n) * (sx / n) : 0;
   if (n >= 3 && var > 1e-12) {
     m.trend_slope_ = (sxy / n - (sx / n) * (sy / n)) / var;
+    m.trend_intercept_ = sy / n - m.trend_slope_ * sx / n;
+  } else if (prior != nullptr && n > 0) {
+    // Too few points for a slope: B is A shifted by a constant factor.
+    m.trend_slope_ = m.feature_max_.back() - m.feature_min_.back();  // raw slope 1
     m.trend_intercept_ = sy / n - m.trend_slope_ * sx / n;
   }
   for (size_t i = 0; i < gd.y.size(); ++i) gd.y[i] -= m.Trend(gd.x[i]);
@@ -122,7 +155,7 @@ absl::StatusOr<LatencyModel> LatencyModel::Fit(const Space& space, const std::st
 }
 
 double LatencyModel::Trend(const std::vector<double>& features) const {
-  return trend_intercept_ + trend_slope_ * features[space_.dimensions()];
+  return trend_intercept_ + trend_slope_ * features[TrendFeature()];
 }
 
 absl::StatusOr<std::vector<std::vector<double>>> LatencyModel::SampleLogMs(
@@ -163,7 +196,7 @@ absl::StatusOr<std::vector<LatencyPrediction>> LatencyModel::Predict(
   return out;
 }
 
-absl::Status LatencyModel::Save(const std::string& path) const {
+LatencyModelFile LatencyModel::ToFile() const {
   LatencyModelFile f;
   f.set_format_version(kFormatVersion);
   *f.mutable_space() = space_.proto();
@@ -186,7 +219,12 @@ absl::Status LatencyModel::Save(const std::string& path) const {
     r->set_y(d.y[i]);
     r->set_y_var(d.y_var.empty() ? 0.0 : d.y_var[i]);
   }
-  return WriteFileAtomically(path, f.SerializeAsString());
+  if (prior_ != nullptr) *f.mutable_prior() = prior_->ToFile();
+  return f;
+}
+
+absl::Status LatencyModel::Save(const std::string& path) const {
+  return WriteFileAtomically(path, ToFile().SerializeAsString());
 }
 
 absl::StatusOr<LatencyModel> LatencyModel::Load(const std::string& path, const Space& space) {
@@ -197,9 +235,16 @@ absl::StatusOr<LatencyModel> LatencyModel::Load(const std::string& path, const S
   if (!f.ParseFromString(bytes) || f.format_version() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a hilnas latency model file"));
   }
-  if (f.format_version() != kFormatVersion) {
+  return FromFile(f, path, space, 0);
+}
+
+absl::StatusOr<LatencyModel> LatencyModel::FromFile(const LatencyModelFile& f,
+                                                    const std::string& origin, const Space& space,
+                                                    int depth) {
+  const std::string path = depth == 0 ? origin : absl::StrCat(origin, " (prior ", depth, ")");
+  if (f.format_version() < 1 || f.format_version() > kFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": format version ", f.format_version(),
-                                                   "; this hilnas reads ", kFormatVersion));
+                                                   "; this hilnas reads 1 to ", kFormatVersion));
   }
   if (f.space().SerializeAsString() != space.proto().SerializeAsString()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -213,14 +258,28 @@ absl::StatusOr<LatencyModel> LatencyModel::Load(const std::string& path, const S
   m.device_class_ = f.device_class();
   m.metric_ = *metric;
   m.prompt_tokens_ = f.prompt_tokens();
+  if (f.has_prior()) {
+    if (depth >= kMaxPriorDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": prior models nested deeper than ", kMaxPriorDepth));
+    }
+    absl::StatusOr<LatencyModel> prior = FromFile(f.prior(), origin, space, depth + 1);
+    if (!prior.ok()) return prior.status();
+    if (prior->metric() != m.metric_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": its prior model predicts ", LatencyMetricName(prior->metric())));
+    }
+    m.prior_ = std::make_shared<const LatencyModel>(*std::move(prior));
+  }
   m.feature_names_.assign(f.feature_names().begin(), f.feature_names().end());
   m.feature_min_.assign(f.feature_min().begin(), f.feature_min().end());
   m.feature_max_.assign(f.feature_max().begin(), f.feature_max().end());
-  if (m.feature_min_.size() != 2 || m.feature_max_.size() != 2 ||
-      static_cast<int>(f.lengthscales_size()) != space.dimensions() + 2) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", f.lengthscales_size(),
-                                                   " lengthscales for ", space.dimensions() + 2,
-                                                   " features; the file is corrupt"));
+  const size_t derived = m.prior_ != nullptr ? 3 : 2;
+  if (m.feature_min_.size() != derived || m.feature_max_.size() != derived ||
+      static_cast<size_t>(f.lengthscales_size()) != space.dimensions() + derived) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", f.lengthscales_size(), " lengthscales for ",
+                     space.dimensions() + derived, " features; the file is corrupt"));
   }
   m.trend_intercept_ = f.trend_intercept();
   m.trend_slope_ = f.trend_slope();
@@ -269,8 +328,9 @@ absl::StatusOr<LatencyCv> CrossValidateLatency(const LatencyModel& model,
         train.push_back(*cv.rows[order[i]]);
       }
     }
-    absl::StatusOr<LatencyModel> m = LatencyModel::Fit(
-        model.space(), model.device_class(), model.metric(), model.prompt_tokens(), train, options);
+    absl::StatusOr<LatencyModel> m =
+        LatencyModel::Fit(model.space(), model.device_class(), model.metric(),
+                          model.prompt_tokens(), train, options, model.prior());
     if (!m.ok()) return m.status();
     absl::StatusOr<std::vector<LatencyPrediction>> p = m->Predict(test_archs);
     if (!p.ok()) return p.status();

@@ -7,15 +7,24 @@
 // FLOPs miss (attention pattern, memory-bound layers) as it grows. Measured standard errors become
 // per-point noise (delta method: var(log t) ~ (se / t)^2). MobileLLM-Flash Sec. 3.4 fits the same
 // kind of GP on ~800 on-device TTFT measurements.
+//
+// A new device from a few points (issue 18): fitted with a prior model of
+// another device, the model takes that device's predicted log ms as one
+// more input, and its prior mean becomes an affine map of it (learned from
+// the new device's points) instead of the FLOPs line. The GP learns what
+// differs. HELP (Lee et al. 2021) and MAPLE-Edge (Nair et al. 2022) report
+// ~10 measurements suffice on an unseen device with such transfer.
 #ifndef HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
 #define HILNAS_LATENCY_MODEL_LATENCY_MODEL_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "latency_model/dataset.h"
 #include "latency_model/gp.h"
+#include "proto/latency.pb.h"
 #include "search_space/space.h"
 
 namespace hilnas {
@@ -34,10 +43,13 @@ class LatencyModel {
  public:
   // Fits on the rows of `data` at `prompt_tokens` (decode: any prompt length
   // when prompt_tokens is 0). INVALID_ARGUMENT when fewer than 2 rows match.
+  // With `prior` (another device's model of the same metric on the same
+  // space, copied in), its prediction is an input and the trend's regressor.
   static absl::StatusOr<LatencyModel> Fit(const Space& space, const std::string& device_class,
                                           LatencyMetric metric, int prompt_tokens,
                                           const std::vector<LatencyRow>& data,
-                                          const GpOptions& options = {});
+                                          const GpOptions& options = {},
+                                          const LatencyModel* prior = nullptr);
 
   absl::StatusOr<std::vector<LatencyPrediction>> Predict(const std::vector<Arch>& archs) const;
   // `n` joint posterior draws of log ms at `archs`, n x |archs|.
@@ -46,8 +58,10 @@ class LatencyModel {
   // The prior mean (log ms) at a feature vector from Features(); the GP
   // models log ms minus this.
   double Trend(const std::vector<double>& features) const;
+  // The other device's model this one was fitted on top of, or null.
+  const LatencyModel* prior() const { return prior_.get(); }
 
-  // Binary LatencyModelFile, written atomically.
+  // Binary LatencyModelFile (a prior model nested in it), written atomically.
   absl::Status Save(const std::string& path) const;
   // FAILED_PRECONDITION when the file was fitted on a different search space
   // than `space`; INVALID_ARGUMENT for a corrupt file or unknown version.
@@ -72,7 +86,14 @@ class LatencyModel {
 
  private:
   LatencyModel(const Space& space) : space_(space) {}
-  std::vector<double> RawDerived(const Arch& arch) const;
+  // log FLOPs, log parameters, and the prior's predicted log ms when there
+  // is a prior, unscaled.
+  absl::StatusOr<std::vector<double>> RawDerived(const Arch& arch) const;
+  // Index in Features() of the trend's regressor.
+  size_t TrendFeature() const { return space_.dimensions() + (prior_ != nullptr ? 2 : 0); }
+  LatencyModelFile ToFile() const;
+  static absl::StatusOr<LatencyModel> FromFile(const LatencyModelFile& f, const std::string& path,
+                                               const Space& space, int depth);
 
   Space space_;
   std::string device_class_;
@@ -82,6 +103,7 @@ class LatencyModel {
   std::vector<double> feature_min_, feature_max_;
   double trend_intercept_ = 0, trend_slope_ = 0;
   ExactGp gp_;
+  std::shared_ptr<const LatencyModel> prior_;  // immutable once fitted: shared by copies
 };
 
 // k-fold cross-validation of a model's GP on its own rows of `data` (the

@@ -1,9 +1,11 @@
 #include "latency_model/latency_model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "latency_model/dataset.h"
@@ -219,6 +221,104 @@ TEST(LatencyDatasetTest, FilesWithoutThePassColumnStillRead) {
                          "ttft_se_ms,decode_ms,decode_se_ms,pass\n"
                          "x,4,128,256,FFFF,256,1.0,0.1,0.5,0.01,0\n";
   EXPECT_THAT(ReadLatencyCsv(path, space).status().message(), HasSubstr("column 11 (pass)"));
+}
+
+TEST(LatencyDatasetTest, TheCanaryRatioColumnRoundTripsAndIsChecked) {
+  const Space space = SmallSpace();
+  std::vector<LatencyRow> rows = SyntheticRows(space, 3, 5);
+  rows[1].canary_ratio = 1.04;
+  const std::string path = ::testing::TempDir() + "/latency_canary.csv";
+  ASSERT_OK(WriteLatencyCsv(path, "", rows));
+  ASSERT_OK_AND_ASSIGN(std::vector<LatencyRow> back, ReadLatencyCsv(path, space));
+  EXPECT_DOUBLE_EQ(back[0].canary_ratio, 0);
+  EXPECT_DOUBLE_EQ(back[1].canary_ratio, 1.04);
+  std::ofstream(path) << "device,num_layers,d_model,d_ffn,pattern,prompt_tokens,ttft_ms,"
+                         "ttft_se_ms,decode_ms,decode_se_ms,pass,canary_ratio\n"
+                         "x,4,128,256,FFFF,256,1.0,0.1,0.5,0.01,1,-2\n";
+  EXPECT_THAT(ReadLatencyCsv(path, space).status().message(),
+              HasSubstr("column 12 (canary_ratio) \"-2\""));
+}
+
+// Device A: TTFT from FLOPs times costs FLOPs do not see: up to 40% more
+// with full-attention layers when d_ffn is wide, 25% for an odd layer count.
+// Device B: A's law, 1.8x slower and bent (exponent 0.9). With 10 of B's
+// points, a model on top of A's predicts B's held-out architectures; one
+// from the FLOPs line alone cannot learn those terms from 10 points.
+std::vector<LatencyRow> TwoDeviceRows(const Space& space, int n, uint64_t seed, bool device_b) {
+  std::vector<LatencyRow> rows = SyntheticRows(space, n, seed);
+  for (LatencyRow& r : rows) {
+    int full = 0;
+    for (Attention t : r.arch.attention) full += t == Attention::kFull;
+    double ms = r.ttft_ms * (1 + (r.arch.d_ffn > 384 ? 0.4 * full / r.arch.num_layers : 0)) *
+                (r.arch.num_layers % 2 == 1 ? 1.25 : 1.0);
+    if (device_b) ms = 1.8 * std::pow(ms, 0.9);
+    r.device = device_b ? "device-b" : "device-a";
+    r.ttft_ms = ms;
+    r.ttft_se_ms = 0.01 * ms;
+  }
+  return rows;
+}
+
+TEST(LatencyModelTest, APriorModelOfAnotherDeviceCarriesTenPoints) {
+  const Space space = SmallSpace();
+  ASSERT_OK_AND_ASSIGN(LatencyModel a, LatencyModel::Fit(space, "device-a", LatencyMetric::kTtft,
+                                                         256, TwoDeviceRows(space, 80, 1, false)));
+  const std::vector<LatencyRow> few = TwoDeviceRows(space, 10, 2, true);
+  const std::vector<LatencyRow> test = TwoDeviceRows(space, 60, 3, true);
+  ASSERT_OK_AND_ASSIGN(LatencyModel alone,
+                       LatencyModel::Fit(space, "device-b", LatencyMetric::kTtft, 256, few));
+  ASSERT_OK_AND_ASSIGN(
+      LatencyModel moved,
+      LatencyModel::Fit(space, "device-b", LatencyMetric::kTtft, 256, few, {}, &a));
+  ASSERT_NE(moved.prior(), nullptr);
+  EXPECT_EQ(moved.feature_names().back(), "log_ms_on_device-a");
+  std::vector<Arch> archs;
+  std::vector<double> truth;
+  for (const LatencyRow& r : test) {
+    archs.push_back(r.arch);
+    truth.push_back(r.ttft_ms);
+  }
+  auto r2 = [&](const LatencyModel& m) {
+    absl::StatusOr<std::vector<LatencyPrediction>> p = m.Predict(archs);
+    EXPECT_TRUE(p.ok()) << p.status();
+    std::vector<double> pred;
+    for (const LatencyPrediction& x : *p) pred.push_back(x.median_ms);
+    return RSquared(truth, pred);
+  };
+  const double with_prior = r2(moved), without = r2(alone);
+  EXPECT_GT(with_prior, 0.97);
+  EXPECT_GT(with_prior, without + 0.02) << "without the prior: " << without;
+  std::printf("held-out R^2 from 10 points: %.3f alone, %.3f on A's model\n", without, with_prior);
+
+  // The file carries the prior: predictions survive a round trip.
+  const std::string path = ::testing::TempDir() + "/device_b.model";
+  ASSERT_OK(moved.Save(path));
+  ASSERT_OK_AND_ASSIGN(LatencyModel back, LatencyModel::Load(path, space));
+  ASSERT_NE(back.prior(), nullptr);
+  EXPECT_EQ(back.prior()->device_class(), "device-a");
+  EXPECT_NEAR(r2(back), with_prior, 1e-12);
+
+  // A prior of the other metric is refused by name.
+  ASSERT_OK_AND_ASSIGN(LatencyModel decode,
+                       LatencyModel::Fit(space, "device-a", LatencyMetric::kDecode, 256,
+                                         TwoDeviceRows(space, 20, 1, false)));
+  EXPECT_THAT(LatencyModel::Fit(space, "device-b", LatencyMetric::kTtft, 256, few, {}, &decode),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("predicts decode")));
+}
+
+TEST(LatencyModelTest, PriorModelsNestedTooDeepAreRefused) {
+  const Space space = SmallSpace();
+  const std::vector<LatencyRow> rows = TwoDeviceRows(space, 8, 1, false);
+  ASSERT_OK_AND_ASSIGN(LatencyModel m,
+                       LatencyModel::Fit(space, "d0", LatencyMetric::kTtft, 256, rows));
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_OK_AND_ASSIGN(
+        m, LatencyModel::Fit(space, absl::StrCat("d", i), LatencyMetric::kTtft, 256, rows, {}, &m));
+  }
+  const std::string path = ::testing::TempDir() + "/deep.model";
+  ASSERT_OK(m.Save(path));
+  EXPECT_THAT(LatencyModel::Load(path, space),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nested deeper than 4")));
 }
 
 TEST(LatencyMetricsTest, ShareWithinCountsPredictionsInsideTheTolerance) {

@@ -210,6 +210,22 @@ TEST(CliTest, LatencyEvalFitPredictOnRecordedMeasurements) {
   Result wrong_space = Hilnas("latency predict --model " + model + " --arch " + arch);
   EXPECT_EQ(wrong_space.exit_code, 1);
   EXPECT_THAT(wrong_space.output, HasSubstr("different search space"));
+
+  // A second device (1 thread) on top of the first one's model.
+  const std::string b_data = " --data " + SourceDir() + "/bench/data/latency-epyc-1t.csv";
+  const std::string b_model = ::testing::TempDir() + "/decode-1t.model";
+  Result transfer = Hilnas("latency fit --metric decode --restarts 1 --prior-model " + model +
+                           " --out " + b_model + space + b_data);
+  ASSERT_EQ(transfer.exit_code, 0) << transfer.output;
+  EXPECT_THAT(transfer.output, HasSubstr("prior model: epyc-2t's decode prediction"));
+  EXPECT_THAT(transfer.output, HasSubstr("log_ms_on_epyc-2t="));
+  Result predict_b = Hilnas("latency predict --model " + b_model + " --arch " + arch + space);
+  ASSERT_EQ(predict_b.exit_code, 0) << predict_b.output;
+  EXPECT_THAT(predict_b.output, HasSubstr("on epyc-1t"));
+  Result wrong_metric = Hilnas("latency fit --metric ttft --restarts 1 --prior-model " + model +
+                               " --out " + b_model + space + b_data);
+  EXPECT_EQ(wrong_metric.exit_code, 1);
+  EXPECT_THAT(wrong_metric.output, HasSubstr("predicts decode, not ttft"));
 }
 
 // The pruning half of the search as a user runs it: corpus, train a small

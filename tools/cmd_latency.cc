@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -187,15 +188,26 @@ std::string Svg(const std::vector<double>& measured, const std::vector<double>& 
   return plot.Render();
 }
 
+// --prior-model: another device's model, or none.
+absl::StatusOr<std::optional<LatencyModel>> PriorOf(const CommandLine& cl, const Space& space) {
+  if (cl.prior_model.empty()) return std::optional<LatencyModel>();
+  absl::StatusOr<LatencyModel> m = LatencyModel::Load(cl.prior_model, space);
+  if (!m.ok()) return m.status();
+  return std::optional<LatencyModel>(*std::move(m));
+}
+
 int Fit(const CommandLine& cl) {
   absl::StatusOr<Loaded> d = LoadData(cl);
   if (!d.ok()) return Fail(d.status());
   const std::string out = cl.out;
   if (out.empty()) return Fail(absl::InvalidArgumentError("latency fit needs --out FILE"));
+  absl::StatusOr<std::optional<LatencyModel>> prior = PriorOf(cl, d->space);
+  if (!prior.ok()) return Fail(prior.status());
   d->rows = MergePasses(d->rows);  // one row per architecture, passes averaged
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<LatencyModel> m = LatencyModel::Fit(d->space, d->rows[0].device, d->metric,
-                                                     d->prompt, d->rows, GpOptionsOf(cl));
+  absl::StatusOr<LatencyModel> m =
+      LatencyModel::Fit(d->space, d->rows[0].device, d->metric, d->prompt, d->rows, GpOptionsOf(cl),
+                        prior->has_value() ? &**prior : nullptr);
   if (!m.ok()) return Fail(m.status());
   if (absl::Status s = m->Save(out); !s.ok()) return Fail(s);
   const GpHyperparameters& h = m->gp().hyperparameters();
@@ -203,6 +215,10 @@ int Fit(const CommandLine& cl) {
               LatencyMetricName(d->metric), d->prompt, m->gp().data().y.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
               m->gp().dropped(), out.c_str());
+  if (m->prior() != nullptr) {
+    std::printf("prior model: %s's %s prediction, affinely mapped to these points\n",
+                m->prior()->device_class().c_str(), LatencyMetricName(m->prior()->metric()));
+  }
   std::printf("outputscale %.3f, noise %.2e, log marginal likelihood %.1f\nlengthscales:",
               h.outputscale, h.noise, m->gp().log_marginal_likelihood());
   for (size_t i = 0; i < h.lengthscales.size(); ++i) {
@@ -223,9 +239,12 @@ int Eval(const CommandLine& cl) {
       ttft_metric ? +[](const LatencyRow& r) { return r.ttft_ms; }
                   : +[](const LatencyRow& r) { return r.decode_ms; });
   d->rows = MergePasses(d->rows);
+  absl::StatusOr<std::optional<LatencyModel>> prior = PriorOf(cl, d->space);
+  if (!prior.ok()) return Fail(prior.status());
   const std::vector<const LatencyRow*> rows = LatencyModel::Select(d->prompt, d->rows);
   absl::StatusOr<LatencyModel> full =
-      LatencyModel::Fit(d->space, rows[0]->device, d->metric, d->prompt, d->rows, GpOptionsOf(cl));
+      LatencyModel::Fit(d->space, rows[0]->device, d->metric, d->prompt, d->rows, GpOptionsOf(cl),
+                        prior->has_value() ? &**prior : nullptr);
   if (!full.ok()) return Fail(full.status());
   // Cross-validate on the same features the model uses. Feature scaling is
   // fitted on all rows: it only rescales FLOPs/params, which are known
@@ -247,9 +266,12 @@ int Eval(const CommandLine& cl) {
   }
   std::printf(
       "%s at prompt %d, %zu architectures, device %s, %d-fold cross-validation (%.1f s), %s "
-      "lengthscale prior\n\n",
+      "lengthscale prior%s\n\n",
       LatencyMetricName(d->metric), d->prompt, rows.size(), rows[0]->device.c_str(), cl.folds, cv_s,
-      cl.gp_prior.c_str());
+      cl.gp_prior.c_str(),
+      full->prior() == nullptr
+          ? ""
+          : absl::StrCat(", prior model of ", full->prior()->device_class()).c_str());
   std::printf(
       "| predictor | R^2 (ms) | R^2 (log) | RMSE s | Kendall tau | within 5%% | within 10%% "
       "|\n|---|---|---|---|---|---|---|\n");

@@ -100,6 +100,9 @@ ABSL_FLAG(int32_t, prompts, 4, "ppd: held-out prompts taken from --tokens");
 // latency
 ABSL_FLAG(std::string, data, "", "latency: measurements CSV (see `hilnas latency collect`)");
 ABSL_FLAG(std::string, model, "", "latency: fitted model file");
+ABSL_FLAG(std::string, prior_model, "",
+          "latency fit/eval: another device's fitted model (same space and metric) to transfer "
+          "from: its prediction becomes the prior mean, affinely mapped to this device's points");
 ABSL_FLAG(std::string, metric, "ttft", "latency: ttft | decode");
 ABSL_FLAG(int32_t, folds, 10, "latency eval: cross-validation folds");
 ABSL_FLAG(std::string, plot, "", "latency eval: write a predicted-vs-measured SVG here");
@@ -329,6 +332,7 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.prompts = absl::GetFlag(FLAGS_prompts);
   cl.data = absl::GetFlag(FLAGS_data);
   cl.model = absl::GetFlag(FLAGS_model);
+  cl.prior_model = absl::GetFlag(FLAGS_prior_model);
   cl.metric = absl::GetFlag(FLAGS_metric);
   cl.folds = absl::GetFlag(FLAGS_folds);
   cl.plot = absl::GetFlag(FLAGS_plot);

@@ -74,6 +74,7 @@ struct CommandLine {
   // latency
   std::string data;
   std::string model;
+  std::string prior_model;
   std::string metric;
   int32_t folds = 0;
   std::string plot;

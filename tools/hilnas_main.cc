@@ -70,13 +70,15 @@ const Command kCommands[] = {
      false},
     {"latency", LatencyCommand,
      "collect --space FILE --n N --prompt-lengths L [--passes 2] --out CSV\n"
-     "  | fit --data CSV|--campaign C [--space FILE --metric ttft|decode --prompt-tokens N] --out "
-     "MODEL\n"
+     "  | fit --data CSV|--campaign C [--space FILE --metric ttft|decode --prompt-tokens N\n"
+     "        --prior-model A.model] --out MODEL\n"
      "  | eval --data CSV|--campaign C [--space FILE --metric ttft|decode --folds 10 --plot "
-     "F.svg]\n"
+     "F.svg\n"
+     "        --prior-model A.model]\n"
      "  | predict --model MODEL [--space FILE] --shape NAME|--arch FILE\n"
      "measure Sobol draws through the agents; fit the GP latency model; cross-validated R^2,\n"
-     "RMSE, Kendall tau vs FLOPs/params proxies; predicted latency with a 95% interval",
+     "RMSE, Kendall tau vs FLOPs/params proxies; predicted latency with a 95% interval;\n"
+     "--prior-model: a new device from a few points, on top of another device's model",
      true},
     {"corpus", CorpusCommand,
      "--out FILE [--sources A,B]\n"
