@@ -82,6 +82,26 @@ TEST_F(WebServerTest, ServesThePageAndTheJsonApi) {
   EXPECT_THAT(svg.body, HasSubstr("Pareto front"));
   ASSERT_OK_AND_ASSIGN(auto agents, WebServer::Handle("/api/agents", *campaigns_, *jobs_));
   EXPECT_THAT(agents.body, HasSubstr("phone-1"));
+  // The agent's drift: its newest canary reading with the coordinator's
+  // ratios, drawn by the page's drift() column.
+  ASSERT_OK_AND_ASSIGN(std::vector<AgentRecord> registered, jobs_->ListAgents());
+  BenchmarkRequest job;
+  job.set_checkpoint_dir("/ckpt");
+  job.add_prompt_lengths(256);
+  ASSERT_OK_AND_ASSIGN(int64_t job_id, jobs_->SubmitJob(job, "", ""));
+  ASSERT_OK_AND_ASSIGN(std::optional<Lease> lease, jobs_->LeaseJob(registered[0].agent_id));
+  ASSERT_TRUE(lease.has_value());
+  BenchmarkResult result;
+  result.mutable_canary()->set_ttft_ms(50);
+  result.mutable_canary()->set_decode_ms_per_token(0.5);
+  result.mutable_canary()->set_measured_unix_ms(1000);
+  ASSERT_OK(jobs_->ReportResult(registered[0].agent_id, job_id, lease->lease_id, result).status());
+  ASSERT_OK_AND_ASSIGN(agents, WebServer::Handle("/api/agents", *campaigns_, *jobs_));
+  j = nlohmann::json::parse(agents.body);
+  EXPECT_EQ(j["agents"][0]["canaries"], 1);
+  EXPECT_EQ(j["agents"][0]["lastCanary"]["ttftRatio"], 1.0);
+  EXPECT_EQ(j["agents"][0]["lastCanary"]["baselineTtftMs"], 50.0);
+  EXPECT_THAT(page.body, HasSubstr("<td>${drift(x)}</td>"));
   EXPECT_THAT(WebServer::Handle("/api/campaigns/nope", *campaigns_, *jobs_),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
   EXPECT_THAT(WebServer::Handle("/etc/passwd", *campaigns_, *jobs_),

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "proto/service.grpc.pb.h"
 #include "tests/cpu_hog.h"
@@ -140,13 +141,19 @@ TEST_F(CanaryTest, AJobMeasuredBesideAHogIsReQueuedAndItsRetakeMatchesAQuietRun)
               quiet.summaries(0).ttft_median_ms(), ttft, after.summaries(0).ttft_median_ms(),
               quiet.canary().ttft_ratio(), retaken.canary().ttft_ratio(),
               after.canary().ttft_ratio());
+  // Against the quiet run after, not the first job: a fresh agent's first
+  // job has read 0-13% slower than later ones here (74 vs 74, 85 vs 75 ms).
   EXPECT_NEAR(ttft / after.summaries(0).ttft_median_ms(), 1.0, 0.10);
   EXPECT_NEAR(decode / after.summaries(0).decode_median_ms_per_token(), 1.0, 0.10);
-  EXPECT_NEAR(ttft / quiet.summaries(0).ttft_median_ms(), 1.0, 0.10);
 
   // The agent list shows the drift history.
   const AgentInfo now = Agent();
   EXPECT_GE(now.canaries(), 4);
+  Process list({"agents", "list", "--coordinator=" + address_}, dir_ + "/list.log");
+  ASSERT_EQ(list.Wait(), 0) << list.Log();
+  EXPECT_NE(list.Log().find("DRIFT (TTFT/DECODE)"), std::string::npos) << list.Log();
+  EXPECT_NE(list.Log().find(absl::StrFormat("x (%d)", now.canaries())), std::string::npos)
+      << list.Log();
   agent.Signal(SIGTERM);
   agent.Wait();
 }
