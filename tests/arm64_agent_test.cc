@@ -76,10 +76,19 @@ class Arm64AgentTest : public ::testing::Test {
 
   std::unique_ptr<Process> StartCoordinator() {
     const std::string port_file = dir_ + "/port";
+    // A tiny canary: the default one's 1024-token prompt takes over two
+    // minutes under qemu.
+    BenchmarkRequest canary = testing::TinyJob();
+    canary.clear_prompt_lengths();
+    canary.add_prompt_lengths(32);
+    canary.set_repeats(2);
+    canary.set_max_repeats(2);
+    EXPECT_TRUE(WriteTextProtoFile(dir_ + "/canary.textproto", canary).ok());
     auto p = std::make_unique<Process>(
         std::vector<std::string>{"coordinator", "--listen=127.0.0.1:0", "--db=" + dir_ + "/c.db",
                                  "--port_file=" + port_file, "--token=" + kToken,
-                                 "--lease_ttl_ms=60000", "--heartbeat_ms=1000"},
+                                 "--lease_ttl_ms=60000", "--heartbeat_ms=1000",
+                                 "--canary_request=" + dir_ + "/canary.textproto"},
         dir_ + "/coordinator.log");
     std::string text;
     EXPECT_TRUE(
@@ -160,6 +169,10 @@ TEST_F(Arm64AgentTest, BundledAgentOnAnEmulatedPhoneRegistersAndCompletesABenchm
   EXPECT_EQ(done.result().device().name(), "Fake-Phone-9");
   ASSERT_FALSE(done.result().summaries().empty());
   EXPECT_GT(done.result().summaries(0).ttft_median_ms(), 0);
+  // The bundled agent timed the coordinator's canary before the job.
+  ASSERT_TRUE(done.result().has_canary());
+  EXPECT_GT(done.result().canary().ttft_ms(), 0);
+  EXPECT_EQ(done.result().canary().request().prompt_lengths(0), 32);
 
   // The phone reached the coordinator through adb reverse; the token went
   // as a file, never on a command line.
