@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/service.grpc.pb.h"
+#include "util/clock.h"
 #include "util/grpc_security.h"
 
 namespace hilnas {
@@ -222,7 +223,7 @@ class Agent::Impl {
       return true;
     }
     return options_.canary_every_ms > 0 &&
-           NowUnixMs() - last_canary_->measured_unix_ms() >= options_.canary_every_ms;
+           SystemClock().NowMs() - last_canary_->measured_unix_ms() >= options_.canary_every_ms;
   }
 
   // Times the canary under the job's protocol (gate included) and keeps
@@ -241,7 +242,7 @@ class Agent::Impl {
     }
     CanaryReading reading;
     *reading.mutable_request() = request;
-    reading.set_measured_unix_ms(NowUnixMs());
+    reading.set_measured_unix_ms(SystemClock().NowMs());
     reading.set_ttft_ms(r.summaries(0).ttft_median_ms());
     reading.set_decode_ms_per_token(r.summaries(0).decode_median_ms_per_token());
     Log(absl::StrFormat("canary: TTFT %.2f ms, decode %.3f ms/token", reading.ttft_ms(),
@@ -249,12 +250,6 @@ class Agent::Impl {
     last_canary_ = std::move(reading);
     jobs_since_canary_ = 0;
     retime_canary_ = false;
-  }
-
-  static int64_t NowUnixMs() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
   }
 
   // Retries transient failures (a restarting coordinator) until the report
