@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/decoder.h"
+#include "model/hf_config.h"
 
 namespace hilnas {
 
@@ -32,17 +33,6 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadSafetensors(const std::
 // memory at a time); the first error `sink` returns stops the reading.
 using TensorSink = std::function<absl::Status(const std::string& name, torch::Tensor tensor)>;
 absl::Status ForEachSafetensor(const std::string& path, const TensorSink& sink);
-
-// config.json as Hugging Face writes it: LlamaForCausalLM, or
-// Qwen3ForCausalLM when queries and keys are normalised; `rope_scaling`
-// (linear, llama3); `layer_types` ("full_attention", "sliding_attention",
-// and hilnas's "skip_attention") with `sliding_window`; hilnas's own extras
-// (`kv_cache`, `kv_prediction`, `hilnas_name`) in docs/checkpoints.md.
-// Reading refuses, naming the field, what would compute differently: other
-// architectures, biased projections, an activation other than silu, an
-// unknown rope_scaling type, Qwen's use_sliding_window.
-absl::Status WriteConfigJson(const Arch& arch, const std::string& path);
-absl::StatusOr<Arch> ReadConfigJson(const std::string& path);
 
 // A checkpoint's tensors: dir/model.safetensors, or the shards that
 // dir/model.safetensors.index.json maps every tensor to (as published

@@ -156,6 +156,7 @@ TEST_F(CheckpointTest, MobileLlmSharesEmbeddingsAndUnsupportedFieldsAreNamed) {
   ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
   auto j = nlohmann::json::parse(Read(dir_ + "/config.json"));
   j["architectures"] = {"MobileLLMForCausalLM"};
+  j["model_type"] = "mobilellm";
   j["tie_word_embeddings"] = false;
   j["share_embedding"] = true;
   Write(dir_ + "/config.json", j.dump());
@@ -254,20 +255,20 @@ TEST_F(CheckpointTest, ExtraTensorIsNamed) {
 TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
   std::filesystem::create_directories(dir_);
   const std::string path = dir_ + "/config.json";
-  Write(path, R"({"hidden_size": "wide", "intermediate_size": 64})");
+  Write(path, R"({"model_type": "llama", "hidden_size": "wide", "intermediate_size": 64})");
   EXPECT_THAT(ReadConfigJson(path),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("field \"hidden_size\" has the wrong type")));
-  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+  Write(path, R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
                   "vocab_size": 10, "layer_types": ["full_attention", "linear_attention"]})");
   EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
                                              HasSubstr("missing field \"num_hidden_layers\"")));
-  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+  Write(path, R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
                   "num_hidden_layers": 2, "vocab_size": 10,
                   "layer_types": ["full_attention", "linear_attention"]})");
   EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
                                              HasSubstr("layer_types[1] \"linear_attention\"")));
-  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+  Write(path, R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
                   "num_key_value_heads": 3, "num_hidden_layers": 2, "vocab_size": 10})");
   EXPECT_THAT(ReadConfigJson(path), StatusIs(absl::StatusCode::kInvalidArgument,
                                              HasSubstr("num_kv_heads 3 does not divide")));
@@ -279,7 +280,7 @@ TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
 TEST_F(CheckpointTest, IntegersThatDoNotFitAreRefusedNotWrapped) {
   std::filesystem::create_directories(dir_);
   const std::string path = dir_ + "/config.json";
-  const std::string rest = R"("intermediate_size": 64, "num_attention_heads": 4,
+  const std::string rest = R"("model_type": "llama", "intermediate_size": 64, "num_attention_heads": 4,
                               "num_hidden_layers": 2, "hidden_size": 32)";
   // 4294967552 = 2^32 + 256 would wrap to 256; 2^40 to 0.
   for (const char* vocab : {"4294967552", "1099511627776", "-4294967040"}) {
@@ -298,7 +299,7 @@ TEST_F(CheckpointTest, IntegersThatDoNotFitAreRefusedNotWrapped) {
 TEST_F(CheckpointTest, ImpossibleSizesAreRefusedBeforeAnythingIsAllocated) {
   std::filesystem::create_directories(dir_);
   const std::string path = dir_ + "/config.json";
-  Write(path, R"({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+  Write(path, R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
                   "num_hidden_layers": 100000, "vocab_size": 256})");
   EXPECT_THAT(ReadConfigJson(path),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -1,15 +1,18 @@
-// The drift check against a real CPU hog (issue 18, item 1): a coordinator
-// and an agent as real processes over loopback gRPC, the agent pinned to
-// CPU 0 with the quiet-machine gate off, so only its canary can see the
-// hog. A job measured beside the hog goes back to the queue; once the hog
-// is gone the retake's canary is back at the baseline, the result records
-// its canary ratio and the re-queue, and its medians match a quiet run's.
-// The hog is bounded twice: killed by the test, and by alarm() in itself.
-// Runs alone (RUN_SERIAL): another test on the CPU would be a hog too.
+// The drift check end to end (issues 18 and 33): a coordinator and an agent
+// as real processes over loopback gRPC. The agent's device is a stand-in
+// runner with known timings (tests/fake_runner/executorch-runner, through
+// the external runtime the phone agents use) whose speed the test sets, so
+// the test checks that the mechanism fires, never that two timings on a
+// shared machine agree: a job measured while the device runs slow (in
+// prompt or in decode alone) goes back to the queue, the retake carries a
+// clean canary and the device's true figures, and the readings are stored
+// and shown. bench/drift_retake.sh takes the same path against a real CPU
+// hog and prints the ratios.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -24,9 +27,6 @@
 namespace hilnas {
 namespace {
 
-using ::hilnas::testing::StartHog;
-using ::hilnas::testing::StopHog;
-
 using ::hilnas::testing::Process;
 using ::hilnas::testing::WaitFor;
 
@@ -34,7 +34,12 @@ std::chrono::system_clock::time_point In(int64_t ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
 }
 
-BenchmarkRequest Job() { return hilnas::testing::HogJob("drift", 5); }
+BenchmarkRequest Job() { return hilnas::testing::HogJob("drift", 3); }
+
+// The stand-in runner's figures at factor 1 (see the script): TTFT 0.05 ms
+// a prompt token, decode 2 ms a token.
+constexpr double kJobTtftMs = 0.05 * 1024;
+constexpr double kDecodeMs = 2.0;
 
 class CanaryTest : public ::testing::Test {
  protected:
@@ -44,6 +49,8 @@ class CanaryTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const std::string port_file = dir_ + "/port";
+    factors_ = dir_ + "/factors";
+    SetDeviceSpeed(1, 1);
     coordinator_ = std::make_unique<Process>(
         std::vector<std::string>{"coordinator", "--listen=127.0.0.1:0", "--db=" + dir_ + "/c.db",
                                  "--port_file=" + port_file, "--heartbeat_ms=300",
@@ -103,56 +110,90 @@ class CanaryTest : public ::testing::Test {
     return resp.agents(0);
   }
 
+  // Writes the runner's TTFT and decode factors (the device's speed).
+  void SetDeviceSpeed(double ttft_factor, double decode_factor) {
+    std::ofstream(factors_) << ttft_factor << " " << decode_factor << "\n";
+  }
+
+  std::vector<std::string> AgentArgs() {
+    return {"agent", "--coordinator=" + address_, "--name=stand-in", "--runtime=external",
+            "--external_format=executorch", "--export_command=touch {model}",
+            absl::StrCat("--bench_command=", HILNAS_SOURCE_DIR,
+                         "/tests/fake_runner/executorch-runner ", factors_,
+                         " {prompt_tokens} {decode_tokens}"),
+            "--cooldown_ms=0", "--max_foreign_cores=0", "--canary_every_jobs=1",
+            "--drift_cooldown_ms=2000"};
+  }
+
+  // Submits a job while the device runs at the given factors, waits until
+  // the agent's canary shows the drift, restores the device and returns
+  // the retaken job's result.
+  BenchmarkResult MeasuredWhileSlow(double ttft_factor, double decode_factor, AgentInfo* seen) {
+    SetDeviceSpeed(ttft_factor, decode_factor);
+    const std::string job = Submit(Job());
+    EXPECT_TRUE(WaitFor([&] { return Agent().last_canary().drifted(); }, 60));
+    *seen = Agent();
+    SetDeviceSpeed(1, 1);
+    return Finished(job);
+  }
+
+  void ExpectTheDevicesTrueFigures(const BenchmarkResult& r) {
+    ASSERT_EQ(r.summaries_size(), 1);
+    EXPECT_NEAR(r.summaries(0).ttft_median_ms(), kJobTtftMs, 1e-6);
+    EXPECT_NEAR(r.summaries(0).decode_median_ms_per_token(), kDecodeMs, 1e-6);
+  }
+
   std::string dir_;
+  std::string factors_;
   std::string address_;
   std::unique_ptr<Process> coordinator_;
   std::unique_ptr<UserService::Stub> stub_;
 };
 
-TEST_F(CanaryTest, AJobMeasuredBesideAHogIsReQueuedAndItsRetakeMatchesAQuietRun) {
-  Process agent({"agent", "--coordinator=" + address_, "--name=pinned", "--cpu_set=0",
-                 "--threads=1", "--cooldown_ms=20", "--max_foreign_cores=0",
-                 "--canary_every_jobs=1", "--drift_cooldown_ms=300"},
-                dir_ + "/agent.log");
-  // Quiet: the first canary is the baseline.
+TEST_F(CanaryTest, APromptDriftReQueuesTheJobAndTheRetakeCarriesACleanCanary) {
+  Process agent(AgentArgs(), dir_ + "/agent.log");
   const BenchmarkResult quiet = Finished(Submit(Job()));
   ASSERT_TRUE(quiet.has_canary()) << agent.Log();
   EXPECT_EQ(quiet.canary().requeues(), 0);
   EXPECT_FALSE(quiet.canary().drifted());
+  ExpectTheDevicesTrueFigures(quiet);
 
-  // The hog takes half of CPU 0 from the canary and the job alike.
-  pid_t hog = StartHog(60);
-  const std::string job = Submit(Job());
-  ASSERT_TRUE(WaitFor([&] { return Agent().last_canary().drifted(); }, 60)) << agent.Log();
-  StopHog(hog);
-  const AgentInfo seen = Agent();
-  EXPECT_GT(seen.last_canary().ttft_ratio(), 1.3) << "the hog shows in the canary";
-  const BenchmarkResult retaken = Finished(job);
+  AgentInfo seen;
+  const BenchmarkResult retaken = MeasuredWhileSlow(2, 1, &seen);
+  EXPECT_NEAR(seen.last_canary().ttft_ratio(), 2.0, 1e-6) << agent.Log();
+  EXPECT_NEAR(seen.last_canary().decode_ratio(), 1.0, 1e-6);
   ASSERT_TRUE(retaken.has_canary());
   EXPECT_GE(retaken.canary().requeues(), 1) << agent.Log();
   EXPECT_FALSE(retaken.canary().drifted()) << agent.Log();
-  EXPECT_LE(retaken.canary().ttft_ratio(), 1.10);
+  EXPECT_NEAR(retaken.canary().ttft_ratio(), 1.0, 1e-6);
+  ExpectTheDevicesTrueFigures(retaken);  // not the slow run's
+  agent.Signal(SIGTERM);
+  agent.Wait();
+}
 
-  const BenchmarkResult after = Finished(Submit(Job()));
-  ASSERT_TRUE(after.has_canary());
-  const double ttft = retaken.summaries(0).ttft_median_ms();
-  const double decode = retaken.summaries(0).decode_median_ms_per_token();
-  std::printf("TTFT ms: quiet %.2f, retaken %.2f, after %.2f; canary ratios %.3f %.3f %.3f\n",
-              quiet.summaries(0).ttft_median_ms(), ttft, after.summaries(0).ttft_median_ms(),
-              quiet.canary().ttft_ratio(), retaken.canary().ttft_ratio(),
-              after.canary().ttft_ratio());
-  // Against the quiet run after, not the first job: a fresh agent's first
-  // job has read 0-13% slower than later ones here (74 vs 74, 85 vs 75 ms).
-  EXPECT_NEAR(ttft / after.summaries(0).ttft_median_ms(), 1.0, 0.10);
-  EXPECT_NEAR(decode / after.summaries(0).decode_median_ms_per_token(), 1.0, 0.10);
+// Decode can drift while the prompt does not (issue 33: memory placement
+// moves decode, a bandwidth-bound step, 20-25% with TTFT unchanged): the
+// canary times decode tokens too and gates on them alone.
+TEST_F(CanaryTest, ADecodeOnlyDriftReQueuesTheJobToo) {
+  Process agent(AgentArgs(), dir_ + "/agent.log");
+  ExpectTheDevicesTrueFigures(Finished(Submit(Job())));
+  AgentInfo seen;
+  const BenchmarkResult retaken = MeasuredWhileSlow(1, 1.5, &seen);
+  EXPECT_NEAR(seen.last_canary().ttft_ratio(), 1.0, 1e-6) << agent.Log();
+  EXPECT_NEAR(seen.last_canary().decode_ratio(), 1.5, 1e-6);
+  EXPECT_NEAR(seen.last_canary().baseline_decode_ms_per_token(), kDecodeMs, 1e-6);
+  EXPECT_GE(retaken.canary().requeues(), 1) << agent.Log();
+  EXPECT_FALSE(retaken.canary().drifted());
+  ExpectTheDevicesTrueFigures(retaken);
 
-  // The agent list shows the drift history.
+  // Where users look: both ratios and the number of readings.
   const AgentInfo now = Agent();
-  EXPECT_GE(now.canaries(), 4);
+  EXPECT_GE(now.canaries(), 3);  // baseline, slow, clean
   Process list({"agents", "list", "--coordinator=" + address_}, dir_ + "/list.log");
   ASSERT_EQ(list.Wait(), 0) << list.Log();
   EXPECT_NE(list.Log().find("DRIFT (TTFT/DECODE)"), std::string::npos) << list.Log();
-  EXPECT_NE(list.Log().find(absl::StrFormat("x (%d)", now.canaries())), std::string::npos)
+  EXPECT_NE(list.Log().find(absl::StrFormat("1.00x/1.00x (%d)", now.canaries())),
+            std::string::npos)
       << list.Log();
   agent.Signal(SIGTERM);
   agent.Wait();

@@ -186,6 +186,7 @@ TEST_F(FuzzTest, MutatedPublishedConfigsAreReadOrRefusedCleanly) {
   auto j = nlohmann::json::parse(
       Slurp(std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone/config.json"));
   j["architectures"] = {"Qwen3ForCausalLM"};
+  j["model_type"] = "qwen3";
   j.erase("qk_norm");  // implied by the class
   j["rope_scaling"] = {{"rope_type", "llama3"},
                        {"factor", 8.0},
@@ -197,7 +198,8 @@ TEST_F(FuzzTest, MutatedPublishedConfigsAreReadOrRefusedCleanly) {
   j["attention_bias"] = false;
   const std::string config = j.dump(2);
   Spit(dir_ + "/config.json", config);
-  ASSERT_TRUE(ReadConfigJson(dir_ + "/config.json").ok());
+  const absl::Status read = ReadConfigJson(dir_ + "/config.json").status();
+  ASSERT_TRUE(read.ok()) << read;
   Mutator m(1123);
   Fuzz("published config.json", [&](int) {
     Spit(dir_ + "/config.json", m.Mutate(config, true));

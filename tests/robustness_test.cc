@@ -88,13 +88,13 @@ TEST_F(RobustnessTest, HugeSizesFailBeforeAnythingIsAllocated) {
   ExpectCleanError(Hilnas("run --shape mobilellm-flash-350m --threads 100000"),
                    "--threads 100000 is not in 1..");
   std::ofstream(dir_ + "/deep.json")
-      << R"({"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+      << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
              "num_hidden_layers": 100000, "vocab_size": 256})";
   ExpectCleanError(Hilnas("checkpoint init --arch " + dir_ + "/deep.json --out " + dir_ + "/o"),
                    "num_layers 100000 exceeds the largest accepted");
   // Within every bound, but not within this machine's memory: the estimate.
   std::ofstream(dir_ + "/wide.json")
-      << R"({"hidden_size": 65536, "intermediate_size": 262144, "num_attention_heads": 512,
+      << R"({"model_type": "llama", "hidden_size": 65536, "intermediate_size": 262144, "num_attention_heads": 512,
              "num_hidden_layers": 1024, "vocab_size": 4194304})";
   ExpectCleanError(Hilnas("checkpoint init --arch " + dir_ + "/wide.json --out " + dir_ + "/o"),
                    "MiB for weights and KV cache");
@@ -117,7 +117,7 @@ TEST_F(RobustnessTest, FlagsOutsideTheirRangesAreRefusedBeforeWork) {
 TEST_F(RobustnessTest, ConfigIntegersAreRangeCheckedBeforeNarrowing) {
   for (const char* vocab : {"4294967552", "1099511627776"}) {
     std::ofstream(dir_ + "/c.json")
-        << R"({"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                "num_hidden_layers": 2, "vocab_size": )"
         << vocab << "}";
     ExpectCleanError(Hilnas("run --arch " + dir_ + "/c.json --prompt-tokens 8"),

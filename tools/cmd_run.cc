@@ -177,6 +177,7 @@ int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& c
                 args[1].c_str(), cl.values ? " (every weight finite)" : "", a.num_layers, a.d_model,
                 a.d_ffn, PatternString(a.attention).c_str(),
                 WithCommas(CountParameters(a).model()).c_str());
+    std::printf("%s\n", DescribeArch(a).c_str());
     return 0;
   }
   return Fail(

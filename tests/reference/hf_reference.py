@@ -62,8 +62,13 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def head_dim(cfg):
+    # Hugging Face's default when a config leaves it out (SmolLM2).
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 def inverse_frequencies(cfg):
-    hd = cfg["head_dim"]
+    hd = head_dim(cfg)
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
     s = cfg.get("rope_scaling")
     if not s:
@@ -98,7 +103,7 @@ def rotate(x, cos, sin):
 
 def forward(cfg, w, ids):
     t = len(ids)
-    d, hd = cfg["hidden_size"], cfg["head_dim"]
+    d, hd = cfg["hidden_size"], head_dim(cfg)
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     eps = cfg["rms_norm_eps"]
     qk_norm = cfg["architectures"][0] == "Qwen3ForCausalLM"
@@ -134,10 +139,13 @@ def forward(cfg, w, ids):
 
 # ---- synthetic checkpoints in the published layout ----
 
-def make_weights(cfg, gen):
+def make_weights(cfg, gen, fan_in_scale=False):
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    r = lambda *shape: torch.randn(*shape, generator=gen) * 0.2
+    hd, nh, nkv = head_dim(cfg), cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    # 0.2 for the small configs; 1/sqrt(fan in) keeps published widths'
+    # activations at unit scale.
+    r = lambda *shape: torch.randn(*shape, generator=gen) * (
+        shape[-1] ** -0.5 if fan_in_scale else 0.2)
     norm = lambda n: 1 + 0.1 * torch.randn(n, generator=gen)
     w = {"model.embed_tokens.weight": r(v, d), "model.norm.weight": norm(d)}
     if not cfg["tie_word_embeddings"]:
@@ -232,6 +240,103 @@ def expect_refused(hilnas, work, name, cfg, weights, field):
     return ok
 
 
+# ---- published configs (issue 41), as their config.json files ship them,
+# scaled down only in layer count and vocabulary ----
+
+def published_llama32_1b():
+    return {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+        "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+        "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+        "num_attention_heads": 32, "num_hidden_layers": 1, "num_key_value_heads": 8,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 512,
+    }
+
+
+def published_qwen3_06b():
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+        "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+        "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+        "num_attention_heads": 16, "num_hidden_layers": 2, "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
+        "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
+        "vocab_size": 512,
+    }
+
+
+def published_smollm2_135m():
+    return {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576,
+        "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+        "is_llama_config": True, "max_position_embeddings": 8192, "model_type": "llama",
+        "num_attention_heads": 9, "num_hidden_layers": 2, "num_key_value_heads": 3,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": False,
+        "rope_scaling": None, "rope_theta": 100000, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16", "transformers_version": "4.42.3", "use_cache": True,
+        "vocab_size": 512,
+    }
+
+
+def transformers5(cfg):
+    """The config as transformers 5 saves it: rope_theta and rope_scaling
+    folded into rope_parameters (the scaling's own keys, its type and the
+    theta), torch_dtype renamed dtype, and layer_types spelled out for
+    families whose config class defines them."""
+    c = dict(cfg)
+    rope = dict(c.pop("rope_scaling", None) or {"rope_type": "default"})
+    rope["rope_theta"] = c.pop("rope_theta", 10000.0)
+    c["rope_parameters"] = rope
+    c["dtype"] = c.pop("torch_dtype")
+    c["transformers_version"] = "5.17.0"
+    if c["model_type"] == "qwen3":
+        c["layer_types"] = ["full_attention"] * c["num_hidden_layers"]
+    return c
+
+
+def loss(logits, ids):
+    # Mean next-token negative log-likelihood over the prompt, in nats.
+    lp = torch.log_softmax(logits.double(), dim=-1)
+    return -lp[:-1].gather(1, torch.tensor(ids[1:])[:, None]).mean().item()
+
+
+def check_published(hilnas, work, gen, prompt):
+    ok = True
+    for name, cfg in [("llama3.2-1b", published_llama32_1b()), ("qwen3-0.6b", published_qwen3_06b()),
+                      ("smollm2-135m", published_smollm2_135m())]:
+        w = make_weights(cfg, gen, fan_in_scale=True)
+        stored = None
+        with torch.no_grad():
+            for form, c in [("transformers4", cfg), ("transformers5", transformers5(cfg))]:
+                folder = os.path.join(work, f"{name}-{form}")
+                stored = write_checkpoint(folder, c, w, 1, torch.bfloat16)
+                ref = forward(cfg, stored, prompt)  # always the published (4) semantics
+                got = hilnas_logits(hilnas, folder, prompt, work)
+                diff = (got - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+                gap = abs(loss(got, prompt) - loss(ref, prompt))
+                passed = diff <= TOLERANCE and gap <= TOLERANCE
+                ok = ok and passed
+                print(f"{'ok  ' if passed else 'FAIL'} {name} ({form}): loss hilnas "
+                      f"{loss(got, prompt):.6f} reference {loss(ref, prompt):.6f} "
+                      f"(|diff| {gap:.1e}), max logit diff {diff:.2e}")
+            # The RoPE fields matter here: read with transformers' default
+            # theta instead, the logits move by far more than the tolerance.
+            wrong = forward(dict(cfg, rope_theta=10000.0, rope_scaling=None), stored, prompt)
+            moved = (wrong - ref).abs().max().item()
+        print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} {name}: theta 10000 would move the logits "
+              f"by {moved:.3f}")
+        ok = ok and moved > 1e-2
+    return ok
+
+
 def main():
     hilnas = sys.argv[1]
     work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="hilnas-hf-ref-")
@@ -277,6 +382,14 @@ def main():
     ok &= expect_refused(hilnas, work, "gemma", dict(base, architectures=["GemmaForCausalLM"]),
                          small, "architectures")
     ok &= expect_refused(hilnas, work, "gelu", dict(base, hidden_act="gelu"), small, "hidden_act")
+    ok &= expect_refused(hilnas, work, "softcap", dict(base, attn_logit_softcapping=50.0), small,
+                         "attn_logit_softcapping")
+    ok &= expect_refused(hilnas, work, "two-thetas",
+                         dict(transformers5(base), rope_theta=10000.0), small,
+                         "rope_parameters.rope_theta")
+    nameless = {k: v for k, v in base.items() if k not in ("architectures", "model_type")}
+    ok &= expect_refused(hilnas, work, "nameless", nameless, small, "model_type")
+    ok &= check_published(hilnas, work, gen, prompt)
     print("all agree" if ok else "MISMATCH")
     return 0 if ok else 1
 

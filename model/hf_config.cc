@@ -1,0 +1,613 @@
+#include "model/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "util/files.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using json = nlohmann::json;
+
+// Typed field access that names the file and field on a mismatch.
+template <typename T>
+absl::StatusOr<T> Field(const json& j, const std::string& path, const char* key,
+                        std::optional<T> fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat(path, ": missing field \"", key, "\""));
+  }
+  const bool ok = std::is_same_v<T, bool> ? it->is_boolean()
+                  : std::is_integral_v<T> ? it->is_number_integer()
+                                          : it->is_number();
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": field \"", key, "\" has the wrong type: ", it->dump()));
+  }
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Range-checked before narrowing: 4294967552 must not become 256.
+    const bool fits =
+        it->is_number_unsigned()
+            ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                  it->template get<int64_t>() <= std::numeric_limits<T>::max();
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": field \"", key, "\" ", it->dump(),
+                                                     " is out of range (at most ",
+                                                     std::numeric_limits<T>::max(), ")"));
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(it->template get<double>())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field \"", key, "\" ", it->dump(), " is not finite"));
+    }
+  }
+  return it->template get<T>();
+}
+
+bool Present(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && !it->is_null();
+}
+
+// ---- Which keys a family's config may carry ----
+
+// A key that does not change the forward pass: with any value when
+// `only_value` is null, else only with that value (JSON text; numbers
+// compare by value, so "0" also matches 0.0).
+struct InertKey {
+  const char* name;
+  const char* only_value;
+};
+
+// Read by ReadConfigJson for every family (hilnas's own extras last).
+constexpr const char* kReadKeys[] = {
+    "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps",
+    "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings",
+    "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias", "layer_types",
+    "sliding_window", "qk_norm", "kv_cache", "hilnas_name", "kv_prediction"};
+
+// Bookkeeping, token ids and context limits the RoPE types hilnas runs do
+// not read (default, linear and llama3 ignore max_position_embeddings;
+// llama3 reads original_max_position_embeddings).
+constexpr InertKey kInertEverywhere[] = {
+    {"_name_or_path", nullptr},   {"transformers_version", nullptr},
+    {"torch_dtype", nullptr},     {"dtype", nullptr},
+    {"use_cache", nullptr},       {"initializer_range", nullptr},
+    {"bos_token_id", nullptr},    {"eos_token_id", nullptr},
+    {"pad_token_id", nullptr},    {"max_position_embeddings", nullptr},
+    {"tokenizer_class", nullptr}, {"output_attentions", nullptr},
+    {"output_hidden_states", nullptr}, {"return_dict", nullptr},
+    // hilnas trains without dropout and rotates every dimension.
+    {"attention_dropout", "0"},   {"partial_rotary_factor", "1"},
+};
+
+struct FamilyInfo {
+  ConfigFamily family;
+  const char* class_name;
+  const char* model_type;
+  std::vector<InertKey> inert;
+};
+
+const std::vector<FamilyInfo>& Families() {
+  static const std::vector<FamilyInfo> kFamilies = {
+      // pretraining_tp > 1 slices the projections into equal sums (the same
+      // numbers); is_llama_config is nanotron's marker in SmolLM2's config;
+      // rope_interleaved false is the half-split rotation hilnas runs.
+      {ConfigFamily::kLlama,
+       "LlamaForCausalLM",
+       "llama",
+       {{"pretraining_tp", nullptr}, {"is_llama_config", nullptr}, {"rope_interleaved", "false"}}},
+      // Qwen's window settings take effect only with use_sliding_window.
+      {ConfigFamily::kQwen3,
+       "Qwen3ForCausalLM",
+       "qwen3",
+       {{"use_sliding_window", "false"}, {"max_window_layers", nullptr}}},
+      // auto_map names the remote modelling code hilnas implements itself.
+      {ConfigFamily::kMobileLlm,
+       "MobileLLMForCausalLM",
+       "mobilellm",
+       {{"pretraining_tp", nullptr},
+        {"auto_map", nullptr},
+        {"share_embedding", nullptr},
+        {"layer_sharing", "false"}}},
+  };
+  return kFamilies;
+}
+
+absl::Status Refuse(const std::string& path, const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", field, " ", why));
+}
+
+// The family from `architectures` and `model_type`; at least one must be
+// set, and where both are they must name the same family.
+absl::StatusOr<const FamilyInfo*> ReadFamily(const json& j, const std::string& path) {
+  const FamilyInfo* by_class = nullptr;
+  const FamilyInfo* by_type = nullptr;
+  std::vector<std::string> known_classes, known_types;
+  for (const FamilyInfo& f : Families()) {
+    known_classes.push_back(f.class_name);
+    known_types.push_back(f.model_type);
+  }
+  if (Present(j, "architectures")) {
+    const json& archs = j["architectures"];
+    if (!archs.is_array() || archs.size() != 1 || !archs[0].is_string()) {
+      return Refuse(path, "architectures", absl::StrCat(archs.dump(), " is not one class name"));
+    }
+    for (const FamilyInfo& f : Families()) {
+      if (archs[0] == f.class_name) by_class = &f;
+    }
+    if (by_class == nullptr) {
+      return Refuse(path, "architectures",
+                    absl::StrCat(archs[0].dump(), " is not supported (",
+                                 absl::StrJoin(known_classes, ", "), ")"));
+    }
+  }
+  if (Present(j, "model_type")) {
+    for (const FamilyInfo& f : Families()) {
+      if (j["model_type"] == f.model_type) by_type = &f;
+    }
+    if (by_type == nullptr) {
+      return Refuse(path, "model_type",
+                    absl::StrCat(j["model_type"].dump(), " is not supported (",
+                                 absl::StrJoin(known_types, ", "), ")"));
+    }
+  }
+  if (by_class == nullptr && by_type == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": neither \"architectures\" nor \"model_type\" is set, so the model family (and "
+              "what it computes) is unknown; add e.g. \"architectures\": [\"LlamaForCausalLM\"]"));
+  }
+  if (by_class != nullptr && by_type != nullptr && by_class != by_type) {
+    return Refuse(path, "architectures",
+                  absl::StrCat(j["architectures"].dump(), " and model_type ",
+                               j["model_type"].dump(), " name different families"));
+  }
+  return by_class != nullptr ? by_class : by_type;
+}
+
+const InertKey* FindInert(const FamilyInfo& family, const std::string& key) {
+  for (const InertKey& k : family.inert) {
+    if (key == k.name) return &k;
+  }
+  for (const InertKey& k : kInertEverywhere) {
+    if (key == k.name) return &k;
+  }
+  return nullptr;
+}
+
+// Every top-level key is read, inert for the family, or refused by name.
+absl::Status CheckEveryKeyKnown(const json& j, const std::string& path, const FamilyInfo& family) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    if (it.value().is_null()) continue;
+    if (std::find(std::begin(kReadKeys), std::end(kReadKeys), key) != std::end(kReadKeys)) {
+      continue;
+    }
+    const InertKey* inert = FindInert(family, key);
+    if (inert != nullptr && inert->only_value == nullptr) continue;
+    if (inert != nullptr && it.value() == json::parse(inert->only_value)) continue;
+    if (inert != nullptr) {
+      return Refuse(path, absl::StrCat("field \"", key, "\""),
+                    absl::StrCat(it.value().dump(), ": hilnas computes ", family.class_name,
+                                 " as with ", inert->only_value, "; refused rather than ignored"));
+    }
+    return Refuse(path, absl::StrCat("field \"", key, "\""),
+                  absl::StrCat(it.value().dump(), " is not a field hilnas reads for ",
+                               family.class_name,
+                               " and may change what the model computes; refused rather than "
+                               "ignored"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- RoPE: transformers 4's rope_theta/rope_scaling, 5's rope_parameters ----
+
+struct Rope {
+  std::optional<double> theta;
+  RopeScaling scaling;
+};
+
+std::string DescribeScaling(const RopeScaling& r) {
+  switch (r.kind) {
+    case RopeScaling::Kind::kNone:
+      return "default (no scaling)";
+    case RopeScaling::Kind::kLinear:
+      return absl::StrFormat("linear, factor %g", r.factor);
+    case RopeScaling::Kind::kLlama3:
+      return absl::StrFormat(
+          "llama3, factor %g, low_freq_factor %g, high_freq_factor %g, "
+          "original_max_position_embeddings %d",
+          r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings);
+  }
+  return "?";
+}
+
+// One RoPE object (`rope_scaling`, `rope_parameters`, or one layer kind's
+// entry of it). Only the keys its type reads are accepted: a parameter
+// hilnas would not apply is refused by name.
+absl::StatusOr<Rope> ParseRopeObject(const json& s, const std::string& where, const json& top,
+                                     const std::string& path) {
+  if (!s.is_object()) return Refuse(path, where, absl::StrCat(s.dump(), " is not an object"));
+  if (Present(s, "rope_type") && Present(s, "type") && s["rope_type"] != s["type"]) {
+    return Refuse(path, where,
+                  absl::StrCat("rope_type ", s["rope_type"].dump(), " and type ", s["type"].dump(),
+                               " disagree"));
+  }
+  const json type = Present(s, "rope_type") ? s["rope_type"] : s.value("type", json("default"));
+  std::vector<std::string> allowed = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+  Rope r;
+  const std::string at = absl::StrCat(path, " ", where);
+  if (type == "linear") {
+    r.scaling.kind = RopeScaling::Kind::kLinear;
+    allowed.push_back("factor");
+  } else if (type == "llama3") {
+    r.scaling.kind = RopeScaling::Kind::kLlama3;
+    allowed.insert(allowed.end(), {"factor", "low_freq_factor", "high_freq_factor",
+                                   "original_max_position_embeddings"});
+    HILNAS_ASSIGN_OR_RETURN(r.scaling.low_freq_factor,
+                            Field<double>(s, at, "low_freq_factor", std::nullopt));
+    HILNAS_ASSIGN_OR_RETURN(r.scaling.high_freq_factor,
+                            Field<double>(s, at, "high_freq_factor", std::nullopt));
+    // Inside the object where Hugging Face puts it, else at the top.
+    HILNAS_ASSIGN_OR_RETURN(const int outer,
+                            Field<int>(top, path, "original_max_position_embeddings", 8192));
+    HILNAS_ASSIGN_OR_RETURN(r.scaling.original_max_position_embeddings,
+                            Field<int>(s, at, "original_max_position_embeddings", outer));
+  } else if (type != "default") {
+    return Refuse(path, absl::StrCat(where, ".rope_type"),
+                  absl::StrCat(type.dump(), " is not supported (default, linear, llama3)"));
+  }
+  if (r.scaling.kind != RopeScaling::Kind::kNone) {
+    HILNAS_ASSIGN_OR_RETURN(r.scaling.factor, Field<double>(s, at, "factor", std::nullopt));
+  }
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
+      return Refuse(path, absl::StrCat(where, ".", it.key()),
+                    absl::StrCat(it.value().dump(), " is not read for rope_type ", type.dump(),
+                                 "; refused rather than ignored"));
+    }
+  }
+  if (Present(s, "partial_rotary_factor") && s["partial_rotary_factor"] != 1) {
+    return Refuse(path, absl::StrCat(where, ".partial_rotary_factor"),
+                  absl::StrCat(s["partial_rotary_factor"].dump(),
+                               ": hilnas rotates every dimension of a head"));
+  }
+  if (Present(s, "rope_theta")) {
+    HILNAS_ASSIGN_OR_RETURN(r.theta, Field<double>(s, at, "rope_theta", std::nullopt));
+  }
+  return r;
+}
+
+const char* LayerKindKey(Attention a) {
+  return a == Attention::kSlidingWindow ? "sliding_attention" : "full_attention";
+}
+
+// transformers 5 keys rope_parameters by layer kind where a family has
+// several ({"full_attention": {...}, "sliding_attention": {...}}). hilnas
+// runs one RoPE, so the kinds the model uses must agree.
+bool IsPerLayerKind(const json& p) {
+  if (!p.is_object() || p.empty()) return false;
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    if (!it.value().is_object()) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<Rope> ReadRopeParameters(const json& j, const std::string& path,
+                                        const std::vector<Attention>& layers) {
+  const json& p = j["rope_parameters"];
+  if (!IsPerLayerKind(p)) return ParseRopeObject(p, "rope_parameters", j, path);
+  std::optional<Rope> chosen;
+  std::string chosen_kind;
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    const std::string where = absl::StrCat("rope_parameters.", it.key());
+    if (it.key() != "full_attention" && it.key() != "sliding_attention") {
+      return Refuse(path, where, "is not a layer kind hilnas runs (full_attention, "
+                                 "sliding_attention)");
+    }
+    HILNAS_ASSIGN_OR_RETURN(Rope r, ParseRopeObject(it.value(), where, j, path));
+    const bool used = std::any_of(layers.begin(), layers.end(), [&](Attention a) {
+      return a != Attention::kSkip && it.key() == LayerKindKey(a);
+    });
+    if (!used) continue;
+    if (chosen && (chosen->theta != r.theta || !(chosen->scaling == r.scaling))) {
+      return Refuse(path, where,
+                    absl::StrCat("differs from rope_parameters.", chosen_kind,
+                                 " (hilnas runs one RoPE for every layer): ", it.value().dump(),
+                                 " vs ", p[chosen_kind].dump()));
+    }
+    chosen = r;
+    chosen_kind = it.key();
+  }
+  for (Attention a : layers) {
+    if (a != Attention::kSkip && !p.contains(LayerKindKey(a))) {
+      return Refuse(path, "rope_parameters",
+                    absl::StrCat("has no entry for ", LayerKindKey(a), " layers"));
+    }
+  }
+  return chosen ? *chosen : Rope{};
+}
+
+absl::Status ReadRope(const json& j, const std::string& path, Arch& a) {
+  std::optional<double> top_theta;
+  if (Present(j, "rope_theta")) {
+    HILNAS_ASSIGN_OR_RETURN(top_theta, Field<double>(j, path, "rope_theta", std::nullopt));
+  }
+  std::optional<Rope> old_form, new_form;
+  if (Present(j, "rope_scaling")) {
+    HILNAS_ASSIGN_OR_RETURN(old_form, ParseRopeObject(j["rope_scaling"], "rope_scaling", j, path));
+  }
+  if (Present(j, "rope_parameters")) {
+    HILNAS_ASSIGN_OR_RETURN(new_form, ReadRopeParameters(j, path, a.attention));
+  }
+  std::optional<double> theta = top_theta;
+  if (new_form && new_form->theta) {
+    if (top_theta && *top_theta != *new_form->theta) {
+      return Refuse(path, "rope_theta",
+                    absl::StrCat(*top_theta, " and rope_parameters.rope_theta ",
+                                 *new_form->theta, " disagree; which one holds is unknown"));
+    }
+    theta = new_form->theta;
+  }
+  if (old_form && old_form->theta && theta && *old_form->theta != *theta) {
+    return Refuse(path, "rope_scaling.rope_theta",
+                  absl::StrCat(*old_form->theta, " disagrees with rope_theta ", *theta));
+  }
+  a.rope_theta = theta.value_or(10000.0);  // transformers' default for these families
+  if (old_form && new_form && !(old_form->scaling == new_form->scaling)) {
+    return Refuse(path, "rope_scaling",
+                  absl::StrCat("(", DescribeScaling(old_form->scaling),
+                               ") and rope_parameters (", DescribeScaling(new_form->scaling),
+                               ") disagree; which one holds is unknown"));
+  }
+  a.rope_scaling = new_form ? new_form->scaling : old_form ? old_form->scaling : RopeScaling();
+  return absl::OkStatus();
+}
+
+// ---- The rest of the fields ----
+
+// What the family computes that hilnas does not: refused, naming the field.
+absl::Status RefuseWhatHilnasDoesNotRun(const json& j, const std::string& path,
+                                        const FamilyInfo& family) {
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (Present(j, bias) && j[bias] != false) {
+      return Refuse(path, bias, absl::StrCat(j[bias].dump(), ": biased projections are not supported"));
+    }
+  }
+  if (Present(j, "hidden_act") && j["hidden_act"] != "silu") {
+    return Refuse(path, "hidden_act",
+                  absl::StrCat(j["hidden_act"].dump(), " is not supported (SwiGLU with silu)"));
+  }
+  // MobileLLM's layer sharing repeats blocks, which hilnas does not run.
+  if (family.family == ConfigFamily::kMobileLlm && Present(j, "layer_sharing") &&
+      j["layer_sharing"] != false) {
+    return Refuse(path, "layer_sharing",
+                  absl::StrCat(j["layer_sharing"].dump(), ": repeated blocks are not supported"));
+  }
+  if (Present(j, "use_sliding_window") && j["use_sliding_window"] != false) {
+    return Refuse(path, "use_sliding_window",
+                  "true: Qwen-style window layers are not supported (layer_types and "
+                  "sliding_window say which layers use a window)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadDimensions(const json& j, const std::string& path, const FamilyInfo& family,
+                            Arch& a) {
+  HILNAS_ASSIGN_OR_RETURN(a.d_model, Field<int>(j, path, "hidden_size", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.d_ffn, Field<int>(j, path, "intermediate_size", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.num_layers, Field<int>(j, path, "num_hidden_layers", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.num_heads, Field<int>(j, path, "num_attention_heads", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.vocab_size, Field<int>(j, path, "vocab_size", std::nullopt));
+  HILNAS_ASSIGN_OR_RETURN(a.num_kv_heads, Field<int>(j, path, "num_key_value_heads", a.num_heads));
+  const int derived_head_dim = a.num_heads > 0 ? a.d_model / a.num_heads : 0;
+  HILNAS_ASSIGN_OR_RETURN(a.head_dim, Field<int>(j, path, "head_dim", derived_head_dim));
+  HILNAS_ASSIGN_OR_RETURN(a.norm_eps, Field<double>(j, path, "rms_norm_eps", 1e-6));
+  HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "tie_word_embeddings", false));
+  // MobileLLM (Liu et al. 2024): `share_embedding` ties the head to the
+  // embedding whatever tie_word_embeddings says.
+  if (family.family == ConfigFamily::kMobileLlm) {
+    HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "share_embedding", true));
+  }
+  const bool qwen3 = family.family == ConfigFamily::kQwen3;
+  HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", qwen3));
+  if (qwen3 && !a.qk_norm) return Refuse(path, "qk_norm", "false: Qwen3 normalises queries and keys");
+  HILNAS_ASSIGN_OR_RETURN(a.sliding_window, Field<int>(j, path, "sliding_window", 0));
+  if (Present(j, "hilnas_name") && j["hilnas_name"].is_string()) a.name = j["hilnas_name"];
+  if (Present(j, "kv_cache") && j["kv_cache"] == "slim") a.kv_cache = KvLayout::kSlim;
+  return absl::OkStatus();
+}
+
+absl::Status ReadLayerTypes(const json& j, const std::string& path, const FamilyInfo& family,
+                            Arch& a) {
+  if (!Present(j, "layer_types")) {
+    a.attention.assign(std::max(a.num_layers, 0), Attention::kFull);
+    return absl::OkStatus();
+  }
+  if (!j["layer_types"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": field \"layer_types\" is not an array"));
+  }
+  for (size_t i = 0; i < j["layer_types"].size(); ++i) {
+    const json& t = j["layer_types"][i];
+    if (t == "full_attention") {
+      a.attention.push_back(Attention::kFull);
+    } else if (t == "sliding_attention") {
+      a.attention.push_back(Attention::kSlidingWindow);
+    } else if (t == "skip_attention") {
+      a.attention.push_back(Attention::kSkip);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": layer_types[", i, "] ", t.dump(),
+                       " is not full_attention, sliding_attention or skip_attention"));
+    }
+  }
+  // Qwen3 configs carry a window size they do not use (use_sliding_window false).
+  if (family.family == ConfigFamily::kQwen3 &&
+      std::count(a.attention.begin(), a.attention.end(), Attention::kSlidingWindow) == 0) {
+    a.sliding_window = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadKvPrediction(const json& j, const std::string& path, Arch& a) {
+  if (!Present(j, "kv_prediction")) return absl::OkStatus();
+  const json& k = j["kv_prediction"];
+  const std::string type = k.is_object() ? k.value("type", "") : "";
+  if (type == "layer_pruned" && k.contains("ratio") && k["ratio"].is_number()) {
+    a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
+    a.kv_prediction.layer_pruned_ratio = k["ratio"].get<double>();
+  } else if (type == "canonical") {
+    const std::string aux_path = (std::filesystem::path(path).parent_path() /
+                                  k.value("auxiliary", "auxiliary") / "config.json")
+                                     .string();
+    HILNAS_ASSIGN_OR_RETURN(Arch aux, ReadConfigJson(aux_path));
+    a.kv_prediction.kind = KvPredictionSpec::Kind::kCanonical;
+    a.kv_prediction.canonical = {aux};
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": field \"kv_prediction\" ", k.dump(),
+        " is not {\"type\": \"layer_pruned\", \"ratio\": R} or {\"type\": \"canonical\"}"));
+  }
+  if (k.contains("layer_map") && k["layer_map"].is_array()) {
+    for (const json& v : k["layer_map"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > kMaxLayers) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": kv_prediction.layer_map entry ",
+                                                       v.dump(), " is not a layer index"));
+      }
+      a.kv_prediction.layer_map.push_back(static_cast<int>(v.get<int64_t>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const char* LayerTypeName(Attention a) {
+  switch (a) {
+    case Attention::kFull:
+      return "full_attention";
+    case Attention::kSlidingWindow:
+      return "sliding_attention";
+    case Attention::kSkip:
+      return "skip_attention";
+  }
+  return "full_attention";
+}
+
+}  // namespace
+
+const char* ConfigFamilyClass(ConfigFamily family) {
+  for (const FamilyInfo& f : Families()) {
+    if (f.family == family) return f.class_name;
+  }
+  return "?";
+}
+
+absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
+  std::string text;
+  HILNAS_RETURN_IF_ERROR(ReadFileToString(path, &text));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse errors and number overflow (1e999)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  HILNAS_ASSIGN_OR_RETURN(const FamilyInfo* family, ReadFamily(j, path));
+  HILNAS_RETURN_IF_ERROR(CheckEveryKeyKnown(j, path, *family));
+  HILNAS_RETURN_IF_ERROR(RefuseWhatHilnasDoesNotRun(j, path, *family));
+  Arch a;
+  HILNAS_RETURN_IF_ERROR(ReadDimensions(j, path, *family, a));
+  HILNAS_RETURN_IF_ERROR(ReadLayerTypes(j, path, *family, a));
+  HILNAS_RETURN_IF_ERROR(ReadRope(j, path, a));
+  HILNAS_RETURN_IF_ERROR(ReadKvPrediction(j, path, a));
+  absl::Status valid = ValidateArch(a);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));
+  return a;
+}
+
+absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
+  // QK-norm is Qwen3's layout; everything else Llama's (docs/checkpoints.md).
+  json j = {{"architectures", {a.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", a.qk_norm ? "qwen3" : "llama"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"hidden_size", a.d_model},
+            {"intermediate_size", a.d_ffn},
+            {"num_hidden_layers", a.num_layers},
+            {"num_attention_heads", a.num_heads},
+            {"num_key_value_heads", a.num_kv_heads},
+            {"head_dim", a.head_dim},
+            {"vocab_size", a.vocab_size},
+            {"rms_norm_eps", a.norm_eps},
+            {"rope_theta", a.rope_theta},
+            {"tie_word_embeddings", a.tie_embeddings},
+            {"hidden_act", "silu"},
+            {"qk_norm", a.qk_norm},
+            {"sliding_window", a.sliding_window},
+            {"kv_cache", a.kv_cache == KvLayout::kSlim ? "slim" : "standard"},
+            {"hilnas_name", a.name}};
+  json types = json::array();
+  for (Attention at : a.attention) types.push_back(LayerTypeName(at));
+  j["layer_types"] = types;
+  if (const RopeScaling& r = a.rope_scaling; r.kind == RopeScaling::Kind::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
+  } else if (r.kind == RopeScaling::Kind::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  }
+  // KV Prediction: the auxiliary model of a canonical (KVP-C) pair is the
+  // checkpoint in the auxiliary/ folder beside this file.
+  const KvPredictionSpec& kvp = a.kv_prediction;
+  if (kvp.kind == KvPredictionSpec::Kind::kLayerPruned) {
+    j["kv_prediction"] = {{"type", "layer_pruned"}, {"ratio", kvp.layer_pruned_ratio}};
+  } else if (kvp.kind == KvPredictionSpec::Kind::kCanonical) {
+    j["kv_prediction"] = {{"type", "canonical"}, {"auxiliary", "auxiliary"}};
+  }
+  if (j.contains("kv_prediction") && !kvp.layer_map.empty()) {
+    j["kv_prediction"]["layer_map"] = kvp.layer_map;
+  }
+  return WriteFileAtomically(path, j.dump(2) + "\n");
+}
+
+std::string DescribeArch(const Arch& a) {
+  std::vector<std::string> lines;
+  lines.push_back(absl::StrFormat("  layers %d, d_model %d, d_ffn %d, vocab %d", a.num_layers,
+                                  a.d_model, a.d_ffn, a.vocab_size));
+  lines.push_back(absl::StrFormat("  attention: %d heads, %d KV heads, head_dim %d, QK-norm %s",
+                                  a.num_heads, a.num_kv_heads, a.head_dim,
+                                  a.qk_norm ? "on" : "off"));
+  lines.push_back(absl::StrFormat("  RoPE: theta %g, %s", a.rope_theta,
+                                  DescribeScaling(a.rope_scaling)));
+  lines.push_back(absl::StrFormat("  RMSNorm epsilon %g", a.norm_eps));
+  lines.push_back(absl::StrCat("  embeddings: ", a.tie_embeddings ? "tied (head = embedding)"
+                                                                    : "untied head"));
+  std::vector<std::string> kinds;
+  for (Attention at : a.attention) kinds.push_back(LayerTypeName(at));
+  lines.push_back(absl::StrCat("  layer kinds: ", PatternString(a.attention), " (",
+                               absl::StrJoin(kinds, ", "), ")"));
+  const bool windowed = std::count(a.attention.begin(), a.attention.end(),
+                                   Attention::kSlidingWindow) > 0;
+  lines.push_back(windowed ? absl::StrCat("  sliding window: ", a.sliding_window, " tokens")
+                           : std::string("  sliding window: none (no sliding_attention layer)"));
+  lines.push_back(absl::StrCat("  KV cache: ", a.kv_cache == KvLayout::kSlim ? "slim" : "standard"));
+  return absl::StrJoin(lines, "\n");
+}
+
+}  // namespace hilnas

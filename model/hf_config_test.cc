@@ -1,0 +1,224 @@
+#include "model/hf_config.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "util/textproto.h"
+#include "util/status_matchers.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+// SmolLM2-135M's published config.json (transformers 4 form), scaled down
+// in layers and vocabulary only.
+json SmolLm2Config() {
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576,
+    "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+    "is_llama_config": true, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 9, "num_hidden_layers": 2, "num_key_value_heads": 3,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": false,
+    "rope_scaling": null, "rope_theta": 100000, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.42.3", "use_cache": true,
+    "vocab_size": 512})");
+}
+
+// The same config as transformers 5 saves it: rope_parameters instead of
+// rope_theta and rope_scaling, dtype instead of torch_dtype.
+json Transformers5(json c) {
+  json rope = {{"rope_type", "default"}};
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rope = c["rope_scaling"];
+  rope["rope_theta"] = c.value("rope_theta", 10000.0);
+  c.erase("rope_scaling");
+  c.erase("rope_theta");
+  c["rope_parameters"] = rope;
+  c["dtype"] = c["torch_dtype"];
+  c.erase("torch_dtype");
+  c["transformers_version"] = "5.17.0";
+  return c;
+}
+
+class HfConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/hf_config_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  absl::StatusOr<Arch> Read(const json& c) {
+    EXPECT_OK(WriteFileAtomically(dir_ + "/config.json", c.dump(2)));
+    return ReadConfigJson(dir_ + "/config.json");
+  }
+  std::string dir_;
+};
+
+TEST_F(HfConfigTest, RopeThetaIsReadFromEitherGeneration) {
+  ASSERT_OK_AND_ASSIGN(Arch v4, Read(SmolLm2Config()));
+  ASSERT_OK_AND_ASSIGN(Arch v5, Read(Transformers5(SmolLm2Config())));
+  EXPECT_EQ(v4.rope_theta, 100000);
+  EXPECT_EQ(v5.rope_theta, 100000) << "not transformers' default of 10000";
+  EXPECT_EQ(v5.head_dim, 64);
+  EXPECT_TRUE(v5.rope_scaling == RopeScaling());
+}
+
+TEST_F(HfConfigTest, Llama3ScalingIsReadFromRopeParameters) {
+  json c = SmolLm2Config();
+  c["rope_theta"] = 500000.0;
+  c["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  ASSERT_OK_AND_ASSIGN(Arch v4, Read(c));
+  ASSERT_OK_AND_ASSIGN(Arch v5, Read(Transformers5(c)));
+  EXPECT_EQ(v5.rope_scaling.kind, RopeScaling::Kind::kLlama3);
+  EXPECT_EQ(v5.rope_scaling.factor, 32.0);
+  EXPECT_TRUE(v4.rope_scaling == v5.rope_scaling);
+  EXPECT_EQ(v5.rope_theta, 500000.0);
+  // Both forms at once, agreeing, are fine.
+  json both = Transformers5(c);
+  both["rope_theta"] = 500000.0;
+  both["rope_scaling"] = c["rope_scaling"];
+  EXPECT_OK(Read(both).status());
+}
+
+TEST_F(HfConfigTest, DisagreeingRopeThetaAndRopeParametersAreRefusedNamingBoth) {
+  json c = Transformers5(SmolLm2Config());
+  c["rope_theta"] = 10000;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                AllOf(HasSubstr("rope_theta 10000"),
+                                      HasSubstr("rope_parameters.rope_theta 100000"),
+                                      HasSubstr("disagree"))));
+}
+
+TEST_F(HfConfigTest, DisagreeingRopeScalingAndRopeParametersAreRefused) {
+  json c = Transformers5(SmolLm2Config());
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                AllOf(HasSubstr("rope_scaling (linear, factor 2)"),
+                                      HasSubstr("rope_parameters (default"))));
+}
+
+TEST_F(HfConfigTest, PerLayerKindRopeParametersMustAgreeForTheKindsInUse) {
+  json c = Transformers5(SmolLm2Config());
+  json full = c["rope_parameters"];
+  json local = full;
+  local["rope_theta"] = 10000.0;
+  c["rope_parameters"] = {{"full_attention", full}, {"sliding_attention", local}};
+  // Only full layers: the sliding entry is not used.
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(c));
+  EXPECT_EQ(a.rope_theta, 100000);
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  c["sliding_window"] = 16;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                AllOf(HasSubstr("rope_parameters.sliding_attention"),
+                                      HasSubstr("differs from rope_parameters.full_attention"))));
+}
+
+TEST_F(HfConfigTest, AnUnknownKeyThatChangesTheComputationIsRefusedByName) {
+  json c = SmolLm2Config();
+  c["attn_logit_softcapping"] = 50.0;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                AllOf(HasSubstr("config.json"),
+                                      HasSubstr("field \"attn_logit_softcapping\" 50.0"),
+                                      HasSubstr("LlamaForCausalLM"))));
+}
+
+TEST_F(HfConfigTest, AnInertKeyWithAValueThatMattersIsRefused) {
+  json c = SmolLm2Config();
+  c["rope_interleaved"] = true;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("field \"rope_interleaved\" true")));
+  c = SmolLm2Config();
+  c["partial_rotary_factor"] = 0.5;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("field \"partial_rotary_factor\" 0.5")));
+  // Qwen3's window bookkeeping is inert for Qwen3, not for Llama.
+  c = SmolLm2Config();
+  c["max_window_layers"] = 28;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("field \"max_window_layers\"")));
+}
+
+TEST_F(HfConfigTest, AnUnknownRopeParameterIsRefusedByName) {
+  json c = Transformers5(SmolLm2Config());
+  c["rope_parameters"]["attention_factor"] = 1.2;
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("rope_parameters.attention_factor 1.2")));
+  c = Transformers5(SmolLm2Config());
+  c["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("rope_parameters.rope_type \"yarn\" is not supported")));
+}
+
+TEST_F(HfConfigTest, AConfigNamingNoFamilyIsRefused) {
+  json c = SmolLm2Config();
+  c.erase("architectures");
+  c.erase("model_type");
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                AllOf(HasSubstr("architectures"), HasSubstr("model_type"))));
+  c["model_type"] = "llama";  // either one is enough
+  EXPECT_OK(Read(c).status());
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("name different families")));
+  c["model_type"] = "gemma3";
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("model_type \"gemma3\" is not supported")));
+}
+
+TEST_F(HfConfigTest, AnUnexpectedBiasTensorIsRefusedByName) {
+  json c = SmolLm2Config();
+  c["hidden_size"] = 36;
+  c["intermediate_size"] = 48;
+  c["num_attention_heads"] = 3;
+  c["num_key_value_heads"] = 1;
+  c["vocab_size"] = 40;
+  ASSERT_OK_AND_ASSIGN(Arch arch, Read(c));
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(arch, 3));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto named = d.NamedTensors();
+  named.push_back({"model.layers.0.self_attn.q_proj.bias", torch::zeros({36})});
+  ASSERT_OK(WriteSafetensors(dir_ + "/model.safetensors", named, StorageDtype::kF32));
+  EXPECT_THAT(LoadCheckpoint(dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unexpected tensor model.layers.0.self_attn.q_proj.bias")));
+}
+
+TEST_F(HfConfigTest, WhatWasReadIsDescribed) {
+  json c = Transformers5(SmolLm2Config());
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(c));
+  const std::string said = DescribeArch(a);
+  EXPECT_THAT(said, HasSubstr("9 heads, 3 KV heads, head_dim 64"));
+  EXPECT_THAT(said, HasSubstr("theta 100000, default (no scaling)"));
+  EXPECT_THAT(said, HasSubstr("epsilon 1e-05"));
+  EXPECT_THAT(said, HasSubstr("tied"));
+  EXPECT_THAT(said, HasSubstr("FF (full_attention, full_attention)"));
+  EXPECT_THAT(said, HasSubstr("sliding window: none"));
+}
+
+// What hilnas writes it reads back unchanged (and it passes its own check).
+TEST_F(HfConfigTest, WrittenConfigsReadBack) {
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(SmolLm2Config()));
+  a.rope_scaling.kind = RopeScaling::Kind::kLlama3;
+  a.rope_scaling.factor = 8;
+  ASSERT_OK(WriteConfigJson(a, dir_ + "/config.json"));
+  ASSERT_OK_AND_ASSIGN(Arch back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_TRUE(back.rope_scaling == a.rope_scaling);
+  EXPECT_EQ(back.rope_theta, a.rope_theta);
+}
+
+}  // namespace
+}  // namespace hilnas
