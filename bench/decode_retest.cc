@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -21,20 +22,6 @@
 #include "device_agent/protocol.h"
 #include "search_space/arch.h"
 #include "util/subprocess.h"
-
-// The process's anonymous memory backed by transparent huge pages.
-std::string AnonHugePages() {
-  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
-  if (f == nullptr) return "";
-  char line[256];
-  std::string out;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::string(line).rfind("AnonHugePages:", 0) == 0) out = line;
-  }
-  std::fclose(f);
-  if (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
 
 int main(int argc, char** argv) {
   using hilnas::bench::Arg;
@@ -65,6 +52,13 @@ int main(int argc, char** argv) {
   auto runtime = hilnas::NewLibtorchRuntime();
   hilnas::ProtocolOptions o;
   o.cooldown_ms = 20;
+  // --memory-gate 0.10: gate on the memory probe (issue 33); 0: off, the
+  // agent's default. The probe is recorded either way.
+  o.max_memory_slowdown = std::stod(Arg(argc, argv, "--memory-gate", "0"));
+  o.max_discards = 10;
+  o.discard_cooldown_ms = 200;
+  hilnas::MemoryProbeHistory history;
+  o.memory_history = &history;
   const hilnas::DeviceIdentity device = hilnas::ProbeDevice();
   std::vector<double> decodes, ttfts;
   for (int j = 0; j < jobs; ++j) {
@@ -77,8 +71,16 @@ int main(int argc, char** argv) {
     ttfts.push_back(s.ttft_median_ms());
     decodes.push_back(s.decode_median_ms_per_token());
     const hilnas::RunConditions& c = r.samples(0).conditions();
-    std::printf("job %d: TTFT %.3f ms, decode %.4f ms/token, MHz %.0f, %s\n", j, ttfts.back(),
-                decodes.back(), c.cpu_mhz(), AnonHugePages().c_str());
+    std::string runs;
+    for (const hilnas::LatencySample& x : r.samples()) {
+      runs += " " + std::to_string(x.decode_ms_per_token()).substr(0, 6);
+    }
+    int waits = 0;
+    for (const hilnas::LatencySample& x : r.samples()) waits += x.conditions().memory_waits();
+    std::printf("job %d: TTFT %.3f ms, decode %.4f ms/token (runs%s), memory probe %.4f ms "
+                "(%.2fx, %d waits, %d runs discarded), MHz %.0f\n",
+                j, ttfts.back(), decodes.back(), runs.c_str(), c.memory_probe_ms(),
+                c.memory_probe_ratio(), waits, r.discarded_size(), c.cpu_mhz());
     std::fflush(stdout);
   }
   if (jobs > 1) {

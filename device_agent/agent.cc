@@ -35,6 +35,11 @@ class Agent::Impl {
  public:
   Impl(AgentOptions o, std::unique_ptr<Runtime> runtime)
       : options_(std::move(o)), runtime_(std::move(runtime)), rng_(std::random_device{}()) {
+    // The memory gate's baselines outlive a job: every job, canaries
+    // included, is judged against this agent's history.
+    if (options_.protocol.memory_history == nullptr) {
+      options_.protocol.memory_history = &memory_history_;
+    }
     grpc::ChannelArguments args;
     // Reconnect quickly once the coordinator is back; our own backoff
     // spaces the retries (gRPC's default can wait two minutes).
@@ -313,6 +318,7 @@ class Agent::Impl {
   std::optional<CanaryReading> last_canary_;
   int jobs_since_canary_ = 0;
   bool retime_canary_ = false;  // a job was re-queued for drift
+  MemoryProbeHistory memory_history_;
 };
 
 Agent::Agent(AgentOptions options, std::unique_ptr<Runtime> runtime)

@@ -1,6 +1,7 @@
 #include "device_agent/protocol.h"
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <thread>
 
@@ -8,6 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "device_agent/environment.h"
 #include "device_agent/sample_stats.h"
+#include "search_space/arch.h"
+#include "search_space/counts.h"
 #include "util/clock.h"
 
 namespace hilnas {
@@ -43,7 +46,58 @@ std::string GateViolation(const RunConditions& c, const ProtocolOptions& o) {
   if (o.max_temperature_c > 0 && c.temperature_c() > o.max_temperature_c) {
     return absl::StrFormat("temperature %.0f C > %.0f", c.temperature_c(), o.max_temperature_c);
   }
+  if (o.max_memory_slowdown > 0 && c.memory_probe_ratio() > 1 + o.max_memory_slowdown) {
+    return absl::StrFormat("memory probe %.2fx of baseline > %.2f", c.memory_probe_ratio(),
+                           1 + o.max_memory_slowdown);
+  }
   return "";
+}
+
+// What one decode step reads: the weights and the KV cache at the prompt's
+// depth, from the architecture (a checkpoint's is unknown before it is
+// loaded: the probe's cap). f32 cache; bf16/f16 requests store weights in 2 bytes.
+}  // namespace
+
+int64_t MemoryProbeBytes(const BenchmarkRequest& req, int prompt) {
+  if (!req.has_arch()) return kMaxMemoryProbeBytes;
+  absl::StatusOr<Arch> arch = ArchFromProto(req.arch());
+  if (!arch.ok()) return kMaxMemoryProbeBytes;
+  const int weight_bytes = req.precision() == BF16 || req.precision() == FP16 ? 2 : 4;
+  const double bytes = CountParameters(*arch).model() * weight_bytes +
+                       KvCacheBytes(*arch, prompt + req.decode_tokens(), 4);
+  // In steps of sqrt(2) from 1 MiB, so that jobs of similar size share a
+  // baseline instead of each calibrating its own.
+  double step = 1 << 20;
+  while (step < bytes && step < kMaxMemoryProbeBytes) step *= std::sqrt(2.0);
+  return std::min<int64_t>(kMaxMemoryProbeBytes, static_cast<int64_t>(step) / 4096 * 4096);
+}
+
+namespace {
+
+// The memory gate: probes until the reading is within the bound or the
+// waits run out, and records the last probe in `c`.
+void AwaitQuietMemory(MemoryProbe& probe, MemoryProbeHistory& history, const ProtocolOptions& o,
+                      RunConditions& c) {
+  // A size seen for the first time gets a baseline from probes spread
+  // over a second: the slow spells last seconds (memory_probe.h).
+  for (int k = history.Readings(probe.bytes()); o.max_memory_slowdown > 0 && k < 10; ++k) {
+    history.Add(probe.bytes(), probe.TimeMs());
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.memory_wait_ms));
+  }
+  double ms = probe.TimeMs();
+  double ratio = history.Add(probe.bytes(), ms);
+  int waits = 0;
+  while (o.max_memory_slowdown > 0 && ratio > 1 + o.max_memory_slowdown &&
+         waits < o.max_memory_waits) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.memory_wait_ms));
+    ++waits;
+    ms = probe.TimeMs();
+    ratio = history.Add(probe.bytes(), ms);
+  }
+  c.set_memory_probe_bytes(probe.bytes());
+  c.set_memory_probe_ms(ms);
+  c.set_memory_probe_ratio(ratio);
+  c.set_memory_waits(waits);
 }
 
 // Warm-ups, then timed runs until the TTFT and decode spreads are below the threshold
@@ -62,9 +116,14 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
     std::this_thread::sleep_for(cooldown);
   }
   int discards = 0;
+  MemoryProbe probe(MemoryProbeBytes(req, prompt));
+  MemoryProbeHistory own_history;
+  MemoryProbeHistory& history = o.memory_history != nullptr ? *o.memory_history : own_history;
   CpuCounters mark = ReadCpuCounters(o.cpus);  // the gate's window opens
   for (int i = 0; i < req.max_repeats();) {
     if (Cancelled(o)) return absl::CancelledError("measurement cancelled: lease lost");
+    RunConditions memory;
+    AwaitQuietMemory(probe, history, o, memory);
     ResetPeakRss();
     absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
     if (!t.ok()) return t.status();
@@ -73,10 +132,13 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
     sample.set_ttft_ms(t->ttft_ms);
     sample.set_decode_ms_per_token(t->decode_ms_per_token);
     sample.set_decode_tokens(t->decode_tokens);
-    // An external runtime's memory is its process's, not the agent's.
-    sample.set_peak_rss_bytes(in_process ? PeakRssBytes() : t->process_peak_rss_bytes);
+    // An external runtime's memory is its process's, not the agent's; the
+    // probe's buffer (resident through the run) is the agent's apparatus.
+    sample.set_peak_rss_bytes(in_process ? std::max<int64_t>(0, PeakRssBytes() - probe.bytes())
+                                         : t->process_peak_rss_bytes);
     sample.set_kv_cache_bytes(t->kv_cache_bytes);
     *sample.mutable_conditions() = ConditionsBetween(mark, ReadCpuCounters(o.cpus));
+    sample.mutable_conditions()->MergeFrom(memory);
     const std::string noise = GateViolation(sample.conditions(), o);
     if (!noise.empty()) {
       if (discards < o.max_discards) {
@@ -165,6 +227,7 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
                                                        .count()));
         for (int prompt : req.prompt_lengths()) {
           status = MeasurePromptLength(**model, req, prompt, runtime.runs_in_process(), o, result);
+          ResetPeakRss();  // the memory probe's buffer is gone; it is no run's memory
           if (!status.ok()) break;
         }
       } else {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "device_agent/memory_probe.h"
 #include "device_agent/runtime.h"
 #include "proto/benchmark.pb.h"
 #include "proto/benchmark_request.h"
@@ -34,12 +35,29 @@ struct ProtocolOptions {
   int max_discards = 5;
   double discard_cooldown_ms = 1000;
   std::vector<int> cpus;  // the agent's CPU set (its /proc/stat lines); empty: all
+  // The memory gate (issue 33, memory_probe.h): before each timed run, a
+  // probe read of the run's working set must be within 1 +
+  // `max_memory_slowdown` of the agent's baseline; else it is retaken every
+  // `memory_wait_ms`, at most `max_memory_waits` times, and a run taken
+  // above the bound is discarded like a noisy one. 0: off (also `hilnas
+  // agent`'s default: on the EPYC VMs here the slow spells outlast a job,
+  // see bench/data/drift.md). The probe is recorded either way.
+  double max_memory_slowdown = 0;
+  int max_memory_waits = 20;
+  double memory_wait_ms = 100;
+  // Baselines kept across jobs (the agent's); null: this measurement's own.
+  MemoryProbeHistory* memory_history = nullptr;
   // Called with one line per step (build, each run); may be empty.
   std::function<void(const std::string&)> progress;
   // When set and true, measurement stops after the current run and the
   // result fails with RUNTIME_ERROR "cancelled" (the lease was lost). Not owned.
   const std::atomic<bool>* cancel = nullptr;
 };
+
+// The memory gate's probe size for `request` at `prompt` tokens: the
+// weights and the KV cache one decode step reads, in steps of sqrt(2) from
+// 1 MiB up to kMaxMemoryProbeBytes.
+int64_t MemoryProbeBytes(const BenchmarkRequest& request, int prompt);
 
 // Runs the protocol. Never fails silently: any error ends in a result whose
 // `failure` and `failure_message` say what happened, with the samples

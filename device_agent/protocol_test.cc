@@ -70,6 +70,58 @@ ProtocolOptions NoCooldown() {
   return o;
 }
 
+TEST(ProtocolTest, EveryRunRecordsTheMemoryProbeTakenBeforeIt) {
+  ScriptedRuntime rt;
+  rt.ttfts = {500, 100, 100, 100};
+  const BenchmarkRequest req = Request(3, 3, 0.05);
+  const BenchmarkResult r = MeasureBenchmark(rt, req, DeviceIdentity(), NoCooldown());
+  ASSERT_EQ(r.samples_size(), 3);
+  for (const LatencySample& s : r.samples()) {
+    EXPECT_EQ(s.conditions().memory_probe_bytes(), MemoryProbeBytes(req, 8));
+    EXPECT_GT(s.conditions().memory_probe_ms(), 0);
+    EXPECT_GT(s.conditions().memory_probe_ratio(), 0);
+    EXPECT_EQ(s.conditions().memory_waits(), 0);  // the gate is off by default
+  }
+  EXPECT_EQ(r.discarded_size(), 0);
+}
+
+// A baseline no reading can meet: every probe is "slow", the gate waits
+// its limit before each run, then discards the run, and once the retakes
+// run out keeps runs marked noisy.
+TEST(ProtocolTest, TheMemoryGateWaitsThenDiscardsRunsTakenWhileMemoryIsSlow) {
+  ScriptedRuntime rt;
+  rt.ttfts = {500, 100, 100, 100, 100, 100, 100};
+  const BenchmarkRequest req = Request(3, 3, 0.05);
+  MemoryProbeHistory history;
+  for (int i = 0; i < 20; ++i) history.Add(MemoryProbeBytes(req, 8), 1e-9);
+  ProtocolOptions o = NoCooldown();
+  o.max_memory_slowdown = 0.10;
+  o.max_memory_waits = 2;
+  o.memory_wait_ms = 1;
+  o.max_discards = 2;
+  o.discard_cooldown_ms = 0;
+  o.memory_history = &history;
+  const BenchmarkResult r = MeasureBenchmark(rt, req, DeviceIdentity(), o);
+  ASSERT_EQ(r.discarded_size(), 2);
+  for (const DiscardedRun& d : r.discarded()) {
+    EXPECT_NE(d.reason().find("memory probe"), std::string::npos) << d.reason();
+    EXPECT_EQ(d.sample().conditions().memory_waits(), 2);
+  }
+  ASSERT_EQ(r.samples_size(), 3);
+  for (const LatencySample& s : r.samples()) EXPECT_TRUE(s.noisy());
+}
+
+TEST(ProtocolTest, TheMemoryBaselineIsALowPercentileOfTheReadings) {
+  MemoryProbeHistory h;
+  EXPECT_DOUBLE_EQ(h.Add(1 << 20, 2.0), 1.0);
+  EXPECT_DOUBLE_EQ(h.Add(1 << 20, 3.0), 1.5);  // the fastest while at most 10
+  EXPECT_DOUBLE_EQ(h.BaselineMs(1 << 20), 2.0);
+  for (int i = 0; i < 20; ++i) h.Add(1 << 20, 10.0 + i);
+  EXPECT_DOUBLE_EQ(h.BaselineMs(1 << 20), 10.0);  // 22 readings: the 3rd fastest
+  EXPECT_EQ(h.Readings(1 << 20), 22);
+  EXPECT_EQ(h.Readings(2 << 20), 0);
+}
+
 TEST(ProtocolTest, StopsAtMinimumRepeatsWhenSpreadIsSmall) {
   ScriptedRuntime rt;
   rt.ttfts = {500 /*warm-up*/, 100, 101, 100, 300, 300};

@@ -103,6 +103,7 @@ int AgentCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   o.max_jobs = cl.max_jobs;
   o.protocol.cooldown_ms = cl.cooldown_ms;
   o.protocol.max_foreign_cores = cl.max_foreign_cores;
+  o.protocol.max_memory_slowdown = cl.max_memory_slowdown;
   o.protocol.max_temperature_c = cl.max_temperature_c;
   o.protocol.max_discards = cl.max_discards;
   o.protocol.discard_cooldown_ms = cl.discard_cooldown_ms;
@@ -170,6 +171,7 @@ int FleetCommand(const std::vector<std::string>& args, const CommandLine& cl) {
                                      absl::StrCat("--max_jobs=", cl.max_jobs),
                                      absl::StrCat("--cooldown_ms=", cl.cooldown_ms),
                                      absl::StrCat("--max_foreign_cores=", cl.max_foreign_cores),
+                                     absl::StrCat("--max_memory_slowdown=", cl.max_memory_slowdown),
                                      absl::StrCat("--max_temperature_c=", cl.max_temperature_c),
                                      absl::StrCat("--max_discards=", cl.max_discards),
                                      absl::StrCat("--discard_cooldown_ms=", cl.discard_cooldown_ms),

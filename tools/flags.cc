@@ -28,6 +28,9 @@ ABSL_FLAG(double, cooldown_ms, 100, "agent: idle time between timed runs");
 ABSL_FLAG(double, max_foreign_cores, 0.25,
           "agent: quiet-machine gate: retake a run during which other processes used more than "
           "this many of the agent's CPUs (0: off)");
+ABSL_FLAG(double, max_memory_slowdown, 0,
+          "agent: memory gate: time a run only when a read of its working set is within "
+          "1 + this of the agent's baseline (0: off)");
 ABSL_FLAG(double, max_temperature_c, 0,
           "agent: quiet-machine gate: retake a run taken above this temperature, C (0: off)");
 ABSL_FLAG(int32_t, max_discards, 5,
@@ -286,6 +289,7 @@ CommandLine ParseCommandLine(const std::map<std::string, std::vector<std::string
   cl.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   cl.cooldown_ms = absl::GetFlag(FLAGS_cooldown_ms);
   cl.max_foreign_cores = absl::GetFlag(FLAGS_max_foreign_cores);
+  cl.max_memory_slowdown = absl::GetFlag(FLAGS_max_memory_slowdown);
   cl.max_temperature_c = absl::GetFlag(FLAGS_max_temperature_c);
   cl.max_discards = absl::GetFlag(FLAGS_max_discards);
   cl.discard_cooldown_ms = absl::GetFlag(FLAGS_discard_cooldown_ms);

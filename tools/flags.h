@@ -27,6 +27,7 @@ struct CommandLine {
   int32_t max_jobs = 0;
   double cooldown_ms = 0;
   double max_foreign_cores = 0.25, max_temperature_c = 0, discard_cooldown_ms = 1000;
+  double max_memory_slowdown = 0;
   int max_discards = 5;
   bool canary = true;
   int32_t canary_every_jobs = 10;
