@@ -27,28 +27,30 @@ absl::StatusOr<Backbone> LoadBackbone(const std::string& dir, std::string metric
 
 namespace {
 
-absl::StatusOr<Decoder> Cut(Backbone& backbone, const Arch& target, const PruneOptions& options) {
+absl::StatusOr<Decoder> Cut(Backbone& backbone, const Arch& target, const PruneOptions& options,
+                            PrunePlan* plan_out = nullptr) {
   HILNAS_ASSIGN_OR_RETURN(PrunePlan plan,
                           PlanPrune(backbone.metrics, backbone.model->arch(), target, options));
+  if (plan_out != nullptr) *plan_out = plan;
   return ApplyPrune(*backbone.model, plan, target);
 }
 
 }  // namespace
 
 absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
-                               const std::string& out_dir, StorageDtype dtype) {
+                               const std::string& out_dir, StorageDtype dtype, PrunePlan* plan) {
   if (target.kv_cache == KvLayout::kSlim) {
     // Slim Attention Eq. 4: prune the standard twin, then store W_KV.
     Arch standard = target;
     standard.kv_cache = KvLayout::kStandard;
-    HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, standard, options));
+    HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, standard, options, plan));
     SlimOptions slim_options;
     slim_options.storage = dtype;
     HILNAS_ASSIGN_OR_RETURN(Decoder slim, ConvertToSlim(pruned, slim_options));
     return SaveCheckpoint(slim, out_dir, dtype);
   }
   if (target.kv_prediction.kind == KvPredictionSpec::Kind::kNone) {
-    HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, target, options));
+    HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, target, options, plan));
     return SaveCheckpoint(pruned, out_dir, dtype);
   }
   // A KV-prediction candidate (KV Prediction Sec. 4): the base is pruned as
@@ -57,7 +59,7 @@ absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const Pru
   // layers (KvPredictor::Create); maps start as the identity.
   Arch plain = target;
   plain.kv_prediction = KvPredictionSpec();
-  HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, plain, options));
+  HILNAS_ASSIGN_OR_RETURN(Decoder pruned, Cut(backbone, plain, options, plan));
   try {
     HILNAS_ASSIGN_OR_RETURN(Decoder base, Decoder::Create(target, 0, pruned.dtype()));
     torch::NoGradGuard no_grad;

@@ -26,11 +26,16 @@ struct Backbone {
 // and refuses metrics of another checkpoint (FAILED_PRECONDITION naming both).
 absl::StatusOr<Backbone> LoadBackbone(const std::string& dir, std::string metrics_path = "");
 
-// Prune(metrics, target) written as a dense checkpoint in `out_dir`.
-// INVALID_ARGUMENT (from PlanPrune) when the target cannot be cut from the
-// backbone. Not thread-safe on the same Backbone.
+// Prune(metrics, target) written as a dense checkpoint in `out_dir`: the
+// one prune path (hilnas prune, campaigns, export): a plain target, a slim
+// one (pruned, then W_KV stored, Slim Attention Eq. 4) or a KV-prediction
+// one (base, auxiliary/ and the predictor). `plan`, when given, receives
+// the base model's plan (kept layers and channels). INVALID_ARGUMENT (from
+// PlanPrune) when the target cannot be cut from the backbone. Not
+// thread-safe on the same Backbone.
 absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
-                               const std::string& out_dir, StorageDtype dtype = StorageDtype::kF32);
+                               const std::string& out_dir, StorageDtype dtype = StorageDtype::kF32,
+                               PrunePlan* plan = nullptr);
 
 }  // namespace hilnas
 

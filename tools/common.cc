@@ -1,3 +1,6 @@
+#include "tools/common.h"
+
+#include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +16,7 @@
 #include "proto/arch.pb.h"
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
-#include "tools/commands.h"
-#include "tools/flags.h"
+#include "search_space/space.h"
 #include "util/files.h"
 #include "util/status_macros.h"
 #include "util/subprocess.h"
@@ -22,9 +24,18 @@
 
 namespace hilnas::tools {
 
-absl::StatusOr<Arch> ArchOf(const CommandLine& cl) {
-  const std::string shape = cl.shape;
-  const std::string file = cl.arch;
+std::pair<CLI::Option*, CLI::Option*> AddArchFlags(CLI::App* app, ArchFlags* flags) {
+  CLI::Option* shape =
+      app->add_option("--shape", flags->shape, "published shape name (see `hilnas shapes list`)");
+  CLI::Option* arch = app->add_option("--arch", flags->arch,
+                                      "ArchSpec .textproto file, or a Hugging Face config.json");
+  shape->excludes(arch);
+  return {shape, arch};
+}
+
+absl::StatusOr<Arch> ArchOf(const ArchFlags& flags) {
+  const std::string shape = flags.shape;
+  const std::string file = flags.arch;
   if (shape.empty() == file.empty()) {
     return absl::InvalidArgumentError("give exactly one of --shape NAME or --arch FILE");
   }
@@ -41,19 +52,55 @@ absl::StatusOr<Arch> ArchOf(const CommandLine& cl) {
   return arch;
 }
 
-absl::StatusOr<StorageDtype> StorageDtypeOf(const CommandLine& cl) {
-  return ParseStorageDtype(cl.dtype);
+absl::StatusOr<Space> SpaceOf(const std::string& file) {
+  SearchSpace proto = DefaultSearchSpace();
+  if (!file.empty()) {
+    proto.Clear();
+    HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(file, &proto));
+  }
+  auto space = Space::FromProto(proto);
+  if (!space.ok() && !file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", space.status().message()));
+  }
+  return space;
 }
 
-absl::Status ApplyThreads(const CommandLine& cl) {
+CLI::Option* AddThreadsFlag(CLI::App* app, int32_t* threads) {
+  return app->add_option("--threads", *threads, "intra-op threads; 0 = libtorch's default");
+}
+
+absl::StatusOr<StorageDtype> StorageDtypeOf(const std::string& dtype) {
+  return ParseStorageDtype(dtype);
+}
+
+absl::StatusOr<TokenSplit> LoadSplit(const std::string& path, int64_t vocab, int64_t seq_len,
+                                     double heldout) {
+  if (path.empty()) return absl::InvalidArgumentError("give --tokens FILE (see `hilnas corpus`)");
+  HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadTokenFile(path, vocab));
+  auto split = SplitTokens(std::move(ids), heldout, seq_len + 1);
+  if (!split.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", split.status().message()));
+  return split;
+}
+
+absl::Status ApplyThreads(int32_t threads) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int t = cl.threads;
+  const int t = threads;
   if (t < 0 || t > cores) {
     return absl::InvalidArgumentError(
         absl::StrCat("--threads ", t, " is not in 1..", cores, " (this machine's cores)"));
   }
   if (t > 0) at::set_num_threads(t);
   return absl::OkStatus();
+}
+
+absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads,
+                                       int64_t context) {
+  HILNAS_RETURN_IF_ERROR(ApplyThreads(threads));
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(ckpt + "/config.json"));
+  HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(arch, std::max<int64_t>(context, 1) + 1, 4,
+                                           absl::StrCat("checkpoint ", ckpt)));
+  return LoadCheckpoint(ckpt);
 }
 
 int BytesPerElement(StorageDtype dtype) { return dtype == StorageDtype::kF32 ? 4 : 2; }
@@ -78,11 +125,6 @@ std::string WithCommas(int64_t n) {
     out += digits[i];
   }
   return n < 0 ? "-" + out : out;
-}
-
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "hilnas: error: %s\n", std::string(status.message()).c_str());
-  return 1;
 }
 
 pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& log) {

@@ -1,19 +1,21 @@
-// `hilnas shapes list|show` and `hilnas space show|sample`.
+// `hilnas shapes list | show NAME`: the published shapes with exact
+// parameter counts.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
-#include "search_space/sobol.h"
-#include "search_space/space.h"
-#include "tools/commands.h"
-#include "tools/flags.h"
-#include "util/textproto.h"
+#include "tools/commands/commands.h"
+#include "tools/common.h"
 
 namespace hilnas::tools {
 namespace {
+
+struct ShapesOptions {
+  std::string verb;  // list | show
+  std::string name;
+};
 
 std::string HeadsString(const Arch& a) {
   return absl::StrCat(a.num_heads, "/", a.num_kv_heads, "/", a.head_dim);
@@ -90,64 +92,21 @@ int Show(const std::string& name) {
   return 0;
 }
 
-absl::StatusOr<Space> SpaceOf(const CommandLine& cl) {
-  SearchSpace proto = DefaultSearchSpace();
-  const std::string file = cl.space;
-  if (!file.empty()) {
-    proto.Clear();
-    absl::Status s = ReadTextProtoFile(file, &proto);
-    if (!s.ok()) return s;
-  }
-  auto space = Space::FromProto(proto);
-  if (!space.ok() && !file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": ", space.status().message()));
-  }
-  return space;
+int RunShapes(const ShapesOptions& o) {
+  if (o.verb == "list" && o.name.empty()) return List();
+  if (o.verb == "show" && !o.name.empty()) return Show(o.name);
+  return Fail(absl::InvalidArgumentError("usage: hilnas shapes list | hilnas shapes show NAME"));
 }
 
 }  // namespace
 
-int ShapesCommand(const std::vector<std::string>& args, const CommandLine& /*cl*/) {
-  if (args.size() == 1 && args[0] == "list") return List();
-  if (args.size() == 2 && args[0] == "show") return Show(args[1]);
-  return Fail(absl::InvalidArgumentError("usage: hilnas shapes list | hilnas shapes show NAME"));
-}
-
-int SpaceCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  auto space = SpaceOf(cl);
-  if (!space.ok()) return Fail(space.status());
-  if (args.size() == 1 && args[0] == "show") {
-    std::printf("dimensions (D = %d): %s\n", space->dimensions(),
-                absl::StrJoin(space->dimension_names(), ", ").c_str());
-    std::printf("num_layers: %s\nd_ffn: %s\nd_model: %s\n",
-                absl::StrJoin(space->layer_choices(), " ").c_str(),
-                absl::StrJoin(space->ffn_choices(), " ").c_str(),
-                absl::StrJoin(space->model_choices(), " ").c_str());
-    std::printf("block size %d; at most %d consecutive efficient-attention layers (Sec. 3.5)\n",
-                space->block_size(), space->max_consecutive_efficient());
-    std::printf("architectures: %s (without the constraint: %s)\n",
-                WithCommas(static_cast<int64_t>(space->Size())).c_str(),
-                WithCommas(static_cast<int64_t>(space->Size(false))).c_str());
-    return 0;
-  }
-  if (args.size() == 1 && args[0] == "sample") {
-    if (cl.n < 1 || cl.n > 1'000'000) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("--n ", cl.n, " is not in 1..1000000")));
-    }
-    auto sample = SampleSobol(*space, cl.n, cl.seed);
-    if (!sample.ok()) return Fail(sample.status());
-    std::printf("%d feasible of %lld Sobol draws\n", static_cast<int>(sample->archs.size()),
-                static_cast<long long>(sample->drawn));
-    std::printf("%6s %7s %6s %-18s %15s %12s\n", "layers", "d_model", "d_ffn", "pattern",
-                "parameters", "prefill@2k");
-    for (const Arch& a : sample->archs) {
-      std::printf("%6d %7d %6d %-18s %15s %12.4g\n", a.num_layers, a.d_model, a.d_ffn,
-                  PatternString(a.attention).c_str(),
-                  WithCommas(CountParameters(a).model()).c_str(), PrefillFlops(a, 2048));
-    }
-    return 0;
-  }
-  return Fail(absl::InvalidArgumentError("usage: hilnas space show|sample [--space FILE]"));
+void AddShapesCommand(Cli& cli) {
+  auto [app, o] = cli.Add<ShapesOptions>(
+      "shapes", "list | show NAME",
+      "published shapes with exact parameter counts; one shape: fields, pattern, counts, KVP map",
+      RunShapes);
+  app->add_option("verb", o->verb, "list | show")->required()->check(CLI::IsMember({"list", "show"}));
+  app->add_option("name", o->name, "the shape to show (see `hilnas shapes list`)");
 }
 
 }  // namespace hilnas::tools

@@ -1,121 +1,25 @@
-// `hilnas latency collect|fit|eval|predict`: measure architectures through
-// the coordinator's agents, fit the GP latency model, report its
-// cross-validated quality beside the FLOPs / parameter proxies, predict.
+// `hilnas latency fit | eval | predict` (latency.cc has the command).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "latency_model/analytic.h"
 #include "latency_model/dataset.h"
 #include "latency_model/latency_model.h"
 #include "latency_model/metrics.h"
-#include "proto/benchmark_request.h"
 #include "search_space/counts.h"
-#include "search_space/sobol.h"
-#include "search_space/space.h"
 #include "tools/campaign_db.h"
-#include "tools/commands.h"
-#include "tools/coordinator_client.h"
-#include "tools/flags.h"
-#include "util/svg_plot.h"
+#include "tools/commands/latency.h"
+#include "util/files.h"
 #include "util/textproto.h"
+#include "util/svg_plot.h"
 
 namespace hilnas::tools {
-
 namespace {
-
-absl::StatusOr<Space> SpaceOf(const CommandLine& cl) {
-  SearchSpace proto = DefaultSearchSpace();
-  if (const std::string f = cl.space; !f.empty()) {
-    proto.Clear();
-    absl::Status s = ReadTextProtoFile(f, &proto);
-    if (!s.ok()) return s;
-  }
-  return Space::FromProto(proto);
-}
-
-// Sobol draws of the space, one benchmark job each, results as CSV rows.
-int Collect(const CommandLine& cl) {
-  absl::StatusOr<Space> space = SpaceOf(cl);
-  if (!space.ok()) return Fail(space.status());
-  const std::string out = cl.out;
-  if (out.empty()) return Fail(absl::InvalidArgumentError("latency collect needs --out FILE"));
-  if (cl.n < 1 || cl.n > 1'000'000) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--n ", cl.n, " is not in 1..1000000")));
-  }
-  absl::StatusOr<SobolSample> sample = SampleSobol(*space, cl.n, cl.seed);
-  if (!sample.ok()) return Fail(sample.status());
-  absl::StatusOr<BenchmarkRequest> settings = MeasurementOf(cl);
-  if (!settings.ok()) return Fail(settings.status());
-  absl::StatusOr<std::unique_ptr<UserService::Stub>> user = UserStub(cl);
-  if (!user.ok()) return Fail(user.status());
-  UserService::Stub* stub = user->get();
-  if (cl.passes < 1 || cl.passes > 10) {
-    return Fail(
-        absl::InvalidArgumentError(absl::StrCat("--passes ", cl.passes, " is not in 1..10")));
-  }
-  const std::string comment = absl::StrCat(
-      "hilnas latency collect: ", sample->archs.size(), " Sobol draws (seed ", cl.seed, ") of ",
-      cl.space.empty() ? "the default space" : cl.space, ", ", cl.passes,
-      " pass(es), each in its own shuffled order after the last\nprompt lengths ",
-      cl.prompt_lengths, ", ", cl.decode_tokens, " decode tokens, repeats ", cl.repeats, "..",
-      cl.max_repeats, ", random weights, libtorch agents; collected ",
-      absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
-      "\nvalues are per-prompt-length medians of the agent's timed runs; *_se_ms are standard "
-      "errors of the medians");
-  std::vector<LatencyRow> rows;
-  int failed = 0;
-  for (int pass = 1; pass <= cl.passes; ++pass) {
-    // Test-retest (issue 18): every pass measures every architecture, in an
-    // order of its own, after the previous pass has finished, so drift
-    // between jobs shows up as disagreement between passes.
-    std::vector<Arch> order = sample->archs;
-    std::mt19937_64 shuffle(cl.seed * 1000003 + static_cast<uint64_t>(pass));
-    if (cl.passes > 1) std::shuffle(order.begin(), order.end(), shuffle);
-    std::vector<std::pair<std::string, Arch>> jobs;
-    for (const Arch& arch : order) {
-      BenchmarkRequest request = *settings;
-      *request.mutable_arch() = ArchToProto(arch);
-      if (absl::Status s = ValidateBenchmarkRequest(request); !s.ok()) return Fail(s);
-      absl::StatusOr<std::string> job_id = SubmitBenchmark(cl, *stub, request);
-      if (!job_id.ok()) return Fail(job_id.status());
-      jobs.push_back({*job_id, arch});
-    }
-    std::fprintf(stderr, "pass %d of %lld: queued %zu benchmark jobs on %s\n", pass,
-                 static_cast<long long>(cl.passes), jobs.size(), CoordinatorAddress(cl).c_str());
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      absl::StatusOr<GetJobResponse> waited = WaitForJob(*stub, jobs[i].first, /*timeout_s=*/0);
-      if (!waited.ok()) return Fail(waited.status());
-      const GetJobResponse& job = *waited;
-      if (job.state() == JOB_FAILED) {
-        ++failed;
-        std::fprintf(stderr, "job %s failed: %s\n", job.job_id().c_str(),
-                     job.result().failure_message().c_str());
-        continue;
-      }
-      for (LatencyRow& r :
-           LatencyRowsOf(jobs[i].second, job.result(), job.result().device().name())) {
-        r.pass = pass;
-        rows.push_back(std::move(r));
-      }
-      std::fprintf(stderr, "\rpass %d: collected %zu/%zu (%d failed)", pass, i + 1, jobs.size(),
-                   failed);
-      if ((i + 1) % 10 == 0 || i + 1 == jobs.size()) {  // keep what is measured
-        if (absl::Status s = WriteLatencyCsv(out, comment, rows); !s.ok()) return Fail(s);
-      }
-    }
-    std::fprintf(stderr, "\n");
-  }
-  std::fprintf(stderr, "\nwrote %zu rows to %s\n", rows.size(), out.c_str());
-  return 0;
-}
 
 struct Loaded {
   Space space;
@@ -126,7 +30,7 @@ struct Loaded {
 
 // The rows of --data (in --space), or of --campaign's measurements (in its
 // space) read from the coordinator's --db.
-absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows(const CommandLine& cl) {
+absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows(const LatencyOptions& cl) {
   if (const std::string name = cl.campaign; !name.empty()) {
     absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, name);
     if (!c.ok()) return c.status();
@@ -136,7 +40,7 @@ absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows(const Command
     if (!rows.ok()) return rows.status();
     return std::make_pair(*std::move(space), *std::move(rows));
   }
-  absl::StatusOr<Space> space = SpaceOf(cl);
+  absl::StatusOr<Space> space = SpaceOf(cl.space);
   if (!space.ok()) return space.status();
   if (cl.data.empty()) {
     return absl::InvalidArgumentError(
@@ -147,7 +51,7 @@ absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> LoadRows(const Command
   return std::make_pair(*std::move(space), *std::move(rows));
 }
 
-absl::StatusOr<Loaded> LoadData(const CommandLine& cl) {
+absl::StatusOr<Loaded> LoadData(const LatencyOptions& cl) {
   absl::StatusOr<std::pair<Space, std::vector<LatencyRow>>> loaded = LoadRows(cl);
   if (!loaded.ok()) return loaded.status();
   Space* space = &loaded->first;
@@ -163,11 +67,11 @@ absl::StatusOr<Loaded> LoadData(const CommandLine& cl) {
   return Loaded{*std::move(space), *std::move(rows), *metric, prompt};
 }
 
-GpOptions GpOptionsOf(const CommandLine& cl) {
+GpOptions GpOptionsOf(const LatencyOptions& cl) {
   GpOptions o;
   o.dimension_scaled_prior = cl.gp_prior != "gamma";
   o.restarts = cl.restarts;
-  o.seed = cl.seed;
+  o.seed = cl.measure.seed;
   return o;
 }
 
@@ -189,14 +93,16 @@ std::string Svg(const std::vector<double>& measured, const std::vector<double>& 
 }
 
 // --prior-model: another device's model, or none.
-absl::StatusOr<std::optional<LatencyModel>> PriorOf(const CommandLine& cl, const Space& space) {
+absl::StatusOr<std::optional<LatencyModel>> PriorOf(const LatencyOptions& cl, const Space& space) {
   if (cl.prior_model.empty()) return std::optional<LatencyModel>();
   absl::StatusOr<LatencyModel> m = LatencyModel::Load(cl.prior_model, space);
   if (!m.ok()) return m.status();
   return std::optional<LatencyModel>(*std::move(m));
 }
 
-int Fit(const CommandLine& cl) {
+}  // namespace
+
+int LatencyFit(const LatencyOptions& cl) {
   absl::StatusOr<Loaded> d = LoadData(cl);
   if (!d.ok()) return Fail(d.status());
   const std::string out = cl.out;
@@ -228,7 +134,7 @@ int Fit(const CommandLine& cl) {
   return 0;
 }
 
-int Eval(const CommandLine& cl) {
+int LatencyEval(const LatencyOptions& cl) {
   absl::StatusOr<Loaded> d = LoadData(cl);
   if (!d.ok()) return Fail(d.status());
   // Several passes: their agreement is the ceiling; the model sees one row
@@ -256,7 +162,7 @@ int Eval(const CommandLine& cl) {
   const std::vector<double>& measured = cv->measured_ms;
   const std::vector<double>& predicted = cv->predicted_ms;
   std::vector<double> params, flops, roof;
-  const Roofline roofline = MeasureRoofline(cl.threads);
+  const Roofline roofline = MeasureRoofline(cl.measure.threads);
   for (const LatencyRow* r : rows) {
     params.push_back(static_cast<double>(CountParameters(r->arch).model()));
     const bool ttft = d->metric == LatencyMetric::kTtft;
@@ -304,12 +210,12 @@ int Eval(const CommandLine& cl) {
   return 0;
 }
 
-int Predict(const CommandLine& cl) {
-  absl::StatusOr<Space> space = SpaceOf(cl);
+int LatencyPredict(const LatencyOptions& cl) {
+  absl::StatusOr<Space> space = SpaceOf(cl.space);
   if (!space.ok()) return Fail(space.status());
   absl::StatusOr<LatencyModel> m = LatencyModel::Load(cl.model, *space);
   if (!m.ok()) return Fail(m.status());
-  absl::StatusOr<Arch> arch = ArchOf(cl);
+  absl::StatusOr<Arch> arch = ArchOf(cl.arch);
   if (!arch.ok()) return Fail(arch.status());
   if (absl::Status s = space->Contains(*arch); !s.ok()) {
     return Fail(absl::InvalidArgumentError(
@@ -323,20 +229,5 @@ int Predict(const CommandLine& cl) {
   return 0;
 }
 
-}  // namespace
-
-int LatencyCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  const std::string sub = args.empty() ? "" : args[0];
-  if (const std::string p = cl.gp_prior; p != "dim-scaled" && p != "gamma") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--gp-prior ", p, " is not one of dim-scaled, gamma")));
-  }
-  if (sub == "collect") return Collect(cl);
-  if (sub == "fit") return Fit(cl);
-  if (sub == "eval") return Eval(cl);
-  if (sub == "predict") return Predict(cl);
-  return Fail(absl::InvalidArgumentError(
-      "usage: hilnas latency collect|fit|eval|predict (see `hilnas help`)"));
-}
 
 }  // namespace hilnas::tools

@@ -1,12 +1,9 @@
-// `hilnas eval`: a checkpoint's held-out loss, perplexity and speed on a
-// token file, with the trainer's windows; `hilnas generate`: its greedy
-// continuation of a prompt (text for byte-level vocabularies, ids
-// otherwise), and optionally every prompt position's logits as a .npy file
-// (tests/reference compares them with an independent implementation).
+// `hilnas generate`: a checkpoint's greedy continuation of a prompt (text
+// for byte-level vocabularies, ids otherwise), and optionally every prompt
+// position's logits as a .npy file (tests/reference compares them with an
+// independent implementation).
 #include <torch/torch.h>
 
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -16,51 +13,26 @@
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
 #include "model/generate.h"
-#include "quality/trainer.h"
-#include "tools/commands.h"
-#include "tools/flags.h"
+#include "tools/commands/commands.h"
+#include "tools/common.h"
+#include "util/files.h"
+#include "util/textproto.h"
 #include "util/npy.h"
 #include "util/status_macros.h"
-#include "util/textproto.h"
 
 namespace hilnas::tools {
 namespace {
 
-absl::StatusOr<Decoder> LoadForCommand(const CommandLine& cl) {
-  if (cl.ckpt.empty()) return absl::InvalidArgumentError("give --ckpt DIR");
-  HILNAS_RETURN_IF_ERROR(ApplyThreads(cl));
-  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(cl.ckpt + "/config.json"));
-  HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(arch, std::max<int64_t>(cl.seq_len, 1) + 1, 4,
-                                           absl::StrCat("checkpoint ", cl.ckpt)));
-  return LoadCheckpoint(cl.ckpt);
-}
+struct GenerateOptionsOfCommand {
+  std::string ckpt;
+  std::string prompt;
+  std::string prompt_ids;
+  int64_t max_new_tokens = 16;
+  std::string logits_out;
+  int32_t threads = 0;
+};
 
-absl::Status RunEval(const CommandLine& cl) {
-  if (cl.tokens.empty()) return absl::InvalidArgumentError("eval needs --tokens FILE");
-  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl));
-  const Arch& arch = model.arch();
-  if (cl.seq_len < 2 || cl.windows < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--seq-len ", cl.seq_len, " and --windows ", cl.windows, " must be >= 2, 1"));
-  }
-  // The trainer's split and windows: the file's tail, evenly spaced windows.
-  HILNAS_ASSIGN_OR_RETURN(TokenSplit split,
-                          LoadSplit(cl.tokens, arch.vocab_size, cl.seq_len, cl.heldout));
-  const auto t0 = std::chrono::steady_clock::now();
-  HILNAS_ASSIGN_OR_RETURN(double loss, HeldOutLoss(model, split.heldout, cl.seq_len, cl.windows));
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t windows =
-      std::min<int64_t>(cl.windows, static_cast<int64_t>(split.heldout.size()) / (cl.seq_len + 1));
-  const double tokens = static_cast<double>(windows * cl.seq_len);
-  std::printf(
-      "%s on %s: held-out loss %.4f nats/token, perplexity %.3f (%lld windows of %lld tokens "
-      "from the last %.0f%%; %.0f tokens/s)\n",
-      cl.ckpt.c_str(), cl.tokens.c_str(), loss, std::exp(loss), static_cast<long long>(windows),
-      static_cast<long long>(cl.seq_len), 100 * cl.heldout, tokens / std::max(s, 1e-9));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<int64_t>> PromptIds(const CommandLine& cl, const Arch& arch) {
+absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateOptionsOfCommand& cl, const Arch& arch) {
   std::vector<int64_t> prompt;
   if (!cl.prompt_ids.empty()) {
     for (absl::string_view part : absl::StrSplit(cl.prompt_ids, ',', absl::SkipWhitespace())) {
@@ -104,8 +76,8 @@ absl::Status WriteLogitsNpy(Decoder& model, const std::vector<int64_t>& prompt,
       path, NpyBytes("<f4", absl::StrFormat("(%d, %d)", logits.size(0), logits.size(1)), data));
 }
 
-absl::Status RunGenerate(const CommandLine& cl) {
-  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl));
+absl::Status RunGenerate(const GenerateOptionsOfCommand& cl) {
+  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl.ckpt, cl.threads, 128));
   HILNAS_ASSIGN_OR_RETURN(std::vector<int64_t> prompt, PromptIds(cl, model.arch()));
   if (!cl.logits_out.empty()) HILNAS_RETURN_IF_ERROR(WriteLogitsNpy(model, prompt, cl.logits_out));
   GenerateOptions o;
@@ -125,14 +97,22 @@ absl::Status RunGenerate(const CommandLine& cl) {
 
 }  // namespace
 
-int EvalCommand(const std::vector<std::string>&, const CommandLine& cl) {
-  absl::Status s = RunEval(cl);
-  return s.ok() ? 0 : Fail(s);
-}
-
-int GenerateCommand(const std::vector<std::string>&, const CommandLine& cl) {
-  absl::Status s = RunGenerate(cl);
-  return s.ok() ? 0 : Fail(s);
+void AddGenerateCommand(Cli& cli) {
+  auto [app, o] = cli.Add<GenerateOptionsOfCommand>(
+      "generate",
+      "--ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens 16 --logits-out F.npy]",
+      "greedy continuation: text for byte-level vocabularies, ids otherwise",
+      [](const GenerateOptionsOfCommand& o) { return ExitCode(RunGenerate(o)); });
+  app->add_option("--ckpt", o->ckpt, "the checkpoint")->required();
+  CLI::Option* text = app->add_option("--prompt", o->prompt, "prompt text (byte-level vocabularies)");
+  app->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated")
+      ->excludes(text);
+  app->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app->add_option("--logits-out", o->logits_out,
+                  "write the prompt positions' logits here (.npy, float32)");
+  AddThreadsFlag(app, &o->threads);
+  cli.StableTiming(app, &o->threads);
 }
 
 }  // namespace hilnas::tools

@@ -1,21 +1,18 @@
-// `hilnas slim` (Slim Attention conversion) and `hilnas ppd` (Predictive
-// Pipelined Decoding measurement): the two exact decode-side options.
+// `hilnas ppd`: Predictive Pipelined Decoding measured on a checkpoint:
+// p_correct, Theorem 4.1's latency and compute against measured, and
+// identity with greedy decoding.
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <filesystem>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "model/checkpoint.h"
-#include "model/generate.h"
+#include "model/decoder.h"
 #include "model/ppd.h"
-#include "model/slim.h"
 #include "nlohmann/json.hpp"
 #include "quality/tokens.h"
-#include "search_space/counts.h"
-#include "tools/commands.h"
-#include "tools/flags.h"
+#include "tools/commands/commands.h"
+#include "tools/common.h"
 #include "util/status_macros.h"
 
 namespace hilnas::tools {
@@ -23,48 +20,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status RunSlim(const CommandLine& cl) {
-  const std::string in = cl.in, out = cl.out;
-  if (in.empty() || out.empty()) {
-    return absl::InvalidArgumentError("slim needs --in CKPT and --out CKPT");
-  }
-  HILNAS_ASSIGN_OR_RETURN(OutputFolder dest, OutputFolder::Prepare(out, cl.overwrite, {in}));
-  HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl));
-  HILNAS_ASSIGN_OR_RETURN(Decoder standard, LoadCheckpoint(in));
-  SlimOptions o;
-  o.storage = storage;
-  o.max_condition = cl.max_condition;
-  o.max_relative_error = cl.max_error;
-  SlimReport report;
-  auto slim = ConvertToSlim(standard, o, &report);
-  if (!slim.ok()) {
-    return absl::Status(slim.status().code(), absl::StrCat(in, ": ", slim.status().message()));
-  }
-  std::printf("%s", report.ToText().c_str());
-  // Check the conversion where it matters: the same greedy tokens.
-  GenerateOptions g;
-  g.max_new_tokens = 64;
-  std::vector<int64_t> prompt;
-  for (int64_t i = 0; i < 64; ++i) prompt.push_back((i * 37 + 11) % standard.arch().vocab_size);
-  HILNAS_ASSIGN_OR_RETURN(Generation a, GreedyGenerate(standard, prompt, g));
-  HILNAS_ASSIGN_OR_RETURN(Generation b, GreedyGenerate(*slim, prompt, g));
-  int64_t same = 0;
-  while (same < static_cast<int64_t>(a.tokens.size()) && a.tokens[same] == b.tokens[same]) ++same;
-  std::printf("greedy check: %lld of %zu tokens identical before the first difference\n",
-              static_cast<long long>(same), a.tokens.size());
-  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(*slim, dest.staging(), storage));
-  HILNAS_RETURN_IF_ERROR(dest.Commit());
-  const int64_t ctx = 4096;
-  std::printf("wrote %s (kv_cache slim): KV cache at %lld tokens %s -> %s bytes (fp32)\n",
-              out.c_str(), static_cast<long long>(ctx),
-              WithCommas(KvCacheBytes(standard.arch(), ctx, 4)).c_str(),
-              WithCommas(KvCacheBytes(slim->arch(), ctx, 4)).c_str());
-  return absl::OkStatus();
-}
+struct PpdOptionsOfCommand {
+  std::string ckpt;
+  int32_t layer = 0;
+  int32_t k = 1;
+  std::string tokens;  // default CKPT/corpus.bin, else the demo corpus in memory
+  int32_t prompts = 4;
+  int64_t prompt_tokens = 256;
+  int64_t max_new_tokens = 256;
+  int64_t prefill_chunk = 1024;
+  double heldout = 0.05;
+  bool json = false;
+};
 
-absl::Status RunPpd(const CommandLine& cl) {
+absl::Status RunPpd(const PpdOptionsOfCommand& cl) {
   const std::string ckpt = cl.ckpt;
-  if (ckpt.empty()) return absl::InvalidArgumentError("ppd needs --ckpt CKPT");
   HILNAS_ASSIGN_OR_RETURN(Decoder decoder, LoadCheckpoint(ckpt));
   const Arch& a = decoder.arch();
   // Real text for the match rate and the prompts: --tokens, else the
@@ -85,8 +55,7 @@ absl::Status RunPpd(const CommandLine& cl) {
   PpdOptions p;
   p.layer = cl.layer;
   p.k = cl.k;
-  p.generate.max_new_tokens =
-      cl.Changed("max_new_tokens") ? cl.max_new_tokens : 256;  // 16 is too few
+  p.generate.max_new_tokens = cl.max_new_tokens;
   p.generate.prefill_chunk = cl.prefill_chunk;
   const int64_t prompt_tokens = cl.prompt_tokens;
   HILNAS_ASSIGN_OR_RETURN(TokenSplit split,
@@ -149,17 +118,34 @@ absl::Status RunPpd(const CommandLine& cl) {
 
 }  // namespace
 
-int SlimCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas slim takes no arguments"));
-  absl::Status s = RunSlim(cl);
-  return s.ok() ? 0 : Fail(s);
-}
-
-int PpdCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  if (!args.empty()) return Fail(absl::InvalidArgumentError("hilnas ppd takes no arguments"));
-  UseOneThreadPerUnit();
-  absl::Status s = RunPpd(cl);
-  return s.ok() ? 0 : Fail(s);
+void AddPpdCommand(Cli& cli) {
+  auto [app, o] = cli.Add<PpdOptionsOfCommand>(
+      "ppd",
+      "--ckpt CKPT --layer D --k K [--tokens FILE --prompts 4 --prompt-tokens 256\n"
+      "    --max-new-tokens 256 --json]",
+      "predictive pipelined decoding: p_correct, Theorem 4.1's latency and compute against\n"
+      "measured, identity with greedy",
+      [](const PpdOptionsOfCommand& o) {
+        UseOneThreadPerUnit();
+        return ExitCode(RunPpd(o));
+      });
+  app->add_option("--ckpt", o->ckpt, "the checkpoint")->required();
+  app->add_option("--layer", o->layer, "early-prediction layer d_bar (d/2 <= d_bar < d)");
+  app->add_option("--k", o->k, "early candidates, one sub-computation (compute unit) each")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--tokens", o->tokens, "token file of held-out text");
+  app->add_option("--prompts", o->prompts, "held-out prompts taken from --tokens")
+      ->check(CLI::Range(1, 10'000));
+  app->add_option("--prompt-tokens", o->prompt_tokens, "prompt length in tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate per prompt")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app->add_option("--prefill-chunk", o->prefill_chunk, "prefill chunk in tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--heldout", o->heldout, "fraction of the token file's tail prompts come from")
+      ->check(CLI::Range(0.0, 0.9));
+  app->add_flag("--json", o->json, "one JSON line");
+  cli.StableTiming(app, nullptr);
 }
 
 }  // namespace hilnas::tools

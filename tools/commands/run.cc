@@ -1,11 +1,11 @@
-// `hilnas run`, `hilnas checkpoint init|check` and the interim `hilnas demo`.
+// `hilnas run`: build a model (random weights, or a checkpoint), prefill and
+// decode once, print TTFT and decode speed.
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
@@ -13,14 +13,24 @@
 #include "model/generate.h"
 #include "model/kv_prediction.h"
 #include "search_space/counts.h"
-#include "search_space/shapes.h"
-#include "tools/commands.h"
-#include "tools/flags.h"
+#include "tools/commands/commands.h"
+#include "tools/common.h"
 #include "util/status_macros.h"
-#include "util/textproto.h"
 
 namespace hilnas::tools {
 namespace {
+
+struct RunOptions {
+  ArchFlags model;
+  std::string ckpt;
+  int64_t prompt_tokens = 256;
+  int64_t max_new_tokens = 16;
+  int64_t prefill_chunk = 1024;
+  int32_t threads = 0;
+  std::string dtype = "f32";
+  std::string weight_dtype = "f32";
+  uint64_t seed = 0;
+};
 
 absl::StatusOr<torch::Dtype> ComputeDtype(const std::string& name) {
   if (name == "f32") return torch::kFloat;
@@ -37,19 +47,19 @@ struct Built {
   std::shared_ptr<KvPredictor> kvp;  // set for KV-prediction architectures
 };
 
-absl::StatusOr<Built> BuildModel(const CommandLine& cl, torch::Dtype dtype) {
+absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string ckpt = cl.ckpt;
   std::string how;
   absl::StatusOr<Decoder> decoder = absl::UnknownError("unset");
   if (!ckpt.empty()) {
-    if (!cl.shape.empty() || !cl.arch.empty()) {
+    if (cl.model.given()) {
       return absl::InvalidArgumentError("give --ckpt or one of --shape/--arch, not both");
     }
     decoder = LoadCheckpoint(ckpt, dtype);
     how = absl::StrCat("weights from ", ckpt);
   } else {
-    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl));
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl.model));
     decoder = Decoder::Create(arch, cl.seed, dtype);
     how = absl::StrCat("random weights, seed ", cl.seed);
   }
@@ -83,7 +93,7 @@ std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-int RunOnce(const CommandLine& cl, Decoder& decoder, const std::string& how, double build_ms,
+int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, double build_ms,
             KvPredictor* kvp = nullptr) {
   const Arch& a = decoder.arch();
   std::printf("model: %s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
@@ -112,12 +122,8 @@ int RunOnce(const CommandLine& cl, Decoder& decoder, const std::string& how, dou
   return 0;
 }
 
-}  // namespace
-
-int RunCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  if (!args.empty())
-    return Fail(absl::InvalidArgumentError("hilnas run takes no positional arguments"));
-  if (absl::Status s = ApplyThreads(cl); !s.ok()) return Fail(s);
+int RunRun(const RunOptions& cl) {
+  if (absl::Status s = ApplyThreads(cl.threads); !s.ok()) return Fail(s);
   auto dtype = ComputeDtype(cl.dtype);
   if (!dtype.ok()) return Fail(dtype.status());
   // Sizes are checked before anything is built: a prompt of 4e9 tokens or a
@@ -130,7 +136,7 @@ int RunCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   }
   {
     absl::StatusOr<Arch> arch =
-        cl.ckpt.empty() ? ArchOf(cl) : ReadConfigJson(cl.ckpt + "/config.json");
+        cl.ckpt.empty() ? ArchOf(cl.model) : ReadConfigJson(cl.ckpt + "/config.json");
     if (!arch.ok()) return Fail(arch.status());
     const int elem = static_cast<int>(torch::elementSize(*dtype));
     if (absl::Status s = CheckFitsInMemory(*arch, prompt + generated, elem, "run"); !s.ok()) {
@@ -142,50 +148,30 @@ int RunCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   return RunOnce(cl, built->decoder, built->how, built->build_ms, built->kvp.get());
 }
 
-int CheckpointCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  if (args.size() == 1 && args[0] == "init") {
-    const std::string out = cl.out;
-    if (out.empty()) return Fail(absl::InvalidArgumentError("checkpoint init needs --out DIR"));
-    auto storage = StorageDtypeOf(cl);
-    if (!storage.ok()) return Fail(storage.status());
-    auto arch = ArchOf(cl);
-    if (!arch.ok()) return Fail(arch.status());
-    if (absl::Status s = CheckFitsInMemory(*arch, 0, BytesPerElement(*storage), "checkpoint init");
-        !s.ok()) {
-      return Fail(s);
-    }
-    absl::StatusOr<OutputFolder> dest = OutputFolder::Prepare(out, cl.overwrite, {});
-    if (!dest.ok()) return Fail(dest.status());
-    auto decoder = Decoder::Create(*arch, cl.seed);
-    if (!decoder.ok()) return Fail(decoder.status());
-    absl::Status s = SaveCheckpoint(*decoder, dest->staging(), *storage);
-    if (s.ok()) s = dest->Commit();
-    if (!s.ok()) return Fail(s);
-    std::printf("wrote %s (config.json, model.safetensors; %s parameters, %s)\n", out.c_str(),
-                WithCommas(CountParameters(*arch).model()).c_str(), cl.dtype.c_str());
-    return 0;
-  }
-  if (args.size() == 2 && args[0] == "check") {
-    auto decoder = LoadCheckpoint(args[1]);
-    if (!decoder.ok()) return Fail(decoder.status());
-    if (cl.values) {
-      absl::Status finite = CheckFiniteWeights(args[1]);
-      if (!finite.ok()) return Fail(finite);
-    }
-    const Arch& a = decoder->arch();
-    std::printf("%s: ok%s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
-                args[1].c_str(), cl.values ? " (every weight finite)" : "", a.num_layers, a.d_model,
-                a.d_ffn, PatternString(a.attention).c_str(),
-                WithCommas(CountParameters(a).model()).c_str());
-    std::printf("%s\n", DescribeArch(a).c_str());
-    return 0;
-  }
-  return Fail(
-      absl::InvalidArgumentError("usage: hilnas checkpoint init --shape NAME|--arch FILE --out DIR "
-                                 "| hilnas checkpoint check DIR"));
+}  // namespace
+
+void AddRunCommand(Cli& cli) {
+  auto [app, o] = cli.Add<RunOptions>(
+      "run",
+      "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
+      "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16 --seed S]",
+      "build, prefill and decode once; print TTFT and decode speed", RunRun);
+  auto [shape, arch] = AddArchFlags(app, &o->model);
+  app->add_option("--ckpt", o->ckpt, "checkpoint folder (config.json + model.safetensors)")
+      ->excludes(shape)
+      ->excludes(arch);
+  app->add_option("--prompt-tokens", o->prompt_tokens, "prompt length in tokens");
+  app->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate");
+  app->add_option("--prefill-chunk", o->prefill_chunk,
+                  "prefill chunk in tokens (MobileLLM-Flash Sec. 4.2.2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  AddThreadsFlag(app, &o->threads);
+  app->add_option("--dtype", o->dtype, "compute dtype: f32 | bf16 | f16");
+  app->add_option("--weight-dtype", o->weight_dtype,
+                  "store the matrices in bf16 or f16 and compute in f32, as phones run "
+                  "half-precision weights (decode reads half the bytes)");
+  app->add_option("--seed", o->seed, "random seed of the weights and the prompt");
+  cli.StableTiming(app, &o->threads);
 }
 
-// Until the search lands (issue 6), the demo shows the registry, the search
-// space, one published shape built and run end to end, and a small
-// architecture taken through .textproto -> checkpoint -> run.
 }  // namespace hilnas::tools

@@ -4,6 +4,7 @@
 // agents as child processes, creates and starts the campaign in
 // configs/demo-campaign.textproto on the committed demo backbone, follows
 // its progress, and ends with the Pareto table, front.svg and front.csv.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -17,9 +18,12 @@
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_report.h"
 #include "tools/campaign_db.h"
-#include "tools/commands.h"
+#include "tools/commands/campaign.h"
+#include "tools/commands/commands.h"
+#include "tools/commands/corpus.h"
+#include "tools/common.h"
 #include "tools/coordinator_client.h"
-#include "tools/flags.h"
+#include "util/files.h"
 #include "util/secrets.h"
 #include "util/textproto.h"
 
@@ -44,12 +48,14 @@ void StopChild(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
-}  // namespace
+struct DemoOptions {
+  std::string out = "hilnas-demo";
+  std::string config;  // default configs/demo-campaign.textproto
+};
 
-int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
-  if (!args.empty()) return Fail(absl::InvalidArgumentError("demo takes flags only"));
+int RunDemo(const DemoOptions& cl) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string out = cl.out.empty() ? "hilnas-demo" : cl.out;
+  const std::string out = cl.out;
   std::string config_path = cl.config;
   if (config_path.empty()) {
     config_path = std::string(HILNAS_SOURCE_DIR) + "/configs/demo-campaign.textproto";
@@ -65,9 +71,7 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   const std::string corpus = dir + "/corpus.bin";
   if (!fs::exists(corpus)) {
     std::printf("== demo corpus: byte-level English text from Debian's fortunes and licences\n");
-    CommandLine corpus_cl = cl;
-    corpus_cl.out = corpus;
-    if (int rc = CorpusCommand({}, corpus_cl); rc != 0) return rc;
+    if (absl::Status s = RunCorpus(CorpusOptions{corpus, ""}); !s.ok()) return Fail(s);
   }
   CampaignConfig config;
   if (absl::Status s = ReadTextProtoFile(config_path, &config); !s.ok()) return Fail(s);
@@ -93,8 +97,8 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
   std::printf("== coordinator (SQLite %s/demo.db) and a fleet of 2 local agents\n", dir.c_str());
   const pid_t coordinator =
       SpawnSelf({"coordinator", "--listen=127.0.0.1:0", "--db=" + dir + "/demo.db",
-                 "--port_file=" + dir + "/port", "--http=127.0.0.1:0",
-                 "--http_port_file=" + dir + "/http_port"},
+                 "--port-file=" + dir + "/port", "--http=127.0.0.1:0",
+                 "--http-port-file=" + dir + "/http_port"},
                 dir + "/coordinator.log");
   const std::string port = WaitForPort(dir + "/port", coordinator);
   if (port.empty()) {
@@ -110,10 +114,9 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
       "the user token in %s/user-token)\n",
       address.c_str(), http_port.c_str(), dir.c_str());
   const pid_t fleet = SpawnSelf(
-      {"fleet", "--coordinator=" + address, "--agents=2", "--fleet_threads=1"}, dir + "/fleet.log");
-  CommandLine client = cl;  // the commands below talk to the demo's own coordinator
+      {"fleet", "--coordinator=" + address, "--agents=2", "--fleet-threads=1"}, dir + "/fleet.log");
+  ClientFlags client;  // the calls below talk to the demo's own coordinator
   client.coordinator = address;
-  client.wait = true;
   std::fflush(stdout);
 
   int rc = 0;
@@ -134,7 +137,7 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
           "== campaign %s: stage 1 measures latency on the agents, stage 2 prunes, trains "
           "and scores proposals (qNEHVI)\n",
           config.name().c_str());
-      rc = CampaignCommand({"start", config.name()}, client);
+      rc = StartCampaign(client, config.name(), /*wait=*/true);
     }
   }
   StopChild(fleet);
@@ -161,6 +164,18 @@ int DemoCommand(const std::vector<std::string>& args, const CommandLine& cl) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
       config.name().c_str(), dir.c_str(), dir.c_str(), config.name().c_str());
   return 0;
+}
+
+}  // namespace
+
+void AddDemoCommand(Cli& cli) {
+  auto [app, o] = cli.Add<DemoOptions>("demo", "[--out hilnas-demo]",
+                                       "the README's main job: a small two-stage campaign end to end",
+                                       RunDemo);
+  app->add_option("--out", o->out, "the demo's folder (database, logs, front.svg, front.csv)");
+  app->add_option("--config", o->config, "the campaign; default configs/demo-campaign.textproto")
+      ->check(CLI::ExistingFile);
+  cli.StableTiming(app, nullptr);
 }
 
 }  // namespace hilnas::tools

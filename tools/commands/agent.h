@@ -1,0 +1,34 @@
+// The measurement flags of `hilnas agent` that `hilnas fleet` passes on to
+// each agent it starts.
+#ifndef HILNAS_TOOLS_COMMANDS_AGENT_H_
+#define HILNAS_TOOLS_COMMANDS_AGENT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace hilnas::tools {
+
+struct AgentGateFlags {
+  std::string pools;
+  int32_t max_jobs = 0;
+  double cooldown_ms = 100;
+  double max_foreign_cores = 0.25;
+  double max_memory_slowdown = 0;
+  double max_temperature_c = 0;
+  int32_t max_discards = 5;
+  double discard_cooldown_ms = 1000;
+  bool canary = true;
+  int32_t canary_every_jobs = 10;
+  int64_t canary_every_s = 300;
+  int64_t drift_cooldown_ms = 5000;
+};
+void AddAgentGateFlags(CLI::App* app, AgentGateFlags* flags);
+// The same settings as `hilnas agent` flags.
+std::vector<std::string> AgentGateArgs(const AgentGateFlags& flags);
+
+}  // namespace hilnas::tools
+
+#endif  // HILNAS_TOOLS_COMMANDS_AGENT_H_

@@ -1,0 +1,149 @@
+// `hilnas export`: the dense pruned checkpoint of a campaign's trial, or a
+// GGUF file for llama.cpp (of a checkpoint or a trial).
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/campaign_report.h"
+#include "model/gguf.h"
+#include "model/gguf_export.h"
+#include "pruner/backbone.h"
+#include "tools/campaign_db.h"
+#include "tools/commands/commands.h"
+#include "tools/common.h"
+#include "util/status_macros.h"
+
+namespace hilnas::tools {
+namespace {
+
+struct ExportOptions {
+  std::string format;  // empty: a checkpoint folder; gguf: a GGUF file
+  std::string ckpt;
+  std::string campaign;
+  int64_t trial = 0;
+  std::string db = "hilnas.db";
+  std::string out;
+  std::string dtype = "f32";
+  bool overwrite = false;
+};
+
+// The trial of a campaign, or NOT_FOUND naming what exists.
+absl::StatusOr<const Trial*> FindTrial(const LoadedCampaign& c, const std::string& name,
+                                       int64_t id) {
+  for (const Trial& t : c.trials) {
+    if (t.id() == id) return &t;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("campaign \"", name, "\" has no trial ", id, " (it has ", c.trials.size(), ")"));
+}
+
+// Prunes the campaign's backbone to the trial's architecture into `dir`.
+absl::Status PruneTrial(const LoadedCampaign& c, const Trial& trial, const std::string& dir,
+                        StorageDtype dtype) {
+  const CampaignConfig& cfg = c.record.config;
+  HILNAS_ASSIGN_OR_RETURN(Backbone backbone,
+                          LoadBackbone(cfg.backbone_checkpoint(), cfg.backbone_metrics()));
+  HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(trial.arch()));
+  PruneOptions po;
+  po.block_size = cfg.search_space().block_size();
+  return PruneToCheckpoint(backbone, arch, po, dir, dtype);
+}
+
+// hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE
+int ExportGgufCommand(const ExportOptions& cl) {
+  const std::string out = cl.out;
+  if (out.empty() || (cl.ckpt.empty() == cl.campaign.empty())) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE "
+        "[--dtype f32|f16 --overwrite]"));
+  }
+  GgufExportOptions o;
+  if (cl.dtype == "f16" || cl.dtype == "F16") {
+    o.dtype = GgmlType::kF16;
+  } else if (cl.dtype != "f32" && cl.dtype != "F32") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", cl.dtype, ": GGUF export writes f32 or f16")));
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && !cl.overwrite) {
+    return Fail(
+        absl::AlreadyExistsError(absl::StrCat("--out ", out, " exists; --overwrite replaces it")));
+  }
+  if (std::filesystem::is_directory(out, ec)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--out ", out, " is a directory")));
+  }
+  absl::Status s = [&]() -> absl::Status {
+    if (!cl.ckpt.empty()) return ExportGguf(cl.ckpt, out, o);
+    HILNAS_ASSIGN_OR_RETURN(LoadedCampaign c, LoadCampaignFromDb(cl.db, cl.campaign));
+    HILNAS_ASSIGN_OR_RETURN(const Trial* trial, FindTrial(c, cl.campaign, cl.trial));
+    // The dense checkpoint first (f32: the GGUF file rounds once, to its own dtype).
+    const std::string staging = out + ".ckpt.tmp";
+    std::filesystem::remove_all(staging, ec);
+    absl::Status pruned = PruneTrial(c, *trial, staging, StorageDtype::kF32);
+    absl::Status exported = pruned.ok() ? ExportGguf(staging, out, o) : pruned;
+    std::filesystem::remove_all(staging, ec);
+    return exported;
+  }();
+  if (!s.ok()) return Fail(s);
+  absl::StatusOr<GgufFile> f = ReadGguf(out);
+  if (!f.ok()) return Fail(f.status());
+  std::printf("%s: GGUF v%u, %s layout, %s, %zu tensors, %s bytes\n", out.c_str(), f->version,
+              f->Find("general.architecture")->s.c_str(), GgmlTypeName(o.dtype), f->tensors.size(),
+              WithCommas(std::filesystem::file_size(out)).c_str());
+  return 0;
+}
+
+int RunExport(const ExportOptions& cl) {
+  if (cl.format == "gguf") return ExportGgufCommand(cl);
+  const std::string name = cl.campaign, out = cl.out;
+  const int64_t id = cl.trial;
+  if (name.empty() || out.empty() || id <= 0) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: hilnas export --campaign C --trial N --out DIR [--db FILE --dtype f32|bf16]\n"
+        "       hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE"));
+  }
+  absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, name);
+  if (!c.ok()) return Fail(c.status());
+  absl::StatusOr<const Trial*> found = FindTrial(*c, name, id);
+  if (!found.ok()) return Fail(found.status());
+  const Trial* trial = *found;
+  absl::Status s = [&]() -> absl::Status {
+    const CampaignConfig& cfg = c->record.config;
+    HILNAS_ASSIGN_OR_RETURN(
+        OutputFolder dest,
+        OutputFolder::Prepare(out, cl.overwrite,
+                              {cfg.backbone_checkpoint(), cfg.backbone_metrics(), cl.db}));
+    HILNAS_ASSIGN_OR_RETURN(StorageDtype dtype, StorageDtypeOf(cl.dtype));
+    HILNAS_RETURN_IF_ERROR(PruneTrial(*c, *trial, dest.staging(), dtype));
+    return dest.Commit();
+  }();
+  if (!s.ok()) return Fail(s);
+  std::printf(
+      "trial %lld of %s (%s, %s parameters, loss %.4f after the search's training) "
+      "pruned from %s -> %s\n",
+      static_cast<long long>(id), name.c_str(), ArchSummary(trial->arch()).c_str(),
+      WithCommas(trial->parameters()).c_str(), trial->loss(),
+      c->record.config.backbone_checkpoint().c_str(), out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddExportCommand(Cli& cli) {
+  auto [app, o] = cli.Add<ExportOptions>(
+      "export",
+      "--campaign C --trial N --out DIR [--db FILE] |\n"
+      "    --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE [--dtype f32|f16]",
+      "the dense pruned checkpoint of any trial; or a GGUF file for llama.cpp", RunExport);
+  app->add_option("--format", o->format, "gguf: a GGUF file for llama.cpp; default a checkpoint")
+      ->check(CLI::IsMember({"", "gguf"}));
+  CLI::Option* ckpt = app->add_option("--ckpt", o->ckpt, "gguf: the checkpoint to convert");
+  app->add_option("--campaign", o->campaign, "the campaign")->excludes(ckpt);
+  app->add_option("--trial", o->trial, "the trial number")->check(CLI::PositiveNumber);
+  app->add_option("--db", o->db, "the coordinator's SQLite file");
+  app->add_option("--out", o->out, "the checkpoint folder, or the GGUF file")->required();
+  app->add_option("--dtype", o->dtype, "f32 | bf16 | f16 (GGUF: f32 | f16)");
+  app->add_flag("--overwrite", o->overwrite, "replace an existing --out");
+}
+
+}  // namespace hilnas::tools
