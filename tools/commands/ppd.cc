@@ -33,25 +33,29 @@ struct PpdOptionsOfCommand {
   bool json = false;
 };
 
-absl::Status RunPpd(const PpdOptionsOfCommand& cl) {
-  const std::string ckpt = cl.ckpt;
-  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, LoadCheckpoint(ckpt));
-  const Arch& a = decoder.arch();
-  // Real text for the match rate and the prompts: --tokens, else the
-  // checkpoint's own corpus (`hilnas backbone` leaves one), else the demo
-  // corpus built in memory from Debian's English text.
+// Real text for the match rate and the prompts: --tokens, else the
+// checkpoint's own corpus (`hilnas backbone` leaves one), else the demo
+// corpus built in memory from Debian's English text. `source` says which.
+absl::StatusOr<std::vector<int32_t>> PpdText(const PpdOptionsOfCommand& cl, int64_t vocab,
+                                             std::string* source) {
   std::string tokens = cl.tokens;
-  std::vector<int32_t> ids;
-  if (tokens.empty() && fs::exists(fs::path(ckpt) / "corpus.bin")) {
-    tokens = (fs::path(ckpt) / "corpus.bin").string();
+  if (tokens.empty() && fs::exists(fs::path(cl.ckpt) / "corpus.bin")) {
+    tokens = (fs::path(cl.ckpt) / "corpus.bin").string();
   }
-  if (tokens.empty()) {
-    CorpusManifest manifest;
-    HILNAS_ASSIGN_OR_RETURN(ids, BuildByteCorpus(DefaultCorpusSources(), &manifest));
-    tokens = "the demo corpus (Debian English text)";
-  } else {
-    HILNAS_ASSIGN_OR_RETURN(ids, ReadTokenFile(tokens, a.vocab_size));
+  if (!tokens.empty()) {
+    *source = tokens;
+    return ReadTokenFile(tokens, vocab);
   }
+  CorpusManifest manifest;
+  *source = "the demo corpus (Debian English text)";
+  return BuildByteCorpus(DefaultCorpusSources(), &manifest);
+}
+
+absl::Status RunPpd(const PpdOptionsOfCommand& cl) {
+  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, LoadCheckpoint(cl.ckpt));
+  const Arch& a = decoder.arch();
+  std::string tokens;
+  HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PpdText(cl, a.vocab_size, &tokens));
   PpdOptions p;
   p.layer = cl.layer;
   p.k = cl.k;
