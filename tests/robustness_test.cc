@@ -108,8 +108,8 @@ TEST_F(RobustnessTest, FlagsOutsideTheirRangesAreRefusedBeforeWork) {
   const std::string arch = std::string(HILNAS_SOURCE_DIR) + "/configs/tiny-arch.textproto";
   ExpectCleanError(Hilnas("train --arch " + arch + " --tokens " + dir_ +
                           "/tokens.bin --batch-size 1000000000 --steps 1 --out " + dir_ + "/t"),
-                   "batch_size = 1e+09: must be <= 4096");
-  ExpectCleanError(Hilnas("space sample --n -5"), "--n -5 is not in 1..1000000");
+                   "--batch-size: Value 1000000000 not in range 1 to 4096");
+  ExpectCleanError(Hilnas("space sample --n -5"), "--n: Value -5 not in range 1 to 1000000");
   ExpectCleanError(Hilnas("fleet --agents 100000"), "--agents 100000 is not in 1..64");
   EXPECT_FALSE(fs::exists(dir_ + "/t"));
 }

@@ -12,13 +12,30 @@ namespace hilnas::tools {
 namespace {
 
 // --prompt_tokens -> --prompt-tokens (the name before any "="), up to "--".
+// "--pools=" becomes "--pools" "": CLI11 would take the next argument as the
+// value of an empty "--name=" (so `--pools= --max-jobs=1` lost --max-jobs).
 void NormaliseFlagNames(std::vector<std::string>& args) {
-  for (std::string& a : args) {
-    if (a == "--") return;
-    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
-    const size_t end = std::min(a.find('='), a.size());
-    std::replace(a.begin() + 2, a.begin() + static_cast<long>(end), '_', '-');
+  std::vector<std::string> out;
+  out.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = std::move(args[i]);
+    if (a == "--") {
+      for (; i < args.size(); ++i) out.push_back(std::move(args[i]));
+      break;
+    }
+    if (a.size() >= 3 && a.rfind("--", 0) == 0) {
+      const size_t end = std::min(a.find('='), a.size());
+      std::replace(a.begin() + 2, a.begin() + static_cast<long>(end), '_', '-');
+      if (end == a.size() - 1) {  // "--name=" with nothing after it
+        a.pop_back();
+        out.push_back(std::move(a));
+        out.emplace_back();
+        continue;
+      }
+    }
+    out.push_back(std::move(a));
   }
+  args = std::move(out);
 }
 
 }  // namespace

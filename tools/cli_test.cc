@@ -97,6 +97,13 @@ TEST(CliTest, FlagsParseAsDocumented) {
   EXPECT_THAT(underscores.text, HasSubstr("--seed-not-a-flag"));
   Output ok = Hilnas("space sample --n=2 --seed 3");
   EXPECT_EQ(ok.exit_code, 0) << ok.text;
+  // An empty "--flag=" is an empty value, not a claim on the next argument
+  // (CLI11 alone reads `--space= --n=2` as --space "--n=2"; `hilnas fleet`
+  // passed `--pools= --max-jobs=1` to its agents, which then never exited).
+  Output empty = Hilnas("space sample --space= --n=2");
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_THAT(empty.text, HasSubstr("--space: File does not exist: \n"));
+  EXPECT_THAT(empty.text, Not(HasSubstr("--n=2")));
   Output foreign = Hilnas("shapes list --listen 1.2.3.4:5");
   EXPECT_EQ(foreign.exit_code, 1);
   EXPECT_THAT(foreign.text, HasSubstr("--listen"));

@@ -180,10 +180,12 @@ int RunTrainCommand(const TrainCommandOptions& cl) {
 
 void AddTrainingFlags(CLI::App* app, TrainCommandOptions* o) {
   app->add_option("--steps", o->steps, "optimiser steps")->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  // The trainer's own limits (TrainOptions::Validate in quality/trainer.cc), named
+  // here so that the flag is refused before any work.
   app->add_option("--batch-size", o->batch_size, "sequences per batch")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_option("--seq-len", o->seq_len, "tokens per sequence")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+      ->check(CLI::Range(int64_t{2}, int64_t{65536}));
   app->add_option("--lr", o->lr, "peak learning rate (AdamW)");
   app->add_option("--warmup-steps", o->warmup_steps, "linear warm-up steps before cosine decay");
   app->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay (not on norms)");
