@@ -56,12 +56,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ranking_bench: %s\n", std::string(s.message()).c_str());
     return 1;
   };
-  auto backbone = hilnas::LoadCheckpoint(backbone_dir);
+  auto checkpoint = hilnas::CheckpointReader::Open(backbone_dir);
+  if (!checkpoint.ok()) return fail(checkpoint.status());
+  auto backbone = (*checkpoint)->Load();
   if (!backbone.ok()) return fail(backbone.status());
-  auto metrics = hilnas::LoadMetrics(backbone_dir + "/metrics.json");
+  auto metrics = hilnas::LoadMetrics(hilnas::MetricsFileName(backbone_dir));
   if (!metrics.ok()) return fail(metrics.status());
-  if (auto s = hilnas::CheckMetricsMatch(*metrics, "metrics.json", backbone_dir, backbone->arch());
-      !s.ok()) {
+  if (auto s = hilnas::CheckMetricsMatch(*metrics, "metrics.json", **checkpoint); !s.ok()) {
     return fail(s);
   }
   if (tokens.empty()) tokens = backbone_dir + "/corpus.bin";

@@ -51,7 +51,7 @@ CampaignConfig WithCampaignDefaults(CampaignConfig c) {
   set([&] { return c.backbone_metrics(); }, [&](std::string v) { c.set_backbone_metrics(v); },
       c.backbone_checkpoint().empty()
           ? std::string()
-          : (fs::path(c.backbone_checkpoint()) / "metrics.json").string());
+          : MetricsFileName(c.backbone_checkpoint()));
   set([&] { return c.quality_evaluator(); }, [&](std::string v) { c.set_quality_evaluator(v); },
       std::string("in-process"));
   set([&] { return c.quality_timeout_s(); }, [&](double v) { c.set_quality_timeout_s(v); }, 3600.0);
@@ -83,7 +83,7 @@ std::vector<Objective> CampaignObjectives(const CampaignConfig& config) {
 namespace {
 
 absl::Status CheckBackbone(const CampaignConfig& c, const Space& space, const std::string& where) {
-  const std::string config_json = (fs::path(c.backbone_checkpoint()) / "config.json").string();
+  const std::string config_json = ConfigFileName(c.backbone_checkpoint());
   absl::StatusOr<Arch> backbone = ReadConfigJson(config_json);
   if (!backbone.ok()) {
     return absl::InvalidArgumentError(

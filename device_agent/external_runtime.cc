@@ -125,10 +125,10 @@ class ExternalRuntime : public Runtime {
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
       if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-      config = dir + "/config.json";
+      config = ConfigFileName(dir);
       HILNAS_RETURN_IF_ERROR(WriteConfigJson(arch, config));
     } else {
-      config = checkpoint + "/config.json";
+      config = ConfigFileName(checkpoint);
       tag = absl::StrCat(std::hash<std::string>()(checkpoint));
     }
     std::string model = checkpoint;

@@ -129,11 +129,11 @@ class LibtorchRuntime : public Runtime {
       if (arch.kv_cache != KvLayout::kSlim) dtype = torch::kFloat;
       decoder = Decoder::Create(arch, req.seed(), dtype);
     } else if (!req.checkpoint_dir().empty()) {
-      HILNAS_ASSIGN_OR_RETURN(Arch arch,
-                              ReadConfigJson(absl::StrCat(req.checkpoint_dir(), "/config.json")));
+      HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(req.checkpoint_dir()));
+      const Arch& arch = checkpoint->arch();
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
       if (arch.kv_cache != KvLayout::kSlim) dtype = torch::kFloat;
-      decoder = LoadCheckpoint(req.checkpoint_dir(), dtype);
+      decoder = checkpoint->Load(dtype);
     } else {
       return absl::InvalidArgumentError("benchmark request names neither arch nor checkpoint_dir");
     }

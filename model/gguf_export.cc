@@ -230,11 +230,12 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
 absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& out_path,
                         const GgufExportOptions& options) {
   HILNAS_RETURN_IF_ERROR(CheckOptions(options));
-  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
+  HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(checkpoint_dir));
+  const Arch& arch = checkpoint->arch();
   // Refused before the weights are read.
   HILNAS_RETURN_IF_ERROR(GgufLayoutFor(arch).status());
   try {
-    HILNAS_ASSIGN_OR_RETURN(auto weights, ReadCheckpointTensors(checkpoint_dir));
+    HILNAS_ASSIGN_OR_RETURN(auto weights, checkpoint->ReadTensors());
     return WriteGguf(arch, std::move(weights), checkpoint_dir, out_path, options);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("GGUF export of ", checkpoint_dir, ": ", e.what()));

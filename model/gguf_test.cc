@@ -194,7 +194,8 @@ TEST_F(GgufTest, LlamaLayoutRoundTripsEveryKeyAndTensorWithPermutedQK) {
   EXPECT_EQ(f.FindTensor("blk.0.attn_norm.weight")->dims, (std::vector<uint64_t>{32}));
 
   // Every value: q and k rows of each head reordered (i, i + 4) -> (2i, 2i + 1).
-  ASSERT_OK_AND_ASSIGN(auto w, ReadCheckpointTensors(ckpt));
+  ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(ckpt));
+  ASSERT_OK_AND_ASSIGN(auto w, reader->ReadTensors());
   for (int i = 0; i < 3; ++i) {
     const std::string hf = absl::StrCat("model.layers.", i, ".");
     const std::string gg = absl::StrCat("blk.", i, ".");
@@ -236,7 +237,8 @@ TEST_F(GgufTest, QkNormMapsToQwen3LayoutInF16WithoutPermutation) {
   EXPECT_EQ(f.FindTensor("blk.2.attn_q_norm.weight")->dims, (std::vector<uint64_t>{8}));
   EXPECT_EQ(f.FindTensor("blk.2.attn_q_norm.weight")->type, GgmlType::kF32);
   EXPECT_EQ(f.FindTensor("blk.2.attn_q.weight")->type, GgmlType::kF16);
-  ASSERT_OK_AND_ASSIGN(auto w, ReadCheckpointTensors(ckpt));
+  ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(ckpt));
+  ASSERT_OK_AND_ASSIGN(auto w, reader->ReadTensors());
   EXPECT_TRUE(torch::allclose(Tensor(out, f, "blk.1.attn_q.weight"),
                               w.at("model.layers.1.self_attn.q_proj.weight"), 0, 1e-3));
   EXPECT_TRUE(Tensor(out, f, "blk.1.attn_k_norm.weight")

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "model/checkpoint_files.h"
 #include "util/files.h"
 #include "util/status_macros.h"
 #include "util/textproto.h"
@@ -473,7 +474,7 @@ absl::Status ReadKvPrediction(const json& j, const std::string& path, Arch& a) {
     a.kv_prediction.layer_pruned_ratio = k["ratio"].get<double>();
   } else if (type == "canonical") {
     const std::string aux_path = (std::filesystem::path(path).parent_path() /
-                                  k.value("auxiliary", "auxiliary") / "config.json")
+                                  k.value("auxiliary", kAuxiliaryDir) / kConfigFile)
                                      .string();
     HILNAS_ASSIGN_OR_RETURN(Arch aux, ReadConfigJson(aux_path));
     a.kv_prediction.kind = KvPredictionSpec::Kind::kCanonical;
@@ -519,6 +520,10 @@ const char* ConfigFamilyClass(ConfigFamily family) {
 absl::StatusOr<Arch> ReadConfigJson(const std::string& path) {
   std::string text;
   HILNAS_RETURN_IF_ERROR(ReadFileToString(path, &text));
+  return ParseConfigJson(text, path);
+}
+
+absl::StatusOr<Arch> ParseConfigJson(const std::string& text, const std::string& path) {
   json j;
   try {
     j = json::parse(text);
@@ -578,7 +583,7 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   if (kvp.kind == KvPredictionSpec::Kind::kLayerPruned) {
     j["kv_prediction"] = {{"type", "layer_pruned"}, {"ratio", kvp.layer_pruned_ratio}};
   } else if (kvp.kind == KvPredictionSpec::Kind::kCanonical) {
-    j["kv_prediction"] = {{"type", "canonical"}, {"auxiliary", "auxiliary"}};
+    j["kv_prediction"] = {{"type", "canonical"}, {"auxiliary", kAuxiliaryDir}};
   }
   if (j.contains("kv_prediction") && !kvp.layer_map.empty()) {
     j["kv_prediction"]["layer_map"] = kvp.layer_map;

@@ -38,6 +38,8 @@ absl::Status WriteConfigJson(const Arch& arch, const std::string& path);
 // `rope_theta`/`rope_scaling` disagreeing with `rope_parameters`, and
 // per-layer-kind RoPE parameters that differ between kinds in use.
 absl::StatusOr<Arch> ReadConfigJson(const std::string& path);
+// The same, of the text read from `path` (named in errors).
+absl::StatusOr<Arch> ParseConfigJson(const std::string& text, const std::string& path);
 
 // What was read, one field a line ("heads 32, KV heads 8, head_dim 64",
 // "RoPE theta 500000, llama3 scaling factor 32 ..."), so that a wrong

@@ -1,6 +1,7 @@
 #include "model/kv_prediction.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint_files.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -184,21 +185,21 @@ absl::StatusOr<Generation> KvPredictor::Generate(const std::vector<int64_t>& pro
 
 absl::Status SaveKvpCheckpoint(KvPredictor& kvp, const std::string& dir, StorageDtype dtype) {
   HILNAS_RETURN_IF_ERROR(SaveCheckpoint(kvp.base(), dir, dtype));
-  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(kvp.auxiliary(), dir + "/auxiliary", dtype));
-  return WriteSafetensors(dir + "/kv_predictor.safetensors", kvp.PredictorTensors(), dtype);
+  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(kvp.auxiliary(), AuxiliaryDirName(dir), dtype));
+  return WriteSafetensors(KvPredictorFileName(dir), kvp.PredictorTensors(), dtype);
 }
 
 absl::StatusOr<KvPredictor> LoadKvpCheckpoint(const std::string& dir, torch::Dtype dtype) {
   HILNAS_ASSIGN_OR_RETURN(Decoder base, LoadCheckpoint(dir, dtype));
   if (base.arch().kv_prediction.kind == KvPredictionSpec::Kind::kNone) {
     return absl::InvalidArgumentError(
-        absl::StrCat(dir, "/config.json: not a KV-prediction checkpoint (no kv_prediction)"));
+        absl::StrCat(ConfigFileName(dir), ": not a KV-prediction checkpoint (no kv_prediction)"));
   }
-  HILNAS_ASSIGN_OR_RETURN(Decoder aux, LoadCheckpoint(dir + "/auxiliary", dtype));
+  HILNAS_ASSIGN_OR_RETURN(Decoder aux, LoadCheckpoint(AuxiliaryDirName(dir), dtype));
   HILNAS_ASSIGN_OR_RETURN(KvPredictor kvp,
                           KvPredictor::Create(std::make_shared<Decoder>(std::move(base)), 0,
                                               std::make_shared<Decoder>(std::move(aux))));
-  const std::string path = dir + "/kv_predictor.safetensors";
+  const std::string path = KvPredictorFileName(dir);
   HILNAS_ASSIGN_OR_RETURN(auto stored, ReadSafetensors(path));
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : kvp.PredictorTensors()) {

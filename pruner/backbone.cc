@@ -1,6 +1,5 @@
 #include "pruner/backbone.h"
 
-#include <filesystem>
 #include <map>
 #include <stdexcept>
 
@@ -11,17 +10,18 @@
 namespace hilnas {
 
 absl::StatusOr<Backbone> LoadBackbone(const std::string& dir, std::string metrics_path) {
-  if (metrics_path.empty()) metrics_path = (std::filesystem::path(dir) / "metrics.json").string();
+  if (metrics_path.empty()) metrics_path = MetricsFileName(dir);
   Backbone b;
   b.dir = dir;
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(dir));
   // A bf16 backbone stays bf16: pruning only selects and copies weights, so
   // every value is kept exactly at half the memory of f32 (a 1.8B backbone:
   // 3.6 GB instead of 7.2).
-  HILNAS_ASSIGN_OR_RETURN(const torch::Dtype dtype, CheckpointStoredDtype(dir));
-  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(dir, dtype));
+  HILNAS_ASSIGN_OR_RETURN(Decoder model, reader->Load(reader->stored_dtype()));
   b.model = std::make_unique<Decoder>(std::move(model));
   HILNAS_ASSIGN_OR_RETURN(b.metrics, LoadMetrics(metrics_path));
-  HILNAS_RETURN_IF_ERROR(CheckMetricsMatch(b.metrics, metrics_path, dir, b.model->arch()));
+  // The fingerprint was taken while the weights were read: no file is opened twice.
+  HILNAS_RETURN_IF_ERROR(CheckMetricsMatch(b.metrics, metrics_path, *reader));
   return b;
 }
 
@@ -35,10 +35,8 @@ absl::StatusOr<Decoder> Cut(Backbone& backbone, const Arch& target, const PruneO
   return ApplyPrune(*backbone.model, plan, target);
 }
 
-}  // namespace
-
-absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
-                               const std::string& out_dir, StorageDtype dtype, PrunePlan* plan) {
+absl::Status WriteCandidate(Backbone& backbone, const Arch& target, const PruneOptions& options,
+                            const std::string& out_dir, StorageDtype dtype, PrunePlan* plan) {
   if (target.kv_cache == KvLayout::kSlim) {
     // Slim Attention Eq. 4: prune the standard twin, then store W_KV.
     Arch standard = target;
@@ -77,6 +75,15 @@ absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const Pru
   } catch (const std::out_of_range& e) {
     return absl::InternalError(absl::StrCat("KV-prediction candidate: ", e.what()));
   }
+}
+
+}  // namespace
+
+absl::Status PruneToCheckpoint(Backbone& backbone, const Arch& target, const PruneOptions& options,
+                               const std::string& out_dir, StorageDtype dtype, PrunePlan* plan) {
+  HILNAS_RETURN_IF_ERROR(WriteCandidate(backbone, target, options, out_dir, dtype, plan));
+  // The candidate speaks the backbone's vocabulary: its tokenizer goes with it.
+  return CopyTokenizerFiles(backbone.dir, out_dir);
 }
 
 }  // namespace hilnas

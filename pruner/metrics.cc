@@ -51,25 +51,8 @@ std::vector<double> ToVector(const torch::Tensor& t) {
 }  // namespace
 
 absl::StatusOr<std::string> CheckpointFingerprint(const std::string& dir) {
-  uint64_t h = kFnv1aSeed;
-  // config.json, then the weights: model.safetensors, or the index and its
-  // shards in order.
-  std::vector<std::string> files = {"config.json"};
-  HILNAS_ASSIGN_OR_RETURN(std::vector<std::string> weights, ShardFiles(dir));
-  if (fs::exists(fs::path(dir) / kShardIndexFile)) files.push_back(kShardIndexFile);
-  files.insert(files.end(), weights.begin(), weights.end());
-  for (const std::string& name : files) {
-    const std::string path = (fs::path(dir) / name).string();
-    HILNAS_RETURN_IF_ERROR(CheckRegularFile(path));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-    std::vector<char> buf(1 << 20);
-    while (in) {
-      in.read(buf.data(), buf.size());
-      h = Fnv1a(buf.data(), static_cast<size_t>(in.gcount()), h);
-    }
-  }
-  return absl::StrFormat("%016x", h);
+  HILNAS_ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(dir));
+  return reader->Fingerprint();
 }
 
 absl::StatusOr<ActivationMetrics> Calibrate(Decoder& model, const std::vector<int32_t>& tokens,
@@ -195,14 +178,16 @@ absl::StatusOr<ActivationMetrics> LoadMetrics(const std::string& path) {
 }
 
 absl::Status CheckMetricsMatch(const ActivationMetrics& m, const std::string& metrics_path,
-                               const std::string& checkpoint_dir, const Arch& arch) {
+                               CheckpointReader& checkpoint) {
+  const Arch& arch = checkpoint.arch();
+  const std::string& checkpoint_dir = checkpoint.dir();
   if (m.num_layers != arch.num_layers || m.d_model != arch.d_model || m.d_ffn != arch.d_ffn) {
     return absl::FailedPreconditionError(absl::StrCat(
         "metrics ", metrics_path, " are for a ", m.num_layers, "-layer d_model ", m.d_model,
         " d_ffn ", m.d_ffn, " model (", m.backbone_name, "), but ", checkpoint_dir, " is ",
         arch.num_layers, "-layer d_model ", arch.d_model, " d_ffn ", arch.d_ffn));
   }
-  HILNAS_ASSIGN_OR_RETURN(std::string fp, CheckpointFingerprint(checkpoint_dir));
+  HILNAS_ASSIGN_OR_RETURN(std::string fp, checkpoint.Fingerprint());
   if (fp != m.backbone_fingerprint) {
     return absl::FailedPreconditionError(
         absl::StrCat("metrics ", metrics_path, " were computed on another backbone (fingerprint ",

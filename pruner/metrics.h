@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint_reader.h"
 #include "model/decoder.h"
 
 namespace hilnas {
@@ -31,7 +32,8 @@ struct ActivationMetrics {
   std::vector<double> layer;             // [layer]
 };
 
-// 64-bit FNV-1a of the checkpoint's config.json and model.safetensors, hex.
+// 64-bit FNV-1a of the checkpoint's config.json and weight files, hex
+// (CheckpointReader::Fingerprint of a reader opened for just this).
 absl::StatusOr<std::string> CheckpointFingerprint(const std::string& checkpoint_dir);
 
 struct CalibrationOptions {
@@ -54,7 +56,7 @@ absl::StatusOr<ActivationMetrics> LoadMetrics(const std::string& path);
 // FAILED_PRECONDITION unless `metrics` were computed on this checkpoint
 // (same fingerprint and shape); the message names both.
 absl::Status CheckMetricsMatch(const ActivationMetrics& metrics, const std::string& metrics_path,
-                               const std::string& checkpoint_dir, const Arch& arch);
+                               CheckpointReader& checkpoint);
 
 }  // namespace hilnas
 

@@ -122,13 +122,18 @@ TEST(MetricsFileTest, MetricsOfAnotherBackboneAreRefused) {
   ASSERT_OK(SaveCheckpoint(b, (dir / "b").string(), StorageDtype::kF32));
   ASSERT_OK_AND_ASSIGN(ActivationMetrics m, Calibrate(a, Tokens(64, 50), Small()));
   ASSERT_OK_AND_ASSIGN(m.backbone_fingerprint, CheckpointFingerprint((dir / "a").string()));
-  EXPECT_OK(CheckMetricsMatch(m, "m.json", (dir / "a").string(), a.arch()));
-  EXPECT_THAT(CheckMetricsMatch(m, "m.json", (dir / "b").string(), b.arch()),
+  ASSERT_OK_AND_ASSIGN(auto reader_a, CheckpointReader::Open((dir / "a").string()));
+  EXPECT_OK(CheckMetricsMatch(m, "m.json", *reader_a));
+  ASSERT_OK_AND_ASSIGN(auto reader_b, CheckpointReader::Open((dir / "b").string()));
+  EXPECT_THAT(CheckMetricsMatch(m, "m.json", *reader_b),
               testing::StatusIs(absl::StatusCode::kFailedPrecondition,
                                 HasSubstr("computed on another backbone")));
   Arch wider = a.arch();
   wider.d_ffn = 128;
-  EXPECT_THAT(CheckMetricsMatch(m, "m.json", (dir / "b").string(), wider).message(),
+  ASSERT_OK_AND_ASSIGN(Decoder c, Decoder::Create(wider, 3));
+  ASSERT_OK(SaveCheckpoint(c, (dir / "c").string(), StorageDtype::kF32));
+  ASSERT_OK_AND_ASSIGN(auto reader_c, CheckpointReader::Open((dir / "c").string()));
+  EXPECT_THAT(CheckMetricsMatch(m, "m.json", *reader_c).message(),
               HasSubstr("d_ffn 64 model"));
   fs::remove_all(dir);
 }

@@ -65,8 +65,8 @@ TEST(PruneTest, ATargetThatLosesTheBackbonesRopeScalingIsRefused) {
 
 TEST(PruneTest, ABf16BackboneStaysBf16AndPrunesToTheSameValuesAsInF32) {
   const std::string demo = std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone";
-  ASSERT_OK_AND_ASSIGN(torch::Dtype stored, CheckpointStoredDtype(demo));
-  EXPECT_EQ(stored, torch::kBFloat16);
+  ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(demo));
+  EXPECT_EQ(reader->stored_dtype(), torch::kBFloat16);
   ASSERT_OK_AND_ASSIGN(Backbone b, LoadBackbone(demo));
   EXPECT_EQ(b.model->dtype(), torch::kBFloat16);  // half the memory of f32
   Arch target = b.model->arch();

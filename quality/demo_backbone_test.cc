@@ -17,10 +17,11 @@ namespace {
 const std::string kDir = std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone";
 
 TEST(DemoBackboneTest, LoadsMatchesItsMetricsAndBeatsChanceOnEnglish) {
-  ASSERT_OK_AND_ASSIGN(Decoder d, LoadCheckpoint(kDir));
+  ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(kDir));
+  ASSERT_OK_AND_ASSIGN(Decoder d, reader->Load());
   EXPECT_EQ(d.arch().vocab_size, 256);
-  ASSERT_OK_AND_ASSIGN(ActivationMetrics m, LoadMetrics(kDir + "/metrics.json"));
-  EXPECT_OK(CheckMetricsMatch(m, "metrics.json", kDir, d.arch()));
+  ASSERT_OK_AND_ASSIGN(ActivationMetrics m, LoadMetrics(MetricsFileName(kDir)));
+  EXPECT_OK(CheckMetricsMatch(m, "metrics.json", *reader));
   // Text the backbone never saw (not in fortunes or the licences).
   const std::string text =
       "The committee met on Tuesday morning to discuss the budget for the new library. "

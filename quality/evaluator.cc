@@ -29,10 +29,10 @@ class InProcessEvaluator : public QualityEvaluator {
 
   absl::StatusOr<QualityResult> Evaluate(const std::string& checkpoint_dir,
                                          const std::string& work_dir) override {
-    HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(checkpoint_dir + "/config.json"));
-    if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone)
+    HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(checkpoint_dir));
+    if (checkpoint->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone)
       return EvaluateKvp(checkpoint_dir);
-    HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(checkpoint_dir));
+    HILNAS_ASSIGN_OR_RETURN(Decoder model, checkpoint->Load());
     std::unique_ptr<Decoder> teacher;
     if (options_.distill_weight > 0) {
       if (teacher_dir_.empty()) {

@@ -97,10 +97,10 @@ absl::Status ApplyThreads(int32_t threads) {
 absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads,
                                        int64_t context) {
   HILNAS_RETURN_IF_ERROR(ApplyThreads(threads));
-  HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(ckpt + "/config.json"));
-  HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(arch, std::max<int64_t>(context, 1) + 1, 4,
-                                           absl::StrCat("checkpoint ", ckpt)));
-  return LoadCheckpoint(ckpt);
+  HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
+  HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(checkpoint->arch(), std::max<int64_t>(context, 1) + 1,
+                                           4, absl::StrCat("checkpoint ", ckpt)));
+  return checkpoint->Load();
 }
 
 int BytesPerElement(StorageDtype dtype) { return dtype == StorageDtype::kF32 ? 4 : 2; }

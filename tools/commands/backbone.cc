@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint_files.h"
 #include "tools/commands/calibrate.h"
 #include "tools/commands/commands.h"
 #include "tools/commands/corpus.h"
@@ -59,7 +60,7 @@ absl::Status RunBackbone(const BackboneOptions& o) {
   CalibrateOptions calibrate;
   calibrate.ckpt = o.out;
   calibrate.tokens = corpus;
-  calibrate.out = (fs::path(o.out) / "metrics.json").string();
+  calibrate.out = MetricsFileName(o.out);
   calibrate.calib_tokens = o.calib_tokens;
   calibrate.threads = o.threads;
   HILNAS_RETURN_IF_ERROR(RunCalibrate(calibrate));

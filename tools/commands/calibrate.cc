@@ -21,8 +21,9 @@ absl::Status RunCalibrate(const CalibrateOptions& cl) {
   const std::string& ckpt = cl.ckpt;
   const std::string& tokens_path = cl.tokens;
   std::string out = cl.out.empty() ? cl.metrics : cl.out;
-  if (out.empty()) out = (fs::path(ckpt) / "metrics.json").string();
-  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadCheckpoint(ckpt));
+  if (out.empty()) out = MetricsFileName(ckpt);
+  HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
+  HILNAS_ASSIGN_OR_RETURN(Decoder model, checkpoint->Load());
   HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                           ReadTokenFile(tokens_path, model.arch().vocab_size));
   CalibrationOptions o;
@@ -40,7 +41,8 @@ absl::Status RunCalibrate(const CalibrateOptions& cl) {
                               last_pct = pct;
                             }
                           }));
-  HILNAS_ASSIGN_OR_RETURN(m.backbone_fingerprint, CheckpointFingerprint(ckpt));
+  // Taken while the weights were read (the file is not read again).
+  HILNAS_ASSIGN_OR_RETURN(m.backbone_fingerprint, checkpoint->Fingerprint());
   HILNAS_RETURN_IF_ERROR(SaveMetrics(m, out));
   std::printf("LayerMetric (1 - mean cos(in, out)) by layer:");
   for (double v : m.layer) std::printf(" %.3f", v);

@@ -47,16 +47,18 @@ struct Built {
   std::shared_ptr<KvPredictor> kvp;  // set for KV-prediction architectures
 };
 
-absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype) {
+// `checkpoint` is the opened --ckpt, or null for --shape/--arch.
+absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
+                                 CheckpointReader* checkpoint) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string ckpt = cl.ckpt;
   std::string how;
   absl::StatusOr<Decoder> decoder = absl::UnknownError("unset");
-  if (!ckpt.empty()) {
+  if (checkpoint != nullptr) {
     if (cl.model.given()) {
       return absl::InvalidArgumentError("give --ckpt or one of --shape/--arch, not both");
     }
-    decoder = LoadCheckpoint(ckpt, dtype);
+    decoder = checkpoint->Load(dtype);
     how = absl::StrCat("weights from ", ckpt);
   } else {
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl.model));
@@ -134,16 +136,21 @@ int RunRun(const RunOptions& cl) {
         absl::StrCat("--prompt-tokens ", prompt, " and --max-new-tokens ", generated,
                      " must be positive and together at most ", kMaxContext)));
   }
+  std::unique_ptr<CheckpointReader> checkpoint;
+  if (!cl.ckpt.empty()) {
+    auto opened = CheckpointReader::Open(cl.ckpt);
+    if (!opened.ok()) return Fail(opened.status());
+    checkpoint = *std::move(opened);
+  }
   {
-    absl::StatusOr<Arch> arch =
-        cl.ckpt.empty() ? ArchOf(cl.model) : ReadConfigJson(cl.ckpt + "/config.json");
+    absl::StatusOr<Arch> arch = checkpoint ? checkpoint->arch() : ArchOf(cl.model);
     if (!arch.ok()) return Fail(arch.status());
     const int elem = static_cast<int>(torch::elementSize(*dtype));
     if (absl::Status s = CheckFitsInMemory(*arch, prompt + generated, elem, "run"); !s.ok()) {
       return Fail(s);
     }
   }
-  auto built = BuildModel(cl, *dtype);
+  auto built = BuildModel(cl, *dtype, checkpoint.get());
   if (!built.ok()) return Fail(built.status());
   return RunOnce(cl, built->decoder, built->how, built->build_ms, built->kvp.get());
 }

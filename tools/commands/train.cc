@@ -94,14 +94,12 @@ absl::StatusOr<TrainResult> TrainInto(const TrainCommandOptions& cl, const std::
   HILNAS_RETURN_IF_ERROR(ApplyThreads(cl.threads));
   HILNAS_ASSIGN_OR_RETURN(const TrainOptions o, TrainOptionsOf(cl));
   HILNAS_RETURN_IF_ERROR(o.Validate());
-  if (const std::string ckpt = cl.ckpt; !ckpt.empty()) {
-    HILNAS_ASSIGN_OR_RETURN(Arch arch, ReadConfigJson(ckpt + "/config.json"));
-    if (arch.kv_prediction.kind != KvPredictionSpec::Kind::kNone)
-      return RunTrainKvp(cl, ckpt, out, o);
-  }
   std::unique_ptr<Decoder> model;
   if (const std::string ckpt = cl.ckpt; !ckpt.empty()) {
-    HILNAS_ASSIGN_OR_RETURN(Decoder d, LoadCheckpoint(ckpt));
+    HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
+    if (checkpoint->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone)
+      return RunTrainKvp(cl, ckpt, out, o);
+    HILNAS_ASSIGN_OR_RETURN(Decoder d, checkpoint->Load());
     model = std::make_unique<Decoder>(std::move(d));
   } else {
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl.model));

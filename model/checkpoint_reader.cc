@@ -1,0 +1,207 @@
+#include "model/checkpoint_reader.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/checkpoint_files.h"
+#include "model/hf_config.h"
+#include "util/fnv.h"
+#include "util/status_macros.h"
+#include "util/textproto.h"
+
+namespace hilnas {
+namespace {
+
+using json = nlohmann::json;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir) {
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  r->dir_ = dir;
+  const std::string config = ConfigFileName(dir);
+  HILNAS_RETURN_IF_ERROR(ReadFileToString(config, &r->config_text_));
+  HILNAS_ASSIGN_OR_RETURN(r->arch_, ParseConfigJson(r->config_text_, config));
+  std::error_code ec;
+  r->sharded_ = std::filesystem::exists(ShardIndexFileName(dir), ec);
+  if (r->sharded_) {
+    HILNAS_RETURN_IF_ERROR(r->ReadIndex());
+  } else {
+    HILNAS_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(WeightsFileName(dir)));
+    r->files_.push_back(std::move(f));
+  }
+  std::set<std::string> dtypes;
+  for (const SafetensorsFile& f : r->files_) {
+    for (const auto& e : f.entries()) dtypes.insert(e.dtype);
+  }
+  if (dtypes.size() == 1 && *dtypes.begin() == "BF16") r->stored_dtype_ = torch::kBFloat16;
+  for (const char* name : kTokenizerFiles) {
+    if (std::filesystem::is_regular_file(CheckpointFile(dir, name), ec)) {
+      r->tokenizer_files_.push_back(name);
+    }
+  }
+  return r;
+}
+
+// model.safetensors.index.json: its shards in reading order (sorted), each
+// name checked to stay beside the index, each header checked against it.
+absl::Status CheckpointReader::ReadIndex() {
+  const std::string index_path = ShardIndexFileName(dir_);
+  HILNAS_RETURN_IF_ERROR(ReadFileToString(index_path, &index_text_));
+  const json index = json::parse(index_text_, nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": want an object with a \"weight_map\" object"));
+  }
+  std::set<std::string> shards;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    const std::string file = it.value().is_string() ? it.value().get<std::string>() : "";
+    // A shard is a file beside the index, never a path elsewhere.
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map[\"", it.key(),
+                                                     "\"] ", it.value().dump(),
+                                                     " is not a file name beside the index"));
+    }
+    shard_of_[it.key()] = file;
+    shards.insert(file);
+  }
+  std::set<std::string> seen;
+  for (const std::string& shard : shards) {
+    const std::string shard_path = dir_ + "/" + shard;
+    HILNAS_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(shard_path));
+    for (const auto& e : f.entries()) {
+      auto it = shard_of_.find(e.name);
+      if (it == shard_of_.end() || it->second != shard) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(shard_path, ": tensor ", e.name,
+                         it == shard_of_.end() ? " is not in the index's weight_map"
+                                               : " is indexed in " + it->second + " instead"));
+      }
+      seen.insert(e.name);
+    }
+    files_.push_back(std::move(f));
+  }
+  for (const auto& [name, shard] : shard_of_) {
+    if (!seen.count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, "/", shard, ": missing tensor ", name, " (the index names it there)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> CheckpointReader::weight_files() const {
+  std::vector<std::string> out;
+  for (const SafetensorsFile& f : files_) {
+    out.push_back(std::filesystem::path(f.path()).filename().string());
+  }
+  return out;
+}
+
+int64_t CheckpointReader::WeightBytes(torch::Dtype dtype) const {
+  const int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  int64_t total = 0;
+  for (const SafetensorsFile& f : files_) {
+    for (const auto& e : f.entries()) {
+      int64_t n = bytes;
+      for (int64_t d : e.shape) n *= d;
+      total += n;
+    }
+  }
+  return total;
+}
+
+absl::Status CheckpointReader::ForEachTensor(const TensorSink& sink) {
+  uint64_t h = Fnv1a(config_text_.data(), config_text_.size());
+  if (sharded_) h = Fnv1a(index_text_.data(), index_text_.size(), h);
+  for (SafetensorsFile& f : files_) HILNAS_RETURN_IF_ERROR(f.ForEach(sink, &h));
+  fingerprint_ = absl::StrFormat("%016x", h);  // every byte was read, in order
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> CheckpointReader::ReadTensors() {
+  std::map<std::string, torch::Tensor> all;
+  HILNAS_RETURN_IF_ERROR(ForEachTensor([&](const std::string& name, torch::Tensor t) {
+    all.emplace(name, std::move(t));
+    return absl::OkStatus();
+  }));
+  return all;
+}
+
+absl::StatusOr<std::string> CheckpointReader::Fingerprint() {
+  if (fingerprint_.has_value()) return *fingerprint_;
+  uint64_t h = Fnv1a(config_text_.data(), config_text_.size());
+  if (sharded_) h = Fnv1a(index_text_.data(), index_text_.size(), h);
+  for (SafetensorsFile& f : files_) HILNAS_RETURN_IF_ERROR(f.Hash(&h));
+  fingerprint_ = absl::StrFormat("%016x", h);
+  return *fingerprint_;
+}
+
+absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype) {
+  const Arch& arch = arch_;
+  const std::string st_path = sharded_ ? dir_ : WeightsFileName(dir_);
+  const auto expected_list = ExpectedTensorShapes(arch);
+  const std::map<std::string, std::vector<int64_t>> expected(expected_list.begin(),
+                                                             expected_list.end());
+  // Tensors stream from the file(s) into the model one at a time: the peak
+  // is the model in `dtype` plus its largest tensor, not the file and the
+  // model side by side.
+  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::CreateForLoading(arch, dtype));
+  std::map<std::string, torch::Tensor> params;
+  for (auto& [name, param] : decoder.NamedTensors()) params.emplace(name, param);
+  std::set<std::string> loaded;
+  torch::Tensor tied_head;  // a tied checkpoint's stored head, checked against the embedding
+  try {
+    torch::NoGradGuard no_grad;
+    HILNAS_RETURN_IF_ERROR(
+        ForEachTensor([&](const std::string& name, torch::Tensor t) -> absl::Status {
+          if (arch.tie_embeddings && name == "lm_head.weight") {
+            tied_head = std::move(t);
+            return absl::OkStatus();
+          }
+          auto it = expected.find(name);
+          if (it == expected.end()) {
+            return absl::InvalidArgumentError(absl::StrCat(st_path, ": unexpected tensor ", name,
+                                                           " (not implied by config.json)"));
+          }
+          const std::vector<int64_t> got(t.sizes().begin(), t.sizes().end());
+          if (got != it->second) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(st_path, ": tensor ", name, " has shape ", ShapeString(got),
+                             ", config.json implies ", ShapeString(it->second)));
+          }
+          params.at(name).copy_(t);  // converts from the stored dtype
+          loaded.insert(name);
+          return absl::OkStatus();
+        }));
+    for (const auto& [name, shape] : expected_list) {
+      if (!loaded.count(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(st_path, ": missing tensor ", name));
+      }
+    }
+    // Some writers store the tied head too; accept it only when it is the
+    // embedding, bit for bit.
+    if (tied_head.defined() && !tied_head.to(dtype).equal(params.at("model.embed_tokens.weight"))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(st_path,
+                       ": lm_head.weight differs from model.embed_tokens.weight but config.json "
+                       "says tie_word_embeddings"));
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(st_path, ": ", e.what_without_backtrace()));
+  }
+  return decoder;
+}
+
+}  // namespace hilnas
