@@ -11,6 +11,10 @@
 //
 // Thread-safe: one mutex serialises all access; every mutation is one
 // SQLite transaction, so a killed coordinator loses nothing it acknowledged.
+// The state is in parts, each over its own tables (job_schema.h):
+// AgentRegistry (agents and sessions), JobQueue (jobs), LeaseTable (leases)
+// and the drift check (drift_policy.h); JobStore composes them, one lock and
+// one transaction per call.
 #ifndef HILNAS_COORDINATOR_JOB_STORE_H_
 #define HILNAS_COORDINATOR_JOB_STORE_H_
 
@@ -22,6 +26,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/agent_registry.h"
+#include "coordinator/drift_policy.h"
+#include "coordinator/job_queue.h"
+#include "coordinator/lease_table.h"
 #include "coordinator/lifecycle.h"
 #include "coordinator/sqlite.h"
 #include "proto/benchmark.pb.h"
@@ -40,51 +48,6 @@ struct JobStoreOptions {
   double canary_tolerance = 0.10;
   int max_drift_requeues = 2;
 };
-
-struct AgentRecord {
-  std::string agent_id;
-  DeviceIdentity device;
-  int64_t registered_ms = 0;
-  int64_t last_heartbeat_ms = 0;
-  int64_t jobs_done = 0;
-  int64_t jobs_failed = 0;
-  AgentState state = AgentState::kIdle;      // derived on each read (lifecycle.h)
-  int canaries = 0;                          // drift-check readings on record
-  std::optional<CanaryReading> last_canary;  // the newest, with its ratios
-};
-
-// What Register hands an agent: its id (not a secret: lists show it) and
-// the session key every later call must carry (a secret: stored only as
-// a SHA-256 digest, never returned again).
-struct AgentSession {
-  std::string agent_id;
-  std::string session_key;
-};
-
-struct Lease {
-  std::string lease_id;
-  int64_t job_id = 0;
-  int64_t expires_ms = 0;
-  BenchmarkRequest request;
-};
-
-struct JobRecord {
-  int64_t job_id = 0;
-  JobState state = QUEUED;
-  BenchmarkRequest request;
-  std::string device;      // required agent name, or empty
-  std::string pool;        // required pool, or empty
-  int attempts = 0;        // leases granted
-  int drift_requeues = 0;  // results sent back because the agent's canary drifted
-  std::string agent_id;    // the last agent that leased it
-  int64_t created_ms = 0;
-  int64_t finished_ms = 0;
-  std::optional<BenchmarkResult> result;
-  std::string message;  // why it FAILED without a result
-};
-
-// Whether a job is over (DONE or FAILED).
-inline bool JobFinished(JobState s) { return s == JOB_DONE || s == JOB_FAILED; }
 
 enum class ReportOutcome {
   kAccepted,
@@ -153,26 +116,29 @@ class JobStore {
   const JobStoreOptions& options() const { return options_; }
 
  private:
-  JobStore(std::unique_ptr<SqliteDb> db, const Clock* clock, const JobStoreOptions& options)
-      : db_(std::move(db)), clock_(clock), options_(options) {}
-  absl::Status CreateSchema();
-  absl::StatusOr<int> ExpireLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<AgentRecord> AgentLocked(const std::string& agent_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records `reading` in `agent_id`'s history unless it is there already,
-  // and fills in its baseline and ratios.
-  absl::Status JudgeCanaryLocked(const std::string& agent_id, CanaryReading& reading)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobStore(std::unique_ptr<SqliteDb> db, const Clock* clock, const JobStoreOptions& options);
   // Every agent call starts here: records the agent's liveness (NOT_FOUND
   // for an unknown agent) and expires overdue leases, inside the caller's
   // transaction.
   absl::Status TouchLocked(const std::string& agent_id, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Expired leases send their jobs back to the queue, or fail them after
+  // max_attempts (drift re-queues not counted).
+  absl::StatusOr<int> ExpireLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Judges a result's canary reading (recorded once in the agent's history);
+  // whether the job went back to the queue for drift.
+  absl::StatusOr<bool> JudgeDriftLocked(const std::string& agent_id, int64_t job_id,
+                                        CanaryReading& reading) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);
   const Clock* clock_;  // not owned
   const JobStoreOptions options_;
+  // The parts, over db_ (guarded by mu_ with it).
+  AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
+  JobQueue jobs_ ABSL_GUARDED_BY(mu_);
+  LeaseTable leases_ ABSL_GUARDED_BY(mu_);
+  CanaryLog canaries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hilnas
