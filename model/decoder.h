@@ -9,7 +9,7 @@
 #ifndef HILNAS_MODEL_DECODER_H_
 #define HILNAS_MODEL_DECODER_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -17,6 +17,12 @@
 
 #include "absl/status/statusor.h"
 #include "search_space/arch.h"
+
+// The module tree is a torch::nn::Module; callers of module() include
+// <torch/torch.h> themselves (this header stays light: issue 34).
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
 
 namespace hilnas {
 
@@ -62,7 +68,9 @@ class KvCache {
   std::vector<torch::Tensor> keys_, values_;  // undefined for skip layers (values: and SLIM)
 };
 
-class DecoderImpl;
+namespace decoder_internal {
+class DecoderImpl;  // model/internal/decoder_layers.h
+}  // namespace decoder_internal
 
 // One attention layer's keys and values supplied from outside the layer
 // (KV Prediction Sec. 4): keys before the layer's K-norm and RoPE, values as
@@ -131,7 +139,7 @@ class Decoder {
   // and returns logits [batch, T, vocab], or [batch, 1, vocab] for the last
   // position only when `last_only`. REQUIRES: cache.length() + T <= capacity.
   // One f32 token (decode) takes an allocation-free path of raw loops
-  // (DecodeStep in decoder.cc), the same kernels without ATen dispatch.
+  // (DecodeStep in decode_step.cc), the same kernels without ATen dispatch.
   torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only);
 
   // Off: ForwardCached decodes through the ATen modules, as prompts run
@@ -178,8 +186,8 @@ class Decoder {
  private:
   static absl::StatusOr<Decoder> CreateImpl(const Arch& arch, uint64_t seed, torch::Dtype dtype,
                                             bool initialize);
-  explicit Decoder(std::shared_ptr<DecoderImpl> impl) : impl_(std::move(impl)) {}
-  std::shared_ptr<DecoderImpl> impl_;
+  explicit Decoder(std::shared_ptr<decoder_internal::DecoderImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<decoder_internal::DecoderImpl> impl_;
 };
 
 // RoPE inverse frequencies theta^(-2i/hd) (double, hd/2 of them), with the

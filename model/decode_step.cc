@@ -1,0 +1,145 @@
+// The allocation-free decode step (issue 22): one f32 token through the
+// model in raw loops over per-thread buffers, the same kernels and formulas
+// as the ATen modules (decoder_test holds them to it token for token).
+#include <algorithm>
+
+#include "model/internal/decoder_layers.h"
+
+namespace hilnas {
+namespace decoder_internal {
+namespace {
+
+// What DecoderImpl::DecodeStep writes between its kernels, one token's
+// worth, kept per thread (pipelined decoding steps several caches of one
+// decoder from threads at once).
+struct DecodeBuffers {
+  std::vector<float> x, normed, out, q, q_rot, k, v, head, attn, gate, up;
+  void Reserve(const Arch& a) {  // a no-op once grown
+    for (auto* b : {&x, &normed, &out}) b->resize(std::max<size_t>(b->size(), a.d_model));
+    for (auto* b : {&q, &q_rot, &attn}) b->resize(std::max<size_t>(b->size(), a.q_width()));
+    for (auto* b : {&k, &v}) b->resize(std::max<size_t>(b->size(), a.kv_width()));
+    for (auto* b : {&gate, &up}) b->resize(std::max<size_t>(b->size(), a.d_ffn));
+    head.resize(std::max<size_t>(head.size(), a.head_dim));
+  }
+};
+
+// Row `token` of an embedding table stored in f32, bf16 or f16, as f32.
+void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
+  const int64_t d = table.size(1);
+  switch (table.scalar_type()) {
+    case torch::kFloat: {
+      const float* row = table.data_ptr<float>() + token * d;
+      std::copy(row, row + d, out);
+      return;
+    }
+    case torch::kHalf: {
+      const at::Half* row = table.data_ptr<at::Half>() + token * d;
+      for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(row[i]);
+      return;
+    }
+    case torch::kBFloat16: {
+      const at::BFloat16* row = table.data_ptr<at::BFloat16>() + token * d;
+      for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(row[i]);
+      return;
+    }
+    default:
+      TORCH_CHECK(false, "embedding table of type ", table.scalar_type());
+  }
+}
+
+}  // namespace
+
+bool DecoderImpl::CanDecodeInPlace(const torch::Tensor& tokens, const KvCache& cache) const {
+  if (!in_place_decode_ || dtype_ != torch::kFloat || torch::GradMode::is_enabled() ||
+      cache.slim() || tokens.numel() != 1 || tokens.dim() != 2 ||
+      tokens.scalar_type() != torch::kLong) {
+    return false;
+  }
+  for (int i = 0; i < arch_.num_layers; ++i) {
+    if (arch_.attention[i] == Attention::kSkip) continue;
+    const torch::Tensor& k = cache.keys(i);
+    const torch::Tensor& v = cache.values(i);
+    if (!k.defined() || !v.defined() || k.size(0) != 1 || !k.is_contiguous() ||
+        !v.is_contiguous() || k.scalar_type() != torch::kFloat) {
+      return false;
+    }
+  }
+  return true;
+}
+
+torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
+  const Arch& a = arch_;
+  const int64_t d = a.d_model, hd = a.head_dim, h = a.num_heads, kvh = a.num_kv_heads;
+  const int64_t pos = cache.length();
+  TORCH_CHECK(token >= 0 && token < a.vocab_size, "token ", token, " is outside the vocabulary (",
+              a.vocab_size, ")");
+  ReserveRope(pos + 1);
+  thread_local DecodeBuffers buf;
+  buf.Reserve(a);
+  float* x = buf.x.data();
+  float* normed = buf.normed.data();
+  float* out = buf.out.data();
+  EmbeddingRow(model_->embed_tokens->weight, token, x);
+  const float* cos = cos_table_.data_ptr<float>() + pos * hd;
+  const float* sin = sin_table_.data_ptr<float>() + pos * hd;
+  auto add_into_x = [&](const float* y) {
+    for (int64_t j = 0; j < d; ++j) x[j] += y[j];
+  };
+  for (int i = 0; i < a.num_layers; ++i) {
+    LayerImpl& layer = *model_->typed_layers[i];
+    if (layer.self_attn) {
+      AttentionBlockImpl& at = *layer.self_attn;
+      RmsNormRow(x, layer.input_layernorm->weight.data_ptr<float>(), d,
+                 layer.input_layernorm->eps, normed);
+      float *q = buf.q.data(), *k = buf.k.data(), *v = buf.v.data();
+      const GemvProduct qkv[3] = {
+          {&at.q_proj->weight, q}, {&at.k_proj->weight, k}, {&at.v_proj->weight, v}};
+      WeightGemvsInto(qkv, 3, normed);
+      // QK-norm, then RoPE, per head (the ATen path's order).
+      auto rotate = [&](float* row, const RmsNorm& norm, float* dst) {
+        if (a.qk_norm) {
+          RmsNormRow(row, norm->weight.data_ptr<float>(), hd, norm->eps, buf.head.data());
+          row = buf.head.data();
+        }
+        RopeRow(row, cos, sin, hd, dst);
+      };
+      float* q_rot = buf.q_rot.data();
+      for (int64_t j = 0; j < h; ++j) rotate(q + j * hd, at.q_norm, q_rot + j * hd);
+      torch::Tensor& cache_k = cache.keys(i);
+      torch::Tensor& cache_v = cache.values(i);
+      const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
+      float* kp = cache_k.data_ptr<float>();
+      float* vp = cache_v.data_ptr<float>();
+      const int64_t slot = pos % slots;
+      for (int64_t j = 0; j < kvh; ++j) {
+        rotate(k + j * hd, at.k_norm, kp + j * head_stride + slot * hd);
+        std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot * hd);
+      }
+      const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
+      DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
+                      buf.attn.data());
+      const GemvProduct o{&at.o_proj->weight, out};
+      WeightGemvsInto(&o, 1, buf.attn.data());
+      add_into_x(out);
+    }
+    RmsNormRow(x, layer.post_attention_layernorm->weight.data_ptr<float>(), d,
+               layer.post_attention_layernorm->eps, normed);
+    MlpImpl& mlp = *layer.mlp;
+    float *gate = buf.gate.data(), *up = buf.up.data();
+    const GemvProduct gate_up[2] = {{&mlp.gate_proj->weight, gate}, {&mlp.up_proj->weight, up}};
+    WeightGemvsInto(gate_up, 2, normed);
+    SwiGluRow(gate, up, a.d_ffn, gate);
+    const GemvProduct down{&mlp.down_proj->weight, out};
+    WeightGemvsInto(&down, 1, gate);
+    add_into_x(out);
+  }
+  RmsNormRow(x, model_->norm->weight.data_ptr<float>(), d, model_->norm->eps, normed);
+  torch::Tensor logits = torch::empty({1, 1, a.vocab_size});
+  const GemvProduct head{a.tie_embeddings ? &model_->embed_tokens->weight : &lm_head_->weight,
+                         logits.data_ptr<float>()};
+  WeightGemvsInto(&head, 1, normed);
+  return logits;
+}
+
+}  // namespace decoder_internal
+}  // namespace hilnas

@@ -1,0 +1,193 @@
+// The row kernels and ATen helpers of the decoder's layers
+// (model/internal/decoder_layers.h).
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+
+#include <cmath>
+
+#include "model/internal/decoder_layers.h"
+
+namespace hilnas {
+namespace decoder_internal {
+
+namespace F = torch::nn::functional;
+
+// RMSNorm in one pass per row for inference (the ATen form below is six
+// ops, each a dispatch and a temporary: a fifth of a small model's decode
+// step went to per-op cost). Same formula, float accumulation.
+void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* out) {
+  float sum = 0;
+  for (int64_t i = 0; i < d; ++i) sum += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+  for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * w[i];
+}
+
+
+torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  RECORD_FUNCTION("hilnas::rms_norm", {});
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  torch::Tensor out = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, rows, 64, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) RmsNormRow(xp + r * d, wp, d, eps, op + r * d);
+  });
+  return out;
+}
+
+
+torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+
+// x @ w^T for a bias-free projection. One token (decode) is a matrix-vector
+// product: BLAS gemv streams the weights 3-4x faster than gemm with M = 1,
+// which is what linear() would call (measured: 202048x1024 fp32 head, 2
+// threads, OpenBLAS: 18 ms vs 66 ms). Decode is bound by weight bytes.
+//
+// Weights stored in half precision (Decoder::StoreWeightsAs) are computed
+// in x's dtype: a one-token product reads them as they are (WeightGemv,
+// half the bytes), a prompt widens the matrix once and multiplies in f32.
+torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
+  if (w.scalar_type() != x.scalar_type()) {
+    if (x.numel() == w.size(1) && x.scalar_type() == torch::kFloat) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = w.size(0);
+      return WeightGemv(w, x).view(shape);
+    }
+    return torch::matmul(x, w.to(x.scalar_type()).t());
+  }
+  if (x.numel() == w.size(1)) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    if (x.scalar_type() == torch::kFloat) return WeightGemv(w, x).view(shape);
+    return torch::mv(w, x.reshape({-1})).view(shape);
+  }
+  return torch::matmul(x, w.t());
+}
+
+
+// x through several matrices of the same width, as Project would: one
+// float token (decode) takes all the products in one parallel region.
+std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
+                                       const std::vector<torch::Tensor>& ws) {
+  std::vector<torch::Tensor> out;
+  if (x.scalar_type() == torch::kFloat && x.numel() == ws[0].size(1)) {
+    out = WeightGemvs(ws, x);
+    for (size_t m = 0; m < ws.size(); ++m) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = ws[m].size(0);
+      out[m] = out[m].view(shape);
+    }
+    return out;
+  }
+  for (const torch::Tensor& w : ws) out.push_back(Project(x, w));
+  return out;
+}
+
+
+// out = silu(gate) * up, elementwise over n floats (out may alias gate).
+void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+
+// silu(gate) * up. One token's worth in one loop (two ATen ops and a
+// temporary cost more than the arithmetic); larger inputs take ATen's
+// vectorised kernels.
+torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
+      !up.is_contiguous() || torch::GradMode::is_enabled()) {
+    return F::silu(gate) * up;
+  }
+  torch::Tensor out = torch::empty_like(gate);
+  SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
+  return out;
+}
+
+
+// A sliding-window layer's cache is a ring of min(capacity, window) slots
+// along `dim`: position p lives in slot p % slots, so the layer holds what
+// KvCacheBytes counts for it (issue 22). Full layers use the same indexing
+// with slots == capacity, which never wraps.
+
+// Positions [from, to) of `ring` in position order (to - from <= slots): a
+// view when they do not wrap, else a copy of the two pieces.
+torch::Tensor ReadRing(const torch::Tensor& ring, int dim, int64_t from, int64_t to) {
+  const int64_t slots = ring.size(dim), n = to - from;
+  const int64_t s0 = n > 0 ? from % slots : 0, first = std::min(n, slots - s0);
+  torch::Tensor head = ring.narrow(dim, s0, first);
+  if (first == n) return head;
+  return torch::cat({head, ring.narrow(dim, 0, n - first)}, dim);
+}
+
+
+// Writes `x`, positions start..start+x.size(dim)-1, into `ring`; of a chunk
+// longer than the ring only its last `slots` positions are kept.
+void WriteRing(torch::Tensor& ring, int dim, int64_t start, const torch::Tensor& x) {
+  const int64_t slots = ring.size(dim), t = x.size(dim);
+  const int64_t keep = std::min(t, slots), from = start + t - keep;
+  const torch::Tensor src = x.narrow(dim, t - keep, keep);
+  const int64_t s0 = from % slots, first = std::min(keep, slots - s0);
+  ring.narrow(dim, s0, first).copy_(src.narrow(dim, 0, first));
+  if (first < keep) ring.narrow(dim, 0, keep - first).copy_(src.narrow(dim, first, keep - first));
+}
+
+
+// Copies positions [begin, end) between two rings of the same shape.
+void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t begin, int64_t end) {
+  const int64_t slots = to.size(dim);
+  for (int64_t p = std::max(begin, end - slots); p < end;) {
+    const int64_t s0 = p % slots, n = std::min(end - p, slots - s0);
+    to.narrow(dim, s0, n).copy_(from.narrow(dim, s0, n));
+    p += n;
+  }
+}
+
+
+// Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
+// paired with i + head_dim/2. One head's row; out must not alias x.
+void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float* out) {
+  const int64_t half = hd / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    out[i] = x[i] * c[i] + (-x[i + half]) * sn[i];
+    out[i + half] = x[i + half] * c[i + half] + x[i] * sn[i + half];
+  }
+}
+
+
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
+                        const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  if (!torch::GradMode::is_enabled() && x.scalar_type() == torch::kFloat && x.is_contiguous() &&
+      x.dim() == 4 && cos.is_contiguous() && sin.is_contiguous() &&
+      cos.scalar_type() == torch::kFloat) {
+    // Inference: one pass instead of five ops; the same products and sums.
+    // x [B, T, H, hd], cos/sin [1, T, 1, hd].
+    RECORD_FUNCTION("hilnas::rope", {});
+    const int64_t b = x.size(0), t = x.size(1), h = x.size(2), hd = x.size(3);
+    torch::Tensor out = torch::empty_like(x);
+    const float* xp = x.data_ptr<float>();
+    const float* cp = cos.data_ptr<float>();
+    const float* sp = sin.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, b * t, 16, [&](int64_t first, int64_t last) {
+      for (int64_t bt = first; bt < last; ++bt) {
+        const float* c = cp + (bt % t) * hd;
+        const float* sn = sp + (bt % t) * hd;
+        for (int64_t head = 0; head < h; ++head) {
+          RopeRow(xp + (bt * h + head) * hd, c, sn, hd, op + (bt * h + head) * hd);
+        }
+      }
+    });
+    return out;
+  }
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  return x * cos + torch::cat({-x2, x1}, -1) * sin;
+}
+
+}  // namespace decoder_internal
+}  // namespace hilnas
