@@ -33,18 +33,20 @@ function(hilnas_cc_test)
   # Tests find the source tree (configs/) and the built binaries through these.
   target_compile_definitions(${A_NAME} PRIVATE HILNAS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
                                                HILNAS_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  set(props)
+  # Each build tree's tests keep their files in its own folder, not /tmp:
+  # two checkouts testing at once on one machine (a clean clone beside a
+  # working tree) would otherwise share /tmp/hilnas_agents_<test> and stop
+  # each other's coordinators (gtest's TempDir() reads TEST_TMPDIR).
+  set(test_tmpdir "${CMAKE_BINARY_DIR}/test-tmp")
+  file(MAKE_DIRECTORY "${test_tmpdir}")
+  set(props ENVIRONMENT "TEST_TMPDIR=${test_tmpdir}")
   if(A_LABELS)
     list(APPEND props LABELS "${A_LABELS}")
   endif()
   if(A_SERIAL)
     list(APPEND props RUN_SERIAL TRUE)
   endif()
-  if(props)
-    gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
-  else()
-    gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60)
-  endif()
+  gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
 endfunction()
 
 if(NOT HILNAS_AGENT_ONLY)
