@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -129,6 +130,133 @@ struct Runner {
   }
 };
 
+// Proposal time: a batch of 8 with 200 observed over 2000 candidates
+// (the campaign path: fresh Sobol + front mutations), against one
+// latency-GP fit on the same 200 points, both in this run.
+void TimeProposal(const hilnas::Space& space, const std::vector<Row>& rows,
+                  const hilnas::LatencyModel& ttft, const hilnas::Objectives& ref,
+                  const hilnas::LatencyRow& row_template) {
+  hilnas::SearchState state;
+  state.space = &space;
+  state.ttft = &ttft;
+  state.reference = ref;
+  for (int i = 0; i < 200 && i < static_cast<int>(rows.size()); ++i) {
+    state.observed.push_back(rows[i].arch);
+    state.observed_loss.push_back(rows[i].loss);
+    state.seen.insert(hilnas::KeyOf(rows[i].arch));
+  }
+  hilnas::ProposeOptions o;
+  o.q = 8;
+  o.candidates = 2000;
+  o.mc_samples = 128;
+  o.seed = 9;
+  const auto p0 = std::chrono::steady_clock::now();
+  auto picks = hilnas::ProposeBatch(state, o);
+  if (!picks.ok()) Die(picks.status());
+  const double propose_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
+  std::vector<hilnas::LatencyRow> fit_rows;
+  for (int i = 0; i < 200 && i < static_cast<int>(rows.size()); ++i) {
+    hilnas::LatencyRow l = row_template;
+    l.arch = rows[i].arch;
+    l.ttft_ms = rows[i].ttft;
+    l.ttft_se_ms = 0.02 * rows[i].ttft;
+    fit_rows.push_back(l);
+  }
+  const auto f0 = std::chrono::steady_clock::now();
+  auto fit =
+      hilnas::LatencyModel::Fit(space, "oracle", hilnas::LatencyMetric::kTtft, 256, fit_rows);
+  if (!fit.ok()) Die(fit.status());
+  const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+  std::printf(
+      "\nproposing a batch of 8 with %zu observed trials over 2000 Sobol candidates + "
+      "front mutations, 128 MC samples: %.2f s (%.1fx one latency-GP fit on the same "
+      "points, %.2f s)\n",
+      state.observed.size(), propose_s, propose_s / fit_s, fit_s);
+}
+
+using Curves = std::map<std::string, std::vector<std::vector<double>>>;
+
+// The median over runs of strategy `k`'s hypervolume after `t` trials.
+double MedianAt(const Curves& curves, const std::string& k, int t) {
+  std::vector<double> v;
+  for (const auto& c : curves.at(k)) v.push_back(c[std::min<size_t>(t, c.size()) - 1]);
+  return Percentile(v, 0.5);
+}
+
+// The table of median hypervolumes, and when each run reaches random
+// search's median at the last trial.
+void PrintHypervolumes(const Curves& curves, int trials, int random_seeds, int qnehvi_seeds) {
+  using hilnas::Strategy;
+  const std::string kRandom(StrategyName(Strategy::kRandom)),
+      kSobol(StrategyName(Strategy::kSobol)), kQnehvi(StrategyName(Strategy::kQnehvi));
+  std::printf(
+      "\n| trials | random (median of %d) | Sobol | qNEHVI (median of %d) "
+      "|\n|---:|---:|---:|---:|\n",
+      random_seeds, qnehvi_seeds);
+  for (int t : {8, 16, 32, 64, 96, 128, 160, 200}) {
+    if (t > trials) continue;
+    std::printf("| %d | %.3f | %.3f | %.3f |\n", t, MedianAt(curves, kRandom, t),
+                MedianAt(curves, kSobol, t), MedianAt(curves, kQnehvi, t));
+  }
+  const double target = MedianAt(curves, kRandom, trials);
+  auto reach = [&](const std::vector<double>& c) {
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (c[i] >= target) return static_cast<int>(i + 1);
+    }
+    return -1;
+  };
+  std::printf("\nrandom search's median hypervolume at %d trials (%.3f) is reached by:\n", trials,
+              target);
+  for (const std::string& k : {kQnehvi, kSobol, kRandom}) {
+    std::string s;
+    for (const auto& c : curves.at(k)) {
+      const int r = reach(c);
+      absl::StrAppend(&s, s.empty() ? "" : ", ", r < 0 ? std::string("never") : absl::StrCat(r));
+    }
+    std::printf("  %s: %s\n", k.c_str(), s.c_str());
+  }
+}
+
+void WriteCsv(const std::string& csv_out, const std::string& oracle, const hilnas::Objectives& ref,
+              const Curves& curves) {
+  std::ofstream out(csv_out);
+  out << "# hilnas bench/search_bench on " << oracle << "; reference loss " << ref[0] << ", TTFT "
+      << ref[1] << " ms; hypervolume as a fraction of all rows'\n"
+      << "strategy,run,trials,hypervolume_fraction\n";
+  for (const auto& [k, cs] : curves) {
+    for (size_t r = 0; r < cs.size(); ++r) {
+      for (size_t t = 0; t < cs[r].size(); ++t) {
+        out << k << "," << r << "," << t + 1 << "," << absl::StrFormat("%.5f", cs[r][t]) << "\n";
+      }
+    }
+  }
+}
+
+void WriteSvg(const std::string& svg_out, int trials, size_t rows, const Curves& curves) {
+  const hilnas::PlotAxis x("trials", 1, trials);
+  hilnas::PlotAxis y("hypervolume / all rows'", 0, 1);
+  y.tick_decimals = 1;
+  hilnas::SvgPlot plot(640, 420,
+                       absl::StrFormat("hypervolume vs trials on the demo oracle (%zu rows; "
+                                       "medians)",
+                                       rows),
+                       x, y);
+  using hilnas::Strategy;
+  const std::map<std::string, std::string> colour = {
+      {std::string(StrategyName(Strategy::kRandom)), "#7f7f7f"},
+      {std::string(StrategyName(Strategy::kSobol)), "#2ca02c"},
+      {std::string(StrategyName(Strategy::kQnehvi)), "#d62728"}};
+  for (const auto& [k, cs] : curves) {
+    std::vector<std::pair<double, double>> points;
+    for (int t = 1; t <= trials; ++t) points.push_back({t, MedianAt(curves, k, t)});
+    const hilnas::PlotStyle line = hilnas::Stroke(colour.at(k), 2);
+    plot.Curve(points, line);
+    plot.Legend(k, line, /*line=*/true, "lower right");
+  }
+  std::ofstream(svg_out) << plot.Render();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,7 +308,7 @@ int main(int argc, char** argv) {
   using hilnas::Strategy;
   const std::string kRandom(StrategyName(Strategy::kRandom)),
       kSobol(StrategyName(Strategy::kSobol)), kQnehvi(StrategyName(Strategy::kQnehvi));
-  std::map<std::string, std::vector<std::vector<double>>> curves;
+  Curves curves;
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < random_seeds; ++s) {
     curves[kRandom].push_back(Curve(rows, runner.Run(Strategy::kRandom, 100 + s), ref, total));
@@ -192,116 +320,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "qnehvi seed %d: %.0f s\n", 1 + s,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count());
   }
-  auto median_at = [&](const std::string& k, int t) {
-    std::vector<double> v;
-    for (const auto& c : curves[k]) v.push_back(c[std::min<size_t>(t, c.size()) - 1]);
-    return Percentile(v, 0.5);
-  };
-  std::printf(
-      "\n| trials | random (median of %d) | Sobol | qNEHVI (median of %d) "
-      "|\n|---:|---:|---:|---:|\n",
-      random_seeds, qnehvi_seeds);
-  for (int t : {8, 16, 32, 64, 96, 128, 160, 200}) {
-    if (t > trials) continue;
-    std::printf("| %d | %.3f | %.3f | %.3f |\n", t, median_at(kRandom, t), median_at(kSobol, t),
-                median_at(kQnehvi, t));
-  }
-  const double target = median_at(kRandom, trials);
-  auto reach = [&](const std::vector<double>& c) {
-    for (size_t i = 0; i < c.size(); ++i) {
-      if (c[i] >= target) return static_cast<int>(i + 1);
-    }
-    return -1;
-  };
-  std::printf("\nrandom search's median hypervolume at %d trials (%.3f) is reached by:\n", trials,
-              target);
-  for (const std::string& k : {kQnehvi, kSobol, kRandom}) {
-    std::string s;
-    for (const auto& c : curves[k]) {
-      const int r = reach(c);
-      absl::StrAppend(&s, s.empty() ? "" : ", ", r < 0 ? std::string("never") : absl::StrCat(r));
-    }
-    std::printf("  %s: %s\n", k.c_str(), s.c_str());
-  }
-
-  // Proposal time: a batch of 8 with 200 observed over 2000 candidates
-  // (the campaign path: fresh Sobol + front mutations), against one
-  // latency-GP fit on the same 200 points, both in this run.
-  {
-    hilnas::SearchState state;
-    state.space = &*space;
-    state.ttft = &*ttft;
-    state.reference = ref;
-    for (int i = 0; i < 200 && i < static_cast<int>(rows.size()); ++i) {
-      state.observed.push_back(rows[i].arch);
-      state.observed_loss.push_back(rows[i].loss);
-      state.seen.insert(hilnas::KeyOf(rows[i].arch));
-    }
-    hilnas::ProposeOptions o;
-    o.q = 8;
-    o.candidates = 2000;
-    o.mc_samples = 128;
-    o.seed = 9;
-    const auto p0 = std::chrono::steady_clock::now();
-    auto picks = hilnas::ProposeBatch(state, o);
-    if (!picks.ok()) Die(picks.status());
-    const double propose_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
-    std::vector<hilnas::LatencyRow> fit_rows;
-    for (int i = 0; i < 200 && i < static_cast<int>(rows.size()); ++i) {
-      hilnas::LatencyRow l = lrows.empty() ? hilnas::LatencyRow() : lrows[0];
-      l.arch = rows[i].arch;
-      l.ttft_ms = rows[i].ttft;
-      l.ttft_se_ms = 0.02 * rows[i].ttft;
-      fit_rows.push_back(l);
-    }
-    const auto f0 = std::chrono::steady_clock::now();
-    auto fit =
-        hilnas::LatencyModel::Fit(*space, "oracle", hilnas::LatencyMetric::kTtft, 256, fit_rows);
-    if (!fit.ok()) Die(fit.status());
-    const double fit_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
-    std::printf(
-        "\nproposing a batch of 8 with %zu observed trials over 2000 Sobol candidates + "
-        "front mutations, 128 MC samples: %.2f s (%.1fx one latency-GP fit on the same "
-        "points, %.2f s)\n",
-        state.observed.size(), propose_s, propose_s / fit_s, fit_s);
-  }
+  PrintHypervolumes(curves, trials, random_seeds, qnehvi_seeds);
+  TimeProposal(*space, rows, *ttft, ref, lrows.empty() ? hilnas::LatencyRow() : lrows[0]);
   std::printf("(searches took %.0f s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
-  if (!csv_out.empty()) {
-    std::ofstream out(csv_out);
-    out << "# hilnas bench/search_bench on " << oracle << "; reference loss " << ref[0] << ", TTFT "
-        << ref[1] << " ms; hypervolume as a fraction of all rows'\n"
-        << "strategy,run,trials,hypervolume_fraction\n";
-    for (const auto& [k, cs] : curves) {
-      for (size_t r = 0; r < cs.size(); ++r) {
-        for (size_t t = 0; t < cs[r].size(); ++t) {
-          out << k << "," << r << "," << t + 1 << "," << absl::StrFormat("%.5f", cs[r][t]) << "\n";
-        }
-      }
-    }
-  }
-  if (!svg_out.empty()) {
-    const hilnas::PlotAxis x("trials", 1, trials);
-    hilnas::PlotAxis y("hypervolume / all rows'", 0, 1);
-    y.tick_decimals = 1;
-    hilnas::SvgPlot plot(640, 420,
-                         absl::StrFormat("hypervolume vs trials on the demo oracle (%zu rows; "
-                                         "medians)",
-                                         rows.size()),
-                         x, y);
-    const std::map<std::string, std::string> colour = {
-        {kRandom, "#7f7f7f"}, {kSobol, "#2ca02c"}, {kQnehvi, "#d62728"}};
-    for (const auto& [k, cs] : curves) {
-      std::vector<std::pair<double, double>> points;
-      for (int t = 1; t <= trials; ++t) points.push_back({t, median_at(k, t)});
-      const hilnas::PlotStyle line = hilnas::Stroke(colour.at(k), 2);
-      plot.Curve(points, line);
-      plot.Legend(k, line, /*line=*/true, "lower right");
-    }
-    std::ofstream(svg_out) << plot.Render();
-  }
+  if (!csv_out.empty()) WriteCsv(csv_out, oracle, ref, curves);
+  if (!svg_out.empty()) WriteSvg(svg_out, trials, rows.size(), curves);
   return 0;
 }

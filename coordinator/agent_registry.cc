@@ -36,8 +36,8 @@ absl::StatusOr<AgentSession> AgentRegistry::Register(const DeviceIdentity& devic
     if (!holder && !live_hash.empty() && silent_ms < session_ttl_ms_) {
       return absl::AlreadyExistsError(absl::StrCat(
           "agent name \"", device.name(), "\" has a live session (heard from ", silent_ms,
-          " ms ago); another agent may take the name once it has been silent for ",
-          session_ttl_ms_, " ms. Give each device its own --name"));
+          " ms ago); another agent may take the name once it has been silent for ", session_ttl_ms_,
+          " ms. Give each device its own --name"));
     }
   }
   AgentSession session;

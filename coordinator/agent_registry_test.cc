@@ -29,7 +29,8 @@ TEST_F(AgentRegistryTest, ANameHasOneLiveSessionUntilItsAgentFallsSilent) {
   clock_.AdvanceMs(1001);
   ASSERT_OK_AND_ASSIGN(AgentSession taken, registry_.Register(Device("phone"), ""));
   EXPECT_EQ(taken.agent_id, first.agent_id);
-  EXPECT_THAT(registry_.Register(Device(""), ""), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(registry_.Register(Device(""), ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 }
 
 TEST_F(AgentRegistryTest, OnlyTheCurrentSessionKeyIsAccepted) {

@@ -52,7 +52,6 @@ bool Measured(const Trial& t) {
   return t.state() != FAILED && t.has_latency() && t.measured_ttft_ms() > 0;
 }
 
-
 }  // namespace campaign_internal
 
 namespace fs = std::filesystem;

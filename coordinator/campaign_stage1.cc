@@ -230,5 +230,4 @@ absl::Status CampaignRunner::ProposeStage1Sobol(const CampaignRecord& record, Ca
   return absl::OkStatus();
 }
 
-
 }  // namespace hilnas

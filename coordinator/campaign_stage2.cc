@@ -431,5 +431,4 @@ absl::Status CampaignRunner::ProposeStage2Batch(const CampaignRecord& record,
   return absl::OkStatus();
 }
 
-
 }  // namespace hilnas

@@ -17,9 +17,8 @@ bool ServesPool(const DeviceIdentity& d, const std::string& pool) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> JobQueue::Submit(const BenchmarkRequest& request,
-                                         const std::string& device, const std::string& pool,
-                                         const std::string& client_key) {
+absl::StatusOr<int64_t> JobQueue::Submit(const BenchmarkRequest& request, const std::string& device,
+                                         const std::string& pool, const std::string& client_key) {
   HILNAS_RETURN_IF_ERROR(ValidateBenchmarkRequest(request));
   if (!client_key.empty()) {
     HILNAS_ASSIGN_OR_RETURN(SqliteStatement q,

@@ -59,8 +59,7 @@ class JobQueue {
   absl::Status MarkLeased(int64_t job_id, const std::string& agent_id);
   // A lease of the job expired: back to STALE, or FAILED with `message`
   // when `give_up`.
-  absl::Status ReturnExpired(int64_t job_id, bool give_up, const std::string& message,
-                             int64_t now);
+  absl::Status ReturnExpired(int64_t job_id, bool give_up, const std::string& message, int64_t now);
   // Back to QUEUED because the agent's canary drifted; one more drift re-queue.
   absl::Status RequeueForDrift(int64_t job_id, const std::string& message);
   // DONE with `result`, or FAILED with `message`.

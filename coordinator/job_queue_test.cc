@@ -26,7 +26,8 @@ TEST_F(JobQueueTest, SubmissionUnderAClientKeyIsIdempotentAndBadRequestsAreRefus
   EXPECT_NE(c, a);
   EXPECT_EQ(queue_.Unfinished().value_or(-1), 2);
   BenchmarkRequest none;  // neither arch nor checkpoint
-  EXPECT_THAT(queue_.Submit(none, "", "", ""), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(queue_.Submit(none, "", "", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 }
 
 TEST_F(JobQueueTest, NextForHonoursDeviceAndPoolOldestFirst) {

@@ -97,7 +97,7 @@ absl::Status CreateJobSchema(SqliteDb& db) {
   HILNAS_RETURN_IF_ERROR(db.Exec(kSchema));
   HILNAS_RETURN_IF_ERROR(
       db.Exec("CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_client_key ON jobs(client_key) "
-                "WHERE client_key IS NOT NULL"));
+              "WHERE client_key IS NOT NULL"));
   return db.Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion));
 }
 

@@ -7,8 +7,7 @@
 
 namespace hilnas {
 
-JobStore::JobStore(std::unique_ptr<SqliteDb> db, const Clock* clock,
-                   const JobStoreOptions& options)
+JobStore::JobStore(std::unique_ptr<SqliteDb> db, const Clock* clock, const JobStoreOptions& options)
     : db_(std::move(db)),
       clock_(clock),
       options_(options),

@@ -14,9 +14,7 @@ using ::testing::HasSubstr;
 
 class LeaseTableTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(job_, queue_.Submit(Request(), "", "", ""));
-  }
+  void SetUp() override { ASSERT_OK_AND_ASSIGN(job_, queue_.Submit(Request(), "", "", "")); }
   std::unique_ptr<SqliteDb> db_ = FreshJobDb();
   ManualClock clock_;
   JobQueue queue_{db_.get(), &clock_};

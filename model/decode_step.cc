@@ -89,8 +89,8 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
     LayerImpl& layer = *model_->typed_layers[i];
     if (layer.self_attn) {
       AttentionBlockImpl& at = *layer.self_attn;
-      RmsNormRow(x, layer.input_layernorm->weight.data_ptr<float>(), d,
-                 layer.input_layernorm->eps, normed);
+      RmsNormRow(x, layer.input_layernorm->weight.data_ptr<float>(), d, layer.input_layernorm->eps,
+                 normed);
       float *q = buf.q.data(), *k = buf.k.data(), *v = buf.v.data();
       const GemvProduct qkv[3] = {
           {&at.q_proj->weight, q}, {&at.k_proj->weight, k}, {&at.v_proj->weight, v}};
@@ -116,8 +116,7 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
         std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot * hd);
       }
       const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
-      DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
-                      buf.attn.data());
+      DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, buf.attn.data());
       const GemvProduct o{&at.o_proj->weight, out};
       WeightGemvsInto(&o, 1, buf.attn.data());
       add_into_x(out);

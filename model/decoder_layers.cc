@@ -22,7 +22,6 @@ void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* ou
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * w[i];
 }
 
-
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   RECORD_FUNCTION("hilnas::rms_norm", {});
   const int64_t d = x.size(-1), rows = x.numel() / d;
@@ -36,11 +35,9 @@ torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, d
   return out;
 }
 
-
 torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
-
 
 // x @ w^T for a bias-free projection. One token (decode) is a matrix-vector
 // product: BLAS gemv streams the weights 3-4x faster than gemm with M = 1,
@@ -68,7 +65,6 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
   return torch::matmul(x, w.t());
 }
 
-
 // x through several matrices of the same width, as Project would: one
 // float token (decode) takes all the products in one parallel region.
 std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
@@ -87,12 +83,10 @@ std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
   return out;
 }
 
-
 // out = silu(gate) * up, elementwise over n floats (out may alias gate).
 void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
-
 
 // silu(gate) * up. One token's worth in one loop (two ATen ops and a
 // temporary cost more than the arithmetic); larger inputs take ATen's
@@ -106,7 +100,6 @@ torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
   SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
   return out;
 }
-
 
 // A sliding-window layer's cache is a ring of min(capacity, window) slots
 // along `dim`: position p lives in slot p % slots, so the layer holds what
@@ -123,7 +116,6 @@ torch::Tensor ReadRing(const torch::Tensor& ring, int dim, int64_t from, int64_t
   return torch::cat({head, ring.narrow(dim, 0, n - first)}, dim);
 }
 
-
 // Writes `x`, positions start..start+x.size(dim)-1, into `ring`; of a chunk
 // longer than the ring only its last `slots` positions are kept.
 void WriteRing(torch::Tensor& ring, int dim, int64_t start, const torch::Tensor& x) {
@@ -135,7 +127,6 @@ void WriteRing(torch::Tensor& ring, int dim, int64_t start, const torch::Tensor&
   if (first < keep) ring.narrow(dim, 0, keep - first).copy_(src.narrow(dim, first, keep - first));
 }
 
-
 // Copies positions [begin, end) between two rings of the same shape.
 void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t begin, int64_t end) {
   const int64_t slots = to.size(dim);
@@ -146,7 +137,6 @@ void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t beg
   }
 }
 
-
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
 // paired with i + head_dim/2. One head's row; out must not alias x.
 void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float* out) {
@@ -156,7 +146,6 @@ void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float*
     out[i + half] = x[i + half] * c[i + half] + x[i] * sn[i + half];
   }
 }
-
 
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                         const torch::Tensor& sin) {

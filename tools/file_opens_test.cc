@@ -26,8 +26,8 @@
 #include "pruner/metrics.h"
 #include "tools/cli.h"
 #include "util/files.h"
-#include "util/textproto.h"
 #include "util/status_matchers.h"
+#include "util/textproto.h"
 
 namespace {
 
@@ -192,8 +192,8 @@ class FileOpensTest : public ::testing::Test {
 
 TEST_F(FileOpensTest, PruneOfAShardedCheckpointOpensEachFileOnce) {
   TakeCounts();
-  ASSERT_EQ(Hilnas({"prune", "--base", base_, "--out", dir_ + "/small", "--layers", "3",
-                    "--d-ffn", "32", "--block-size", "8"}),
+  ASSERT_EQ(Hilnas({"prune", "--base", base_, "--out", dir_ + "/small", "--layers", "3", "--d-ffn",
+                    "32", "--block-size", "8"}),
             0);
   ExpectEachOpenedOnce(TakeCounts(), "prune");
   ASSERT_OK_AND_ASSIGN(auto small, CheckpointReader::Open(dir_ + "/small"));
@@ -222,8 +222,15 @@ TEST_F(FileOpensTest, CountingSeesASecondOpen) {
 TEST_F(FileOpensTest, ASlimTargetPrunesThroughTheCommandLine) {
   ASSERT_OK(WriteFileAtomically(dir_ + "/slim.textproto", R"pb(
     name: "slim-target"
-    num_layers: 3 d_model: 32 d_ffn: 32 num_heads: 4 num_kv_heads: 4 head_dim: 8
-    vocab_size: 64 rope_theta: 10000 norm_eps: 1e-5
+    num_layers: 3
+    d_model: 32
+    d_ffn: 32
+    num_heads: 4
+    num_kv_heads: 4
+    head_dim: 8
+    vocab_size: 64
+    rope_theta: 10000
+    norm_eps: 1e-5
     attention: [ FULL, FULL, FULL ]
     kv_cache: SLIM)pb"));
   ASSERT_EQ(Hilnas({"prune", "--base", base_, "--arch", dir_ + "/slim.textproto", "--out",
@@ -242,8 +249,15 @@ TEST_F(FileOpensTest, ASlimTargetPrunesThroughTheCommandLine) {
   // A slim target of a GQA backbone is refused by name (Slim Attention needs MHA).
   ASSERT_OK(WriteFileAtomically(dir_ + "/gqa.textproto", R"pb(
     name: "gqa-slim"
-    num_layers: 3 d_model: 32 d_ffn: 32 num_heads: 4 num_kv_heads: 2 head_dim: 8
-    vocab_size: 64 rope_theta: 10000 norm_eps: 1e-5
+    num_layers: 3
+    d_model: 32
+    d_ffn: 32
+    num_heads: 4
+    num_kv_heads: 2
+    head_dim: 8
+    vocab_size: 64
+    rope_theta: 10000
+    norm_eps: 1e-5
     attention: [ FULL, FULL, FULL ]
     kv_cache: SLIM)pb"));
   EXPECT_EQ(Hilnas({"prune", "--base", base_, "--arch", dir_ + "/gqa.textproto", "--out",

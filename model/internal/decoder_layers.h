@@ -73,9 +73,7 @@ void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t beg
 // paired with i + head_dim/2. One head's row; out must not alias x.
 void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float* out);
 
-torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
-                        const torch::Tensor& sin);
-
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // Root-mean-square norm (Zhang & Sennrich) with a learned scale, as in Llama.
 struct RmsNormImpl : torch::nn::Module {
@@ -95,7 +93,6 @@ struct RmsNormImpl : torch::nn::Module {
 };
 
 TORCH_MODULE(RmsNorm);
-
 
 struct AttentionBlockImpl : torch::nn::Module {
   AttentionBlockImpl(const Arch& a, Attention type) : arch(a), type(type) {
@@ -285,7 +282,6 @@ struct AttentionBlockImpl : torch::nn::Module {
 
 TORCH_MODULE(AttentionBlock);
 
-
 struct MlpImpl : torch::nn::Module {
   explicit MlpImpl(const Arch& a) {
     gate_proj = register_module("gate_proj", MakeLinear(a.d_model, a.d_ffn));
@@ -303,7 +299,6 @@ struct MlpImpl : torch::nn::Module {
 };
 
 TORCH_MODULE(Mlp);
-
 
 struct LayerImpl : torch::nn::Module {
   LayerImpl(const Arch& a, Attention type) {
@@ -343,7 +338,6 @@ struct LayerImpl : torch::nn::Module {
 };
 
 TORCH_MODULE(Layer);
-
 
 struct BackboneImpl : torch::nn::Module {
   // Each part is converted to `dtype` as soon as it is built, so a bf16
