@@ -71,6 +71,72 @@ Score ScoreOn(const LatencyModel& m, LatencyMetric metric, const std::vector<Lat
   return {RSquared(truth, pred), KendallTau(truth, pred), ShareWithin(truth, pred, 0.10)};
 }
 
+// `repeats` draws of n training points from B: the held-out scores of B's
+// model alone and of B's model on A's prior.
+std::pair<Cell, Cell> Draws(const Space& space, const std::vector<LatencyRow>& b,
+                            LatencyMetric metric, int prompt, int n, int repeats,
+                            const LatencyModel& prior) {
+  Cell alone, moved;
+  for (int rep = 0; rep < repeats; ++rep) {
+    std::vector<LatencyRow> shuffled = b;
+    std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(1000 * n + rep));
+    const std::vector<LatencyRow> train(shuffled.begin(), shuffled.begin() + n);
+    const std::vector<LatencyRow> test(shuffled.begin() + n, shuffled.end());
+    GpOptions o;
+    o.seed = rep;
+    absl::StatusOr<LatencyModel> m0 =
+        LatencyModel::Fit(space, b[0].device, metric, prompt, train, o);
+    absl::StatusOr<LatencyModel> m1 =
+        LatencyModel::Fit(space, b[0].device, metric, prompt, train, o, &prior);
+    if (!m0.ok()) Die(m0.status());
+    if (!m1.ok()) Die(m1.status());
+    alone.runs.push_back(ScoreOn(*m0, metric, test));
+    moved.runs.push_back(ScoreOn(*m1, metric, test));
+  }
+  return {alone, moved};
+}
+
+// Held-out R^2 against the points measured on B, mean +- sd per curve.
+void WritePlot(const std::string& plot_path, const std::string& device,
+               const std::vector<int>& sizes, const std::vector<std::string>& plot_series,
+               const std::vector<std::vector<std::pair<double, double>>>& curves,
+               const std::vector<std::vector<double>>& spreads) {
+  double lo = 1;
+  for (size_t c = 0; c < curves.size(); ++c) {
+    for (size_t i = 0; i < curves[c].size(); ++i) {
+      lo = std::min(lo, curves[c][i].second - spreads[c][i]);
+    }
+  }
+  lo = std::max(-0.5, std::floor(lo * 10) / 10);
+  SvgPlot plot(560, 400, absl::StrFormat("device B (%s) from n points: held-out R^2", device),
+               PlotAxis("points measured on B", sizes.front() * 0.8, sizes.back() * 1.25, true),
+               PlotAxis("held-out R^2 (ms), mean +- sd", lo, 1.0));
+  const char* colours[] = {"#1f77b4", "#1f77b4", "#d62728", "#d62728"};
+  for (size_t c = 0; c < curves.size(); ++c) {
+    const PlotStyle line = Stroke(colours[c], 2, c % 2 == 0 ? "5" : "");
+    plot.Curve(curves[c], line);
+    for (size_t i = 0; i < curves[c].size(); ++i) {
+      const auto [x, y] = curves[c][i];
+      plot.Segment(x, y - spreads[c][i], x, y + spreads[c][i], Stroke(colours[c], 1));
+      plot.Point(x, y, Dot(colours[c], 3.5));
+    }
+    plot.Legend(plot_series[c], line, /*line=*/true);
+  }
+  if (absl::Status s = WriteFileAtomically(plot_path, plot.Render()); !s.ok()) Die(s);
+  std::printf("wrote %s\n", plot_path.c_str());
+}
+
+// --sizes: comma-separated counts of training points, each at least 2.
+std::vector<int> ParseSizes(const std::string& text) {
+  std::vector<int> sizes;
+  for (absl::string_view s : absl::StrSplit(text, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v < 2) Die(absl::InvalidArgumentError("--sizes"));
+    sizes.push_back(v);
+  }
+  return sizes;
+}
+
 }  // namespace
 }  // namespace hilnas
 
@@ -83,12 +149,7 @@ int main(int argc, char** argv) {
   const int repeats = std::stoi(Arg(argc, argv, "--repeats", "10"));
   const std::string out = Arg(argc, argv, "--out", "");
   const std::string plot_path = Arg(argc, argv, "--plot", "");
-  std::vector<int> sizes;
-  for (absl::string_view s : absl::StrSplit(Arg(argc, argv, "--sizes", "10,20,40"), ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(s, &v) || v < 2) Die(absl::InvalidArgumentError("--sizes"));
-    sizes.push_back(v);
-  }
+  const std::vector<int> sizes = ParseSizes(Arg(argc, argv, "--sizes", "10,20,40"));
   if (a_path.empty() || b_path.empty()) {
     Die(absl::InvalidArgumentError("usage: latency_transfer --space F --a A.csv --b B.csv"));
   }
@@ -128,23 +189,7 @@ int main(int argc, char** argv) {
     std::vector<std::pair<double, double>> alone_curve, prior_curve;
     std::vector<double> alone_sd, prior_sd;
     for (int n : sizes) {
-      Cell alone, moved;
-      for (int rep = 0; rep < repeats; ++rep) {
-        std::vector<LatencyRow> shuffled = b;
-        std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(1000 * n + rep));
-        const std::vector<LatencyRow> train(shuffled.begin(), shuffled.begin() + n);
-        const std::vector<LatencyRow> test(shuffled.begin() + n, shuffled.end());
-        GpOptions o;
-        o.seed = rep;
-        absl::StatusOr<LatencyModel> m0 =
-            LatencyModel::Fit(*space, b[0].device, metric, prompt, train, o);
-        absl::StatusOr<LatencyModel> m1 =
-            LatencyModel::Fit(*space, b[0].device, metric, prompt, train, o, &*prior);
-        if (!m0.ok()) Die(m0.status());
-        if (!m1.ok()) Die(m1.status());
-        alone.runs.push_back(ScoreOn(*m0, metric, test));
-        moved.runs.push_back(ScoreOn(*m1, metric, test));
-      }
+      const auto [alone, moved] = Draws(*space, b, metric, prompt, n, repeats, *prior);
       absl::StrAppend(
           &md,
           absl::StrFormat("| %s | %d | %.3f +- %.3f | **%.3f +- %.3f** | %.3f | **%.3f** | "
@@ -171,31 +216,6 @@ int main(int argc, char** argv) {
   if (!out.empty()) {
     if (absl::Status s = WriteFileAtomically(out, md); !s.ok()) Die(s);
   }
-  if (!plot_path.empty()) {
-    double lo = 1;
-    for (size_t c = 0; c < curves.size(); ++c) {
-      for (size_t i = 0; i < curves[c].size(); ++i) {
-        lo = std::min(lo, curves[c][i].second - spreads[c][i]);
-      }
-    }
-    lo = std::max(-0.5, std::floor(lo * 10) / 10);
-    SvgPlot plot(560, 400,
-                 absl::StrFormat("device B (%s) from n points: held-out R^2", b[0].device),
-                 PlotAxis("points measured on B", sizes.front() * 0.8, sizes.back() * 1.25, true),
-                 PlotAxis("held-out R^2 (ms), mean +- sd", lo, 1.0));
-    const char* colours[] = {"#1f77b4", "#1f77b4", "#d62728", "#d62728"};
-    for (size_t c = 0; c < curves.size(); ++c) {
-      const PlotStyle line = Stroke(colours[c], 2, c % 2 == 0 ? "5" : "");
-      plot.Curve(curves[c], line);
-      for (size_t i = 0; i < curves[c].size(); ++i) {
-        const auto [x, y] = curves[c][i];
-        plot.Segment(x, y - spreads[c][i], x, y + spreads[c][i], Stroke(colours[c], 1));
-        plot.Point(x, y, Dot(colours[c], 3.5));
-      }
-      plot.Legend(plot_series[c], line, /*line=*/true);
-    }
-    if (absl::Status s = WriteFileAtomically(plot_path, plot.Render()); !s.ok()) Die(s);
-    std::printf("wrote %s\n", plot_path.c_str());
-  }
+  if (!plot_path.empty()) WritePlot(plot_path, b[0].device, sizes, plot_series, curves, spreads);
   return 0;
 }
