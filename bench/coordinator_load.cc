@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -145,13 +146,11 @@ BenchmarkResult Result(const BenchmarkRequest& request, const std::string& agent
   return r;
 }
 
-RunResult Run(const Settings& s, bool secure) {
-  RunResult out;
-  out.name = secure ? "secure (TLS, tokens, session keys)" : "reference (plain text, no tokens)";
-  const std::string dir = absl::StrCat(s.dir, secure ? "/secure" : "/plain");
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string enrollment = RandomHex(16), user = RandomHex(16);
+// Starts a coordinator for one run in `dir`; its pid and address. A
+// secure run gets TLS (certificates in s.dir), an enrollment and a user token.
+pid_t StartCoordinator(const Settings& s, bool secure, const std::string& dir,
+                       const std::string& enrollment, const std::string& user, ClientTls* tls,
+                       std::string* address) {
   std::vector<std::string> args = {"coordinator",
                                    "--listen=127.0.0.1:0",
                                    "--db=" + dir + "/load.db",
@@ -159,14 +158,13 @@ RunResult Run(const Settings& s, bool secure) {
                                    "--lease_ttl_ms=2000",
                                    "--heartbeat_ms=1000",
                                    absl::StrCat("--max_queued_jobs=", s.jobs + 1)};
-  ClientTls tls;
   if (secure) {
     MakeCertificates(s.dir);
     args.push_back("--tls_cert=" + s.dir + "/server.pem");
     args.push_back("--tls_key=" + s.dir + "/server.key");
     args.push_back("--token=" + enrollment);
     args.push_back("--user_token=" + user);
-    tls.ca_file = s.dir + "/ca.pem";
+    tls->ca_file = s.dir + "/ca.pem";
   }
   const pid_t coordinator = SpawnProcess(std::string(HILNAS_BINARY_DIR) + "/tools/hilnas", args,
                                          dir + "/coordinator.log", false);
@@ -176,9 +174,104 @@ RunResult Run(const Settings& s, bool secure) {
     ReadFileToString(dir + "/port", &port).IgnoreError();
   }
   if (port.empty()) Die(absl::UnavailableError("the coordinator did not start; see " + dir));
-  const std::string address = "127.0.0.1:" + std::string(absl::StripAsciiWhitespace(port));
+  *address = "127.0.0.1:" + std::string(absl::StripAsciiWhitespace(port));
+  return coordinator;
+}
 
-  auto channel = [&](const std::string& token) {
+// What the submitter and the agents of one run share.
+struct LoadRun {
+  const Settings& s;
+  std::function<std::shared_ptr<grpc::Channel>(const std::string& token)> channel;
+  std::string enrollment;
+  std::mutex mu;  // guards out's latency vectors
+  RunResult& out;
+  std::atomic<int64_t> reported{0};
+  std::atomic<bool> finished{false};
+  std::atomic<int> vanished{0};
+};
+
+// Agent `k`: registers, then leases and reports until every job is
+// reported; a vanishing agent disappears holding its `vanish_at`th lease.
+void AgentLoop(LoadRun& run, int k, int vanish_at) {
+  auto stub = AgentService::NewStub(run.channel(run.enrollment));
+  const std::string name = absl::StrCat("load-", k);
+  RegisterRequest reg;
+  reg.mutable_device()->set_name(name);
+  RegisterResponse session;
+  grpc::ClientContext rctx;
+  rctx.set_deadline(In(60'000));
+  grpc::Status st = stub->Register(&rctx, reg, &session);
+  if (!st.ok()) Die(absl::InternalError(name + ": register: " + st.error_message()));
+  auto authorize = [&](grpc::ClientContext& ctx) {
+    ctx.AddMetadata(kSessionKey, session.session_key());
+  };
+  std::vector<double> lease_ms, report_ms;
+  int leases = 0;
+  while (!run.finished.load()) {
+    LeaseJobRequest lr;
+    lr.set_agent_id(session.agent_id());
+    lr.set_wait_ms(1000);
+    LeaseJobResponse lease;
+    grpc::ClientContext lctx;
+    authorize(lctx);
+    lctx.set_deadline(In(30'000));
+    auto a = Clock::now();
+    st = stub->LeaseJob(&lctx, lr, &lease);
+    lease_ms.push_back(Ms(a, Clock::now()));
+    if (!st.ok()) Die(absl::InternalError(name + ": lease: " + st.error_message()));
+    if (!lease.has_job()) continue;
+    if (++leases == vanish_at) {
+      ++run.vanished;
+      break;  // gone mid-lease: no report, no heartbeat
+    }
+    ReportResultRequest rep;
+    rep.set_agent_id(session.agent_id());
+    rep.set_job_id(lease.job_id());
+    rep.set_lease_id(lease.lease_id());
+    *rep.mutable_result() = Result(lease.request(), name);
+    ReportResultResponse accepted;
+    grpc::ClientContext pctx;
+    authorize(pctx);
+    pctx.set_deadline(In(30'000));
+    a = Clock::now();
+    st = stub->ReportResult(&pctx, rep, &accepted);
+    report_ms.push_back(Ms(a, Clock::now()));
+    if (!st.ok()) Die(absl::InternalError(name + ": report: " + st.error_message()));
+    if (++run.reported == run.s.jobs) run.finished = true;
+  }
+  std::lock_guard<std::mutex> lock(run.mu);
+  run.out.lease_ms.insert(run.out.lease_ms.end(), lease_ms.begin(), lease_ms.end());
+  run.out.report_ms.insert(run.out.report_ms.end(), report_ms.begin(), report_ms.end());
+}
+
+// What the database holds after the run: jobs done, jobs not reported
+// exactly once, expired leases.
+void CountOutcome(const std::string& path, RunResult& out) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    Die(absl::InternalError("cannot open " + path));
+  }
+  out.done = Count(db, "SELECT COUNT(*) FROM jobs WHERE state = 3");  // JOB_DONE
+  out.multiply_reported = Count(
+      db,
+      "SELECT COUNT(*) FROM jobs j WHERE (SELECT COUNT(*) FROM leases l WHERE l.job_id = j.job_id "
+      "AND l.state = 'reported') != 1");
+  out.expired_leases = Count(db, "SELECT COUNT(*) FROM leases WHERE state = 'expired'");
+  sqlite3_close(db);
+}
+
+RunResult Run(const Settings& s, bool secure) {
+  RunResult out;
+  out.name = secure ? "secure (TLS, tokens, session keys)" : "reference (plain text, no tokens)";
+  const std::string dir = absl::StrCat(s.dir, secure ? "/secure" : "/plain");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string enrollment = RandomHex(16), user = RandomHex(16);
+  ClientTls tls;
+  std::string address;
+  const pid_t coordinator = StartCoordinator(s, secure, dir, enrollment, user, &tls, &address);
+  LoadRun run{s, nullptr, enrollment, {}, out};
+  run.channel = [&](const std::string& token) {
     auto md = std::make_shared<CallMetadata>();
     if (secure) md->Set(kAuthorizationKey, kBearerPrefix + token);
     grpc::ChannelArguments a;
@@ -187,14 +280,9 @@ RunResult Run(const Settings& s, bool secure) {
     if (!c.ok()) Die(c.status());
     return *c;
   };
-
-  std::mutex mu;  // guards the latency vectors
-  std::atomic<int64_t> reported{0};
-  std::atomic<bool> finished{false};
   const auto t0 = Clock::now();
-
   std::thread submitter([&] {
-    auto users = UserService::NewStub(channel(user));
+    auto users = UserService::NewStub(run.channel(user));
     std::vector<double> local;
     for (int i = 0; i < s.jobs; ++i) {
       SubmitBenchmarkResponse resp;
@@ -205,103 +293,39 @@ RunResult Run(const Settings& s, bool secure) {
       local.push_back(Ms(a, Clock::now()));
       if (!st.ok()) Die(absl::InternalError("submit: " + st.error_message()));
     }
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(run.mu);
     out.submit_ms = std::move(local);
   });
-
+  // Vanishing agents disappear holding their 2nd, 3rd, ... lease,
+  // staggered so the expiries spread over the run.
   const int vanishing = static_cast<int>(s.agents * s.vanish + 0.5);
-  std::atomic<int> vanished{0};
   std::vector<std::thread> agents;
   for (int k = 0; k < s.agents; ++k) {
-    agents.emplace_back([&, k] {
-      auto stub = AgentService::NewStub(channel(enrollment));
-      const std::string name = absl::StrCat("load-", k);
-      RegisterRequest reg;
-      reg.mutable_device()->set_name(name);
-      RegisterResponse session;
-      grpc::ClientContext rctx;
-      rctx.set_deadline(In(60'000));
-      grpc::Status st = stub->Register(&rctx, reg, &session);
-      if (!st.ok()) Die(absl::InternalError(name + ": register: " + st.error_message()));
-      auto authorize = [&](grpc::ClientContext& ctx) {
-        ctx.AddMetadata(kSessionKey, session.session_key());
-      };
-      // Vanishing agents disappear holding their 2nd, 3rd, ... lease,
-      // staggered so the expiries spread over the run.
-      const int vanish_at = k < vanishing ? 2 + k % 5 : -1;
-      std::vector<double> lease_ms, report_ms;
-      int leases = 0;
-      while (!finished.load()) {
-        LeaseJobRequest lr;
-        lr.set_agent_id(session.agent_id());
-        lr.set_wait_ms(1000);
-        LeaseJobResponse lease;
-        grpc::ClientContext lctx;
-        authorize(lctx);
-        lctx.set_deadline(In(30'000));
-        auto a = Clock::now();
-        st = stub->LeaseJob(&lctx, lr, &lease);
-        lease_ms.push_back(Ms(a, Clock::now()));
-        if (!st.ok()) Die(absl::InternalError(name + ": lease: " + st.error_message()));
-        if (!lease.has_job()) continue;
-        if (++leases == vanish_at) {
-          ++vanished;
-          break;  // gone mid-lease: no report, no heartbeat
-        }
-        ReportResultRequest rep;
-        rep.set_agent_id(session.agent_id());
-        rep.set_job_id(lease.job_id());
-        rep.set_lease_id(lease.lease_id());
-        *rep.mutable_result() = Result(lease.request(), name);
-        ReportResultResponse accepted;
-        grpc::ClientContext pctx;
-        authorize(pctx);
-        pctx.set_deadline(In(30'000));
-        a = Clock::now();
-        st = stub->ReportResult(&pctx, rep, &accepted);
-        report_ms.push_back(Ms(a, Clock::now()));
-        if (!st.ok()) Die(absl::InternalError(name + ": report: " + st.error_message()));
-        if (++reported == s.jobs) finished = true;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      out.lease_ms.insert(out.lease_ms.end(), lease_ms.begin(), lease_ms.end());
-      out.report_ms.insert(out.report_ms.end(), report_ms.begin(), report_ms.end());
-    });
+    agents.emplace_back(
+        [&run, k, vanishing] { AgentLoop(run, k, k < vanishing ? 2 + k % 5 : -1); });
   }
   // Progress, every 5 s; a run that cannot finish (a job failed after
   // max_attempts expiries) ends after 20 minutes and fails the check.
   auto last = Clock::now();
-  while (!finished.load()) {
-    if (Clock::now() - t0 > std::chrono::minutes(20)) finished = true;
+  while (!run.finished.load()) {
+    if (Clock::now() - t0 > std::chrono::minutes(20)) run.finished = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (Clock::now() - last > std::chrono::seconds(5)) {
       last = Clock::now();
       std::fprintf(stderr, "  %s: %lld / %d jobs reported, %d agents vanished, %.0f s\n",
-                   secure ? "secure" : "reference", static_cast<long long>(reported.load()), s.jobs,
-                   vanished.load(), Ms(t0, last) / 1000);
+                   secure ? "secure" : "reference", static_cast<long long>(run.reported.load()),
+                   s.jobs, run.vanished.load(), Ms(t0, last) / 1000);
     }
   }
   out.seconds = Ms(t0, Clock::now()) / 1000;
   out.jobs_per_s = s.jobs / out.seconds;
   submitter.join();
   for (std::thread& t : agents) t.join();
-  out.vanished = vanished.load();
+  out.vanished = run.vanished.load();
   out.peak_rss_kib = PeakRssKib(coordinator);
   kill(coordinator, SIGTERM);
   waitpid(coordinator, nullptr, 0);
-
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2((dir + "/load.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) !=
-      SQLITE_OK) {
-    Die(absl::InternalError("cannot open " + dir + "/load.db"));
-  }
-  out.done = Count(db, "SELECT COUNT(*) FROM jobs WHERE state = 3");  // JOB_DONE
-  out.multiply_reported = Count(
-      db,
-      "SELECT COUNT(*) FROM jobs j WHERE (SELECT COUNT(*) FROM leases l WHERE l.job_id = j.job_id "
-      "AND l.state = 'reported') != 1");
-  out.expired_leases = Count(db, "SELECT COUNT(*) FROM leases WHERE state = 'expired'");
-  sqlite3_close(db);
+  CountOutcome(dir + "/load.db", out);
   return out;
 }
 
