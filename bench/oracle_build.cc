@@ -98,6 +98,31 @@ int Retime(const std::string& path, int prompt, int repeats, const std::string& 
   return 0;
 }
 
+// The indices of the rows `out` already holds (a run resumes where the
+// last one stopped).
+std::set<std::string> RowsDone(const std::string& out) {
+  std::set<std::string> done;
+  std::ifstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("index,", 0) == 0) continue;
+    done.insert(line.substr(0, line.find(',')));
+  }
+  return done;
+}
+
+// Each candidate's short training (lr 1e-3, held-out loss on 64 windows).
+hilnas::TrainOptions OracleTraining(int steps, int batch, int seq) {
+  hilnas::TrainOptions train;
+  train.steps = steps;
+  train.batch_size = batch;
+  train.seq_len = seq;
+  train.lr = 1e-3;
+  train.warmup_steps = std::max(1, steps / 4);
+  train.eval_windows = 64;
+  return train;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,26 +155,11 @@ int main(int argc, char** argv) {
   auto split = hilnas::SplitTokens(std::move(*ids), 0.05, seq + 1);
   if (!split.ok()) Die(split.status());
   auto data = std::make_shared<const hilnas::TokenSplit>(std::move(*split));
-  hilnas::TrainOptions train;
-  train.steps = steps;
-  train.batch_size = batch;
-  train.seq_len = seq;
-  train.lr = 1e-3;
-  train.warmup_steps = std::max(1, steps / 4);
-  train.eval_windows = 64;
-  auto evaluator = hilnas::NewInProcessEvaluator(data, train);
+  auto evaluator = hilnas::NewInProcessEvaluator(data, OracleTraining(steps, batch, seq));
 
   auto sample = hilnas::SampleSobol(*space, n, seed);
   if (!sample.ok()) Die(sample.status());
-  std::set<std::string> done;
-  {
-    std::ifstream in(out);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#' || line.rfind("index,", 0) == 0) continue;
-      done.insert(line.substr(0, line.find(',')));
-    }
-  }
+  const std::set<std::string> done = RowsDone(out);
   const bool fresh = done.empty();
   std::ofstream csv(out, std::ios::app);
   if (fresh) {
