@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "bench/bench_util.h"
 #include "model/checkpoint.h"
@@ -45,19 +46,39 @@ void CopyWeights(const hilnas::Decoder& from, hilnas::Decoder& to) {
   for (auto& [n, t] : to.NamedTensors()) t.copy_(src.at(n));
 }
 
+// Both models' training: the same steps, batches and schedule.
+hilnas::TrainOptions Training(int64_t steps, int64_t batch, int64_t seq) {
+  hilnas::TrainOptions o;
+  o.steps = steps;
+  o.batch_size = batch;
+  o.seq_len = seq;
+  o.lr = 1e-3;
+  o.warmup_steps = std::max<int64_t>(1, o.steps / 10);
+  o.eval_windows = 64;
+  o.eval_every = std::max<int64_t>(1, o.steps / 4);
+  return o;
+}
+
+// Prints `who`'s held-out evaluations as training goes.
+std::function<void(const hilnas::TrainProgress&)> PrintProgress(const char* who) {
+  return [who](const hilnas::TrainProgress& p) {
+    if (!std::isnan(p.eval_loss)) {
+      std::printf("%s step %lld/%lld: train %.4f, held-out %.4f, %.0f tok/s\n", who,
+                  static_cast<long long>(p.step), static_cast<long long>(p.steps), p.train_loss,
+                  p.eval_loss, p.tokens_per_s);
+      std::fflush(stdout);
+    }
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string backbone_dir = Arg(argc, argv, "--backbone", "data/demo-backbone");
   const std::string tokens = Arg(argc, argv, "--tokens", "");
-  hilnas::TrainOptions o;
-  o.steps = std::stoi(Arg(argc, argv, "--steps", "100"));
-  o.batch_size = std::stoi(Arg(argc, argv, "--batch", "8"));
-  o.seq_len = std::stoi(Arg(argc, argv, "--seq", "128"));
-  o.lr = 1e-3;
-  o.warmup_steps = std::max<int64_t>(1, o.steps / 10);
-  o.eval_windows = 64;
-  o.eval_every = std::max<int64_t>(1, o.steps / 4);
+  const hilnas::TrainOptions o = Training(std::stoi(Arg(argc, argv, "--steps", "100")),
+                                          std::stoi(Arg(argc, argv, "--batch", "8")),
+                                          std::stoi(Arg(argc, argv, "--seq", "128")));
   const int prompt_len = std::stoi(Arg(argc, argv, "--prompt", "512"));
   const int repeats = std::stoi(Arg(argc, argv, "--repeats", "5"));
   at::set_num_threads(std::stoi(Arg(argc, argv, "--threads", "2")));
@@ -87,19 +108,9 @@ int main(int argc, char** argv) {
 
   auto backbone_loss = hilnas::HeldOutLoss(*backbone, data->heldout, o.seq_len, o.eval_windows);
   if (!backbone_loss.ok()) Die(backbone_loss.status());
-  auto print = [](const char* who) {
-    return [who](const hilnas::TrainProgress& p) {
-      if (!std::isnan(p.eval_loss)) {
-        std::printf("%s step %lld/%lld: train %.4f, held-out %.4f, %.0f tok/s\n", who,
-                    static_cast<long long>(p.step), static_cast<long long>(p.steps), p.train_loss,
-                    p.eval_loss, p.tokens_per_s);
-        std::fflush(stdout);
-      }
-    };
-  };
-  auto plain_r = hilnas::Train(*plain, nullptr, *data, o, print("plain LP-0.5"));
+  auto plain_r = hilnas::Train(*plain, nullptr, *data, o, PrintProgress("plain LP-0.5"));
   if (!plain_r.ok()) Die(plain_r.status());
-  auto kvp_r = hilnas::TrainKvp(*kvp, *data, o, {}, print("KVP-LP-0.5"));
+  auto kvp_r = hilnas::TrainKvp(*kvp, *data, o, {}, PrintProgress("KVP-LP-0.5"));
   if (!kvp_r.ok()) Die(kvp_r.status());
 
   std::vector<int64_t> prompt(prompt_len);
