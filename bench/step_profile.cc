@@ -117,6 +117,32 @@ void Report(const char* phase, double wall_s, int64_t steps) {
   }
 }
 
+// --prompt: comma-separated positive lengths.
+std::vector<int64_t> ParsePrompts(const std::string& text) {
+  std::vector<int64_t> prompts;
+  for (absl::string_view p : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(p, &v) || v <= 0) Die("--prompt: bad length " + std::string(p));
+    prompts.push_back(v);
+  }
+  return prompts;
+}
+
+// Random weights stored in `dtype` (f32, f16 or bf16); decode through the
+// ATen modules when `aten_decode`.
+hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype, bool aten_decode) {
+  auto decoder = hilnas::Decoder::Create(arch, 1);
+  if (!decoder.ok()) Die(std::string(decoder.status().message()));
+  if (dtype != "f32") {
+    const torch::Dtype storage = dtype == "f16" ? torch::kHalf : torch::kBFloat16;
+    if (dtype != "f16" && dtype != "bf16") Die("--weight-dtype " + dtype + ": f32, f16 or bf16");
+    absl::Status stored = decoder->StoreWeightsAs(storage);
+    if (!stored.ok()) Die(std::string(stored.message()));
+  }
+  if (aten_decode) decoder->SetInPlaceDecode(false);
+  return *std::move(decoder);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,21 +154,8 @@ int main(int argc, char** argv) {
   const int64_t repeats = IntArg(argc, argv, "--repeats", "3");
   const int64_t chunk = IntArg(argc, argv, "--chunk", "1024");
   const std::string dtype = Arg(argc, argv, "--weight-dtype", "f32");
-  std::vector<int64_t> prompts;
-  for (absl::string_view p : absl::StrSplit(Arg(argc, argv, "--prompt", "256,2048"), ',')) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(p, &v) || v <= 0) Die("--prompt: bad length " + std::string(p));
-    prompts.push_back(v);
-  }
-  auto decoder = hilnas::Decoder::Create(arch, 1);
-  if (!decoder.ok()) Die(std::string(decoder.status().message()));
-  if (dtype != "f32") {
-    const torch::Dtype storage = dtype == "f16" ? torch::kHalf : torch::kBFloat16;
-    if (dtype != "f16" && dtype != "bf16") Die("--weight-dtype " + dtype + ": f32, f16 or bf16");
-    absl::Status stored = decoder->StoreWeightsAs(storage);
-    if (!stored.ok()) Die(std::string(stored.message()));
-  }
-  if (Arg(argc, argv, "--aten-decode", "0") == "1") decoder->SetInPlaceDecode(false);
+  const std::vector<int64_t> prompts = ParsePrompts(Arg(argc, argv, "--prompt", "256,2048"));
+  hilnas::Decoder decoder = BuildDecoder(arch, dtype, Arg(argc, argv, "--aten-decode", "0") == "1");
   torch::NoGradGuard no_grad;
   at::RecordFunctionGuard enable(true);
   for (int64_t prompt : prompts) {
@@ -152,26 +165,26 @@ int main(int argc, char** argv) {
     auto prefill = [&](hilnas::KvCache& cache) {
       torch::Tensor logits;
       for (int64_t s = 0; s < prompt; s += chunk) {
-        logits = decoder->ForwardCached(tokens.narrow(1, s, std::min(chunk, prompt - s)), cache,
-                                        /*last_only=*/true);
+        logits = decoder.ForwardCached(tokens.narrow(1, s, std::min(chunk, prompt - s)), cache,
+                                       /*last_only=*/true);
       }
       return logits;
     };
     {
-      hilnas::KvCache warm = decoder->NewCache(1, prompt + decode_tokens);
+      hilnas::KvCache warm = decoder.NewCache(1, prompt + decode_tokens);
       prefill(warm);  // warm-up: allocator, kernels' scratch
     }
     // Prefill, `repeats` times on fresh caches.
     self_time.clear();
     double wall = 0;
     torch::Tensor logits;
-    hilnas::KvCache cache = decoder->NewCache(1, prompt + decode_tokens);
+    hilnas::KvCache cache = decoder.NewCache(1, prompt + decode_tokens);
     {
       at::CallbackHandle h = at::addThreadLocalCallback(
           at::RecordFunctionCallback(OnStart, OnEnd)
               .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
       for (int64_t r = 0; r < repeats; ++r) {
-        cache = decoder->NewCache(1, prompt + decode_tokens);
+        cache = decoder.NewCache(1, prompt + decode_tokens);
         const auto t0 = Clock::now();
         logits = prefill(cache);
         wall += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -193,7 +206,7 @@ int main(int argc, char** argv) {
           next = logits.narrow(1, logits.size(1) - 1, 1).argmax(-1);
         }
         const auto t0 = Clock::now();
-        logits = decoder->ForwardCached(next, cache, /*last_only=*/true);
+        logits = decoder.ForwardCached(next, cache, /*last_only=*/true);
         wall += std::chrono::duration<double>(Clock::now() - t0).count();
       }
       at::removeCallback(h);
