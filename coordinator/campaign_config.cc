@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -49,9 +50,7 @@ CampaignConfig WithCampaignDefaults(CampaignConfig c) {
       0.25);
   set([&] { return c.ttft_prompt_tokens(); }, [&](int v) { c.set_ttft_prompt_tokens(v); }, 1024);
   set([&] { return c.backbone_metrics(); }, [&](std::string v) { c.set_backbone_metrics(v); },
-      c.backbone_checkpoint().empty()
-          ? std::string()
-          : MetricsFileName(c.backbone_checkpoint()));
+      c.backbone_checkpoint().empty() ? std::string() : MetricsFileName(c.backbone_checkpoint()));
   set([&] { return c.quality_evaluator(); }, [&](std::string v) { c.set_quality_evaluator(v); },
       std::string("in-process"));
   set([&] { return c.quality_timeout_s(); }, [&](double v) { c.set_quality_timeout_s(v); }, 3600.0);
@@ -125,11 +124,120 @@ absl::Status CheckBackbone(const CampaignConfig& c, const Space& space, const st
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT naming the config's origin, the field and why.
+using Bad = std::function<absl::Status(const std::string& field, const std::string& why)>;
+
+struct Bound {
+  const char* field;
+  int64_t value, max;
+};
+
+absl::Status CheckBounds(const CampaignConfig& c, const Bad& bad) {
+  // Upper bounds, checked here at create: a campaign that would exhaust the
+  // coordinator's memory or CPU in stage 2 must never be stored (it would be
+  // picked up again on every restart).
+  for (const Bound& b :
+       {Bound{"batch_size", c.batch_size(), 256},
+        Bound{"stage1_latency_points", c.stage1_latency_points(), 100'000},
+        Bound{"stage2_trials", c.stage2_trials(), 100'000},
+        Bound{"stage2_initial_points", c.stage2_initial_points(), 100'000},
+        Bound{"candidates", c.candidates(), 1'000'000}, Bound{"mc_samples", c.mc_samples(), 65'536},
+        Bound{"ttft_prompt_tokens", c.ttft_prompt_tokens(), kMaxContext}}) {
+    if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
+  }
+  {
+    // qNEHVI holds mc_samples joint draws at every candidate and observed
+    // trial, per objective, in doubles (search/acquisition.cc).
+    const double draws_bytes = 8.0 * c.mc_samples() *
+                               (static_cast<double>(c.candidates()) + c.stage2_trials()) *
+                               (2 + c.objectives_size());
+    if (draws_bytes > kMaxAcquisitionBytes) {
+      return bad("mc_samples",
+                 absl::StrFormat("%d MC samples over %d candidates need %.1f GiB of posterior "
+                                 "draws; this coordinator allows %.1f GiB (lower mc_samples or "
+                                 "candidates)",
+                                 c.mc_samples(), c.candidates(), draws_bytes / (1 << 30),
+                                 kMaxAcquisitionBytes / double(1 << 30)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The reference point, the extra objectives and the benchmark request a
+// trial's measurement will send.
+absl::Status CheckObjectives(const CampaignConfig& c, const Space& space, const Bad& bad) {
+  if (!(c.stage1_target_r2() <= 1)) {
+    return bad("stage1_target_r2", absl::StrCat(c.stage1_target_r2(), " > 1"));
+  }
+  if (!(c.reference().loss() > 0)) {
+    return bad("reference.loss",
+               absl::StrCat(c.reference().loss(), " must be positive (the paper uses 0.6)"));
+  }
+  if (c.reference().ttft_ms() < 0) return bad("reference.ttft_ms", "is negative");
+  std::set<int> seen;
+  for (int o : c.objectives()) {
+    if (o != DECODE && o != MEMORY) {
+      return bad("objectives",
+                 absl::StrCat(Objective_Name(o), " is not an extra objective (DECODE or MEMORY)"));
+    }
+    if (!seen.insert(o).second) return bad("objectives", Objective_Name(o) + " twice");
+  }
+  if (c.ttft_prompt_tokens() < 1) return bad("ttft_prompt_tokens", "< 1");
+  BenchmarkRequest probe = c.benchmark();
+  probe.clear_prompt_lengths();
+  probe.add_prompt_lengths(c.ttft_prompt_tokens());
+  absl::StatusOr<Arch> middle = space.Decode(std::vector<double>(space.dimensions(), 0.5));
+  if (middle.ok()) *probe.mutable_arch() = ArchToProto(*middle);
+  if (absl::Status s = ValidateBenchmarkRequest(probe); !s.ok()) {
+    return bad("benchmark", std::string(s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The in-process evaluator's data and recipe, or an evaluator's name.
+absl::Status CheckEvaluator(const CampaignConfig& c, const Bad& bad) {
+  if (c.quality_evaluator() == "in-process") {
+    if (c.tokens().empty()) return bad("tokens", "the in-process evaluator needs a token file");
+    if (!fs::exists(c.tokens())) {
+      return bad("tokens", absl::StrCat(c.tokens(), " does not exist (`hilnas corpus --out ",
+                                        c.tokens(), "` makes one)"));
+    }
+    const TrainRecipe& t = c.train();
+    if (t.steps() < 1 || t.batch_size() < 1 || t.seq_len() < 2 || !(t.lr() > 0)) {
+      return bad("train",
+                 absl::StrCat("steps ", t.steps(), ", batch_size ", t.batch_size(), ", seq_len ",
+                              t.seq_len(), ", lr ", t.lr(), " must all be positive"));
+    }
+    for (const Bound& b : {Bound{"train.steps", t.steps(), 10'000'000},
+                           Bound{"train.batch_size", t.batch_size(), 4096},
+                           Bound{"train.seq_len", t.seq_len(), 1 << 16},
+                           Bound{"train.warmup_steps", t.warmup_steps(), 10'000'000},
+                           Bound{"train.eval_windows", t.eval_windows(), 1'000'000}}) {
+      if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
+    }
+    if (!(t.lr() < 10)) return bad("train.lr", absl::StrCat(t.lr(), " is not below 10"));
+    if (!(t.heldout_fraction() > 0 && t.heldout_fraction() < 1)) {
+      return bad("train.heldout_fraction", absl::StrCat(t.heldout_fraction(), " is not in (0, 1)"));
+    }
+  } else if (c.quality_evaluator().empty() ||
+             c.quality_evaluator().find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+                 std::string::npos) {
+    return bad("quality_evaluator",
+               absl::StrCat("\"", c.quality_evaluator(),
+                            "\" is neither \"in-process\" nor an evaluator name (letters, digits, "
+                            "- _ .): a config names an evaluator, it never carries a command; "
+                            "commands are defined on the coordinator's command line "
+                            "(--evaluator NAME=TEMPLATE)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& origin) {
   const std::string where = origin.empty() ? "campaign config: " : origin + ": ";
-  auto bad = [&](const std::string& field, const std::string& why) {
+  const Bad bad = [&](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(where, field, ": ", why));
   };
   if (c.name().empty()) return bad("name", "is empty");
@@ -171,96 +279,9 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
     return bad("candidates", absl::StrCat(c.candidates(), " candidates and ", c.mc_samples(),
                                           " MC samples for batches of ", c.batch_size()));
   }
-  // Upper bounds, checked here at create: a campaign that would exhaust the
-  // coordinator's memory or CPU in stage 2 must never be stored (it would be
-  // picked up again on every restart).
-  struct Bound {
-    const char* field;
-    int64_t value, max;
-  };
-  for (const Bound& b :
-       {Bound{"batch_size", c.batch_size(), 256},
-        Bound{"stage1_latency_points", c.stage1_latency_points(), 100'000},
-        Bound{"stage2_trials", c.stage2_trials(), 100'000},
-        Bound{"stage2_initial_points", c.stage2_initial_points(), 100'000},
-        Bound{"candidates", c.candidates(), 1'000'000}, Bound{"mc_samples", c.mc_samples(), 65'536},
-        Bound{"ttft_prompt_tokens", c.ttft_prompt_tokens(), kMaxContext}}) {
-    if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
-  }
-  {
-    // qNEHVI holds mc_samples joint draws at every candidate and observed
-    // trial, per objective, in doubles (search/acquisition.cc).
-    const double draws_bytes = 8.0 * c.mc_samples() *
-                               (static_cast<double>(c.candidates()) + c.stage2_trials()) *
-                               (2 + c.objectives_size());
-    if (draws_bytes > kMaxAcquisitionBytes) {
-      return bad("mc_samples",
-                 absl::StrFormat("%d MC samples over %d candidates need %.1f GiB of posterior "
-                                 "draws; this coordinator allows %.1f GiB (lower mc_samples or "
-                                 "candidates)",
-                                 c.mc_samples(), c.candidates(), draws_bytes / (1 << 30),
-                                 kMaxAcquisitionBytes / double(1 << 30)));
-    }
-  }
-  if (!(c.stage1_target_r2() <= 1)) {
-    return bad("stage1_target_r2", absl::StrCat(c.stage1_target_r2(), " > 1"));
-  }
-  if (!(c.reference().loss() > 0)) {
-    return bad("reference.loss",
-               absl::StrCat(c.reference().loss(), " must be positive (the paper uses 0.6)"));
-  }
-  if (c.reference().ttft_ms() < 0) return bad("reference.ttft_ms", "is negative");
-  std::set<int> seen;
-  for (int o : c.objectives()) {
-    if (o != DECODE && o != MEMORY) {
-      return bad("objectives",
-                 absl::StrCat(Objective_Name(o), " is not an extra objective (DECODE or MEMORY)"));
-    }
-    if (!seen.insert(o).second) return bad("objectives", Objective_Name(o) + " twice");
-  }
-  if (c.ttft_prompt_tokens() < 1) return bad("ttft_prompt_tokens", "< 1");
-  BenchmarkRequest probe = c.benchmark();
-  probe.clear_prompt_lengths();
-  probe.add_prompt_lengths(c.ttft_prompt_tokens());
-  absl::StatusOr<Arch> middle = space->Decode(std::vector<double>(space->dimensions(), 0.5));
-  if (middle.ok()) *probe.mutable_arch() = ArchToProto(*middle);
-  if (absl::Status s = ValidateBenchmarkRequest(probe); !s.ok()) {
-    return bad("benchmark", std::string(s.message()));
-  }
-  if (c.quality_evaluator() == "in-process") {
-    if (c.tokens().empty()) return bad("tokens", "the in-process evaluator needs a token file");
-    if (!fs::exists(c.tokens())) {
-      return bad("tokens", absl::StrCat(c.tokens(), " does not exist (`hilnas corpus --out ",
-                                        c.tokens(), "` makes one)"));
-    }
-    const TrainRecipe& t = c.train();
-    if (t.steps() < 1 || t.batch_size() < 1 || t.seq_len() < 2 || !(t.lr() > 0)) {
-      return bad("train",
-                 absl::StrCat("steps ", t.steps(), ", batch_size ", t.batch_size(), ", seq_len ",
-                              t.seq_len(), ", lr ", t.lr(), " must all be positive"));
-    }
-    for (const Bound& b : {Bound{"train.steps", t.steps(), 10'000'000},
-                           Bound{"train.batch_size", t.batch_size(), 4096},
-                           Bound{"train.seq_len", t.seq_len(), 1 << 16},
-                           Bound{"train.warmup_steps", t.warmup_steps(), 10'000'000},
-                           Bound{"train.eval_windows", t.eval_windows(), 1'000'000}}) {
-      if (b.value > b.max) return bad(b.field, absl::StrCat(b.value, " exceeds ", b.max));
-    }
-    if (!(t.lr() < 10)) return bad("train.lr", absl::StrCat(t.lr(), " is not below 10"));
-    if (!(t.heldout_fraction() > 0 && t.heldout_fraction() < 1)) {
-      return bad("train.heldout_fraction", absl::StrCat(t.heldout_fraction(), " is not in (0, 1)"));
-    }
-  } else if (c.quality_evaluator().empty() ||
-             c.quality_evaluator().find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
-                 std::string::npos) {
-    return bad("quality_evaluator",
-               absl::StrCat("\"", c.quality_evaluator(),
-                            "\" is neither \"in-process\" nor an evaluator name (letters, digits, "
-                            "- _ .): a config names an evaluator, it never carries a command; "
-                            "commands are defined on the coordinator's command line "
-                            "(--evaluator NAME=TEMPLATE)"));
-  }
+  HILNAS_RETURN_IF_ERROR(CheckBounds(c, bad));
+  HILNAS_RETURN_IF_ERROR(CheckObjectives(c, *space, bad));
+  HILNAS_RETURN_IF_ERROR(CheckEvaluator(c, bad));
   return CheckBackbone(c, *space, where);
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "latency_model/metrics.h"
+#include "util/status_macros.h"
 #include "util/textproto.h"
 
 namespace hilnas {
@@ -44,6 +45,75 @@ absl::Status WriteLatencyCsv(const std::string& path, const std::string& comment
   return WriteFileAtomically(path, out);
 }
 
+namespace {
+
+// One data line of a latency CSV with `fields` columns (12, or 11 and 10 in
+// older files); errors name the file, the line and the column.
+absl::StatusOr<LatencyRow> ParseLatencyRow(const std::string& path, int line_no,
+                                           absl::string_view line, size_t fields,
+                                           const Space& space) {
+  std::vector<std::string> f = absl::StrSplit(line, ',');
+  if (f.size() != fields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", line_no, ": ", f.size(), " fields, expected ", fields));
+  }
+  int pass = 1;
+  if (fields >= 11 && (!absl::SimpleAtoi(f[10], &pass) || pass < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", line_no, ": column 11 (pass) \"", f[10], "\" is not 1, 2, ..."));
+  }
+  double canary_ratio = 0;
+  if (fields >= 12 && (!absl::SimpleAtod(f[11], &canary_ratio) || !(canary_ratio >= 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ":", line_no, ": column 12 (canary_ratio) \"", f[11], "\" is not a ratio >= 0"));
+  }
+  LatencyRow r;
+  r.device = f[0];
+  int ints[4];
+  double reals[4];
+  const int int_cols[4] = {1, 2, 3, 5};
+  for (int i = 0; i < 4; ++i) {
+    if (!absl::SimpleAtoi(f[int_cols[i]], &ints[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": column ",
+                                                     int_cols[i] + 1, " \"", f[int_cols[i]],
+                                                     "\" is not an integer"));
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (!absl::SimpleAtod(f[6 + i], &reals[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": column ", 7 + i, " \"",
+                                                     f[6 + i], "\" is not a number"));
+    }
+  }
+  absl::StatusOr<std::vector<Attention>> pattern = ParsePattern(f[4]);
+  if (!pattern.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", line_no, ": pattern: ", pattern.status().message()));
+  }
+  // The space's base supplies every field that is not searched.
+  absl::StatusOr<Arch> base = space.Decode(std::vector<double>(space.dimensions(), 0.0));
+  if (!base.ok()) return base.status();
+  r.arch = *base;
+  r.arch.num_layers = ints[0];
+  r.arch.d_model = ints[1];
+  r.arch.d_ffn = ints[2];
+  r.arch.attention = *pattern;
+  if (absl::Status member = space.Contains(r.arch); !member.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", line_no, ": not in the search space: ", member.message()));
+  }
+  r.prompt_tokens = ints[3];
+  r.ttft_ms = reals[0];
+  r.ttft_se_ms = reals[1];
+  r.decode_ms = reals[2];
+  r.decode_se_ms = reals[3];
+  r.pass = pass;
+  r.canary_ratio = canary_ratio;
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
                                                        const Space& space) {
   std::string text;
@@ -67,63 +137,7 @@ absl::StatusOr<std::vector<LatencyRow>> ReadLatencyCsv(const std::string& path,
       header = true;
       continue;
     }
-    std::vector<std::string> f = absl::StrSplit(line, ',');
-    if (f.size() != fields) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": ", f.size(), " fields, expected ", fields));
-    }
-    int pass = 1;
-    if (fields >= 11 && (!absl::SimpleAtoi(f[10], &pass) || pass < 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": column 11 (pass) \"", f[10], "\" is not 1, 2, ..."));
-    }
-    double canary_ratio = 0;
-    if (fields >= 12 && (!absl::SimpleAtod(f[11], &canary_ratio) || !(canary_ratio >= 0))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ":", line_no, ": column 12 (canary_ratio) \"", f[11], "\" is not a ratio >= 0"));
-    }
-    LatencyRow r;
-    r.device = f[0];
-    int ints[4];
-    double reals[4];
-    const int int_cols[4] = {1, 2, 3, 5};
-    for (int i = 0; i < 4; ++i) {
-      if (!absl::SimpleAtoi(f[int_cols[i]], &ints[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": column ",
-                                                       int_cols[i] + 1, " \"", f[int_cols[i]],
-                                                       "\" is not an integer"));
-      }
-    }
-    for (int i = 0; i < 4; ++i) {
-      if (!absl::SimpleAtod(f[6 + i], &reals[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": column ", 7 + i,
-                                                       " \"", f[6 + i], "\" is not a number"));
-      }
-    }
-    absl::StatusOr<std::vector<Attention>> pattern = ParsePattern(f[4]);
-    if (!pattern.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": pattern: ", pattern.status().message()));
-    }
-    // The space's base supplies every field that is not searched.
-    absl::StatusOr<Arch> base = space.Decode(std::vector<double>(space.dimensions(), 0.0));
-    if (!base.ok()) return base.status();
-    r.arch = *base;
-    r.arch.num_layers = ints[0];
-    r.arch.d_model = ints[1];
-    r.arch.d_ffn = ints[2];
-    r.arch.attention = *pattern;
-    if (absl::Status member = space.Contains(r.arch); !member.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": not in the search space: ", member.message()));
-    }
-    r.prompt_tokens = ints[3];
-    r.ttft_ms = reals[0];
-    r.ttft_se_ms = reals[1];
-    r.decode_ms = reals[2];
-    r.decode_se_ms = reals[3];
-    r.pass = pass;
-    r.canary_ratio = canary_ratio;
+    HILNAS_ASSIGN_OR_RETURN(LatencyRow r, ParseLatencyRow(path, line_no, line, fields, space));
     rows.push_back(std::move(r));
   }
   if (!header) return absl::InvalidArgumentError(absl::StrCat(path, ": no header line"));

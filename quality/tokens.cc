@@ -27,6 +27,49 @@ size_t IdWidth(const std::string& path) { return absl::EndsWith(path, ".u32") ? 
 
 namespace {
 
+// The value of `key` in a .npy header's dict literal, as written ("'<u4'",
+// "(3, 4)", "False"); empty when absent.
+std::string NpyHeaderValue(const std::string& header, const std::string& key) {
+  const size_t k = header.find("'" + key + "'");
+  if (k == std::string::npos) return "";
+  size_t v = header.find(':', k);
+  if (v == std::string::npos) return "";
+  ++v;
+  while (v < header.size() && header[v] == ' ') ++v;
+  const char open = header[v];
+  const char close = open == '\'' ? '\'' : open == '(' ? ')' : ',';
+  const size_t e = header.find(close, v + 1);
+  if (e == std::string::npos) return "";
+  return header.substr(v, e - v + (close == ',' ? 0 : 1));
+}
+
+// `count` little-endian integers of `width` bytes at `data` as token ids,
+// each checked against the vocabulary (any id below 2^31 when it is 0).
+absl::StatusOr<std::vector<int32_t>> DecodeNpyIds(const std::string& path,
+                                                  const unsigned char* data, size_t count,
+                                                  size_t width, bool is_signed,
+                                                  int64_t vocab_size) {
+  std::vector<int32_t> ids(count);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint64_t v = 0;
+    for (size_t b = 0; b < width; ++b) {
+      v |= static_cast<uint64_t>(data[i * width + b]) << (8 * b);
+    }
+    const bool negative = is_signed && (v >> (8 * width - 1)) & 1;
+    const uint64_t limit = vocab_size > 0 ? static_cast<uint64_t>(vocab_size) : (uint64_t{1} << 31);
+    if (negative || v >= limit) {
+      const int64_t shown = negative ? static_cast<int64_t>(v | (~uint64_t{0} << (8 * width - 1)))
+                                     : static_cast<int64_t>(v);
+      return absl::InvalidArgumentError(
+          absl::StrCat("token file ", path, ": id ", shown, " at position ", i,
+                       vocab_size > 0 ? absl::StrCat(" is outside vocabulary ", vocab_size)
+                                      : std::string(" is not a token id")));
+    }
+    ids[i] = static_cast<int32_t>(v);
+  }
+  return ids;
+}
+
 // A NumPy .npy array (format 1.0-3.0: magic, version, header length, a
 // Python dict literal, then the data) of uint16, uint32, int32 or int64
 // ids, any shape in C order, flattened.
@@ -50,20 +93,7 @@ absl::StatusOr<std::vector<int32_t>> ReadNpyTokens(const std::string& path,
   }
   if (header_start + header_len > bytes.size()) return bad(".npy header runs past the file");
   const std::string header = bytes.substr(header_start, header_len);
-  auto value_of = [&](const std::string& key) -> std::string {
-    const size_t k = header.find("'" + key + "'");
-    if (k == std::string::npos) return "";
-    size_t v = header.find(':', k);
-    if (v == std::string::npos) return "";
-    ++v;
-    while (v < header.size() && header[v] == ' ') ++v;
-    const char open = header[v];
-    const char close = open == '\'' ? '\'' : open == '(' ? ')' : ',';
-    const size_t e = header.find(close, v + 1);
-    if (e == std::string::npos) return "";
-    return header.substr(v, e - v + (close == ',' ? 0 : 1));
-  };
-  const std::string descr = value_of("descr");
+  const std::string descr = NpyHeaderValue(header, "descr");
   struct Kind {
     const char* descr;
     size_t width;
@@ -80,12 +110,12 @@ absl::StatusOr<std::vector<int32_t>> ReadNpyTokens(const std::string& path,
         "token file ", path, ": .npy dtype ", descr.empty() ? "(none)" : descr,
         " is not uint16, uint32, int32 or int64 little-endian ('<u2', '<u4', '<i4', '<i8')"));
   }
-  if (value_of("fortran_order").rfind("True", 0) == 0) {
+  if (NpyHeaderValue(header, "fortran_order").rfind("True", 0) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("token file ", path, ": .npy array is in Fortran order; save it C-ordered"));
   }
   // The shape's product must be what the data holds.
-  const std::string shape = value_of("shape");
+  const std::string shape = NpyHeaderValue(header, "shape");
   int64_t count = 1;
   for (absl::string_view d : absl::StrSplit(absl::StripPrefix(absl::StripSuffix(shape, ")"), "("),
                                             ',', absl::SkipWhitespace())) {
@@ -101,26 +131,8 @@ absl::StatusOr<std::vector<int32_t>> ReadNpyTokens(const std::string& path,
                             " bytes of data, the file has ", bytes.size() - data_start,
                             " (truncated?)"));
   }
-  std::vector<int32_t> ids(static_cast<size_t>(count));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    uint64_t v = 0;
-    for (size_t b = 0; b < kind->width; ++b) {
-      v |= static_cast<uint64_t>(u[data_start + i * kind->width + b]) << (8 * b);
-    }
-    const bool negative = kind->is_signed && (v >> (8 * kind->width - 1)) & 1;
-    const uint64_t limit = vocab_size > 0 ? static_cast<uint64_t>(vocab_size) : (uint64_t{1} << 31);
-    if (negative || v >= limit) {
-      const int64_t shown = negative
-                                ? static_cast<int64_t>(v | (~uint64_t{0} << (8 * kind->width - 1)))
-                                : static_cast<int64_t>(v);
-      return absl::InvalidArgumentError(
-          absl::StrCat("token file ", path, ": id ", shown, " at position ", i,
-                       vocab_size > 0 ? absl::StrCat(" is outside vocabulary ", vocab_size)
-                                      : std::string(" is not a token id")));
-    }
-    ids[i] = static_cast<int32_t>(v);
-  }
-  return ids;
+  return DecodeNpyIds(path, u + data_start, static_cast<size_t>(count), kind->width,
+                      kind->is_signed, vocab_size);
 }
 
 }  // namespace
