@@ -371,6 +371,79 @@ const GgufTensorInfo* GgufFile::FindTensor(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Tensor info `k` (name, dimensions, type, offset), checked against the
+// file's size and alignment and the tensors before it.
+absl::StatusOr<GgufTensorInfo> ReadTensorInfo(Reader& r, const GgufFile& f, const std::string& path,
+                                              uint64_t size, uint64_t k) {
+  GgufTensorInfo t;
+  if (auto s = r.String(&t.name, absl::StrCat("tensor ", k, " name")); !s.ok()) return s;
+  if (t.name.size() > kMaxNameBytes) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": tensor ", k, " name is ", t.name.size(), " bytes long"));
+  }
+  uint32_t n_dims = 0, type = 0;
+  if (auto s = r.Scalar(&n_dims, t.name + " dimension count"); !s.ok()) return s;
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": tensor \"", t.name, "\" has ", n_dims, " dimensions (1..4)"));
+  }
+  t.dims.resize(n_dims);
+  uint64_t elements = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    if (auto s = r.Scalar(&t.dims[d], t.name + " dimension"); !s.ok()) return s;
+    if (t.dims[d] == 0 || t.dims[d] > size || elements > size / t.dims[d]) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" dimension ", d,
+                                              " is ", t.dims[d], ": more elements than the ", size,
+                                              "-byte file holds"));
+    }
+    elements *= t.dims[d];
+  }
+  if (auto s = r.Scalar(&type, t.name + " type"); !s.ok()) return s;
+  if (type != 0 && type != 1 && type != 30) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": tensor \"", t.name, "\" has ggml type ", type,
+                     " (this reader knows f32 = 0, f16 = 1, bf16 = 30; not quantised types)"));
+  }
+  t.type = static_cast<GgmlType>(type);
+  if (auto s = r.Scalar(&t.offset, t.name + " offset"); !s.ok()) return s;
+  if (t.offset % f.alignment != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" offset ", t.offset,
+                                            " is not a multiple of the alignment ", f.alignment));
+  }
+  if (f.FindTensor(t.name) != nullptr) {
+    return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" appears twice"));
+  }
+  return t;
+}
+
+// Every tensor inside the file, none overlapping the next.
+absl::Status CheckTensorSpans(const GgufFile& f, const std::string& path, uint64_t size) {
+  std::vector<std::pair<uint64_t, const GgufTensorInfo*>> spans;
+  for (const GgufTensorInfo& t : f.tensors) {
+    if (f.data_offset > size || t.offset > size - f.data_offset ||
+        t.bytes() > size - f.data_offset - t.offset) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": tensor \"", t.name, "\" (", t.bytes(), " bytes at data offset ",
+                       t.offset, ") runs past the end of the ", size, "-byte file (truncated?)"));
+    }
+    spans.emplace_back(t.offset, &t);
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const GgufTensorInfo& prev = *spans[k - 1].second;
+    if (prev.offset + prev.bytes() > spans[k].first) {
+      return absl::DataLossError(absl::StrCat(path, ": tensors \"", prev.name, "\" and \"",
+                                              spans[k].second->name, "\" overlap"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<GgufFile> ReadGguf(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -423,67 +496,12 @@ absl::StatusOr<GgufFile> ReadGguf(const std::string& path) {
     f.alignment = a->u;
   }
   for (uint64_t k = 0; k < n_tensors; ++k) {
-    GgufTensorInfo t;
-    if (auto s = r.String(&t.name, absl::StrCat("tensor ", k, " name")); !s.ok()) return s;
-    if (t.name.size() > kMaxNameBytes) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": tensor ", k, " name is ", t.name.size(), " bytes long"));
-    }
-    uint32_t n_dims = 0, type = 0;
-    if (auto s = r.Scalar(&n_dims, t.name + " dimension count"); !s.ok()) return s;
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": tensor \"", t.name, "\" has ", n_dims, " dimensions (1..4)"));
-    }
-    t.dims.resize(n_dims);
-    uint64_t elements = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      if (auto s = r.Scalar(&t.dims[d], t.name + " dimension"); !s.ok()) return s;
-      if (t.dims[d] == 0 || t.dims[d] > size || elements > size / t.dims[d]) {
-        return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" dimension ", d,
-                                                " is ", t.dims[d], ": more elements than the ",
-                                                size, "-byte file holds"));
-      }
-      elements *= t.dims[d];
-    }
-    if (auto s = r.Scalar(&type, t.name + " type"); !s.ok()) return s;
-    if (type != 0 && type != 1 && type != 30) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": tensor \"", t.name, "\" has ggml type ", type,
-                       " (this reader knows f32 = 0, f16 = 1, bf16 = 30; not quantised types)"));
-    }
-    t.type = static_cast<GgmlType>(type);
-    if (auto s = r.Scalar(&t.offset, t.name + " offset"); !s.ok()) return s;
-    if (t.offset % f.alignment != 0) {
-      return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" offset ", t.offset,
-                                              " is not a multiple of the alignment ", f.alignment));
-    }
-    if (f.FindTensor(t.name) != nullptr) {
-      return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" appears twice"));
-    }
-    f.tensors.push_back(std::move(t));
+    absl::StatusOr<GgufTensorInfo> t = ReadTensorInfo(r, f, path, size, k);
+    if (!t.ok()) return t.status();
+    f.tensors.push_back(*std::move(t));
   }
   f.data_offset = AlignUp(r.pos(), f.alignment);
-  // Every tensor inside the file, none overlapping the next.
-  std::vector<std::pair<uint64_t, const GgufTensorInfo*>> spans;
-  for (const GgufTensorInfo& t : f.tensors) {
-    if (f.data_offset > size || t.offset > size - f.data_offset ||
-        t.bytes() > size - f.data_offset - t.offset) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": tensor \"", t.name, "\" (", t.bytes(), " bytes at data offset ",
-                       t.offset, ") runs past the end of the ", size, "-byte file (truncated?)"));
-    }
-    spans.emplace_back(t.offset, &t);
-  }
-  std::sort(spans.begin(), spans.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t k = 1; k < spans.size(); ++k) {
-    const GgufTensorInfo& prev = *spans[k - 1].second;
-    if (prev.offset + prev.bytes() > spans[k].first) {
-      return absl::DataLossError(absl::StrCat(path, ": tensors \"", prev.name, "\" and \"",
-                                              spans[k].second->name, "\" overlap"));
-    }
-  }
+  if (absl::Status s = CheckTensorSpans(f, path, size); !s.ok()) return s;
   return f;
 }
 

@@ -102,6 +102,68 @@ absl::Status CheckOptions(const GgufExportOptions& options) {
 
 // What both entry points share: `weights` by Hugging Face name (consumed),
 // `source` names them in messages. REQUIRES CheckOptions(options) ok.
+// The model's hyperparameters under llama.cpp's keys for `layout` (a).
+void AddHyperparameters(GgufWriter& w, const Arch& arch, const std::string& a,
+                        const GgufExportOptions& options) {
+  w.Add("general.architecture", GgufValue::Str(a));
+  w.Add("general.name", GgufValue::Str(arch.name.empty() ? "hilnas" : arch.name));
+  w.Add("general.alignment", GgufValue::U32(32));
+  // llama_ftype: 0 ALL_F32, 1 MOSTLY_F16.
+  w.Add("general.file_type", GgufValue::U32(options.dtype == GgmlType::kF16 ? 1 : 0));
+  w.Add(a + ".context_length", GgufValue::U32(static_cast<uint32_t>(options.context_length)));
+  w.Add(a + ".embedding_length", GgufValue::U32(arch.d_model));
+  w.Add(a + ".block_count", GgufValue::U32(arch.num_layers));
+  w.Add(a + ".feed_forward_length", GgufValue::U32(arch.d_ffn));
+  w.Add(a + ".attention.head_count", GgufValue::U32(arch.num_heads));
+  w.Add(a + ".attention.head_count_kv", GgufValue::U32(arch.num_kv_heads));
+  w.Add(a + ".attention.key_length", GgufValue::U32(arch.head_dim));
+  w.Add(a + ".attention.value_length", GgufValue::U32(arch.head_dim));
+  w.Add(a + ".attention.layer_norm_rms_epsilon", GgufValue::F32(static_cast<float>(arch.norm_eps)));
+  w.Add(a + ".rope.dimension_count", GgufValue::U32(arch.head_dim));
+  w.Add(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(arch.rope_theta)));
+  w.Add(a + ".vocab_size", GgufValue::U32(arch.vocab_size));
+  if (arch.rope_scaling.kind == RopeScaling::Kind::kLinear) {
+    w.Add(a + ".rope.scaling.type", GgufValue::Str("linear"));
+    w.Add(a + ".rope.scaling.factor", GgufValue::F32(static_cast<float>(arch.rope_scaling.factor)));
+  }
+}
+
+// A placeholder vocabulary of arch.vocab_size tokens (unknown, BOS, EOS,
+// the 256 bytes, then numbered tokens): the model runs, no text is read.
+void AddPlaceholderTokenizer(GgufWriter& w, const Arch& arch) {
+  std::vector<std::string> tokens = PlaceholderVocabulary(arch.vocab_size);
+  std::vector<int32_t> types(tokens.size(), kNormal);
+  for (size_t i = 0; i < types.size(); ++i) {
+    types[i] = i == 0 ? kUnknown : i < 3 ? kControl : i < 3 + 256 ? kByte : kNormal;
+  }
+  w.Add("tokenizer.ggml.model", GgufValue::Str("llama"));
+  w.Add("tokenizer.ggml.tokens", GgufValue::StrArray(std::move(tokens)));
+  w.Add("tokenizer.ggml.scores", GgufValue::F32Array(std::vector<float>(arch.vocab_size, 0.f)));
+  w.Add("tokenizer.ggml.token_type", GgufValue::I32Array(types));
+  w.Add("tokenizer.ggml.unknown_token_id", GgufValue::U32(0));
+  w.Add("tokenizer.ggml.bos_token_id", GgufValue::U32(std::min(1, arch.vocab_size - 1)));
+  w.Add("tokenizer.ggml.eos_token_id", GgufValue::U32(std::min(2, arch.vocab_size - 1)));
+}
+
+// llama.cpp divides each RoPE pair's angle by its factor: base / scaled
+// inverse frequencies (Llama 3.1's scaling).
+torch::Tensor Llama3RopeFactors(const Arch& arch) {
+  torch::Tensor scaled = RopeInverseFrequencies(arch).to(torch::kDouble);
+  torch::Tensor base =
+      torch::pow(arch.rope_theta, -torch::arange(0, arch.head_dim, 2, torch::kDouble) /
+                                      static_cast<double>(arch.head_dim));
+  return (base / scaled).to(torch::kFloat);
+}
+
+// INVALID_ARGUMENT naming a tensor the layout had no place for.
+absl::Status NothingLeft(const std::map<std::string, torch::Tensor>& weights,
+                         const std::string& source, const std::string& layout) {
+  if (weights.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(source, ": tensor \"", weights.begin()->first,
+                                                 "\" has no place in llama.cpp's ", layout,
+                                                 " layout"));
+}
+
 absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> weights,
                        const std::string& source, const std::string& out_path,
                        const GgufExportOptions& options) {
@@ -119,42 +181,8 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
     };
 
     GgufWriter w;
-    const std::string& a = layout;
-    w.Add("general.architecture", GgufValue::Str(a));
-    w.Add("general.name", GgufValue::Str(arch.name.empty() ? "hilnas" : arch.name));
-    w.Add("general.alignment", GgufValue::U32(32));
-    // llama_ftype: 0 ALL_F32, 1 MOSTLY_F16.
-    w.Add("general.file_type", GgufValue::U32(options.dtype == GgmlType::kF16 ? 1 : 0));
-    w.Add(a + ".context_length", GgufValue::U32(static_cast<uint32_t>(options.context_length)));
-    w.Add(a + ".embedding_length", GgufValue::U32(arch.d_model));
-    w.Add(a + ".block_count", GgufValue::U32(arch.num_layers));
-    w.Add(a + ".feed_forward_length", GgufValue::U32(arch.d_ffn));
-    w.Add(a + ".attention.head_count", GgufValue::U32(arch.num_heads));
-    w.Add(a + ".attention.head_count_kv", GgufValue::U32(arch.num_kv_heads));
-    w.Add(a + ".attention.key_length", GgufValue::U32(arch.head_dim));
-    w.Add(a + ".attention.value_length", GgufValue::U32(arch.head_dim));
-    w.Add(a + ".attention.layer_norm_rms_epsilon",
-          GgufValue::F32(static_cast<float>(arch.norm_eps)));
-    w.Add(a + ".rope.dimension_count", GgufValue::U32(arch.head_dim));
-    w.Add(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(arch.rope_theta)));
-    w.Add(a + ".vocab_size", GgufValue::U32(arch.vocab_size));
-    if (arch.rope_scaling.kind == RopeScaling::Kind::kLinear) {
-      w.Add(a + ".rope.scaling.type", GgufValue::Str("linear"));
-      w.Add(a + ".rope.scaling.factor",
-            GgufValue::F32(static_cast<float>(arch.rope_scaling.factor)));
-    }
-    std::vector<std::string> tokens = PlaceholderVocabulary(arch.vocab_size);
-    std::vector<int32_t> types(tokens.size(), kNormal);
-    for (size_t i = 0; i < types.size(); ++i) {
-      types[i] = i == 0 ? kUnknown : i < 3 ? kControl : i < 3 + 256 ? kByte : kNormal;
-    }
-    w.Add("tokenizer.ggml.model", GgufValue::Str("llama"));
-    w.Add("tokenizer.ggml.tokens", GgufValue::StrArray(std::move(tokens)));
-    w.Add("tokenizer.ggml.scores", GgufValue::F32Array(std::vector<float>(arch.vocab_size, 0.f)));
-    w.Add("tokenizer.ggml.token_type", GgufValue::I32Array(types));
-    w.Add("tokenizer.ggml.unknown_token_id", GgufValue::U32(0));
-    w.Add("tokenizer.ggml.bos_token_id", GgufValue::U32(std::min(1, arch.vocab_size - 1)));
-    w.Add("tokenizer.ggml.eos_token_id", GgufValue::U32(std::min(2, arch.vocab_size - 1)));
+    AddHyperparameters(w, arch, layout, options);
+    AddPlaceholderTokenizer(w, arch);
 
     // Tensors in llama.cpp's names; dims innermost first ([out, in] -> {in, out}).
     auto add = [&](const std::string& name, torch::Tensor t, bool matrix) {
@@ -168,12 +196,7 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
     HILNAS_ASSIGN_OR_RETURN(torch::Tensor embed, take("model.embed_tokens.weight"));
     add("token_embd.weight", embed, true);
     if (arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
-      // llama.cpp divides each pair's angle by its factor: base / scaled.
-      torch::Tensor scaled = RopeInverseFrequencies(arch).to(torch::kDouble);
-      torch::Tensor base =
-          torch::pow(arch.rope_theta, -torch::arange(0, arch.head_dim, 2, torch::kDouble) /
-                                          static_cast<double>(arch.head_dim));
-      add("rope_freqs.weight", (base / scaled).to(torch::kFloat), false);
+      add("rope_freqs.weight", Llama3RopeFactors(arch), false);
     }
     for (int i = 0; i < arch.num_layers; ++i) {
       const std::string hf = absl::StrCat("model.layers.", i, "."),
@@ -214,11 +237,7 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
       add("output.weight", head, true);
     }
     weights.erase("lm_head.weight");  // a tied checkpoint may store the copy
-    if (!weights.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor \"", weights.begin()->first,
-                                                     "\" has no place in llama.cpp's ", layout,
-                                                     " layout"));
-    }
+    HILNAS_RETURN_IF_ERROR(NothingLeft(weights, source, layout));
     return w.Write(out_path);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("GGUF export of ", source, ": ", e.what()));

@@ -289,6 +289,49 @@ void ValidateKvPrediction(const Arch& arch, std::vector<std::string>* errors) {
 
 }  // namespace
 
+namespace {
+
+// RoPE scaling's parameters, when the arch has any.
+void CheckRopeScaling(const RopeScaling& r, std::vector<std::string>* errors_out) {
+  std::vector<std::string>& errors = *errors_out;
+  if (r.kind == RopeScaling::Kind::kNone) return;
+  if (!(r.factor >= 1 && r.factor < 1e6)) {
+    errors.push_back(absl::StrCat("rope_scaling.factor ", r.factor, " must be in [1, 1e6)"));
+  }
+  if (r.kind == RopeScaling::Kind::kLlama3 &&
+      !(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+        r.high_freq_factor < 1e6 && r.original_max_position_embeddings > 0)) {
+    errors.push_back(absl::StrCat("rope_scaling (llama3): want 0 < low_freq_factor (",
+                                  r.low_freq_factor, ") < high_freq_factor (", r.high_freq_factor,
+                                  ") and original_max_position_embeddings (",
+                                  r.original_max_position_embeddings, ") > 0"));
+  }
+}
+
+// Pipelined decoding's parameters (PPD Theorem 4.1), when the arch sets any.
+void CheckPpd(const Arch& a, std::vector<std::string>* errors_out) {
+  std::vector<std::string>& errors = *errors_out;
+  if (a.ppd.k == 0 && a.ppd.layer == 0) return;
+  if (a.ppd.k < 1 || a.ppd.k > a.vocab_size) {
+    errors.push_back(absl::StrCat("ppd.k ", a.ppd.k, " must be in 1..", a.vocab_size));
+  }
+  if (2 * a.ppd.layer < a.num_layers || a.ppd.layer >= a.num_layers) {
+    errors.push_back(absl::StrCat("ppd.layer ", a.ppd.layer, " is outside [",
+                                  (a.num_layers + 1) / 2, ", ", a.num_layers - 1,
+                                  "] (PPD Theorem 4.1 needs num_layers/2 <= layer < "
+                                  "num_layers)"));
+  }
+  if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
+    errors.push_back("ppd cannot be combined with kv_prediction");
+  }
+  if (!(a.ppd.timing_match_rate >= 0 && a.ppd.timing_match_rate <= 1)) {
+    errors.push_back(
+        absl::StrCat("ppd.timing_match_rate ", a.ppd.timing_match_rate, " is outside [0, 1]"));
+  }
+}
+
+}  // namespace
+
 absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
   std::vector<std::string> errors;
   CheckPositive("num_layers", a.num_layers, &errors);
@@ -309,19 +352,7 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
   CheckAtMost("vocab_size", a.vocab_size, kMaxVocab, &errors);
   CheckAtMost("sliding_window", a.sliding_window, kMaxContext, &errors);
   if (!std::isfinite(a.rope_theta)) errors.push_back("rope_theta must be finite");
-  if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
-    if (!(r.factor >= 1 && r.factor < 1e6)) {
-      errors.push_back(absl::StrCat("rope_scaling.factor ", r.factor, " must be in [1, 1e6)"));
-    }
-    if (r.kind == RopeScaling::Kind::kLlama3 &&
-        !(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
-          r.high_freq_factor < 1e6 && r.original_max_position_embeddings > 0)) {
-      errors.push_back(absl::StrCat("rope_scaling (llama3): want 0 < low_freq_factor (",
-                                    r.low_freq_factor, ") < high_freq_factor (", r.high_freq_factor,
-                                    ") and original_max_position_embeddings (",
-                                    r.original_max_position_embeddings, ") > 0"));
-    }
-  }
+  CheckRopeScaling(a.rope_scaling, &errors);
   if (!(a.norm_eps < 1)) errors.push_back(absl::StrCat("norm_eps ", a.norm_eps, " must be < 1"));
   if (a.head_dim > 0 && a.head_dim % 2 != 0) {
     errors.push_back(absl::StrCat("head_dim ", a.head_dim, " must be even for rotary embeddings"));
@@ -357,24 +388,7 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
         "head_dim == d_model); got ",
         a.num_heads, "/", a.num_kv_heads, " heads of ", a.head_dim, " with d_model ", a.d_model));
   }
-  if (a.ppd.k != 0 || a.ppd.layer != 0) {
-    if (a.ppd.k < 1 || a.ppd.k > a.vocab_size) {
-      errors.push_back(absl::StrCat("ppd.k ", a.ppd.k, " must be in 1..", a.vocab_size));
-    }
-    if (2 * a.ppd.layer < a.num_layers || a.ppd.layer >= a.num_layers) {
-      errors.push_back(absl::StrCat("ppd.layer ", a.ppd.layer, " is outside [",
-                                    (a.num_layers + 1) / 2, ", ", a.num_layers - 1,
-                                    "] (PPD Theorem 4.1 needs num_layers/2 <= layer < "
-                                    "num_layers)"));
-    }
-    if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
-      errors.push_back("ppd cannot be combined with kv_prediction");
-    }
-    if (!(a.ppd.timing_match_rate >= 0 && a.ppd.timing_match_rate <= 1)) {
-      errors.push_back(
-          absl::StrCat("ppd.timing_match_rate ", a.ppd.timing_match_rate, " is outside [0, 1]"));
-    }
-  }
+  CheckPpd(a, &errors);
   if (a.kv_cache == KvLayout::kSlim && a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     errors.push_back(
         "kv_cache SLIM cannot be combined with kv_prediction: predicted values are not K W_KV");

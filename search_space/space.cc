@@ -153,6 +153,76 @@ SearchSpace DefaultSearchSpace() {
   return s;
 }
 
+namespace {
+
+// The KV-prediction choices (none when the space names none); a
+// layer-pruned ratio must leave layers at the space's smallest depth.
+absl::StatusOr<std::vector<KvPredictionSpec>> AuxChoices(const SearchSpace& proto, int min_layers) {
+  std::vector<KvPredictionSpec> out;
+  for (int i = 0; i < proto.aux_choices_size(); ++i) {
+    const AuxChoice& c = proto.aux_choices(i);
+    KvPredictionSpec k;
+    if (c.has_layer_pruned_ratio()) {
+      k.kind = KvPredictionSpec::Kind::kLayerPruned;
+      k.layer_pruned_ratio = c.layer_pruned_ratio();
+      HILNAS_RETURN_IF_ERROR(LayerPrunedKeptLayers(min_layers, c.layer_pruned_ratio()).status());
+    } else if (c.has_canonical()) {
+      k.kind = KvPredictionSpec::Kind::kCanonical;
+      auto aux = ArchFromProto(c.canonical());
+      if (!aux.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("search space: aux_choices[", i, "]: ", aux.status().message()));
+      }
+      k.canonical.push_back(*std::move(aux));
+    }
+    out.push_back(std::move(k));
+  }
+  if (out.empty()) out.push_back(KvPredictionSpec{});
+  return out;
+}
+
+// The KV-cache layouts (standard when the space names none); SLIM only
+// over a multi-head base.
+absl::StatusOr<std::vector<KvLayout>> KvCacheChoices(const SearchSpace& proto, const Arch& base) {
+  std::vector<KvLayout> out;
+  for (int i = 0; i < proto.kv_cache_choices_size(); ++i) {
+    const KvLayout k = proto.kv_cache_choices(i) == SLIM ? KvLayout::kSlim : KvLayout::kStandard;
+    if (std::find(out.begin(), out.end(), k) != out.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("search space: kv_cache_choices[", i, "] repeats a choice"));
+    }
+    if (k == KvLayout::kSlim && base.num_kv_heads != base.num_heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("search space: kv_cache_choices has SLIM but base has ", base.num_heads,
+                       " query heads sharing ", base.num_kv_heads,
+                       " key/value heads; slim attention needs multi-head attention"));
+    }
+    out.push_back(k);
+  }
+  if (out.empty()) out.push_back(KvLayout::kStandard);
+  return out;
+}
+
+// The pipelined-decoding choices (plain greedy when the space names none).
+absl::StatusOr<std::vector<PpdChoice>> PpdChoices(const SearchSpace& proto) {
+  std::vector<PpdChoice> out;
+  for (int i = 0; i < proto.ppd_choices_size(); ++i) {
+    const PpdChoice& c = proto.ppd_choices(i);
+    if (c.k() < 0 || (c.k() > 0 && c.layers_from_end() < 1) ||
+        !(c.timing_match_rate() >= 0 && c.timing_match_rate() <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("search space: ppd_choices[", i, "]: k ", c.k(), ", layers_from_end ",
+                       c.layers_from_end(), ", timing_match_rate ", c.timing_match_rate(),
+                       ": need k >= 0, layers_from_end >= 1 when k > 0, and a rate in [0, 1]"));
+    }
+    out.push_back(c);
+  }
+  if (out.empty()) out.emplace_back();
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
   Space sp;
   sp.proto_ = proto;
@@ -203,55 +273,10 @@ absl::StatusOr<Space> Space::FromProto(const SearchSpace& proto) {
   }
   sp.base_ = *std::move(base_arch);
 
-  for (int i = 0; i < proto.aux_choices_size(); ++i) {
-    const AuxChoice& c = proto.aux_choices(i);
-    KvPredictionSpec k;
-    if (c.has_layer_pruned_ratio()) {
-      k.kind = KvPredictionSpec::Kind::kLayerPruned;
-      k.layer_pruned_ratio = c.layer_pruned_ratio();
-      HILNAS_RETURN_IF_ERROR(
-          LayerPrunedKeptLayers(*std::min_element(sp.layers_.begin(), sp.layers_.end()),
-                                c.layer_pruned_ratio())
-              .status());
-    } else if (c.has_canonical()) {
-      k.kind = KvPredictionSpec::Kind::kCanonical;
-      auto aux = ArchFromProto(c.canonical());
-      if (!aux.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("search space: aux_choices[", i, "]: ", aux.status().message()));
-      }
-      k.canonical.push_back(*std::move(aux));
-    }
-    sp.aux_.push_back(std::move(k));
-  }
-  if (sp.aux_.empty()) sp.aux_.push_back(KvPredictionSpec{});
-  for (int i = 0; i < proto.kv_cache_choices_size(); ++i) {
-    const KvLayout k = proto.kv_cache_choices(i) == SLIM ? KvLayout::kSlim : KvLayout::kStandard;
-    if (IndexOf(sp.kv_cache_, k) >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("search space: kv_cache_choices[", i, "] repeats a choice"));
-    }
-    if (k == KvLayout::kSlim && sp.base_.num_kv_heads != sp.base_.num_heads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("search space: kv_cache_choices has SLIM but base has ", sp.base_.num_heads,
-                       " query heads sharing ", sp.base_.num_kv_heads,
-                       " key/value heads; slim attention needs multi-head attention"));
-    }
-    sp.kv_cache_.push_back(k);
-  }
-  if (sp.kv_cache_.empty()) sp.kv_cache_.push_back(KvLayout::kStandard);
-  for (int i = 0; i < proto.ppd_choices_size(); ++i) {
-    const PpdChoice& c = proto.ppd_choices(i);
-    if (c.k() < 0 || (c.k() > 0 && c.layers_from_end() < 1) ||
-        !(c.timing_match_rate() >= 0 && c.timing_match_rate() <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("search space: ppd_choices[", i, "]: k ", c.k(), ", layers_from_end ",
-                       c.layers_from_end(), ", timing_match_rate ", c.timing_match_rate(),
-                       ": need k >= 0, layers_from_end >= 1 when k > 0, and a rate in [0, 1]"));
-    }
-    sp.ppd_.push_back(c);
-  }
-  if (sp.ppd_.empty()) sp.ppd_.emplace_back();
+  HILNAS_ASSIGN_OR_RETURN(
+      sp.aux_, AuxChoices(proto, *std::min_element(sp.layers_.begin(), sp.layers_.end())));
+  HILNAS_ASSIGN_OR_RETURN(sp.kv_cache_, KvCacheChoices(proto, sp.base_));
+  HILNAS_ASSIGN_OR_RETURN(sp.ppd_, PpdChoices(proto));
 
   // Coordinate names, in encoding order.
   const int max_layers = *std::max_element(sp.layers_.begin(), sp.layers_.end());

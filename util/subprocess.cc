@@ -61,55 +61,23 @@ int64_t GroupPeakRssBytes(pid_t pgid) {
   return peak;
 }
 
-}  // namespace
-
-absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s) {
-  return RunProgram({"/bin/sh", "-c", command}, timeout_s);
-}
-
-absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, double timeout_s,
-                                         const std::map<std::string, std::string>& env) {
-  if (args.empty()) return absl::InvalidArgumentError("RunProgram: no program");
-  // Shown in errors: the shell's command itself, or the program's words.
-  const std::string command = args[0] == "/bin/sh" && args.size() == 3 && args[1] == "-c"
-                                  ? args[2]
-                                  : absl::StrJoin(args, " ");
-  std::vector<std::string> all = args;  // execvp wants char*, built before fork
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The environment too: after fork only async-signal-safe calls are allowed.
-  std::vector<std::string> env_all;
+// This process's environment with `env`'s entries replacing or added.
+std::vector<std::string> EnvironmentWith(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> all;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
-    if (!env.count(kv.substr(0, kv.find('=')))) env_all.push_back(kv);
+    if (!env.count(kv.substr(0, kv.find('=')))) all.push_back(kv);
   }
-  for (const auto& [key, value] : env) env_all.push_back(key + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& e : env_all) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return absl::InternalError("pipe() failed");
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork() failed");
-  if (pid == 0) {
-    setpgid(0, 0);  // own process group, so a timeout kills adb and its children too
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    // Only 1 and 2 may reach the pipes: a daemon the command leaves behind
-    // (scripts/slurm-cluster) must not hold them open, or the read never ends.
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    execvpe(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  CommandOutput result;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
+  for (const auto& [key, value] : env) all.push_back(key + "=" + value);
+  return all;
+}
+
+// Reads the child's stdout and stderr into `result` until both close or
+// `timeout_s` passes, sampling the process group's peak memory; closes
+// both descriptors. On a timeout the group is killed and true returned.
+bool ReadOutput(pid_t pid, int out_fd, int err_fd, double timeout_s, CommandOutput* result) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  std::string* sinks[2] = {&result->out, &result->err};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   int open_fds = 2;
   bool timed_out = false;
@@ -129,7 +97,7 @@ absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, d
     // ending between two samples are missed.
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_sample) {
-      result.peak_rss_bytes = std::max(result.peak_rss_bytes, GroupPeakRssBytes(pid));
+      result->peak_rss_bytes = std::max(result->peak_rss_bytes, GroupPeakRssBytes(pid));
       sample_every = std::min(sample_every * 2, std::chrono::milliseconds(500));
       next_sample = now + sample_every;
     }
@@ -157,6 +125,52 @@ absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, d
   for (pollfd& f : fds) {
     if (f.fd >= 0) close(f.fd);
   }
+  return timed_out;
+}
+
+}  // namespace
+
+absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s) {
+  return RunProgram({"/bin/sh", "-c", command}, timeout_s);
+}
+
+absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, double timeout_s,
+                                         const std::map<std::string, std::string>& env) {
+  if (args.empty()) return absl::InvalidArgumentError("RunProgram: no program");
+  // Shown in errors: the shell's command itself, or the program's words.
+  const std::string command = args[0] == "/bin/sh" && args.size() == 3 && args[1] == "-c"
+                                  ? args[2]
+                                  : absl::StrJoin(args, " ");
+  std::vector<std::string> all = args;  // execvp wants char*, built before fork
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The environment too: after fork only async-signal-safe calls are allowed.
+  std::vector<std::string> env_all = EnvironmentWith(env);
+  std::vector<char*> envp;
+  for (std::string& e : env_all) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) return absl::InternalError("pipe() failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork() failed");
+  if (pid == 0) {
+    setpgid(0, 0);  // own process group, so a timeout kills adb and its children too
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    // Only 1 and 2 may reach the pipes: a daemon the command leaves behind
+    // (scripts/slurm-cluster) must not hold them open, or the read never ends.
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    execvpe(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  CommandOutput result;
+  const bool timed_out = ReadOutput(pid, out_pipe[0], err_pipe[0], timeout_s, &result);
   int status = 0;
   waitpid(pid, &status, 0);
   if (timed_out) {
