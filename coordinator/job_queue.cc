@@ -160,4 +160,14 @@ absl::StatusOr<JobRecord> JobQueue::Get(int64_t job_id) {
   return j;
 }
 
+absl::StatusOr<int> JobQueue::AttemptsCounted(int64_t job_id) {
+  HILNAS_ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT attempts - drift_requeues FROM jobs WHERE job_id = ?"));
+  q.Bind(1, job_id);
+  HILNAS_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  return static_cast<int>(q.Int(0));
+}
+
 }  // namespace hilnas

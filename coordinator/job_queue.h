@@ -67,6 +67,9 @@ class JobQueue {
                       const std::string& message, int64_t now);
   // NOT_FOUND for an unknown job.
   absl::StatusOr<JobRecord> Get(int64_t job_id);
+  // Attempts that count towards giving up: leases that did not end in a
+  // drift re-queue. NOT_FOUND for an unknown job.
+  absl::StatusOr<int> AttemptsCounted(int64_t job_id);
 
  private:
   SqliteDb* db_;        // not owned

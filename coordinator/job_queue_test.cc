@@ -63,6 +63,8 @@ TEST_F(JobQueueTest, StatesMoveAsLeasesExpireDriftAndResultsArrive) {
   EXPECT_EQ(j.state, QUEUED);
   EXPECT_EQ(j.drift_requeues, 1);
   EXPECT_EQ(j.attempts, 2);
+  // The drift re-queue does not count towards giving up.
+  EXPECT_EQ(queue_.AttemptsCounted(id).value_or(-1), 1);
   BenchmarkResult r;
   r.add_samples()->set_ttft_ms(12);
   ASSERT_OK(queue_.Finish(id, true, r, "", clock_.NowMs()));
@@ -72,6 +74,8 @@ TEST_F(JobQueueTest, StatesMoveAsLeasesExpireDriftAndResultsArrive) {
   EXPECT_EQ(j.result->samples(0).ttft_ms(), 12);
   EXPECT_FALSE(queue_.HasLeasable().value_or(true));
   EXPECT_THAT(queue_.Get(id + 1), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown job")));
+  EXPECT_THAT(queue_.AttemptsCounted(id + 1),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown job")));
 }
 
 }  // namespace

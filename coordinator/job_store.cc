@@ -86,9 +86,7 @@ absl::StatusOr<int64_t> JobStore::SubmitJob(const BenchmarkRequest& request,
 absl::StatusOr<int> JobStore::ExpireLocked(int64_t now) {
   HILNAS_ASSIGN_OR_RETURN(std::vector<Lease> expired, leases_.ExpireDue(now));
   for (const Lease& e : expired) {
-    HILNAS_ASSIGN_OR_RETURN(JobRecord job, jobs_.Get(e.job_id));
-    // Leases that did not end in a drift re-queue.
-    const int attempts = job.attempts - job.drift_requeues;
+    HILNAS_ASSIGN_OR_RETURN(const int attempts, jobs_.AttemptsCounted(e.job_id));
     // A lease expires only when its agent stopped renewing it: the agent
     // died (or lost its network) during the job. Say so, and name every
     // agent this job took down, so a job that crashes runtimes is not
@@ -183,8 +181,12 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
   if (state == LeaseState::kReported) return ReportOutcome::kDuplicate;
   HILNAS_RETURN_IF_ERROR(leases_.MarkReported(lease_id, now));
   const bool ok = result.failure() == FAILURE_NONE;
-  BenchmarkResult judged = result;
+  // Stored as received, except for a canary, which is stored with its verdict.
+  const BenchmarkResult* stored = &result;
+  BenchmarkResult judged;
   if (ok && result.has_canary()) {
+    judged = result;
+    stored = &judged;
     HILNAS_ASSIGN_OR_RETURN(bool requeued,
                             JudgeDriftLocked(agent_id, job_id, *judged.mutable_canary()));
     if (canary != nullptr) *canary = judged.canary();
@@ -194,7 +196,7 @@ absl::StatusOr<ReportOutcome> JobStore::ReportResult(const std::string& agent_id
     }
   }
   HILNAS_RETURN_IF_ERROR(
-      jobs_.Finish(job_id, ok, judged, ok ? std::string() : result.failure_message(), now));
+      jobs_.Finish(job_id, ok, *stored, ok ? std::string() : result.failure_message(), now));
   HILNAS_RETURN_IF_ERROR(agents_.CountJob(agent_id, ok));
   HILNAS_RETURN_IF_ERROR(tx.Commit());
   return ReportOutcome::kAccepted;

@@ -272,11 +272,17 @@ struct Shape {
   int64_t kt_stride;  // row stride of Item::kt: S rounded up to a tile, plus a tile (zeros)
 };
 
-__attribute__((always_inline)) inline void AttendItemBody(const Item& it, const Shape& sh,
-                                                          Scratch& w) {
-  const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile);
-  const int64_t r_all = it.g * it.rows, rp = RoundUp(r_all, kRowTile);
-  const int64_t p1 = it.p0 + it.rows;
+// The helpers below are always inlined into AttendItemBody, and it into the
+// two copies compiled for different instruction sets (AttendItemAvx2,
+// AttendItemPortable): an out-of-line helper would be compiled for the
+// baseline only and lose AVX2 + FMA in the hot loops.
+#define HILNAS_INLINE __attribute__((always_inline)) inline
+
+// Scaled queries into w.qs ([rp, hdp], zero padded); accumulators, maxima
+// and sums reset.
+HILNAS_INLINE void LoadQueries(const Item& it, const Shape& sh, int64_t hdp, int64_t rp,
+                               Scratch& w) {
+  const int64_t hd = sh.hd, r_all = it.g * it.rows;
   w.qs.assign(rp * hdp, 0.0f);
   w.acc.assign(rp * hdp, 0.0f);
   w.m.assign(rp, -std::numeric_limits<float>::infinity());
@@ -285,149 +291,200 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
     const float* src = it.q + (r % it.g) * it.q_head + (r / it.g) * hd;
     for (int64_t d = 0; d < hd; ++d) w.qs[r * hdp + d] = src[d] * sh.scale;
   }
+}
+
+// One block of keys, [c0, c0 + cols), against all rows of an item; its
+// scores live in rows of cp floats.
+struct KeyBlock {
+  const Item& it;
+  const Shape& sh;
+  int64_t r_all, c0, cols, cp;
+
+  // The keys [a, b) of this block that row r sees: causal above, window
+  // below.
+  HILNAS_INLINE void RowRange(int64_t r, int64_t& a, int64_t& b) const {
+    a = b = 0;
+    if (r >= r_all) return;
+    const int64_t p = it.p0 + r / it.g;
+    const int64_t first = sh.window > 0 ? std::max(sh.k_start, p - sh.window + 1) : sh.k_start;
+    a = std::clamp(first - c0, int64_t{0}, cols);
+    b = std::clamp(p + 1 - c0, int64_t{0}, cols);
+  }
+
+  // The union over a row tile: a tile on the diagonal or a window's edge
+  // skips the columns none of its rows sees.
+  HILNAS_INLINE void TileRange(int64_t r, int64_t& ta, int64_t& tb) const {
+    ta = cols;
+    tb = 0;
+    for (int64_t i = r; i < r + kRowTile; ++i) {
+      int64_t a, b;
+      RowRange(i, a, b);
+      if (a < b) {
+        ta = std::min(ta, a);
+        tb = std::max(tb, b);
+      }
+    }
+  }
+};
+
+// Decode scores: a handful of rows, dot products straight off the cache, no
+// transpose. Eight keys at a time, so one load of q serves eight products
+// and their eight sums fold into one vector.
+HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const float* kb, int64_t hdp, const Scratch& w,
+                                float* s) {
+  const int64_t hd = blk.sh.hd, cols = blk.cols, cp = blk.cp;
+  int64_t c = 0;
+  if (hd % 8 == 0) {
+    for (; c + 8 <= cols; c += 8) {
+      const float* key = kb + c * hd;
+      for (int64_t r = 0; r < blk.r_all; ++r) {
+        const float* qr = w.qs.data() + r * hdp;
+        V8 a[8] = {};
+        for (int64_t d = 0; d < hd; d += 8) {
+          const V8 qd = Load8(qr + d);
+          for (int j = 0; j < 8; ++j) a[j] += qd * Load8(key + j * hd + d);
+        }
+        Store8(s + r * cp + c, HorizontalSums(a));
+      }
+    }
+  }
+  for (; c < cols; ++c) {
+    const float* key = kb + c * hd;
+    for (int64_t r = 0; r < blk.r_all; ++r) {
+      const float* qr = w.qs.data() + r * hdp;
+      float sum = 0;
+      for (int64_t d = 0; d < hd; ++d) sum += qr[d] * key[d];
+      s[r * cp + c] = sum;
+    }
+  }
+}
+
+// Prefill scores: keys transposed once per call ([hd, S], see
+// FloatAttention), column c of this block is column c0 - k_start + c there;
+// 4 x 16 register tiles.
+HILNAS_INLINE void PrefillScores(const KeyBlock& blk, int64_t hdp, int64_t rp, const Scratch& w,
+                                 float* s) {
+  const float* kt = blk.it.kt + (blk.c0 - blk.sh.k_start);
+  for (int64_t r = 0; r < rp; r += kRowTile) {
+    const float* q0 = w.qs.data() + r * hdp;
+    int64_t ta, tb;
+    blk.TileRange(r, ta, tb);
+    for (int64_t c = ta; c < tb; c += kColTile) {
+      Tile4x16(q0, hdp, kt + c, blk.sh.kt_stride, 0, blk.sh.hd, s + r * blk.cp + c, blk.cp,
+               /*accumulate=*/false);
+    }
+  }
+}
+
+HILNAS_INLINE float RowMax(const float* row, int64_t a, int64_t b) {
+  float mx = row[a];
+  int64_t c = a;
+  if (b - a >= 8) {
+    V8 m8 = Load8(row + a);
+    for (c = a + 8; c + 8 <= b; c += 8) {
+      const V8 x = Load8(row + c);
+      m8 = x > m8 ? x : m8;
+    }
+    for (int i = 0; i < 8; ++i) mx = std::max(mx, m8[i]);
+  }
+  for (; c < b; ++c) mx = std::max(mx, row[c]);
+  return mx;
+}
+
+// row[a, b) = exp(row - m), everything else in the row 0; returns the sum.
+HILNAS_INLINE float ExpRow(float* row, int64_t a, int64_t b, int64_t cp, float m) {
+  std::fill(row, row + a, 0.0f);
+  std::fill(row + b, row + cp, 0.0f);
+  V8 sum8{};
+  int64_t c = a;
+  for (; c + 8 <= b; c += 8) {
+    const V8 e = Exp8(Load8(row + c) - m);
+    Store8(row + c, e);
+    sum8 += e;
+  }
+  float sum = 0;
+  for (int i = 0; i < 8; ++i) sum += sum8[i];
+  for (; c < b; ++c) {
+    row[c] = std::exp(row[c] - m);
+    sum += row[c];
+  }
+  return sum;
+}
+
+// Online softmax (Milakov & Gimelshein) over each row's own key range [a, b)
+// in this block: scores become probabilities, and the running maxima, sums
+// and accumulated outputs are rescaled to the new maxima.
+HILNAS_INLINE void SoftmaxBlock(const KeyBlock& blk, int64_t hdp, int64_t rp, Scratch& w,
+                                float* s) {
+  for (int64_t r = 0; r < rp; ++r) {
+    float* row = s + r * blk.cp;
+    int64_t a, b;
+    blk.RowRange(r, a, b);
+    if (a >= b) {
+      std::fill(row, row + blk.cp, 0.0f);
+      continue;
+    }
+    const float m_new = std::max(w.m[r], RowMax(row, a, b));
+    const float alpha = std::exp(w.m[r] - m_new);  // 0 on the first block (m = -inf)
+    w.m[r] = m_new;
+    w.l[r] = w.l[r] * alpha + ExpRow(row, a, b, blk.cp, m_new);
+    if (alpha != 1.0f) {
+      float* acc = w.acc.data() + r * hdp;
+      for (int64_t d = 0; d < hdp; ++d) acc[d] *= alpha;
+    }
+  }
+}
+
+// O += P V, 4 rows x 16 dims per register tile; value rows copied into a
+// padded block when hd is not a tile multiple.
+HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const float* vb, int64_t hdp, int64_t rp,
+                                    Scratch& w, const float* s) {
+  const int64_t hd = blk.sh.hd;
+  const float* vrows = vb;
+  int64_t vstride = hd;
+  if (hd != hdp) {
+    w.vb.assign(blk.cols * hdp, 0.0f);
+    for (int64_t c = 0; c < blk.cols; ++c) {
+      std::copy(vb + c * hd, vb + c * hd + hd, &w.vb[c * hdp]);
+    }
+    vrows = w.vb.data();
+    vstride = hdp;
+  }
+  for (int64_t r = 0; r < rp; r += kRowTile) {
+    const float* p0 = s + r * blk.cp;
+    int64_t ta, tb;
+    blk.TileRange(r, ta, tb);
+    for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
+      Tile4x16(p0, blk.cp, vrows + d, vstride, ta, tb, w.acc.data() + r * hdp + d, hdp,
+               /*accumulate=*/true);
+    }
+  }
+}
+
+// Flash-style attention of one item: blocks of bk keys, each scored,
+// soft-maxed online and folded into the outputs.
+HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
+  const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile);
+  const int64_t r_all = it.g * it.rows, rp = RoundUp(r_all, kRowTile);
+  LoadQueries(it, sh, hdp, rp, w);
   // Keys any of these queries may see: causal above, window below.
-  const int64_t hi = std::min(p1, sh.k_end);
+  const int64_t hi = std::min(it.p0 + it.rows, sh.k_end);
   const int64_t lo = sh.window > 0 ? std::max(sh.k_start, it.p0 - sh.window + 1) : sh.k_start;
   const bool decode = it.rows == 1;
   for (int64_t c0 = lo; c0 < hi; c0 += sh.bk) {
     // A score tile starts where its rows' keys start, so its last one may
     // reach a tile past `cols`: the row has room for it (zeros).
-    const int64_t cols = std::min(sh.bk, hi - c0),
-                  cp = RoundUp(cols, kColTile) + (decode ? 0 : kColTile);
-    const float* kb = it.keys + (c0 - sh.k_start) * hd;
-    const float* vb = it.values + (c0 - sh.k_start) * hd;
-    w.s.resize(rp * cp);
+    const int64_t cols = std::min(sh.bk, hi - c0);
+    const KeyBlock blk{it, sh, r_all, c0, cols, RoundUp(cols, kColTile) + (decode ? 0 : kColTile)};
+    w.s.resize(rp * blk.cp);
     float* s = w.s.data();
-    // The keys [a, b) of this block that row r sees, and a row tile's
-    // union: a tile on the diagonal or a window's edge skips the columns
-    // none of its rows sees.
-    auto row_range = [&](int64_t r, int64_t& a, int64_t& b) {
-      a = b = 0;
-      if (r >= r_all) return;
-      const int64_t p = it.p0 + r / it.g;
-      const int64_t first = sh.window > 0 ? std::max(sh.k_start, p - sh.window + 1) : sh.k_start;
-      a = std::clamp(first - c0, int64_t{0}, cols);
-      b = std::clamp(p + 1 - c0, int64_t{0}, cols);
-    };
-    auto tile_range = [&](int64_t r, int64_t& ta, int64_t& tb) {
-      ta = cols;
-      tb = 0;
-      for (int64_t i = r; i < r + kRowTile; ++i) {
-        int64_t a, b;
-        row_range(i, a, b);
-        if (a < b) {
-          ta = std::min(ta, a);
-          tb = std::max(tb, b);
-        }
-      }
-    };
     if (decode) {
-      // A handful of rows: dot products straight off the cache, no
-      // transpose. Eight keys at a time, so one load of q serves eight
-      // products and their eight sums fold into one vector.
-      int64_t c = 0;
-      if (hd % 8 == 0) {
-        for (; c + 8 <= cols; c += 8) {
-          const float* key = kb + c * hd;
-          for (int64_t r = 0; r < r_all; ++r) {
-            const float* qr = w.qs.data() + r * hdp;
-            V8 a[8] = {};
-            for (int64_t d = 0; d < hd; d += 8) {
-              const V8 qd = Load8(qr + d);
-              for (int j = 0; j < 8; ++j) a[j] += qd * Load8(key + j * hd + d);
-            }
-            Store8(s + r * cp + c, HorizontalSums(a));
-          }
-        }
-      }
-      for (; c < cols; ++c) {
-        const float* key = kb + c * hd;
-        for (int64_t r = 0; r < r_all; ++r) {
-          const float* qr = w.qs.data() + r * hdp;
-          float sum = 0;
-          for (int64_t d = 0; d < hd; ++d) sum += qr[d] * key[d];
-          s[r * cp + c] = sum;
-        }
-      }
+      DecodeScores(blk, it.keys + (c0 - sh.k_start) * hd, hdp, w, s);
     } else {
-      // Keys transposed once per call ([hd, S], see FloatAttention): column
-      // c of this block is column c0 - k_start + c there.
-      const float* kt = it.kt + (c0 - sh.k_start);
-      const int64_t ks = sh.kt_stride;
-      for (int64_t r = 0; r < rp; r += kRowTile) {
-        const float* q0 = w.qs.data() + r * hdp;
-        int64_t ta, tb;
-        tile_range(r, ta, tb);
-        for (int64_t c = ta; c < tb; c += kColTile) {
-          Tile4x16(q0, hdp, kt + c, ks, 0, hd, s + r * cp + c, cp, /*accumulate=*/false);
-        }
-      }
+      PrefillScores(blk, hdp, rp, w, s);
     }
-    // Online softmax (Milakov & Gimelshein) over each row's own key range
-    // [a, b) in this block; everything outside it becomes probability 0.
-    for (int64_t r = 0; r < rp; ++r) {
-      float* row = s + r * cp;
-      int64_t a, b;
-      row_range(r, a, b);
-      if (a >= b) {
-        std::fill(row, row + cp, 0.0f);
-        continue;
-      }
-      float mx = row[a];
-      {
-        int64_t c = a;
-        if (b - a >= 8) {
-          V8 m8 = Load8(row + a);
-          for (c = a + 8; c + 8 <= b; c += 8) {
-            const V8 x = Load8(row + c);
-            m8 = x > m8 ? x : m8;
-          }
-          for (int i = 0; i < 8; ++i) mx = std::max(mx, m8[i]);
-        }
-        for (; c < b; ++c) mx = std::max(mx, row[c]);
-      }
-      const float m_new = std::max(w.m[r], mx);
-      const float alpha = std::exp(w.m[r] - m_new);  // 0 on the first block (m = -inf)
-      w.m[r] = m_new;
-      std::fill(row, row + a, 0.0f);
-      std::fill(row + b, row + cp, 0.0f);
-      V8 sum8{};
-      int64_t c = a;
-      for (; c + 8 <= b; c += 8) {
-        const V8 e = Exp8(Load8(row + c) - m_new);
-        Store8(row + c, e);
-        sum8 += e;
-      }
-      float sum = 0;
-      for (int i = 0; i < 8; ++i) sum += sum8[i];
-      for (; c < b; ++c) {
-        row[c] = std::exp(row[c] - m_new);
-        sum += row[c];
-      }
-      w.l[r] = w.l[r] * alpha + sum;
-      if (alpha != 1.0f) {
-        float* acc = w.acc.data() + r * hdp;
-        for (int64_t d = 0; d < hdp; ++d) acc[d] *= alpha;
-      }
-    }
-    // O += P V, 4 rows x 16 dims per register tile.
-    const float* vrows = vb;
-    int64_t vstride = hd;
-    if (hd != hdp) {
-      w.vb.assign(cols * hdp, 0.0f);
-      for (int64_t c = 0; c < cols; ++c) std::copy(vb + c * hd, vb + c * hd + hd, &w.vb[c * hdp]);
-      vrows = w.vb.data();
-      vstride = hdp;
-    }
-    for (int64_t r = 0; r < rp; r += kRowTile) {
-      const float* p0 = s + r * cp;
-      int64_t ta, tb;
-      tile_range(r, ta, tb);
-      for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
-        Tile4x16(p0, cp, vrows + d, vstride, ta, tb, w.acc.data() + r * hdp + d, hdp,
-                 /*accumulate=*/true);
-      }
-    }
+    SoftmaxBlock(blk, hdp, rp, w, s);
+    AccumulateValues(blk, it.values + (c0 - sh.k_start) * hd, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
     float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
@@ -435,6 +492,8 @@ __attribute__((always_inline)) inline void AttendItemBody(const Item& it, const 
     for (int64_t d = 0; d < hd; ++d) dst[d] = w.acc[r * hdp + d] * inv;
   }
 }
+
+#undef HILNAS_INLINE
 
 // The body compiled twice: for AVX2 + FMA, picked at run time where the CPU
 // has them, and for the build's baseline (arm64's NEON; old x86).

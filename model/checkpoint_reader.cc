@@ -122,9 +122,16 @@ int64_t CheckpointReader::WeightBytes(torch::Dtype dtype) const {
   return total;
 }
 
-absl::Status CheckpointReader::ForEachTensor(const TensorSink& sink) {
+// The fingerprint's hash starts with the config and the shard index, then
+// goes on over every weights file's bytes in order.
+uint64_t CheckpointReader::MetadataHash() const {
   uint64_t h = Fnv1a(config_text_.data(), config_text_.size());
   if (sharded_) h = Fnv1a(index_text_.data(), index_text_.size(), h);
+  return h;
+}
+
+absl::Status CheckpointReader::ForEachTensor(const TensorSink& sink) {
+  uint64_t h = MetadataHash();
   for (SafetensorsFile& f : files_) HILNAS_RETURN_IF_ERROR(f.ForEach(sink, &h));
   fingerprint_ = absl::StrFormat("%016x", h);  // every byte was read, in order
   return absl::OkStatus();
@@ -141,8 +148,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> CheckpointReader::ReadTenso
 
 absl::StatusOr<std::string> CheckpointReader::Fingerprint() {
   if (fingerprint_.has_value()) return *fingerprint_;
-  uint64_t h = Fnv1a(config_text_.data(), config_text_.size());
-  if (sharded_) h = Fnv1a(index_text_.data(), index_text_.size(), h);
+  uint64_t h = MetadataHash();
   for (SafetensorsFile& f : files_) HILNAS_RETURN_IF_ERROR(f.Hash(&h));
   fingerprint_ = absl::StrFormat("%016x", h);
   return *fingerprint_;

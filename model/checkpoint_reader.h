@@ -59,12 +59,13 @@ class CheckpointReader {
  private:
   CheckpointReader() = default;
   absl::Status ReadIndex();
+  uint64_t MetadataHash() const;
 
   std::string dir_;
   Arch arch_;
   std::string config_text_, index_text_;
   bool sharded_ = false;
-  std::vector<SafetensorsFile> files_;        // in reading order
+  std::vector<SafetensorsFile> files_;           // in reading order
   std::map<std::string, std::string> shard_of_;  // tensor -> shard file (sharded only)
   torch::Dtype stored_dtype_ = torch::kFloat;
   std::vector<std::string> tokenizer_files_;

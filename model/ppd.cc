@@ -139,105 +139,170 @@ absl::Status ValidatePpdOptions(const Arch& a, const PpdOptions& options) {
   return absl::OkStatus();
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// One pipelined generation (Section 4): the main computation's cache and
+// position, and k sub-computations, each running the last m = d - d_bar
+// layers of one top-k guess for the next token on its own worker while the
+// main computation finishes the current token.
+class PpdRun {
+ public:
+  PpdRun(Decoder& decoder, const PpdOptions& options, int64_t capacity)
+      : decoder_(decoder),
+        options_(options),
+        d_(decoder.arch().num_layers),
+        d_bar_(options.layer),
+        k_(options.k),
+        m_(d_ - d_bar_),
+        main_(decoder.NewCache(1, capacity)),
+        guess_(k_),
+        sub_hidden_(k_),
+        sub_done_(k_),
+        rng_(options.seed),
+        units_(k_) {
+    for (int j = 0; j < k_; ++j) subs_.push_back(decoder.NewCache(1, capacity, m_));
+  }
+
+  int64_t CacheBytes() const {
+    int64_t bytes = main_.bytes();
+    for (const auto& sub : subs_) bytes += sub.bytes();
+    return bytes;
+  }
+
+  // Prefills the prompt into the main cache, copies it into every sub cache
+  // and returns the first token; records the prefill and first-token times.
+  int64_t Prefill(const std::vector<int64_t>& prompt, Clock::time_point t0, Stats& s) {
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    torch::Tensor logits = PrefillChunked(decoder_, prompt, options_.generate.prefill_chunk, main_);
+    s.prompt_eval_end_ms = MsSince(t0);
+    const int64_t next = logits.view({-1}).argmax().item<int64_t>();
+    s.first_token_ms = MsSince(t0);
+    for (auto& sub : subs_) sub.CopyPositions(main_, 0, n, 0, m_);
+    pos_ = n;
+    h_ = Embed(next);
+    return next;
+  }
+
+  // Runs the current token through the main computation and returns the
+  // next token. With `predict` (another token follows), the sub-computations
+  // run the top-k guesses for it meanwhile; a matched one's layers are
+  // skipped by the main computation in the next step.
+  absl::StatusOr<int64_t> Step(bool predict, PpdCounts& c) {
+    h_ = decoder_.RunLayers(h_, main_, pos_, from_, d_bar_);
+    c.main_layers += d_bar_ - from_;
+    if (predict) StartSubs();
+    h_ = decoder_.RunLayers(h_, main_, pos_, d_bar_, d_);
+    c.main_layers += m_;
+    int64_t next = decoder_.Head(h_).view({-1}).argmax().item<int64_t>();
+    ++c.decode_steps;
+    from_ = 0;
+    if (predict) {
+      if (absl::Status s = CollectSubs(next, c); !s.ok()) return s;
+    }
+    ++pos_;
+    if (from_ == 0) h_ = Embed(next);
+    return next;
+  }
+
+ private:
+  torch::Tensor Embed(int64_t token) {
+    return decoder_.Embed(torch::tensor({token}, torch::kLong).view({1, 1}));
+  }
+
+  void StartSubs() {
+    guess_ = TopK(decoder_.Head(h_), k_);
+    for (auto& sub : subs_) sub.CopyPositions(main_, pos_, pos_ + 1, 0, m_);
+    cancel_ = false;
+    const int64_t sub_pos = pos_ + 1;
+    units_.Start([this, sub_pos](int j) {
+      sub_done_[j] = 0;
+      torch::Tensor x = Embed(guess_[j]);
+      for (int layer = 0; layer < m_ && !cancel_.load(std::memory_order_relaxed); ++layer) {
+        x = decoder_.RunLayers(x, subs_[j], sub_pos, layer, layer + 1);
+        ++sub_done_[j];
+      }
+      sub_hidden_[j] = x;
+    });
+  }
+
+  // Cancels the subs when no guess matched `next`, waits for them, and takes
+  // over a matched sub's cache entries and hidden state. A forced match
+  // rate (for measuring the speed-up at a given rate) replaces `next`.
+  absl::Status CollectSubs(int64_t& next, PpdCounts& c) {
+    auto hit = std::find(guess_.begin(), guess_.end(), next);
+    if (options_.forced_match_rate >= 0) {
+      const bool match =
+          std::uniform_real_distribution<double>(0, 1)(rng_) < options_.forced_match_rate;
+      hit = match ? guess_.begin() : guess_.end();
+      if (match) next = guess_[0];
+    }
+    if (hit == guess_.end()) cancel_ = true;
+    if (std::string err = units_.Wait(); !err.empty()) {
+      return absl::InternalError(
+          absl::StrCat("pipelined decoding of ", decoder_.arch().name, ": ", err));
+    }
+    ++c.predictions;
+    for (int j = 0; j < k_; ++j) c.sub_layers += sub_done_[j];
+    const int j = static_cast<int>(hit - guess_.begin());
+    if (hit != guess_.end() && sub_done_[j] == m_) {
+      ++c.matches;
+      main_.CopyPositions(subs_[j], pos_ + 1, pos_ + 2, 0, m_);
+      h_ = sub_hidden_[j];
+      from_ = m_;
+    }
+    return absl::OkStatus();
+  }
+
+  Decoder& decoder_;
+  const PpdOptions& options_;
+  const int d_, d_bar_, k_, m_;  // m_: layers a sub-computation runs
+  KvCache main_;
+  std::vector<KvCache> subs_;
+  int64_t pos_ = 0;  // position of the token being run
+  torch::Tensor h_;  // its hidden state
+  int from_ = 0;     // its layers already run (by a matched sub)
+  std::vector<int64_t> guess_;
+  std::vector<torch::Tensor> sub_hidden_;
+  std::vector<int> sub_done_;  // layers each sub finished before a cancel
+  std::atomic<bool> cancel_{false};
+  std::mt19937_64 rng_;
+  // Last: destroyed first, so its threads are joined before the state their
+  // tasks touch goes away (also on an early return or exception).
+  Units units_;
+};
+
+}  // namespace
+
 absl::StatusOr<PpdGeneration> PpdGenerate(Decoder& decoder, const std::vector<int64_t>& prompt,
                                           const PpdOptions& options) {
   const Arch& a = decoder.arch();
   if (absl::Status s = ValidatePpdOptions(a, options); !s.ok()) return s;
   if (absl::Status s = ValidatePrompt(prompt, a.vocab_size); !s.ok()) return s;
   const GenerateOptions& g = options.generate;
-  const int d = a.num_layers, d_bar = options.layer, k = options.k;
-  using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
-  const int m = d - d_bar;  // layers a sub-computation runs
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const int64_t capacity = n + g.max_new_tokens;
   try {
     torch::NoGradGuard no_grad;
     PpdGeneration out;
     Stats& s = out.stats;
-    PpdCounts& c = out.counts;
     s.prompt_tokens = n;
     s.prefill_chunk = g.prefill_chunk;
-    KvCache main = decoder.NewCache(1, capacity);
-    std::vector<KvCache> subs;
-    for (int j = 0; j < k; ++j) subs.push_back(decoder.NewCache(1, capacity, m));
-    s.kv_cache_bytes = main.bytes();
-    for (const auto& sub : subs) s.kv_cache_bytes += sub.bytes();
-    // Per sub-computation: its guess, hidden state after its layers, and
-    // how many layers it finished before a cancel.
-    std::vector<int64_t> guess(k);
-    std::vector<torch::Tensor> sub_hidden(k);
-    std::vector<int> sub_done(k);
-    std::atomic<bool> cancel{false};
-    std::mt19937_64 rng(options.seed);
-    // Declared after everything its tasks touch, so that on an early return
-    // it joins its threads before that state goes away.
-    Units units(k);
-
+    PpdRun run(decoder, options, n + g.max_new_tokens);
+    s.kv_cache_bytes = run.CacheBytes();
     const auto t0 = Clock::now();
-    torch::Tensor logits = PrefillChunked(decoder, prompt, g.prefill_chunk, main);
-    s.prompt_eval_end_ms = ms_since(t0);
-    int64_t next = logits.view({-1}).argmax().item<int64_t>();
-    out.tokens.push_back(next);
-    s.first_token_ms = ms_since(t0);
-    for (auto& sub : subs) sub.CopyPositions(main, 0, n, 0, m);
-    int64_t pos = n;  // position of the token being run
-    torch::Tensor h = decoder.Embed(torch::tensor({next}, torch::kLong).view({1, 1}));
-    int from = 0;  // layers of the current token already run (by a matched sub)
+    out.tokens.push_back(run.Prefill(prompt, t0, s));
     for (int64_t i = 1; i < g.max_new_tokens; ++i) {
-      h = decoder.RunLayers(h, main, pos, from, d_bar);
-      c.main_layers += d_bar - from;
       // The guess is only useful when another token will follow this one.
-      const bool predict = i + 1 < g.max_new_tokens;
-      if (predict) {
-        guess = TopK(decoder.Head(h), k);
-        for (auto& sub : subs) sub.CopyPositions(main, pos, pos + 1, 0, m);
-        cancel = false;
-        const int64_t sub_pos = pos + 1;
-        units.Start([&, sub_pos](int j) {
-          sub_done[j] = 0;
-          torch::Tensor x = decoder.Embed(torch::tensor({guess[j]}, torch::kLong).view({1, 1}));
-          for (int layer = 0; layer < m && !cancel.load(std::memory_order_relaxed); ++layer) {
-            x = decoder.RunLayers(x, subs[j], sub_pos, layer, layer + 1);
-            ++sub_done[j];
-          }
-          sub_hidden[j] = x;
-        });
-      }
-      h = decoder.RunLayers(h, main, pos, d_bar, d);
-      c.main_layers += m;
-      next = decoder.Head(h).view({-1}).argmax().item<int64_t>();
-      out.tokens.push_back(next);
-      ++c.decode_steps;
-      from = 0;
-      if (predict) {
-        auto hit = std::find(guess.begin(), guess.end(), next);
-        if (options.forced_match_rate >= 0) {
-          const bool match =
-              std::uniform_real_distribution<double>(0, 1)(rng) < options.forced_match_rate;
-          hit = match ? guess.begin() : guess.end();
-          if (match) out.tokens.back() = next = guess[0];
-        }
-        if (hit == guess.end()) cancel = true;
-        if (std::string err = units.Wait(); !err.empty()) {
-          return absl::InternalError(absl::StrCat("pipelined decoding of ", a.name, ": ", err));
-        }
-        ++c.predictions;
-        for (int j = 0; j < k; ++j) c.sub_layers += sub_done[j];
-        const int j = static_cast<int>(hit - guess.begin());
-        if (hit != guess.end() && sub_done[j] == m) {
-          ++c.matches;
-          main.CopyPositions(subs[j], pos + 1, pos + 2, 0, m);
-          h = sub_hidden[j];
-          from = m;
-        }
-      }
-      ++pos;
-      if (from == 0) h = decoder.Embed(torch::tensor({next}, torch::kLong).view({1, 1}));
+      absl::StatusOr<int64_t> next = run.Step(i + 1 < g.max_new_tokens, out.counts);
+      if (!next.ok()) return next.status();
+      out.tokens.push_back(*next);
     }
-    s.inference_end_ms = ms_since(t0);
+    s.inference_end_ms = MsSince(t0);
     s.generated_tokens = static_cast<int64_t>(out.tokens.size());
     return out;
   } catch (const c10::Error& e) {
