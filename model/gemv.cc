@@ -9,6 +9,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 namespace hilnas {
@@ -57,39 +59,18 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 Widen(const float* p, boo
   return _mm256_loadu_ps(p);
 }
 
-constexpr int kPrefetchBytes =
-    512;  // 8 lines ahead: 1 thread 2.16 -> 2.00 ms of GEMV per full4 token
-
+// One row at a time, front to back: the weights stream through memory as
+// one sequential read, which every CPU's hardware prefetcher follows. Four
+// rows side by side (sharing each load of x) read four streams 2-6 KiB
+// apart: on an AMD EPYC (Zen 4) 2.1-2.7x slower than one stream at the same
+// bytes (10-20 against 25-28 GB/s, 56 MiB of f32 or f16 rows of 512 and
+// 1536; bench/data/runtime-compare.md), and no faster on the Xeon it was
+// tuned on. Four accumulators keep four FMA chains in flight.
 template <typename W>
 __attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* x, float* y,
                                                        int64_t in, int64_t first, int64_t last,
                                                        bool bf16) {
-  int64_t o = first;
-  // Four rows at a time share each load of x.
-  for (; o + 4 <= last; o += 4) {
-    const W* r[4] = {w + o * in, w + (o + 1) * in, w + (o + 2) * in, w + (o + 3) * in};
-    __m256 lo[4], hi[4];
-    for (int k = 0; k < 4; ++k) lo[k] = hi[k] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= in; i += 16) {
-      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-      for (int k = 0; k < 4; ++k) {
-        _mm_prefetch(reinterpret_cast<const char*>(r[k] + i) + kPrefetchBytes, _MM_HINT_T0);
-        lo[k] = _mm256_fmadd_ps(Widen(r[k] + i, bf16), x0, lo[k]);
-        hi[k] = _mm256_fmadd_ps(Widen(r[k] + i + 8, bf16), x1, hi[k]);
-      }
-    }
-    for (int k = 0; k < 4; ++k) {
-      const __m256 a = _mm256_add_ps(lo[k], hi[k]);
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-      s = _mm_hadd_ps(s, s);
-      s = _mm_hadd_ps(s, s);
-      float sum = _mm_cvtss_f32(s);
-      for (int64_t j = i; j < in; ++j) sum += Widen1(r[k][j], bf16) * x[j];
-      y[o + k] = sum;
-    }
-  }
-  for (; o < last; ++o) {
+  for (int64_t o = first; o < last; ++o) {
     const W* row = w + o * in;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
            a3 = _mm256_setzero_ps();
@@ -122,6 +103,40 @@ bool HasAvx2() {
 }
 #endif
 
+#if defined(__aarch64__)
+// NEON (every aarch64 CPU has it; Advanced SIMD is part of the base
+// architecture): f16 widens with FCVTL, bf16 by a long shift; f32 loads.
+inline float32x4_t Widen4(const float* p, bool) { return vld1q_f32(p); }
+inline float32x4_t Widen4(const uint16_t* p, bool bf16) {
+  const uint16x4_t h = vld1_u16(p);
+  if (bf16) return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+  return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+// One row at a time, as on x86 (one sequential stream), with four
+// accumulators (four FMA chains in flight).
+template <typename W>
+void RowsNeon(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last,
+              bool bf16) {
+  for (int64_t o = first; o < last; ++o) {
+    const W* row = w + o * in;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0),
+                a3 = vdupq_n_f32(0);
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+      a0 = vfmaq_f32(a0, Widen4(row + i, bf16), vld1q_f32(x + i));
+      a1 = vfmaq_f32(a1, Widen4(row + i + 4, bf16), vld1q_f32(x + i + 4));
+      a2 = vfmaq_f32(a2, Widen4(row + i + 8, bf16), vld1q_f32(x + i + 8));
+      a3 = vfmaq_f32(a3, Widen4(row + i + 12, bf16), vld1q_f32(x + i + 12));
+    }
+    for (; i + 4 <= in; i += 4) a0 = vfmaq_f32(a0, Widen4(row + i, bf16), vld1q_f32(x + i));
+    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+    for (; i < in; ++i) sum += Widen1(row[i], bf16) * x[i];
+    y[o] = sum;
+  }
+}
+#endif
+
 // A thread takes at least this many weight bytes. With OpenMP workers that
 // spin briefly before sleeping (tools/common.cc sets GOMP_SPINCOUNT), a
 // decode step's products follow each other closely enough that splitting
@@ -132,17 +147,30 @@ bool HasAvx2() {
 constexpr int64_t kGemvGrainBytes = int64_t{256} << 10;
 
 template <typename W>
-void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last,
-          bool bf16) {
+void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16,
+          KernelPath path) {
+  if (path == KernelPath::kBest) {
 #if defined(__x86_64__)
-  if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16);
+    if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16);
+#elif defined(__aarch64__)
+    return RowsNeon(w, x, y, in, first, last, bf16);
 #endif
+  }
   RowsPortable(w, x, y, in, first, last, bf16);
 }
 
 }  // namespace
 
-void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x) {
+const char* GemvKernelName() {
+#if defined(__x86_64__)
+  if (HasAvx2()) return "avx2+fma+f16c";
+#elif defined(__aarch64__)
+  return "neon";
+#endif
+  return "portable";
+}
+
+void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
   RECORD_FUNCTION("hilnas::gemv", {});
   TORCH_CHECK(n > 0 && n <= 8, "WeightGemv: 1 to 8 products at a time, not ", n);
   const torch::ScalarType type = products[0].w->scalar_type();
@@ -168,17 +196,18 @@ void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x) {
       if (lo >= hi) continue;
       const void* base = products[m].w->data_ptr();
       if (type == torch::kFloat) {
-        Rows(static_cast<const float*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16);
+        Rows(static_cast<const float*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16,
+             path);
       } else {
-        Rows(static_cast<const uint16_t*>(base), x, products[m].y, in, lo - begin, hi - begin,
-             bf16);
+        Rows(static_cast<const uint16_t*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16,
+             path);
       }
     }
   });
 }
 
-std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
-                                       const torch::Tensor& x) {
+std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws, const torch::Tensor& x,
+                                       KernelPath path) {
   TORCH_CHECK(!ws.empty() && ws.size() <= 8, "WeightGemvs: 1 to 8 matrices, not ", ws.size());
   const torch::Tensor xc = x.reshape({ws[0].size(1)}).to(torch::kFloat).contiguous();
   std::vector<torch::Tensor> ys;
@@ -187,7 +216,7 @@ std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
     ys.push_back(torch::empty({w.size(0)}, xc.options()));
     products.push_back({&w, ys.back().data_ptr<float>()});
   }
-  WeightGemvsInto(products.data(), products.size(), xc.data_ptr<float>());
+  WeightGemvsInto(products.data(), products.size(), xc.data_ptr<float>(), path);
   return ys;
 }
 

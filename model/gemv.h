@@ -5,8 +5,8 @@
 // arithmetic compute in f32 anyway). f32 weights take the same kernel
 // rather than BLAS sgemv so that a decode step runs on one thread pool:
 // OpenBLAS's threads and OpenMP's, both awake, fight for the same cores.
-// On x86 with AVX2/FMA/F16C (checked at run time) an intrinsics kernel, a
-// portable loop elsewhere (the aarch64 agent bundle).
+// On x86 with AVX2/FMA/F16C (checked at run time) an intrinsics kernel, on
+// aarch64 (the phone agent bundle) a NEON kernel, a portable loop elsewhere.
 #ifndef HILNAS_MODEL_GEMV_H_
 #define HILNAS_MODEL_GEMV_H_
 
@@ -16,6 +16,14 @@
 
 namespace hilnas {
 
+// Which code computes a product: the best this CPU runs (what every caller
+// uses), or the portable loop, to check one against the other
+// (model/kernel_check.h, `hilnas-agent --check-kernels`).
+enum class KernelPath { kBest, kPortable };
+
+// The best path's name on this CPU: "avx2+fma+f16c", "neon" or "portable".
+const char* GemvKernelName();
+
 // w [out, in] f32, bf16 or f16, contiguous; x f32 with `in` elements.
 // Returns f32 [out]. Rows are split across libtorch's intra-op threads.
 torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x);
@@ -23,8 +31,8 @@ torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x);
 // The products of one x with several matrices of the same type and width
 // (q/k/v, gate/up) in one parallel region: the workers wake once, not once
 // per matrix. Returns f32 [rows of ws[m]] for each m.
-std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws,
-                                       const torch::Tensor& x);
+std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws, const torch::Tensor& x,
+                                       KernelPath path = KernelPath::kBest);
 
 // The raw form the allocation-free decode step uses: for each of the n
 // products, y[0..rows) = w x, with w as above and x `in` floats.
@@ -32,7 +40,8 @@ struct GemvProduct {
   const torch::Tensor* w;
   float* y;
 };
-void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x);
+void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x,
+                     KernelPath path = KernelPath::kBest);
 
 }  // namespace hilnas
 

@@ -187,6 +187,22 @@ TEST_F(Arm64AgentTest, BundledAgentOnAnEmulatedPhoneRegistersAndCompletesABenchm
   EXPECT_THAT(Shell(env_ + script_ + "status", &code), HasSubstr("stopped"));
 }
 
+// The phone's kernels: the NEON GEMV (f32, f16, bf16) and the attention
+// kernels on 4 threads, as the phone runs them, hold to a double reference,
+// and the NEON GEMV to the portable loop's; under qemu, which executes the
+// NEON instructions exactly as the architecture defines them.
+TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
+  int code = 0;
+  const std::string out = Shell(env_ + script_ + "check-kernels", &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("kernels: ok (gemv path neon, 4 threads"));
+  for (const char* kernel : {"gemv Float 67x1027", "gemv Half 131x576", "gemv BFloat16 5x7",
+                             "attention decode window 48", "attention prefill full"}) {
+    EXPECT_THAT(out, HasSubstr(kernel));
+  }
+  EXPECT_THAT(out, Not(HasSubstr("OVER TOLERANCE")));
+}
+
 TEST_F(Arm64AgentTest, PhoneAgentRefusesAPhoneThatIsNotArm64OrNotThere) {
   int code = 0;
   std::string out = Shell(

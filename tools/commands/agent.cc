@@ -15,6 +15,7 @@
 #include "device_agent/environment.h"
 #include "device_agent/external_runtime.h"
 #include "device_agent/libtorch_runtime.h"
+#include "model/kernel_check.h"
 #include "tools/commands/agent.h"
 #include "tools/commands/commands.h"
 #include "tools/common.h"
@@ -36,6 +37,7 @@ struct AgentCommandOptions {
   std::string runtime_name;
   std::string runtime_version;
   int64_t memory_limit_mb = 0;
+  bool check_kernels = false;
 };
 
 std::atomic<bool> g_stop{false};
@@ -80,6 +82,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> RuntimeOf(const AgentCommandOptions& cl
 
 }  // namespace
 
+// --check-kernels: the runtime's kernels on this CPU against the portable
+// loops and a double reference (model/kernel_check.h); no coordinator.
+int CheckKernelsHere(int threads) {
+  absl::StatusOr<KernelCheck> check = CheckKernels(threads);
+  if (!check.ok()) return Fail(check.status());
+  std::printf("%s", check->Report().c_str());
+  return check->ok() ? 0 : 1;
+}
+
 int RunAgent(const AgentCommandOptions& cl) {
   const AgentGateFlags& gate = cl.gate;
   const std::string cpu_set = cl.cpu_set;
@@ -87,6 +98,8 @@ int RunAgent(const AgentCommandOptions& cl) {
   if (!cpu_set.empty()) {
     if (absl::Status s = PinToCpuSet(cpu_set); !s.ok()) return Fail(s);
   }
+  if (cl.check_kernels)
+    return CheckKernelsHere(cl.threads > 0 ? cl.threads : ProbeDevice().cores());
   absl::StatusOr<std::unique_ptr<Runtime>> runtime = RuntimeOf(cl);
   if (!runtime.ok()) return Fail(runtime.status());
   AgentOptions o;
@@ -214,6 +227,10 @@ void AddAgentCommand(Cli& cli) {
   app->add_option("--memory-limit-mb", o->memory_limit_mb,
                   "refuse models needing more (weights + KV cache); 0 = MemAvailable")
       ->check(CLI::NonNegativeNumber);
+  app->add_flag("--check-kernels", o->check_kernels,
+                "check this CPU's GEMV and attention kernels against the portable loops and a "
+                "double-precision reference on --threads threads, print the errors and exit "
+                "(no coordinator)");
   cli.StableTiming(app, &o->threads);
 }
 
