@@ -47,6 +47,23 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
 // Weights stored in half precision (Decoder::StoreWeightsAs) are computed
 // in x's dtype: a one-token product reads them as they are (WeightGemv,
 // half the bytes), a prompt widens the matrix once and multiplies in f32.
+//
+// Without autograd the widened matrix goes into one buffer per thread,
+// reused by every projection: a fresh f32 copy per matrix and prompt is
+// memory the kernel must fault in and zero each time (glibc hands large
+// blocks back on free), which made a fresh process's 256-token f16 prefill
+// on 2 threads 1.5x its f32 one (bench/data/runtime-compare.md).
+torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
+  if (torch::GradMode::is_enabled()) return w.to(type);  // backward keeps it
+  thread_local torch::Tensor scratch;
+  if (!scratch.defined() || scratch.scalar_type() != type || scratch.numel() < w.numel()) {
+    scratch = torch::empty({w.numel()}, torch::TensorOptions().dtype(type));
+  }
+  torch::Tensor out = scratch.narrow(0, 0, w.numel()).view(w.sizes());
+  out.copy_(w);
+  return out;
+}
+
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
   if (w.scalar_type() != x.scalar_type()) {
     if (x.numel() == w.size(1) && x.scalar_type() == torch::kFloat) {
@@ -54,7 +71,7 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
       shape.back() = w.size(0);
       return WeightGemv(w, x).view(shape);
     }
-    return torch::matmul(x, w.to(x.scalar_type()).t());
+    return torch::matmul(x, Widened(w, x.scalar_type()).t());
   }
   if (x.numel() == w.size(1)) {
     std::vector<int64_t> shape = x.sizes().vec();

@@ -60,6 +60,28 @@ TEST(DecoderTest, Llama3RopeScalingStretchesOnlyTheLowFrequencies) {
   EXPECT_TRUE(torch::allclose(RopeInverseFrequencies(a), plain / 8));
 }
 
+// Weights of 2 MiB and more sit in 2 MiB-aligned buffers (advised as huge
+// pages) and keep their values (loaded decoders take the same path before
+// the loader fills them: CheckpointTest's round trips).
+TEST(DecoderTest, LargeWeightsSitOnHugePageBoundaries) {
+  Arch a = TinyMixedArch();
+  a.vocab_size = 8192;  // embedding 8192 x 64 f32 = 2 MiB
+  a.d_model = 64;
+  a.head_dim = 16;
+  auto created = Decoder::Create(a, 3);
+  ASSERT_TRUE(created.ok()) << created.status();
+  int large = 0;
+  for (const auto& [name, t] : created->NamedTensors()) {
+    const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+    if (t.nbytes() >= (size_t{2} << 20)) {
+      ++large;
+      EXPECT_EQ(address % (uintptr_t{2} << 20), 0u) << name;
+      EXPECT_GT(t.abs().sum().item<double>(), 0) << name << " lost its initial values";
+    }
+  }
+  EXPECT_GE(large, 1);
+}
+
 TEST(DecoderTest, ParameterCountEqualsStaticCount) {
   for (bool tied : {true, false}) {
     Arch a = TinyMixedArch();

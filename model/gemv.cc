@@ -60,12 +60,13 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 Widen(const float* p, boo
 }
 
 // One row at a time, front to back: the weights stream through memory as
-// one sequential read, which every CPU's hardware prefetcher follows. Four
-// rows side by side (sharing each load of x) read four streams 2-6 KiB
-// apart: on an AMD EPYC (Zen 4) 2.1-2.7x slower than one stream at the same
-// bytes (10-20 against 25-28 GB/s, 56 MiB of f32 or f16 rows of 512 and
-// 1536; bench/data/runtime-compare.md), and no faster on the Xeon it was
-// tuned on. Four accumulators keep four FMA chains in flight.
+// one sequential read, which every CPU's hardware prefetcher follows, and
+// which is how llama.cpp's dot products read them too. Four rows side by
+// side (sharing each load of x; the earlier form, tuned on a Xeon) read four
+// streams 2-6 KiB apart: on an AMD EPYC (Zen 4) 2.1-2.7x slower than one
+// stream over the same bytes (10-20 against 25-28 GB/s, 56 MiB of f32 or f16
+// rows of 512 and 1536, one thread; bench/data/runtime-compare.md). Four
+// accumulators keep four FMA chains in flight; no software prefetch.
 template <typename W>
 __attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* x, float* y,
                                                        int64_t in, int64_t first, int64_t last,
@@ -120,8 +121,7 @@ void RowsNeon(const W* w, const float* x, float* y, int64_t in, int64_t first, i
               bool bf16) {
   for (int64_t o = first; o < last; ++o) {
     const W* row = w + o * in;
-    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0),
-                a3 = vdupq_n_f32(0);
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0), a3 = vdupq_n_f32(0);
     int64_t i = 0;
     for (; i + 16 <= in; i += 16) {
       a0 = vfmaq_f32(a0, Widen4(row + i, bf16), vld1q_f32(x + i));
