@@ -54,7 +54,10 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
 // blocks back on free), which made a fresh process's 256-token f16 prefill
 // on 2 threads 1.5x its f32 one (bench/data/runtime-compare.md).
 torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
-  if (torch::GradMode::is_enabled()) return w.to(type);  // backward keeps it
+  // Backward keeps the widened matrix; a vocabulary-sized head (all-position
+  // logits in eval) would pin a gigabyte: both take a copy of their own.
+  constexpr int64_t kMaxScratchElements = int64_t{16} << 20;  // 64 MiB of f32
+  if (torch::GradMode::is_enabled() || w.numel() > kMaxScratchElements) return w.to(type);
   thread_local torch::Tensor scratch;
   if (!scratch.defined() || scratch.scalar_type() != type || scratch.numel() < w.numel()) {
     scratch = torch::empty({w.numel()}, torch::TensorOptions().dtype(type));
