@@ -8,6 +8,7 @@
 #ifndef HILNAS_MODEL_KERNEL_CHECK_H_
 #define HILNAS_MODEL_KERNEL_CHECK_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,10 @@ namespace hilnas {
 // Relative errors are |got - want| / sum_i |w_i x_i| for a GEMV row (the
 // scale of its rounding), |got - want| / max |want| for attention.
 struct KernelCheckRow {
-  std::string kernel;         // "gemv f16 67x1027", "attention prefill window 48" ...
-  double best_error = 0;      // best path against the double reference
-  double portable_error = 0;  // portable loop against it (gemv only)
-  bool ok = false;            // both within KernelCheck::kTolerance
+  std::string kernel;                    // "gemv f16 67x1027", "attention prefill window 48" ...
+  double best_error = 0;                 // best path against the double reference
+  std::optional<double> portable_error;  // portable loop against it (gemv only)
+  bool ok = false;                       // both within KernelCheck::kTolerance
 };
 
 struct KernelCheck {
