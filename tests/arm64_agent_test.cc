@@ -203,6 +203,42 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
   EXPECT_THAT(out, Not(HasSubstr("OVER TOLERANCE")));
 }
 
+// One command compares hilnas with llama.cpp on the phone: the bundle and
+// a llama.cpp folder pushed, the comparison run there on the big core, a
+// table of ratios printed. llama-bench is a stand-in (no Android build of
+// llama.cpp exists here) that checks it got a GGUF file and the flags.
+TEST_F(Arm64AgentTest, CompareRunsBothRuntimesOnThePhoneInOneCommand) {
+  const std::string llama = dir_ + "/llama-android";
+  std::filesystem::create_directories(llama);
+  std::filesystem::copy_file(std::string(HILNAS_SOURCE_DIR) + "/tests/fake_llama_bench/llama-bench",
+                             llama + "/llama-bench");
+  std::ofstream(dir_ + "/tiny.textproto")
+      << "name: \"tiny\" num_layers: 2 d_model: 64 d_ffn: 128 num_heads: 4 num_kv_heads: 2\n"
+         "head_dim: 16 vocab_size: 256 qk_norm: true rope_theta: 10000 norm_eps: 1e-5\n"
+         "attention: FULL attention: FULL\n";
+  int code = 0;
+  const std::string out =
+      Shell(absl::StrCat(env_, script_, "compare --llama-bench ", llama, " --arch ", dir_,
+                         "/tiny.textproto --prompts 16,32 --repeats 1"),
+            &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("tiny: f32 weights, 1 threads"));
+  EXPECT_THAT(out, HasSubstr("| prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio |"));
+  // The stand-in's times: 0.1 ms a prompt token, 2 ms a decoded token.
+  EXPECT_THAT(out, HasSubstr("| 16 | "));
+  EXPECT_THAT(out, HasSubstr(" | 1.6 | "));
+  EXPECT_THAT(out, HasSubstr(" | 3.2 | "));
+  EXPECT_THAT(out, HasSubstr(" | 2.00 | "));
+  // On the big core (CPU 1) with one thread; decode timed after each prompt.
+  std::string calls;
+  ASSERT_TRUE(
+      ReadFileToString(dir_ + "/phone/data/local/tmp/hilnas/llama/llama-bench.log", &calls).ok());
+  EXPECT_THAT(calls, HasSubstr("-p 32 -n 64 -d 0,32 -t 1 -fa 0 -o json"));
+  // Bad input is refused before anything is pushed.
+  EXPECT_THAT(Shell(env_ + script_ + "compare", &code), HasSubstr("compare needs --llama-bench"));
+  EXPECT_NE(code, 0);
+}
+
 TEST_F(Arm64AgentTest, PhoneAgentRefusesAPhoneThatIsNotArm64OrNotThere) {
   int code = 0;
   std::string out = Shell(

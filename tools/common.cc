@@ -17,6 +17,7 @@
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
 #include "search_space/space.h"
+#include "tools/arch_file.h"
 #include "util/files.h"
 #include "util/status_macros.h"
 #include "util/subprocess.h"
@@ -43,13 +44,7 @@ absl::StatusOr<Arch> ArchOf(const ArchFlags& flags) {
     HILNAS_ASSIGN_OR_RETURN(Shape s, FindShape(shape));
     return s.arch;
   }
-  if (absl::EndsWith(file, ".json")) return ReadConfigJson(file);  // a Hugging Face config.json
-  ArchSpec spec;
-  HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(file, &spec));
-  auto arch = ArchFromProto(spec);
-  if (!arch.ok())
-    return absl::InvalidArgumentError(absl::StrCat(file, ": ", arch.status().message()));
-  return arch;
+  return ReadArchFile(file);
 }
 
 absl::StatusOr<Space> SpaceOf(const std::string& file) {
@@ -94,12 +89,11 @@ absl::Status ApplyThreads(int32_t threads) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads,
-                                       int64_t context) {
+absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads, int64_t context) {
   HILNAS_RETURN_IF_ERROR(ApplyThreads(threads));
   HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
-  HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(checkpoint->arch(), std::max<int64_t>(context, 1) + 1,
-                                           4, absl::StrCat("checkpoint ", ckpt)));
+  HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(checkpoint->arch(), std::max<int64_t>(context, 1) + 1, 4,
+                                           absl::StrCat("checkpoint ", ckpt)));
   return checkpoint->Load();
 }
 

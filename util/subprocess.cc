@@ -130,15 +130,24 @@ bool ReadOutput(pid_t pid, int out_fd, int err_fd, double timeout_s, CommandOutp
 
 }  // namespace
 
+// The POSIX shell: /bin/sh, or Android's /system/bin/sh where the agent
+// bundle runs on a phone (Android has no /bin).
+static const std::string& Shell() {
+  static const std::string shell =
+      access("/bin/sh", X_OK) == 0 || access("/system/bin/sh", X_OK) != 0 ? "/bin/sh"
+                                                                          : "/system/bin/sh";
+  return shell;
+}
+
 absl::StatusOr<CommandOutput> RunCapturing(const std::string& command, double timeout_s) {
-  return RunProgram({"/bin/sh", "-c", command}, timeout_s);
+  return RunProgram({Shell(), "-c", command}, timeout_s);
 }
 
 absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& args, double timeout_s,
                                          const std::map<std::string, std::string>& env) {
   if (args.empty()) return absl::InvalidArgumentError("RunProgram: no program");
   // Shown in errors: the shell's command itself, or the program's words.
-  const std::string command = args[0] == "/bin/sh" && args.size() == 3 && args[1] == "-c"
+  const std::string command = args[0] == Shell() && args.size() == 3 && args[1] == "-c"
                                   ? args[2]
                                   : absl::StrJoin(args, " ");
   std::vector<std::string> all = args;  // execvp wants char*, built before fork

@@ -38,6 +38,7 @@ struct AgentCommandOptions {
   std::string runtime_version;
   int64_t memory_limit_mb = 0;
   bool check_kernels = false;
+  CompareFlags compare;
 };
 
 std::atomic<bool> g_stop{false};
@@ -100,6 +101,12 @@ int RunAgent(const AgentCommandOptions& cl) {
   }
   if (cl.check_kernels)
     return CheckKernelsHere(cl.threads > 0 ? cl.threads : ProbeDevice().cores());
+  if (!cl.compare.llama_bench.empty()) {
+    const int n = cpu_set.empty()
+                      ? ProbeDevice().cores()
+                      : static_cast<int>(ParseCpuSet(cpu_set).value_or(std::vector<int>{1}).size());
+    return CompareWithLlamaBench(cl.compare, cl.threads > 0 ? cl.threads : n);
+  }
   absl::StatusOr<std::unique_ptr<Runtime>> runtime = RuntimeOf(cl);
   if (!runtime.ok()) return Fail(runtime.status());
   AgentOptions o;
@@ -231,6 +238,7 @@ void AddAgentCommand(Cli& cli) {
                 "check this CPU's GEMV and attention kernels against the portable loops and a "
                 "double-precision reference on --threads threads, print the errors and exit "
                 "(no coordinator)");
+  AddCompareFlags(app, &o->compare);
   cli.StableTiming(app, &o->threads);
 }
 

@@ -29,6 +29,19 @@ void AddAgentGateFlags(CLI::App* app, AgentGateFlags* flags);
 // The same settings as `hilnas agent` flags.
 std::vector<std::string> AgentGateArgs(const AgentGateFlags& flags);
 
+// --compare-llama-bench and the flags it reads (tools/commands/agent_compare.cc).
+struct CompareFlags {
+  std::string llama_bench;  // empty: no comparison
+  std::string arch;         // a file; default: bench/runtime_compare.sh's full4
+  std::string prompts = "256,1024";
+  std::string dtype = "f32";
+  int32_t repeats = 3;
+  int32_t decode_tokens = 64;
+};
+void AddCompareFlags(CLI::App* app, CompareFlags* flags);
+// Prints the table; the exit code.
+int CompareWithLlamaBench(const CompareFlags& flags, int threads);
+
 }  // namespace hilnas::tools
 
 #endif  // HILNAS_TOOLS_COMMANDS_AGENT_H_

@@ -1,0 +1,140 @@
+// `hilnas agent --compare-llama-bench PATH`: the built-in runtime against
+// llama.cpp's llama-bench on this device, same weights, runs alternating
+// (device_agent/runtime_compare.h). No coordinator. On a phone,
+// `scripts/phone-agent SERIAL compare --llama-bench DIR` runs this there.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "device_agent/environment.h"
+#include "device_agent/external_runtime.h"
+#include "device_agent/libtorch_runtime.h"
+#include "device_agent/runtime_compare.h"
+#include "model/checkpoint.h"
+#include "model/decoder.h"
+#include "tools/arch_file.h"
+#include "tools/cli.h"
+#include "tools/commands/agent.h"
+#include "util/status_macros.h"
+
+namespace hilnas::tools {
+namespace {
+
+// llama.cpp's qwen3 layout at 4 x d 512 (bench/runtime_compare.sh's full4):
+// every layer full attention, as llama.cpp's GGUF models are.
+Arch DefaultCompareArch() {
+  Arch a;
+  a.name = "full4";
+  a.num_layers = 4;
+  a.d_model = 512;
+  a.d_ffn = 1536;
+  a.num_heads = 8;
+  a.num_kv_heads = 2;
+  a.head_dim = 64;
+  a.vocab_size = 4096;
+  a.qk_norm = true;
+  a.attention.assign(4, Attention::kFull);
+  return a;
+}
+
+absl::StatusOr<std::vector<int>> Prompts(const std::string& list) {
+  std::vector<int> out;
+  for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v < 1 || v > kMaxContext) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--compare-prompts: \"", s, "\" is not a prompt length in 1..", kMaxContext));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--compare-prompts is empty");
+  return out;
+}
+
+// Single quotes for /bin/sh, a quote inside closed, escaped and reopened.
+std::string ShellQuoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+absl::Status Compare(const CompareFlags& f, int threads) {
+  if (access(f.llama_bench.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("--compare-llama-bench ", f.llama_bench, ": not an executable file"));
+  }
+  Arch arch = DefaultCompareArch();
+  if (!f.arch.empty()) {
+    HILNAS_ASSIGN_OR_RETURN(arch, ReadArchFile(f.arch));
+  }
+  HILNAS_ASSIGN_OR_RETURN(std::vector<int> prompts, Prompts(f.prompts));
+  if (f.dtype != "f32" && f.dtype != "f16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compare-dtype ", f.dtype, " is not one of f32, f16"));
+  }
+  // One checkpoint both runtimes read: the same weights on both sides.
+  const std::filesystem::path work =
+      std::filesystem::temp_directory_path() / absl::StrCat("hilnas-compare-", getpid());
+  std::filesystem::remove_all(work);
+  HILNAS_ASSIGN_OR_RETURN(Decoder d, Decoder::Create(arch, /*seed=*/1));
+  HILNAS_RETURN_IF_ERROR(SaveCheckpoint(d, (work / "ckpt").string(), StorageDtype::kF32));
+  BenchmarkRequest req;
+  req.set_checkpoint_dir((work / "ckpt").string());
+  req.set_threads(threads);
+  req.set_precision(f.dtype == "f16" ? FP16 : FP32);
+
+  LibtorchRuntimeOptions lo;
+  std::unique_ptr<Runtime> hilnas = NewLibtorchRuntime(lo);
+  ExternalRuntimeOptions eo;
+  eo.name = "llama.cpp";
+  eo.work_dir = (work / "llama").string();
+  eo.export_command = kBuiltinGgufExport;
+  const std::string dir = std::filesystem::path(f.llama_bench).parent_path().string();
+  eo.bench_command = absl::StrCat(
+      "LD_LIBRARY_PATH=", ShellQuoted(dir.empty() ? "." : dir), " ", ShellQuoted(f.llama_bench),
+      " -m {model} -p {prompt_tokens} -n {decode_tokens} -d 0,{depth} -t {threads} -r 1 -fa 0 "
+      "-o json");
+  std::unique_ptr<Runtime> llama = NewExternalRuntime(eo);
+
+  CompareOptions co;
+  co.prompts = prompts;
+  co.repeats = f.repeats;
+  co.decode_tokens = f.decode_tokens;
+  co.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  absl::StatusOr<std::vector<CompareRow>> rows = CompareRuntimes(*hilnas, *llama, req, co);
+  std::filesystem::remove_all(work);
+  if (!rows.ok()) return rows.status();
+  const DeviceIdentity device = ProbeDevice();
+  std::printf("%s: %s weights, %d threads, CPU %s, medians of %d alternating runs\n\n",
+              arch.name.c_str(), f.dtype.c_str(), threads, device.soc().c_str(), f.repeats);
+  std::printf("%s", CompareTable(*rows, "hilnas", "llama.cpp").c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddCompareFlags(CLI::App* app, CompareFlags* f) {
+  app->add_option("--compare-llama-bench", f->llama_bench,
+                  "time the built-in runtime against this llama-bench binary on this device "
+                  "(same weights, runs alternating), print a table and exit (no coordinator)");
+  app->add_option("--compare-arch", f->arch,
+                  "architecture to compare (.textproto or config.json, all layers full "
+                  "attention); default: 4 x d 512, bench/runtime_compare.sh's full4");
+  app->add_option("--compare-prompts", f->prompts, "prompt lengths to compare at, e.g. 256,1024");
+  app->add_option("--compare-dtype", f->dtype, "weights to compare at: f32 | f16");
+  app->add_option("--compare-repeats", f->repeats, "timed runs per runtime and prompt")
+      ->check(CLI::Range(1, 100));
+  app->add_option("--compare-decode-tokens", f->decode_tokens, "tokens decoded after each prompt")
+      ->check(CLI::Range(1, 4096));
+}
+
+int CompareWithLlamaBench(const CompareFlags& flags, int threads) {
+  absl::Status s = Compare(flags, threads);
+  return s.ok() ? 0 : Fail(s);
+}
+
+}  // namespace hilnas::tools
