@@ -149,7 +149,7 @@ constexpr int64_t kGemvGrainBytes = int64_t{256} << 10;
 template <typename W>
 void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16,
           KernelPath path) {
-  if (path == KernelPath::kBest) {
+  if (path != KernelPath::kPortable) {
 #if defined(__x86_64__)
     if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16);
 #elif defined(__aarch64__)

@@ -19,7 +19,10 @@ namespace hilnas {
 // Which code computes a product: the best this CPU runs (what every caller
 // uses), or the portable loop, to check one against the other
 // (model/kernel_check.h, `hilnas-agent --check-kernels`).
-enum class KernelPath { kBest, kPortable };
+// kBaseline: the best path without the optional extensions a CPU of its
+// architecture may lack (the quantized products' AVX-512 VNNI on x86, the
+// dot-product instructions on aarch64), to check those against it.
+enum class KernelPath { kBest, kBaseline, kPortable };
 
 // The best path's name on this CPU: "avx2+fma+f16c", "neon" or "portable".
 const char* GemvKernelName();

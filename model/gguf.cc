@@ -249,11 +249,26 @@ const char* GgmlTypeName(GgmlType type) {
       return "f16";
     case GgmlType::kBF16:
       return "bf16";
+    case GgmlType::kQ4_0:
+      return "q4_0";
+    case GgmlType::kQ8_0:
+      return "q8_0";
   }
   return "?";
 }
 
-int GgmlTypeBytes(GgmlType type) { return type == GgmlType::kF32 ? 4 : 2; }
+uint64_t GgmlBytes(GgmlType type, uint64_t elements) {
+  switch (type) {
+    case GgmlType::kF32:
+      return elements * 4;
+    case GgmlType::kQ4_0:
+      return elements / 32 * 18;
+    case GgmlType::kQ8_0:
+      return elements / 32 * 34;
+    default:
+      return elements * 2;
+  }
+}
 
 GgufValue GgufValue::U32(uint32_t v) {
   GgufValue x;
@@ -352,9 +367,9 @@ std::string GgufValue::DebugString() const {
 }
 
 uint64_t GgufTensorInfo::bytes() const {
-  uint64_t n = GgmlTypeBytes(type);
+  uint64_t n = 1;
   for (uint64_t d : dims) n *= d;
-  return n;
+  return GgmlBytes(type, n);
 }
 
 const GgufValue* GgufFile::Find(const std::string& key) const {
@@ -401,12 +416,17 @@ absl::StatusOr<GgufTensorInfo> ReadTensorInfo(Reader& r, const GgufFile& f, cons
     elements *= t.dims[d];
   }
   if (auto s = r.Scalar(&type, t.name + " type"); !s.ok()) return s;
-  if (type != 0 && type != 1 && type != 30) {
+  if (type != 0 && type != 1 && type != 2 && type != 8 && type != 30) {
     return absl::DataLossError(
         absl::StrCat(path, ": tensor \"", t.name, "\" has ggml type ", type,
-                     " (this reader knows f32 = 0, f16 = 1, bf16 = 30; not quantised types)"));
+                     " (this reader knows f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30)"));
   }
   t.type = static_cast<GgmlType>(type);
+  if (GgmlIsBlock(t.type) && t.dims[0] % 32 != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" is ",
+                                            GgmlTypeName(t.type), " with rows of ", t.dims[0],
+                                            ", not a whole number of 32-value blocks"));
+  }
   if (auto s = r.Scalar(&t.offset, t.name + " offset"); !s.ok()) return s;
   if (t.offset % f.alignment != 0) {
     return absl::DataLossError(absl::StrCat(path, ": tensor \"", t.name, "\" offset ", t.offset,

@@ -40,9 +40,15 @@ enum class GgufType : uint32_t {
 
 // Tensor element types hilnas writes and reads (ggml_type); quantised
 // types are refused by name.
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kBF16 = 30 };
+// ggml's type ids; Q4_0 and Q8_0 store blocks of 32 weights along the
+// innermost dimension (model/quant.h).
+enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kBF16 = 30 };
 const char* GgmlTypeName(GgmlType type);
-int GgmlTypeBytes(GgmlType type);
+// Bytes of `elements` values (a multiple of 32 for the block types).
+uint64_t GgmlBytes(GgmlType type, uint64_t elements);
+inline bool GgmlIsBlock(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0;
+}
 
 // One metadata value: a scalar in the field its type selects, or an array
 // of scalars (nested arrays are refused: nothing llama.cpp reads uses them).
@@ -102,7 +108,7 @@ class GgufWriter {
   using Producer = std::function<absl::StatusOr<std::string>()>;
   void Add(std::string key, GgufValue value);
   // `dims` innermost first; the producer must return exactly
-  // product(dims) * GgmlTypeBytes(type) bytes.
+  // GgmlBytes(type, product(dims)) bytes.
   void AddTensor(std::string name, std::vector<uint64_t> dims, GgmlType type, Producer data);
   absl::Status Write(const std::string& path) const;
 

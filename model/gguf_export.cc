@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
+#include "model/quant.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -91,7 +92,7 @@ namespace {
 
 absl::Status CheckOptions(const GgufExportOptions& options) {
   if (options.dtype == GgmlType::kBF16) {
-    return absl::InvalidArgumentError("GGUF export writes f32 or f16, not bf16");
+    return absl::InvalidArgumentError("GGUF export writes f32, f16, q4_0 or q8_0, not bf16");
   }
   if (options.context_length <= 0 || options.context_length > kMaxContext) {
     return absl::InvalidArgumentError(
@@ -108,8 +109,15 @@ void AddHyperparameters(GgufWriter& w, const Arch& arch, const std::string& a,
   w.Add("general.architecture", GgufValue::Str(a));
   w.Add("general.name", GgufValue::Str(arch.name.empty() ? "hilnas" : arch.name));
   w.Add("general.alignment", GgufValue::U32(32));
-  // llama_ftype: 0 ALL_F32, 1 MOSTLY_F16.
-  w.Add("general.file_type", GgufValue::U32(options.dtype == GgmlType::kF16 ? 1 : 0));
+  // llama_ftype: 0 ALL_F32, 1 MOSTLY_F16, 2 MOSTLY_Q4_0, 7 MOSTLY_Q8_0;
+  // quantized files carry ggml's quantization version (2), as
+  // llama-quantize writes it.
+  const uint32_t ftype = options.dtype == GgmlType::kF16    ? 1
+                         : options.dtype == GgmlType::kQ4_0 ? 2
+                         : options.dtype == GgmlType::kQ8_0 ? 7
+                                                            : 0;
+  w.Add("general.file_type", GgufValue::U32(ftype));
+  if (GgmlIsBlock(options.dtype)) w.Add("general.quantization_version", GgufValue::U32(2));
   w.Add(a + ".context_length", GgufValue::U32(static_cast<uint32_t>(options.context_length)));
   w.Add(a + ".embedding_length", GgufValue::U32(arch.d_model));
   w.Add(a + ".block_count", GgufValue::U32(arch.num_layers));
@@ -185,10 +193,26 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
     AddPlaceholderTokenizer(w, arch);
 
     // Tensors in llama.cpp's names; dims innermost first ([out, in] -> {in, out}).
+    absl::Status refused;  // a matrix the block type cannot hold
     auto add = [&](const std::string& name, torch::Tensor t, bool matrix) {
       std::vector<uint64_t> dims;
       for (int64_t d = t.dim() - 1; d >= 0; --d) dims.push_back(static_cast<uint64_t>(t.size(d)));
       const GgmlType type = matrix ? options.dtype : GgmlType::kF32;
+      if (GgmlIsBlock(type)) {
+        const QuantType q = type == GgmlType::kQ4_0 ? QuantType::kQ4_0 : QuantType::kQ8_0;
+        if (t.size(1) % kQuantBlock != 0 && refused.ok()) {
+          refused = absl::InvalidArgumentError(
+              absl::StrCat(name, " has rows of ", t.size(1), " values: ", GgmlTypeName(type),
+                           " stores whole blocks of ", kQuantBlock));
+          return;
+        }
+        w.AddTensor(name, dims, type, [t, q]() -> absl::StatusOr<std::string> {
+          HILNAS_ASSIGN_OR_RETURN(torch::Tensor blocks, QuantizeMatrix(t.contiguous(), q));
+          return std::string(reinterpret_cast<const char*>(blocks.data_ptr<uint8_t>()),
+                             blocks.numel());
+        });
+        return;
+      }
       torch::Tensor stored = type == GgmlType::kF16 ? t.to(torch::kHalf) : t;
       w.AddTensor(name, dims, type,
                   [stored]() -> absl::StatusOr<std::string> { return Bytes(stored); });
@@ -238,6 +262,7 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
     }
     weights.erase("lm_head.weight");  // a tied checkpoint may store the copy
     HILNAS_RETURN_IF_ERROR(NothingLeft(weights, source, layout));
+    HILNAS_RETURN_IF_ERROR(refused);
     return w.Write(out_path);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("GGUF export of ", source, ": ", e.what()));

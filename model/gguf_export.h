@@ -24,8 +24,11 @@ namespace hilnas {
 class Decoder;
 
 struct GgufExportOptions {
-  GgmlType dtype = GgmlType::kF32;  // matrices: f32 or f16 (norms stay f32, as llama.cpp's)
-  int64_t context_length = 8192;    // {arch}.context_length: the training context llama.cpp assumes
+  // Matrices: f32, f16, or q4_0 / q8_0 (llama-quantize --pure's tensors,
+  // byte for byte: every matrix, the token embedding included). Norms stay
+  // f32, as llama.cpp's.
+  GgmlType dtype = GgmlType::kF32;
+  int64_t context_length = 8192;  // {arch}.context_length: the training context llama.cpp assumes
 };
 
 // "llama" or "qwen3"; INVALID_ARGUMENT naming the first layer or option

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -274,6 +275,88 @@ TEST_F(GgufTest, ExportFromAModelInMemoryEqualsExportFromItsCheckpoint) {
   const std::string memory = bytes(dir_ + "/memory.gguf");
   EXPECT_GT(memory.size(), 1000u);
   EXPECT_EQ(memory, bytes(dir_ + "/disk.gguf"));
+}
+
+// FNV-1a, 64 bits: a fingerprint of a tensor's bytes.
+uint64_t Fnv1a(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Weights every machine computes alike: a smooth pattern per parameter,
+// with a few blocks all zero and a few with one large value.
+Decoder PatternedDecoder() {
+  Arch a = TinyMixedArch();
+  a.name = "pattern";
+  a.attention.assign(a.num_layers, Attention::kFull);
+  a.sliding_window = 0;
+  Decoder d = Decoder::Create(a, 1).value();
+  torch::NoGradGuard no_grad;
+  int k = 0;
+  for (torch::Tensor& p : d.module().parameters()) {
+    const torch::Tensor i = torch::arange(p.numel(), torch::kDouble);
+    torch::Tensor v = torch::sin(i * 0.37 + k) * 0.05 + torch::cos(i * 0.011 * (k + 1)) * 0.02;
+    v.masked_fill_(i.remainder(997) < 32, 0.0);   // zero blocks
+    v.masked_fill_(i.remainder(401) == 5, 0.75);  // outliers
+    p.copy_(v.view(p.sizes()).to(torch::kFloat));
+    ++k;
+  }
+  return d;
+}
+
+// hilnas's Q4_0 and Q8_0 tensors are llama-quantize's, byte for byte. The
+// fingerprints are of the tensors `llama-quantize --pure F.gguf Q.gguf
+// Q4_0|Q8_0` (llama.cpp 10e9780) wrote from this test's f32 export
+// (bench/quant_exact.sh repeats the check on any model with llama.cpp at
+// hand).
+TEST_F(GgufTest, QuantizedTensorsAreLlamaQuantizesBytes) {
+  const Decoder d = PatternedDecoder();
+  ASSERT_OK(ExportGguf(d, dir_ + "/f32.gguf"));
+  if (const char* keep = std::getenv("HILNAS_KEEP_PATTERN_GGUF")) {
+    std::filesystem::copy_file(dir_ + "/f32.gguf", keep,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  const std::map<std::string, std::pair<uint64_t, uint64_t>> want = {
+      // name: {q4_0, q8_0}
+      {"token_embd.weight", {0xb82b5e681c979dceull, 0xe74c9a8ba362f86eull}},
+      {"blk.0.attn_q.weight", {0xeeba774cf98f0f82ull, 0x863f5f0957c3f862ull}},
+      {"blk.1.attn_k.weight", {0x0a400419d4af7a9dull, 0x18a66af508549321ull}},
+      {"blk.2.attn_output.weight", {0xee0809a9272be083ull, 0xdd0255d077baebc7ull}},
+      {"blk.3.ffn_down.weight", {0x6280f8549d1fd23cull, 0x48efc8a0c30b2937ull}},
+      {"blk.3.ffn_gate.weight", {0xbd8376774ee550abull, 0x34b557b5bd6fab0bull}},
+      {"output.weight", {0xccdc808989edc8dcull, 0x8e537a4eefed3565ull}}};
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+    GgufExportOptions o;
+    o.dtype = type;
+    const std::string path = absl::StrCat(dir_, "/", GgmlTypeName(type), ".gguf");
+    ASSERT_OK(ExportGguf(d, path, o));
+    ASSERT_OK_AND_ASSIGN(GgufFile f, ReadGguf(path));
+    EXPECT_EQ(f.Find("general.file_type")->u, type == GgmlType::kQ4_0 ? 2u : 7u);
+    EXPECT_EQ(f.Find("general.quantization_version")->u, 2u);
+    for (const auto& [name, prints] : want) {
+      const GgufTensorInfo* t = f.FindTensor(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->type, type) << name;
+      ASSERT_OK_AND_ASSIGN(std::string bytes, ReadGgufTensorData(path, f, *t));
+      EXPECT_EQ(Fnv1a(bytes), type == GgmlType::kQ4_0 ? prints.first : prints.second)
+          << name << " as " << GgmlTypeName(type);
+    }
+    EXPECT_EQ(f.FindTensor("blk.0.attn_norm.weight")->type, GgmlType::kF32);
+  }
+}
+
+TEST_F(GgufTest, QuantizedExportRefusesRowsOffTheBlock) {
+  Arch a = LlamaLike();
+  a.d_ffn = 72;  // ffn_down's rows: 72 values
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 1));
+  GgufExportOptions o;
+  o.dtype = GgmlType::kQ4_0;
+  EXPECT_THAT(ExportGguf(d, dir_ + "/no.gguf", o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("blk.0.ffn_down.weight has rows of 72 values: q4_0 stores whole "
+                                 "blocks of 32")));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/no.gguf"));
 }
 
 TEST_F(GgufTest, RefusesWhatLlamaCppCannotRunNamingTheLayerOrOption) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/campaign_report.h"
 #include "model/gguf.h"
@@ -55,14 +56,19 @@ int ExportGgufCommand(const ExportOptions& cl) {
   if (out.empty() || (cl.ckpt.empty() == cl.campaign.empty())) {
     return Fail(absl::InvalidArgumentError(
         "usage: hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE "
-        "[--dtype f32|f16 --overwrite]"));
+        "[--dtype f32|f16|q4_0|q8_0 --overwrite]"));
   }
   GgufExportOptions o;
-  if (cl.dtype == "f16" || cl.dtype == "F16") {
+  const std::string dtype = absl::AsciiStrToLower(cl.dtype);
+  if (dtype == "f16") {
     o.dtype = GgmlType::kF16;
-  } else if (cl.dtype != "f32" && cl.dtype != "F32") {
+  } else if (dtype == "q4_0") {
+    o.dtype = GgmlType::kQ4_0;
+  } else if (dtype == "q8_0") {
+    o.dtype = GgmlType::kQ8_0;
+  } else if (dtype != "f32") {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", cl.dtype, ": GGUF export writes f32 or f16")));
+        absl::StrCat("--dtype ", cl.dtype, ": GGUF export writes f32, f16, q4_0 or q8_0")));
   }
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && !cl.overwrite) {
@@ -133,7 +139,8 @@ void AddExportCommand(Cli& cli) {
   auto [app, o] = cli.Add<ExportOptions>(
       "export",
       "--campaign C --trial N --out DIR [--db FILE] |\n"
-      "    --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE [--dtype f32|f16]",
+      "    --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE [--dtype "
+      "f32|f16|q4_0|q8_0]",
       "the dense pruned checkpoint of any trial; or a GGUF file for llama.cpp", RunExport);
   app->add_option("--format", o->format, "gguf: a GGUF file for llama.cpp; default a checkpoint")
       ->check(CLI::IsMember({"", "gguf"}));

@@ -1,0 +1,199 @@
+#include "model/quant.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+// Built with -ffp-contract=off (model/CMakeLists.txt): x * id + 8.5 must
+// round twice, as llama.cpp's reference quantizer on x86 rounds it, not
+// once as a fused multiply-add would on aarch64.
+
+namespace hilnas {
+namespace {
+
+inline uint16_t HalfBits(float f) { return c10::Half(f).x; }
+inline float HalfValue(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+}
+inline void StoreHalf(uint8_t* p, float f) {
+  const uint16_t h = HalfBits(f);
+  std::memcpy(p, &h, 2);
+}
+
+void QuantizeBlockQ8(const float* x, uint8_t* out) {
+  float amax = 0;
+  for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  StoreHalf(out, d);
+  for (int j = 0; j < kQuantBlock; ++j) {
+    out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  }
+}
+
+void QuantizeBlockQ4(const float* x, uint8_t* out) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  StoreHalf(out, d);
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    const float x0 = x[j] * id, x1 = x[kQuantBlock / 2 + j] * id;
+    const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f)));
+    const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f)));
+    out[2 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+}  // namespace
+
+const char* QuantTypeName(QuantType t) { return t == QuantType::kQ4_0 ? "q4_0" : "q8_0"; }
+
+std::optional<QuantType> ParseQuantType(absl::string_view name) {
+  if (name == "q4_0") return QuantType::kQ4_0;
+  if (name == "q8_0") return QuantType::kQ8_0;
+  return std::nullopt;
+}
+
+void QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out) {
+  const int64_t bs = QuantBlockBytes(t);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    if (t == QuantType::kQ4_0) {
+      QuantizeBlockQ4(x + b * kQuantBlock, out + b * bs);
+    } else {
+      QuantizeBlockQ8(x + b * kQuantBlock, out + b * bs);
+    }
+  }
+}
+
+void DequantizeRow(QuantType t, const uint8_t* q, int64_t n, float* out) {
+  const int64_t bs = QuantBlockBytes(t);
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    const uint8_t* blk = q + b * bs;
+    const float d = HalfValue(blk);
+    float* o = out + b * kQuantBlock;
+    if (t == QuantType::kQ8_0) {
+      for (int j = 0; j < kQuantBlock; ++j) o[j] = d * static_cast<int8_t>(blk[2 + j]);
+    } else {
+      for (int j = 0; j < kQuantBlock / 2; ++j) {
+        o[j] = d * ((blk[2 + j] & 15) - 8);
+        o[j + kQuantBlock / 2] = d * ((blk[2 + j] >> 4) - 8);
+      }
+    }
+  }
+}
+
+void QuantizeActivations(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    uint8_t* blk = out + b * 34;
+    float amax = 0;
+    for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float id = amax != 0 ? 127.0f / amax : 0.0f;
+    StoreHalf(blk, amax / 127.0f);
+    for (int j = 0; j < kQuantBlock; ++j) {
+      blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(xb[j] * id)));
+    }
+  }
+}
+
+absl::StatusOr<torch::Tensor> QuantizeMatrix(const torch::Tensor& w, QuantType t) {
+  if (w.dim() != 2 || w.scalar_type() != torch::kFloat) {
+    return absl::InvalidArgumentError("QuantizeMatrix: w must be a 2-D f32 matrix");
+  }
+  const int64_t rows = w.size(0), cols = w.size(1);
+  if (cols % kQuantBlock != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", rows, " x ", cols, " matrix cannot be stored as ", QuantTypeName(t),
+                     ": its width ", cols, " is not a multiple of the block size ", kQuantBlock));
+  }
+  const torch::Tensor wc = w.contiguous();
+  const int64_t blocks = cols / kQuantBlock, bs = QuantBlockBytes(t);
+  torch::Tensor q = torch::empty({rows, blocks, bs}, torch::TensorOptions().dtype(torch::kUInt8));
+  const float* src = wc.data_ptr<float>();
+  uint8_t* dst = q.data_ptr<uint8_t>();
+  at::parallel_for(0, rows, 64, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      QuantizeRow(t, src + r * cols, cols, dst + r * blocks * bs);
+  });
+  return q;
+}
+
+std::optional<QuantType> QuantTypeOf(const torch::Tensor& w) {
+  if (!w.defined() || w.dim() != 3 || w.scalar_type() != torch::kUInt8) return std::nullopt;
+  if (w.size(2) == 18) return QuantType::kQ4_0;
+  if (w.size(2) == 34) return QuantType::kQ8_0;
+  return std::nullopt;
+}
+
+torch::Tensor DequantizeMatrix(const torch::Tensor& q) {
+  const QuantType t = QuantTypeOf(q).value();
+  const int64_t rows = q.size(0), cols = QuantColumns(q), row_bytes = q.size(1) * q.size(2);
+  torch::Tensor out = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kFloat));
+  const torch::Tensor qc = q.contiguous();
+  const uint8_t* src = qc.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, rows, 64, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      DequantizeRow(t, src + r * row_bytes, cols, dst + r * cols);
+  });
+  return out;
+}
+
+namespace {
+
+// Rows of w per parallel chunk in a prompt's product: a chunk's weights
+// (32 rows of d 2048 at Q4_0: 37 KiB) stay in L1/L2 while every token's
+// activations stream past them.
+constexpr int64_t kGemmRows = 32;
+
+}  // namespace
+
+torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
+  RECORD_FUNCTION("hilnas::quant_matmul", {});
+  const QuantType t = QuantTypeOf(w).value();
+  const int64_t cols = QuantColumns(w), rows = w.size(0), blocks = w.size(1);
+  TORCH_CHECK(x.size(-1) == cols, "QuantMatmul: x has ", x.size(-1), " columns, w ", cols);
+  const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
+  const int64_t tokens = xf.size(0);
+  // Activations once, as Q8_0 rows.
+  std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * 34));
+  const float* xp = xf.data_ptr<float>();
+  at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      QuantizeActivations(xp + i * cols, cols, xq.data() + i * blocks * 34);
+    }
+  });
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = rows;
+  torch::Tensor out = torch::empty({tokens, rows}, torch::TensorOptions().dtype(torch::kFloat));
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  if (tokens == 1) {
+    const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / (blocks * w.size(2)));
+    at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
+      QuantRowsDot(t, wp, blocks, xq.data(), op, first, last);
+    });
+  } else {
+    at::parallel_for(0, (rows + kGemmRows - 1) / kGemmRows, 1, [&](int64_t first, int64_t last) {
+      QuantGemm(t, wp, blocks, xq.data(), tokens, op, rows, first * kGemmRows,
+                std::min(rows, last * kGemmRows));
+    });
+  }
+  return out.view(shape).to(x.scalar_type());
+}
+
+}  // namespace hilnas

@@ -1,0 +1,85 @@
+// GGUF's block-quantized weights, Q8_0 and Q4_0 (issue 36; MobileLLM-Flash
+// Sec. 4.2 times every candidate at 4-bit weights, group size 32, with 8-bit
+// dynamic activations), and the products the runtime computes on them.
+//
+// A block is 32 consecutive weights of a row and one f16 scale d:
+//   Q8_0: d, then 32 int8 q;            weight j = d * q[j]           (34 bytes)
+//   Q4_0: d, then 16 bytes of nibbles;  weight j = d * (nibble j - 8)  (18 bytes)
+// where byte i of a Q4_0 block holds weight i in its low nibble and weight
+// i + 16 in its high one (ggml's block_q4_0 and block_q8_0).
+//
+// Products quantize the activations as well: each row of x becomes Q8_0
+// blocks, and a weight block times an activation block is d_w * d_x times a
+// sum of 32 integer products, which CPUs compute in integer SIMD (AVX2,
+// AVX-512 VNNI, NEON's dot-product instructions), as llama.cpp's CPU path
+// and ExecuTorch's 8da4w do.
+#ifndef HILNAS_MODEL_QUANT_H_
+#define HILNAS_MODEL_QUANT_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/gemv.h"
+
+namespace hilnas {
+
+enum class QuantType { kQ4_0, kQ8_0 };
+
+inline constexpr int64_t kQuantBlock = 32;  // weights per block, both types
+
+inline int64_t QuantBlockBytes(QuantType t) { return t == QuantType::kQ4_0 ? 18 : 34; }
+const char* QuantTypeName(QuantType t);  // "q4_0", "q8_0"
+std::optional<QuantType> ParseQuantType(absl::string_view name);
+
+// llama.cpp's reference quantizers (ggml-quants.c, quantize_row_q4_0_ref and
+// quantize_row_q8_0_ref, what llama-quantize runs): the same bytes for the
+// same floats. Q8_0: d = amax / 127, q = round(x / d) (half away from
+// zero). Q4_0: m = the value of largest magnitude, d = m / -8, q = min(15,
+// trunc(x / d + 8.5)). The scale is rounded to f16 after the quants are
+// computed with the f32 scale. REQUIRES: n % 32 == 0.
+void QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out);
+void DequantizeRow(QuantType t, const uint8_t* q, int64_t n, float* out);
+
+// Activations as Q8_0 blocks for the products: d = amax / 127, q = x * (127
+// / amax) rounded half to even (llama.cpp's AVX2 and NEON activation
+// quantizers, which differ from the reference in the last rounding).
+void QuantizeActivations(const float* x, int64_t n, uint8_t* out);
+
+// A quantized matrix is a uint8 tensor [rows, cols / 32, block bytes].
+// QuantizeMatrix: w f32 [rows, cols], cols % 32 == 0 (INVALID_ARGUMENT
+// naming the width otherwise).
+absl::StatusOr<torch::Tensor> QuantizeMatrix(const torch::Tensor& w, QuantType t);
+// The type of a tensor in that form, nullopt for any other tensor.
+std::optional<QuantType> QuantTypeOf(const torch::Tensor& w);
+inline int64_t QuantColumns(const torch::Tensor& w) { return w.size(1) * kQuantBlock; }
+torch::Tensor DequantizeMatrix(const torch::Tensor& q);  // f32 [rows, cols]
+
+// The kernels (model/quant_kernels.cc). The best path picks, at run time,
+// AVX-512 VNNI, AVX2 (x86), NEON with or without the dot-product extension
+// (aarch64), or the portable loop.
+const char* QuantKernelName();
+
+// y[o] = w[o] . x for rows [first, last) of a quantized matrix of `blocks`
+// blocks a row; xq: x as QuantizeActivations made it.
+void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,
+                  int64_t first, int64_t last, KernelPath path = KernelPath::kBest);
+
+// c[i * ldc + o] = w[o] . x_i for tokens i < tokens and rows [first, last):
+// xq holds `tokens` rows of activations, each `blocks` Q8_0 blocks. Each
+// weight block is unpacked once for four tokens.
+void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
+               float* c, int64_t ldc, int64_t first, int64_t last,
+               KernelPath path = KernelPath::kBest);
+
+// x [..., cols] f32 times a quantized w^T: [..., rows] f32. One row of x is
+// a GEMV, more a QuantGemm; rows split across libtorch's threads.
+torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_QUANT_H_

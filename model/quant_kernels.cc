@@ -1,0 +1,246 @@
+// The quantized products of model/quant.h: a Q4_0 or Q8_0 weight block
+// times a Q8_0 activation block is d_w * d_x * (32 integer products), summed
+// in f32 over a row's blocks. One path per instruction set, picked at run
+// time: AVX-512 VNNI (VPDPBUSD), AVX2 (VPMADDUBSW + VPMADDWD), NEON with the
+// dot-product extension (SDOT) and without (SMULL + SADALP), and a portable
+// loop. Integer sums are exact on every path; the f32 sums over blocks may
+// differ in their last bits (each path adds in its own order).
+//
+// Kept out of the library's unity batches (model/CMakeLists.txt): its
+// helpers are compiled for several instruction sets.
+#include <ATen/Parallel.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "model/quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+namespace hilnas {
+namespace {
+
+constexpr int64_t kQ8Bytes = 34;
+constexpr int kTokenTile = 4;  // tokens sharing one unpacked weight block
+
+inline float Scale(const uint8_t* block) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+}
+
+// ---- Portable ----
+
+// The 32 weights of a block as int8: Q8_0's as stored, Q4_0's nibbles - 8
+// in order (low nibbles are weights 0..15, high ones 16..31).
+inline void Unpack(QuantType t, const uint8_t* block, int8_t w[32]) {
+  if (t == QuantType::kQ8_0) {
+    std::memcpy(w, block + 2, 32);
+    return;
+  }
+  for (int j = 0; j < 16; ++j) {
+    w[j] = static_cast<int8_t>((block[2 + j] & 15) - 8);
+    w[j + 16] = static_cast<int8_t>((block[2 + j] >> 4) - 8);
+  }
+}
+
+inline int32_t Dot32(const int8_t* w, const int8_t* x) {
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += static_cast<int32_t>(w[j]) * x[j];
+  return s;
+}
+
+void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
+                  float* c, int64_t ldc, int64_t first, int64_t last) {
+  const int64_t bs = QuantBlockBytes(t);
+  int8_t unpacked[32];
+  for (int64_t o = first; o < last; ++o) {
+    const uint8_t* row = w + o * blocks * bs;
+    for (int64_t i = 0; i < tokens; ++i) {
+      const uint8_t* x = xq + i * blocks * kQ8Bytes;
+      float sum = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        Unpack(t, row + b * bs, unpacked);
+        const uint8_t* xb = x + b * kQ8Bytes;
+        sum += Scale(row + b * bs) * Scale(xb) *
+               static_cast<float>(Dot32(unpacked, reinterpret_cast<const int8_t*>(xb + 2)));
+      }
+      c[i * ldc + o] = sum;
+    }
+  }
+}
+
+// ---- x86: AVX2, and AVX-512 VNNI for the integer dot ----
+//
+// model/internal/quant_x86.inc compiled twice, each under its own target:
+// an AVX2 build must not contain one EVEX instruction, and always-inline
+// helpers cannot cross targets. HILNAS_QUANT_DOT(w_abs, w, x) is the eight
+// int32 partial sums of w . x as floats; |w| <= 127 and |x| <= 127, so
+// VPMADDUBSW's pairs (|w| times sign-moved x) stay within int16.
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+#define HILNAS_QUANT_DOT(w_abs, w, x)                                                       \
+  _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), \
+                                       _mm256_set1_epi16(1)))
+#include "model/internal/quant_x86.inc"
+#undef HILNAS_QUANT_DOT
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512vl,avx512vnni")
+namespace vnni {
+#define HILNAS_QUANT_DOT(w_abs, w, x) \
+  _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(x, w)))
+#include "model/internal/quant_x86.inc"
+#undef HILNAS_QUANT_DOT
+}  // namespace vnni
+#pragma GCC pop_options
+
+bool HasQuantAvx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+bool HasVnni() {
+  static const bool ok =
+      HasQuantAvx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+#endif  // __x86_64__
+
+// ---- aarch64: NEON, with and without the dot-product extension ----
+#if defined(__aarch64__)
+inline int8x16x2_t UnpackNeon(QuantType t, const uint8_t* block) {
+  if (t == QuantType::kQ8_0) {
+    return {vld1q_s8(reinterpret_cast<const int8_t*>(block + 2)),
+            vld1q_s8(reinterpret_cast<const int8_t*>(block + 18))};
+  }
+  const uint8x16_t packed = vld1q_u8(block + 2);
+  const int8x16_t eight = vdupq_n_s8(8);
+  return {vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(15))), eight),
+          vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), eight)};
+}
+
+struct DotNeon {
+  static inline int32x4_t Sum(int8x16x2_t w, const int8_t* x) {
+    const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int16x8_t p0 = vmull_s8(vget_low_s8(w.val[0]), vget_low_s8(x0));
+    int16x8_t p1 = vmull_high_s8(w.val[0], x0);
+    int16x8_t p2 = vmull_s8(vget_low_s8(w.val[1]), vget_low_s8(x1));
+    int16x8_t p3 = vmull_high_s8(w.val[1], x1);
+    return vaddq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)),
+                     vaddq_s32(vpaddlq_s16(p2), vpaddlq_s16(p3)));
+  }
+};
+
+struct DotNeonDot {
+  __attribute__((target("+dotprod"))) static inline int32x4_t Sum(int8x16x2_t w, const int8_t* x) {
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(x)), w.val[1], vld1q_s8(x + 16));
+  }
+};
+
+template <typename Dot, int kTokens>
+__attribute__((always_inline)) inline void RowTileNeon(QuantType t, const uint8_t* row,
+                                                       int64_t blocks, const uint8_t* x,
+                                                       int64_t x_stride, float* c, int64_t ldc) {
+  const int64_t bs = QuantBlockBytes(t);
+  float32x4_t acc[kTokens];
+  for (int i = 0; i < kTokens; ++i) acc[i] = vdupq_n_f32(0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* wb = row + b * bs;
+    const int8x16x2_t w = UnpackNeon(t, wb);
+    const float dw = Scale(wb);
+    for (int i = 0; i < kTokens; ++i) {
+      const uint8_t* xb = x + i * x_stride + b * kQ8Bytes;
+      const int32x4_t s = Dot::Sum(w, reinterpret_cast<const int8_t*>(xb + 2));
+      acc[i] = vmlaq_n_f32(acc[i], vcvtq_f32_s32(s), dw * Scale(xb));
+    }
+  }
+  for (int i = 0; i < kTokens; ++i) c[i * ldc] = vaddvq_f32(acc[i]);
+}
+
+template <typename Dot>
+void GemmNeonBody(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
+                  float* c, int64_t ldc, int64_t first, int64_t last) {
+  const int64_t row_bytes = blocks * QuantBlockBytes(t), x_stride = blocks * kQ8Bytes;
+  int64_t i = 0;
+  for (; i + kTokenTile <= tokens; i += kTokenTile) {
+    for (int64_t o = first; o < last; ++o) {
+      RowTileNeon<Dot, kTokenTile>(t, w + o * row_bytes, blocks, xq + i * x_stride, x_stride,
+                                   c + i * ldc + o, ldc);
+    }
+  }
+  for (; i < tokens; ++i) {
+    for (int64_t o = first; o < last; ++o) {
+      RowTileNeon<Dot, 1>(t, w + o * row_bytes, blocks, xq + i * x_stride, x_stride,
+                          c + i * ldc + o, ldc);
+    }
+  }
+}
+
+void GemmNeon(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
+              float* c, int64_t ldc, int64_t first, int64_t last) {
+  GemmNeonBody<DotNeon>(t, w, blocks, xq, tokens, c, ldc, first, last);
+}
+
+__attribute__((target("+dotprod"))) void GemmNeonDot(QuantType t, const uint8_t* w, int64_t blocks,
+                                                     const uint8_t* xq, int64_t tokens, float* c,
+                                                     int64_t ldc, int64_t first, int64_t last) {
+  GemmNeonBody<DotNeonDot>(t, w, blocks, xq, tokens, c, ldc, first, last);
+}
+
+bool HasDotProduct() {
+  static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  return ok;
+}
+#endif  // __aarch64__
+
+}  // namespace
+
+const char* QuantKernelName() {
+#if defined(__x86_64__)
+  if (HasVnni()) return "avx512vnni";
+  if (HasQuantAvx2()) return "avx2";
+#elif defined(__aarch64__)
+  return HasDotProduct() ? "neon+dotprod" : "neon";
+#endif
+  return "portable";
+}
+
+void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
+               float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  if (path != KernelPath::kPortable) {
+#if defined(__x86_64__)
+    if (path == KernelPath::kBest && HasVnni()) {
+      return vnni::Gemm(t, w, blocks, xq, tokens, c, ldc, first, last);
+    }
+    if (HasQuantAvx2()) return avx2::Gemm(t, w, blocks, xq, tokens, c, ldc, first, last);
+#elif defined(__aarch64__)
+    if (path == KernelPath::kBest && HasDotProduct()) {
+      return GemmNeonDot(t, w, blocks, xq, tokens, c, ldc, first, last);
+    }
+    return GemmNeon(t, w, blocks, xq, tokens, c, ldc, first, last);
+#endif
+  }
+  GemmPortable(t, w, blocks, xq, tokens, c, ldc, first, last);
+}
+
+void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,
+                  int64_t first, int64_t last, KernelPath path) {
+  // One token: y is the row of c, ldc unused.
+  QuantGemm(t, w, blocks, xq, 1, y, 0, first, last, path);
+}
+
+}  // namespace hilnas

@@ -1,0 +1,125 @@
+#include "model/quant.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hilnas {
+namespace {
+
+using ::testing::HasSubstr;
+
+torch::Tensor Random(int64_t rows, int64_t cols, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn({rows, cols});
+}
+
+// w . x in double over the dequantized weights and activations: what every
+// kernel path must compute up to f32 rounding.
+double ReferenceDot(QuantType t, const uint8_t* row, const uint8_t* xq, int64_t cols) {
+  std::vector<float> w(cols), x(cols);
+  DequantizeRow(t, row, cols, w.data());
+  DequantizeRow(QuantType::kQ8_0, xq, cols, x.data());
+  double s = 0;
+  for (int64_t i = 0; i < cols; ++i) s += static_cast<double>(w[i]) * x[i];
+  return s;
+}
+
+class QuantTest : public ::testing::TestWithParam<QuantType> {};
+
+TEST_P(QuantTest, DequantizedWeightsStayWithinHalfAStep) {
+  const QuantType t = GetParam();
+  const torch::Tensor w = Random(37, 96, 1);
+  const torch::Tensor q = QuantizeMatrix(w, t).value();
+  ASSERT_EQ(QuantTypeOf(q), t);
+  EXPECT_EQ(q.size(1), 3);
+  EXPECT_EQ(QuantColumns(q), 96);
+  const torch::Tensor back = DequantizeMatrix(q);
+  const auto wa = w.accessor<float, 2>();
+  const auto ba = back.accessor<float, 2>();
+  for (int64_t r = 0; r < 37; ++r) {
+    for (int64_t b = 0; b < 3; ++b) {
+      double amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double(wa[r][b * 32 + j])));
+      // Q8_0: steps of amax / 127; Q4_0: of amax / 8, the largest value at
+      // -8 steps exactly and the others rounded to the nearest of -8..7
+      // steps, so on the far side values past 7.5 steps clip to 7.
+      const double step = t == QuantType::kQ8_0 ? amax / 127 : amax / 8;
+      for (int j = 0; j < 32; ++j) {
+        const double x = wa[r][b * 32 + j];
+        const double tol = t == QuantType::kQ4_0 && std::fabs(x) > 7.5 * step ? step : step / 2;
+        EXPECT_NEAR(ba[r][b * 32 + j], x, tol + amax * 2e-3)
+            << "row " << r << " block " << b << " weight " << j;
+      }
+    }
+  }
+}
+
+TEST_P(QuantTest, EveryPathsDotProductsMatchADoubleReference) {
+  const QuantType t = GetParam();
+  const int64_t rows = 45, cols = 320, tokens = 7;  // tokens: a tile of 4 and 3 left over
+  const torch::Tensor q = QuantizeMatrix(Random(rows, cols, 2), t).value();
+  const torch::Tensor x = Random(tokens, cols, 3);
+  std::vector<uint8_t> xq(tokens * cols / 32 * 34);
+  for (int64_t i = 0; i < tokens; ++i) {
+    QuantizeActivations(x.data_ptr<float>() + i * cols, cols, xq.data() + i * cols / 32 * 34);
+  }
+  const uint8_t* w = q.data_ptr<uint8_t>();
+  const int64_t row_bytes = q.size(1) * q.size(2);
+  for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
+    std::vector<float> c(tokens * rows), y(rows);
+    QuantGemm(t, w, cols / 32, xq.data(), tokens, c.data(), rows, 0, rows, path);
+    QuantRowsDot(t, w, cols / 32, xq.data() + 2 * cols / 32 * 34, y.data(), 0, rows, path);
+    for (int64_t i = 0; i < tokens; ++i) {
+      for (int64_t o = 0; o < rows; ++o) {
+        const double want =
+            ReferenceDot(t, w + o * row_bytes, xq.data() + i * cols / 32 * 34, cols);
+        EXPECT_NEAR(c[i * rows + o], want, 1e-5 * (std::fabs(want) + 1))
+            << QuantKernelName() << " path " << static_cast<int>(path) << " token " << i << " row "
+            << o;
+        if (i == 2) {
+          EXPECT_NEAR(y[o], want, 1e-5 * (std::fabs(want) + 1));
+        }
+      }
+    }
+  }
+}
+
+TEST_P(QuantTest, MatmulOfPromptAndTokenAgreesWithTheDequantizedProduct) {
+  const QuantType t = GetParam();
+  const torch::Tensor w = Random(70, 128, 4);
+  const torch::Tensor q = QuantizeMatrix(w, t).value();
+  const torch::Tensor x = Random(9, 128, 5).view({1, 9, 128});
+  const torch::Tensor got = QuantMatmul(x, q);
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, 9, 70}));
+  // Against f32 x times the dequantized weights: only activation rounding
+  // (Q8_0, ~0.4% of each block's largest value) separates them.
+  const torch::Tensor want = torch::matmul(x, DequantizeMatrix(q).t());
+  EXPECT_LT((got - want).abs().max().item<float>(), 0.02 * want.abs().max().item<float>());
+  const torch::Tensor one = QuantMatmul(x.narrow(1, 4, 1), q);
+  EXPECT_TRUE(torch::allclose(one.view({70}), got[0][4], 1e-5, 1e-5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantTest, ::testing::Values(QuantType::kQ4_0, QuantType::kQ8_0),
+                         [](const auto& info) { return std::string(QuantTypeName(info.param)); });
+
+TEST(QuantTest, WidthsOffTheBlockAreRefusedByName) {
+  const auto q = QuantizeMatrix(torch::zeros({4, 100}), QuantType::kQ4_0);
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(q.status().message(),
+              HasSubstr("its width 100 is not a multiple of the block size 32"));
+  EXPECT_EQ(ParseQuantType("q4_0"), QuantType::kQ4_0);
+  EXPECT_EQ(ParseQuantType("q5_k"), std::nullopt);
+  EXPECT_EQ(QuantTypeOf(torch::zeros({4, 100})), std::nullopt);
+}
+
+TEST(QuantTest, AllZeroBlocksHaveZeroScaleAndZeroProducts) {
+  const torch::Tensor q = QuantizeMatrix(torch::zeros({2, 64}), QuantType::kQ4_0).value();
+  EXPECT_TRUE(torch::equal(DequantizeMatrix(q), torch::zeros({2, 64})));
+  EXPECT_EQ(q[0][0][2].item<uint8_t>(), 0x88);  // 0 is level 8 in both nibbles
+}
+
+}  // namespace
+}  // namespace hilnas
