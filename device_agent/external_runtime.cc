@@ -32,6 +32,10 @@ const char* PrecisionName(Precision p) {
       return "fp16";
     case INT8_DYNAMIC:
       return "int8";
+    case Q4_0:
+      return "q4_0";
+    case Q8_0:
+      return "q8_0";
     default:
       return "fp32";
   }
@@ -76,9 +80,14 @@ class ExternalRuntime : public Runtime {
     GgufExportOptions o;
     if (req.precision() == FP16) {
       o.dtype = GgmlType::kF16;
+    } else if (req.precision() == Q4_0) {
+      o.dtype = GgmlType::kQ4_0;
+    } else if (req.precision() == Q8_0) {
+      o.dtype = GgmlType::kQ8_0;
     } else if (req.precision() != FP32 && req.precision() != PRECISION_UNSPECIFIED) {
-      return absl::UnimplementedError(absl::StrCat("built-in GGUF export writes fp32 or fp16, not ",
-                                                   PrecisionName(req.precision())));
+      return absl::UnimplementedError(
+          absl::StrCat("built-in GGUF export writes fp32, fp16, q4_0 or q8_0, not ",
+                       PrecisionName(req.precision())));
     }
     const std::string dir = absl::StrCat(options_.work_dir, "/", tag);
     std::error_code ec;

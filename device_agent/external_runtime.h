@@ -35,7 +35,7 @@ struct ExternalRuntimeOptions {
   // hilnas's own GGUF writer (llama-bench needs nothing else). Placeholders: {config}
   // (a Hugging Face config.json hilnas writes), {checkpoint} (the request's
   // checkpoint folder, or empty), {model} (the file to produce),
-  // {precision} (fp32, bf16, fp16, int8). Empty: no export step, and
+  // {precision} (fp32, bf16, fp16, int8, q4_0, q8_0). Empty: no export step, and
   // {model} is the checkpoint folder.
   std::string export_command;
   // Run once per timed run. Placeholders: {model}, {prompt_tokens},

@@ -12,6 +12,7 @@
 #include "model/generate.h"
 #include "model/kv_prediction.h"
 #include "model/ppd.h"
+#include "model/quant.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
 #include "util/status_macros.h"
@@ -28,6 +29,9 @@ absl::StatusOr<torch::Dtype> DtypeFor(Precision p) {
       return torch::kBFloat16;
     case FP16:
       return torch::kHalf;
+    case Q4_0:
+    case Q8_0:
+      return torch::kUInt8;  // blocks; built in f32, then quantized
     default:
       return absl::UnimplementedError(absl::StrCat(
           "precision ", Precision_Name(p), " is not supported by the libtorch-cpu runtime"));
@@ -117,7 +121,8 @@ class LibtorchRuntime : public Runtime {
     // arithmetic (Decoder::StoreWeightsAs); slim caches compute in the half
     // dtype itself (their W_KV product is not a projection).
     HILNAS_ASSIGN_OR_RETURN(const torch::Dtype storage, DtypeFor(req.precision()));
-    torch::Dtype dtype = storage;
+    const bool quantized = storage == torch::kUInt8;
+    torch::Dtype dtype = quantized ? torch::kFloat : storage;
     if (req.threads() > 0) at::set_num_threads(req.threads());
     int max_context = 0;
     for (int p : req.prompt_lengths()) max_context = std::max(max_context, p);
@@ -138,7 +143,12 @@ class LibtorchRuntime : public Runtime {
       return absl::InvalidArgumentError("benchmark request names neither arch nor checkpoint_dir");
     }
     if (!decoder.ok()) return Classify(decoder.status());
-    if (storage != torch::kFloat && decoder->arch().kv_cache != KvLayout::kSlim) {
+    if (quantized) {
+      // Built in f32 (random or loaded), then quantized (INVALID_ARGUMENT for
+      // widths off the block: an unsupported architecture).
+      HILNAS_RETURN_IF_ERROR(
+          decoder->QuantizeWeights(req.precision() == Q4_0 ? QuantType::kQ4_0 : QuantType::kQ8_0));
+    } else if (storage != torch::kFloat && decoder->arch().kv_cache != KvLayout::kSlim) {
       // Built in f32 (random or loaded), then its matrices narrowed.
       HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));
     }

@@ -55,14 +55,18 @@ std::string GateViolation(const RunConditions& c, const ProtocolOptions& o) {
 
 // What one decode step reads: the weights and the KV cache at the prompt's
 // depth, from the architecture (a checkpoint's is unknown before it is
-// loaded: the probe's cap). f32 cache; bf16/f16 requests store weights in 2 bytes.
+// loaded: the probe's cap). f32 cache; bf16/f16 requests store weights in 2 bytes,
+// q4_0 and q8_0 in 18 and 34 bytes a block of 32.
 }  // namespace
 
 int64_t MemoryProbeBytes(const BenchmarkRequest& req, int prompt) {
   if (!req.has_arch()) return kMaxMemoryProbeBytes;
   absl::StatusOr<Arch> arch = ArchFromProto(req.arch());
   if (!arch.ok()) return kMaxMemoryProbeBytes;
-  const int weight_bytes = req.precision() == BF16 || req.precision() == FP16 ? 2 : 4;
+  const double weight_bytes = req.precision() == BF16 || req.precision() == FP16 ? 2
+                              : req.precision() == Q4_0                          ? 18.0 / 32
+                              : req.precision() == Q8_0                          ? 34.0 / 32
+                                                                                 : 4;
   const double bytes = CountParameters(*arch).model() * weight_bytes +
                        KvCacheBytes(*arch, prompt + req.decode_tokens(), 4);
   // In steps of sqrt(2) from 1 MiB, so that jobs of similar size share a

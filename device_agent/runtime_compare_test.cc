@@ -17,9 +17,15 @@ namespace {
 using ::testing::HasSubstr;
 
 // llama-bench's stand-in (tests/fake_llama_bench): TTFT 0.1 ms a prompt
-// token, 2 ms a decoded token, from a GGUF file hilnas exported.
-const std::string kFakeLlamaBench =
-    std::string(HILNAS_SOURCE_DIR) + "/tests/fake_llama_bench/llama-bench";
+// token, 2 ms a decoded token, from a GGUF file hilnas exported. Copied
+// into `work` first: it logs its calls beside itself.
+std::string FakeLlamaBench(const std::string& work) {
+  std::filesystem::create_directories(work);
+  const std::string to = work + "/llama-bench";
+  std::filesystem::copy_file(std::string(HILNAS_SOURCE_DIR) + "/tests/fake_llama_bench/llama-bench",
+                             to, std::filesystem::copy_options::overwrite_existing);
+  return to;
+}
 
 std::unique_ptr<Runtime> FakeLlama(const std::string& work, const std::string& bench) {
   ExternalRuntimeOptions o;
@@ -48,7 +54,7 @@ TEST(RuntimeCompareTest, RunsAlternateAndRowsAreMedians) {
   std::filesystem::remove_all(work);
   const BenchmarkRequest req = OnCheckpoint(work + "/ckpt");
   std::unique_ptr<Runtime> hilnas = NewLibtorchRuntime();
-  std::unique_ptr<Runtime> llama = FakeLlama(work + "/llama", kFakeLlamaBench);
+  std::unique_ptr<Runtime> llama = FakeLlama(work + "/llama", FakeLlamaBench(work + "/bin"));
   CompareOptions o;
   o.prompts = {8, 16};
   o.decode_tokens = 4;

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/internal/decoder_layers.h"
+#include "model/quant.h"
+#include "util/status_macros.h"
 
 namespace hilnas {
 
@@ -176,6 +178,51 @@ absl::Status Decoder::StoreWeightsAs(torch::Dtype storage) {
   }
   return absl::OkStatus();
 }
+absl::Status Decoder::QuantizeWeights(QuantType type) {
+  if (impl_->dtype_ != torch::kFloat) {
+    return absl::FailedPreconditionError("quantized weights need an f32 decoder");
+  }
+  if (impl_->arch_.kv_cache == KvLayout::kSlim) {
+    return absl::UnimplementedError(
+        "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
+  }
+  // Every matrix checked before any is changed.
+  for (const auto& item : impl_->named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (p.dim() == 2 && p.size(1) % kQuantBlock != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(impl_->arch_.name, ": ", item.key(), " has rows of ", p.size(1), " values; ",
+                       QuantTypeName(type), " stores whole blocks of ", kQuantBlock));
+    }
+    if (p.dim() == 2 && p.scalar_type() != torch::kFloat) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(item.key(), " is already stored as ", c10::toString(p.scalar_type())));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  try {
+    for (torch::Tensor& p : impl_->parameters()) {
+      if (p.dim() != 2) continue;
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor q, QuantizeMatrix(p, type));
+      p.set_requires_grad(false);  // integer storage has no gradient
+      p.set_data(q);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("quantizing ", impl_->arch_.name, ": ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
+  if (name == "f32") return absl::OkStatus();
+  if (name == "f16") return StoreWeightsAs(torch::kHalf);
+  if (name == "bf16") return StoreWeightsAs(torch::kBFloat16);
+  if (std::optional<QuantType> q = ParseQuantType(name)) return QuantizeWeights(*q);
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight dtype ", name, " is not one of f32, bf16, f16, q4_0, q8_0"));
+}
+
 torch::nn::Module& Decoder::module() { return *impl_; }
 
 torch::Tensor Decoder::Forward(const torch::Tensor& tokens, ForwardObserver* observer) {

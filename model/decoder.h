@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "search_space/arch.h"
 
 // The module tree is a torch::nn::Module; callers of module() include
@@ -25,6 +26,8 @@ class Module;
 }  // namespace torch::nn
 
 namespace hilnas {
+
+enum class QuantType;  // model/quant.h
 
 // Preallocated key/value cache for one sequence batch: per attention layer,
 // K and V of shape [batch, kv_heads, slots, head_dim], slots = capacity for
@@ -130,6 +133,17 @@ class Decoder {
   // half-precision products have no gradient). REQUIRES dtype() == f32;
   // UNIMPLEMENTED for slim caches.
   absl::Status StoreWeightsAs(torch::Dtype storage);
+  // Stores every matrix (projections, embedding, head) as Q4_0 or Q8_0
+  // blocks (model/quant.h): products quantize their activations to Q8_0
+  // and multiply in integers, as llama.cpp's CPU path and ExecuTorch's
+  // 8da4w do; embedding rows are dequantized when read. Inference only.
+  // REQUIRES dtype() == f32; INVALID_ARGUMENT naming the first matrix
+  // whose rows are not whole blocks of 32 (nothing is changed then);
+  // UNIMPLEMENTED for slim caches.
+  absl::Status QuantizeWeights(QuantType type);
+  // The storage named by --weight-dtype: f32 (as built), bf16, f16, q4_0
+  // or q8_0; INVALID_ARGUMENT naming any other.
+  absl::Status StoreWeightsAs(absl::string_view name);
 
   // Full causal forward over tokens [batch, T] without a cache; logits
   // [batch, T, vocab].

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/internal/decoder_layers.h"
+#include "model/quant.h"
 
 namespace hilnas {
 namespace decoder_internal {
@@ -68,6 +69,7 @@ torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
 }
 
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
+  if (QuantTypeOf(w)) return QuantMatmul(x, w);
   if (w.scalar_type() != x.scalar_type()) {
     if (x.numel() == w.size(1) && x.scalar_type() == torch::kFloat) {
       std::vector<int64_t> shape = x.sizes().vec();
@@ -90,7 +92,8 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
 std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
                                        const std::vector<torch::Tensor>& ws) {
   std::vector<torch::Tensor> out;
-  if (x.scalar_type() == torch::kFloat && x.numel() == ws[0].size(1)) {
+  const int64_t in = QuantTypeOf(ws[0]) ? QuantColumns(ws[0]) : ws[0].size(1);
+  if (x.scalar_type() == torch::kFloat && x.numel() == in) {
     out = WeightGemvs(ws, x);
     for (size_t m = 0; m < ws.size(); ++m) {
       std::vector<int64_t> shape = x.sizes().vec();
@@ -100,6 +103,22 @@ std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
     return out;
   }
   for (const torch::Tensor& w : ws) out.push_back(Project(x, w));
+  return out;
+}
+
+torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& tokens) {
+  const QuantType t = QuantTypeOf(table).value();
+  const int64_t cols = QuantColumns(table), row_bytes = table.size(1) * table.size(2);
+  const torch::Tensor ids = tokens.to(torch::kLong).contiguous();
+  std::vector<int64_t> shape = ids.sizes().vec();
+  shape.push_back(cols);
+  torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat));
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    TORCH_CHECK(id[i] >= 0 && id[i] < table.size(0), "token ", id[i], " outside the vocabulary");
+    DequantizeRow(t, table.data_ptr<uint8_t>() + id[i] * row_bytes, cols,
+                  out.data_ptr<float>() + i * cols);
+  }
   return out;
 }
 

@@ -251,14 +251,14 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   plain.num_heads = 2;
   plain.num_kv_heads = 1;
   for (const Arch& a : {TinyMixedArch(), plain}) {
-    for (bool half : {false, true}) {
+    // Quantized weights too: the decode step's GEMVs and the modules'
+    // GEMMs quantize activations alike and share the integer kernels.
+    for (const char* weights : {"f32", "f16", "q8_0", "q4_0"}) {
       auto fast = Decoder::Create(a, 7, torch::kFloat);
       auto slow = Decoder::Create(a, 7, torch::kFloat);
       ASSERT_TRUE(fast.ok() && slow.ok());
-      if (half) {
-        ASSERT_TRUE(fast->StoreWeightsAs(torch::kHalf).ok());
-        ASSERT_TRUE(slow->StoreWeightsAs(torch::kHalf).ok());
-      }
+      ASSERT_TRUE(fast->StoreWeightsAs(weights).ok());
+      ASSERT_TRUE(slow->StoreWeightsAs(weights).ok());
       slow->SetInPlaceDecode(false);
       torch::NoGradGuard no_grad;
       KvCache fc = fast->NewCache(1, 45), sc = slow->NewCache(1, 45);
@@ -270,7 +270,7 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
         ls = slow->ForwardCached(next, sc, true);
         ASSERT_EQ(lf.sizes(), ls.sizes());
         ASSERT_LT((lf - ls).abs().max().item<float>(), 1e-5)
-            << a.name << (half ? " f16" : " f32") << " step " << step;
+            << a.name << " " << weights << " step " << step;
       }
       EXPECT_EQ(fc.length(), sc.length());
       for (int layer = 0; layer < a.num_layers; ++layer) {
@@ -280,6 +280,44 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
       }
     }
   }
+}
+
+// Q8_0 weights move the logits by about their rounding, Q4_0 by more; a
+// model whose rows are not whole blocks, or an unknown format, is refused
+// by name and left as it was.
+TEST(DecoderTest, QuantizedWeightsStayNearF32AndRefuseWhatTheyCannotHold) {
+  const Arch a = TinyMixedArch();
+  auto f32 = Decoder::Create(a, 3, torch::kFloat);
+  ASSERT_TRUE(f32.ok());
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = Tokens(12, a.vocab_size, 4);
+  const torch::Tensor want = f32->Forward(tokens);
+  const double scale = want.abs().max().item<double>();
+  for (const auto& [weights, tolerance] : {std::pair{"q8_0", 0.03}, {"q4_0", 0.3}}) {
+    auto q = Decoder::Create(a, 3, torch::kFloat);
+    ASSERT_TRUE(q.ok());
+    ASSERT_TRUE(q->StoreWeightsAs(weights).ok());
+    const torch::Tensor got = q->Forward(tokens);
+    const double err = (got - want).abs().max().item<double>() / scale;
+    EXPECT_LT(err, tolerance) << weights;
+    EXPECT_GT(err, 0) << weights << " changed nothing";
+    // The chunked, cached prompt equals the whole forward.
+    KvCache cache = q->NewCache(1, 12);
+    q->ForwardCached(tokens.narrow(1, 0, 5), cache, false);
+    const torch::Tensor tail = q->ForwardCached(tokens.narrow(1, 5, 7), cache, false);
+    EXPECT_LT((tail - got.narrow(1, 5, 7)).abs().max().item<double>(), 1e-4 * scale) << weights;
+  }
+  Arch odd = a;
+  odd.d_ffn = 48;
+  auto d = Decoder::Create(odd, 3, torch::kFloat);
+  ASSERT_TRUE(d.ok());
+  EXPECT_THAT(d->StoreWeightsAs("q4_0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mlp.down_proj.weight has rows of 48 values; q4_0 stores whole "
+                                 "blocks of 32")));
+  EXPECT_LT((d->Forward(tokens) - d->Forward(tokens)).abs().max().item<double>(), 1e-6);
+  EXPECT_THAT(d->StoreWeightsAs("q5_k"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("weight dtype q5_k is not one of")));
 }
 
 // A token outside the vocabulary is refused, not read past the table.

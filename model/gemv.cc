@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "model/quant.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #elif defined(__aarch64__)
@@ -173,6 +175,7 @@ const char* GemvKernelName() {
 void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
   RECORD_FUNCTION("hilnas::gemv", {});
   TORCH_CHECK(n > 0 && n <= 8, "WeightGemv: 1 to 8 products at a time, not ", n);
+  if (QuantTypeOf(*products[0].w)) return QuantGemvsInto(products, n, x, path);
   const torch::ScalarType type = products[0].w->scalar_type();
   const int64_t in = products[0].w->size(1);
   TORCH_CHECK(type == torch::kFloat || type == torch::kBFloat16 || type == torch::kHalf,
@@ -209,7 +212,8 @@ void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, Kern
 std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws, const torch::Tensor& x,
                                        KernelPath path) {
   TORCH_CHECK(!ws.empty() && ws.size() <= 8, "WeightGemvs: 1 to 8 matrices, not ", ws.size());
-  const torch::Tensor xc = x.reshape({ws[0].size(1)}).to(torch::kFloat).contiguous();
+  const int64_t in = QuantTypeOf(ws[0]) ? QuantColumns(ws[0]) : ws[0].size(1);
+  const torch::Tensor xc = x.reshape({in}).to(torch::kFloat).contiguous();
   std::vector<torch::Tensor> ys;
   std::vector<GemvProduct> products;
   for (const torch::Tensor& w : ws) {

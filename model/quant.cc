@@ -162,6 +162,35 @@ constexpr int64_t kGemmRows = 32;
 
 }  // namespace
 
+void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
+  const torch::Tensor& w0 = *products[0].w;
+  const QuantType t = QuantTypeOf(w0).value();
+  const int64_t blocks = w0.size(1), row_bytes = blocks * w0.size(2);
+  int64_t row_end[8];  // matrix m owns rows [row_end[m - 1], row_end[m]) of the whole
+  int64_t rows = 0;
+  for (size_t m = 0; m < n; ++m) {
+    const torch::Tensor& w = *products[m].w;
+    TORCH_CHECK(QuantTypeOf(w) == t && w.size(1) == blocks && w.is_contiguous(),
+                "WeightGemv: quantized matrices must be contiguous, of one type and width");
+    rows += w.size(0);
+    row_end[m] = rows;
+  }
+  thread_local std::vector<uint8_t> xq;
+  xq.resize(static_cast<size_t>(blocks * 34));
+  QuantizeActivations(x, blocks * kQuantBlock, xq.data());
+  const uint8_t* xp = xq.data();
+  const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes);
+  at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
+    int64_t begin = 0;
+    for (size_t m = 0; m < n; begin = row_end[m++]) {
+      const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
+      if (lo >= hi) continue;
+      QuantRowsDot(t, products[m].w->data_ptr<uint8_t>(), blocks, xp, products[m].y, lo - begin,
+                   hi - begin, path);
+    }
+  });
+}
+
 torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   RECORD_FUNCTION("hilnas::quant_matmul", {});
   const QuantType t = QuantTypeOf(w).value();

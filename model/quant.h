@@ -76,6 +76,11 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
                float* c, int64_t ldc, int64_t first, int64_t last,
                KernelPath path = KernelPath::kBest);
 
+// WeightGemvsInto (model/gemv.h) for quantized matrices of one type and
+// width: x quantized once into a per-thread buffer (no allocation after the
+// first call), the products' rows split across libtorch's threads.
+void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path);
+
 // x [..., cols] f32 times a quantized w^T: [..., rows] f32. One row of x is
 // a GEMV, more a QuantGemm; rows split across libtorch's threads.
 torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w);

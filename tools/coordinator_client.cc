@@ -27,12 +27,11 @@ void AddMeasurementFlags(CLI::App* app, MeasurementFlags* flags) {
   app->add_option("--max-repeats", flags->max_repeats,
                   "cap on timed runs while the spread stays high")
       ->check(CLI::Range(1, 1000));
-  app->add_option("--max-spread", flags->max_spread,
-                  "stop repeating once MAD/median is below this")
+  app->add_option("--max-spread", flags->max_spread, "stop repeating once MAD/median is below this")
       ->check(CLI::Range(0.0, 10.0));
   app->add_option("--warmups", flags->warmups, "untimed warm-up runs per prompt length")
       ->check(CLI::Range(0, 100));
-  app->add_option("--precision", flags->precision, "fp32 | bf16 | fp16 | int8");
+  app->add_option("--precision", flags->precision, "fp32 | bf16 | fp16 | int8 | q4_0 | q8_0");
   app->add_option("--prefill-chunk", flags->prefill_chunk,
                   "prefill chunk in tokens (MobileLLM-Flash Sec. 4.2.2)");
   app->add_option("--threads", flags->threads, "threads on the agent; 0 = the agent's own count")
@@ -49,8 +48,10 @@ absl::StatusOr<Precision> PrecisionFromFlag(const std::string& p) {
   if (p == "bf16") return BF16;
   if (p == "fp16" || p == "f16") return FP16;
   if (p == "int8") return INT8_DYNAMIC;
+  if (p == "q4_0") return Q4_0;
+  if (p == "q8_0") return Q8_0;
   return absl::InvalidArgumentError(
-      absl::StrCat("--precision ", p, " is not one of fp32, bf16, fp16, int8"));
+      absl::StrCat("--precision ", p, " is not one of fp32, bf16, fp16, int8, q4_0, q8_0"));
 }
 
 }  // namespace
@@ -105,8 +106,8 @@ absl::StatusOr<BenchmarkRequest> MeasurementOf(const MeasurementFlags& cl) {
   return r;
 }
 
-absl::StatusOr<std::string> SubmitBenchmark(const ClientFlags& client,
-                                            const MeasurementFlags& cl, UserService::Stub& stub,
+absl::StatusOr<std::string> SubmitBenchmark(const ClientFlags& client, const MeasurementFlags& cl,
+                                            UserService::Stub& stub,
                                             const BenchmarkRequest& request) {
   SubmitBenchmarkRequest submit;
   *submit.mutable_request() = request;

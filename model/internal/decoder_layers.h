@@ -17,6 +17,7 @@
 #include "model/attention.h"
 #include "model/decoder.h"
 #include "model/gemv.h"
+#include "model/quant.h"
 #include "model/slim.h"
 
 namespace hilnas {
@@ -45,6 +46,9 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w);
 // float token (decode) takes all the products in one parallel region.
 std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
                                        const std::vector<torch::Tensor>& ws);
+
+// Rows `tokens` ([B, T] ids) of a quantized table, f32 [B, T, cols].
+torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& tokens);
 
 // out = silu(gate) * up, elementwise over n floats (out may alias gate).
 void SwiGluRow(const float* gate, const float* up, int64_t n, float* out);
@@ -400,6 +404,8 @@ class DecoderImpl : public torch::nn::Module {
   }
 
   torch::Tensor Embed(const torch::Tensor& tokens) {
+    const torch::Tensor& table = model_->embed_tokens->weight;
+    if (QuantTypeOf(table)) return DequantizedRows(table, tokens).to(dtype_);
     return model_->embed_tokens(tokens).to(dtype_);  // a no-op unless stored in half precision
   }
 

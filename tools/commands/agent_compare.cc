@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -72,9 +73,11 @@ absl::Status Compare(const CompareFlags& f, int threads) {
     HILNAS_ASSIGN_OR_RETURN(arch, ReadArchFile(f.arch));
   }
   HILNAS_ASSIGN_OR_RETURN(std::vector<int> prompts, Prompts(f.prompts));
-  if (f.dtype != "f32" && f.dtype != "f16") {
+  const std::map<std::string, Precision> precisions = {
+      {"f32", FP32}, {"f16", FP16}, {"q4_0", Q4_0}, {"q8_0", Q8_0}};
+  if (precisions.count(f.dtype) == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--compare-dtype ", f.dtype, " is not one of f32, f16"));
+        absl::StrCat("--compare-dtype ", f.dtype, " is not one of f32, f16, q4_0, q8_0"));
   }
   // One checkpoint both runtimes read: the same weights on both sides.
   const std::filesystem::path work =
@@ -85,7 +88,7 @@ absl::Status Compare(const CompareFlags& f, int threads) {
   BenchmarkRequest req;
   req.set_checkpoint_dir((work / "ckpt").string());
   req.set_threads(threads);
-  req.set_precision(f.dtype == "f16" ? FP16 : FP32);
+  req.set_precision(precisions.at(f.dtype));
 
   LibtorchRuntimeOptions lo;
   std::unique_ptr<Runtime> hilnas = NewLibtorchRuntime(lo);
@@ -125,7 +128,7 @@ void AddCompareFlags(CLI::App* app, CompareFlags* f) {
                   "architecture to compare (.textproto or config.json, all layers full "
                   "attention); default: 4 x d 512, bench/runtime_compare.sh's full4");
   app->add_option("--compare-prompts", f->prompts, "prompt lengths to compare at, e.g. 256,1024");
-  app->add_option("--compare-dtype", f->dtype, "weights to compare at: f32 | f16");
+  app->add_option("--compare-dtype", f->dtype, "weights to compare at: f32 | f16 | q4_0 | q8_0");
   app->add_option("--compare-repeats", f->repeats, "timed runs per runtime and prompt")
       ->check(CLI::Range(1, 100));
   app->add_option("--compare-decode-tokens", f->decode_tokens, "tokens decoded after each prompt")

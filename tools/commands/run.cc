@@ -67,11 +67,10 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
   }
   if (!decoder.ok()) return decoder.status();
   if (cl.weight_dtype != "f32") {
-    HILNAS_ASSIGN_OR_RETURN(torch::Dtype storage, ComputeDtype(cl.weight_dtype));
     if (dtype != torch::kFloat) {
       return absl::InvalidArgumentError("--weight-dtype needs --dtype f32 (computing in f32)");
     }
-    HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));
+    HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(cl.weight_dtype));
     how += absl::StrCat(", weights stored in ", cl.weight_dtype);
   }
   std::shared_ptr<KvPredictor> kvp;
@@ -161,7 +160,8 @@ void AddRunCommand(Cli& cli) {
   auto [app, o] = cli.Add<RunOptions>(
       "run",
       "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
-      "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16 --seed S]",
+      "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16|q4_0|q8_0 "
+      "--seed S]",
       "build, prefill and decode once; print TTFT and decode speed", RunRun);
   auto [shape, arch] = AddArchFlags(app, &o->model);
   app->add_option("--ckpt", o->ckpt, "checkpoint folder (config.json + model.safetensors)")
@@ -175,8 +175,9 @@ void AddRunCommand(Cli& cli) {
   AddThreadsFlag(app, &o->threads);
   app->add_option("--dtype", o->dtype, "compute dtype: f32 | bf16 | f16");
   app->add_option("--weight-dtype", o->weight_dtype,
-                  "store the matrices in bf16 or f16 and compute in f32, as phones run "
-                  "half-precision weights (decode reads half the bytes)");
+                  "store the matrices in bf16 or f16 (computed in f32, as phones run "
+                  "half-precision weights), or as q4_0 / q8_0 blocks with activations "
+                  "quantized to q8_0 (llama.cpp's and ExecuTorch 8da4w's scheme)");
   app->add_option("--seed", o->seed, "random seed of the weights and the prompt");
   cli.StableTiming(app, &o->threads);
 }
