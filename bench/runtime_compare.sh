@@ -5,12 +5,14 @@
 # llama-bench, interleaved row by row in one session so drift hits both.
 #
 #   LLAMA_BENCH=/path/to/llama-bench bash bench/runtime_compare.sh [SHAPES] [PROMPTS] [THREADS] [PRECISIONS]
-#     SHAPES   comma list of full4, big12, mixed4 (default full4,mixed4)
+#     SHAPES   comma list of full4, big12, llama1b, mixed4 (default full4,mixed4)
 #     PROMPTS  comma list of prompt lengths (default 256,1024,2048)
 #     THREADS  comma list (default 1,2)
-#     PRECISIONS  f32 and/or f16 weights (default f32,f16): hilnas stores
-#              the matrices in f16 and computes in f32 (--weight-dtype),
-#              llama.cpp runs the f16 GGUF of the same weights
+#     PRECISIONS  f32, f16, q4_0, q8_0 weights (default f32,f16): hilnas
+#              stores the matrices as that (--weight-dtype; f16 computed in
+#              f32, q4_0/q8_0 against q8_0 activations), llama.cpp runs the
+#              GGUF of the same weights hilnas exports at that type (its
+#              q4_0/q8_0 tensors are llama-quantize --pure's: quant_exact.sh)
 #
 # TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
 # decode is ms/token of 64 tokens after the prompt (hilnas decodes after
@@ -53,6 +55,9 @@ arch full4 4 512 1536 8 2 4096 $F $F $F $F
 arch swa4 4 512 1536 8 2 4096 $F $S $S $F
 arch skip4 4 512 1536 8 2 4096 $F $K $K $F
 arch big12 12 1024 4096 32 8 202048 $F $F $F $F $F $F $F $F $F $F $F $F
+# Llama 3.2 1B's shape (16 x d 2048, f 8192, 32/8 heads of 64, vocab 128256)
+# in the qwen3 layout the others use; 1.2 B parameters, 5 GB at f32.
+arch llama1b 16 2048 8192 32 8 128256 $F $F $F $F $F $F $F $F $F $F $F $F $F $F $F $F
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
@@ -95,7 +100,7 @@ for shape in "${shape_list[@]}"; do
   for v in "${variants[@]}"; do
     [ -d "$W/$v" ] && continue
     "$B" checkpoint init --arch "$W/$v.textproto" --out "$W/$v" --seed 1 >/dev/null
-    if [ "$v" = full4 ] || [ "$v" = big12 ]; then
+    if [ "$v" = full4 ] || [ "$v" = big12 ] || [ "$v" = llama1b ]; then
       for pr in "${precision_list[@]}"; do
         "$B" export --format gguf --ckpt "$W/$v" --out "$W/$v.$pr.gguf" --dtype "$pr" >/dev/null
       done

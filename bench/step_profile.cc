@@ -6,7 +6,7 @@
 // calls, view bookkeeping, the hooks themselves.
 //
 // usage: step_profile (--arch FILE.textproto | --shape NAME) [--prompt 256,2048]
-//                     [--threads 1] [--weight-dtype f32|f16|bf16] [--decode-tokens 64]
+//                     [--threads 1] [--weight-dtype f32|f16|bf16|q4_0|q8_0] [--decode-tokens 64]
 //                     [--repeats 3] [--chunk 1024] [--aten-decode 1]
 //
 // --aten-decode 1 decodes through the ATen modules (Decoder::
@@ -128,17 +128,13 @@ std::vector<int64_t> ParsePrompts(const std::string& text) {
   return prompts;
 }
 
-// Random weights stored in `dtype` (f32, f16 or bf16); decode through the
+// Random weights stored in `dtype` (f32, f16, bf16, q4_0 or q8_0); decode through the
 // ATen modules when `aten_decode`.
 hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype, bool aten_decode) {
   auto decoder = hilnas::Decoder::Create(arch, 1);
   if (!decoder.ok()) Die(std::string(decoder.status().message()));
-  if (dtype != "f32") {
-    const torch::Dtype storage = dtype == "f16" ? torch::kHalf : torch::kBFloat16;
-    if (dtype != "f16" && dtype != "bf16") Die("--weight-dtype " + dtype + ": f32, f16 or bf16");
-    absl::Status stored = decoder->StoreWeightsAs(storage);
-    if (!stored.ok()) Die(std::string(stored.message()));
-  }
+  absl::Status stored = decoder->StoreWeightsAs(dtype);
+  if (!stored.ok()) Die(std::string(stored.message()));
   if (aten_decode) decoder->SetInPlaceDecode(false);
   return *std::move(decoder);
 }

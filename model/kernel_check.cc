@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "model/attention.h"
 #include "model/gemv.h"
+#include "model/quant.h"
 
 namespace hilnas {
 namespace {
@@ -61,6 +62,45 @@ void CheckAttention(KernelCheck& out) {
   }
 }
 
+// Q4_0 and Q8_0 weights against Q8_0 activations: the best path (VNNI or
+// NEON's SDOT, through QuantMatmul's threads), the baseline (AVX2, NEON
+// without SDOT) and the portable loop, against a double product of the
+// dequantized weights and activations. Integer sums are exact on every
+// path, so only the f32 sums over blocks separate them from the reference.
+void CheckQuantized(KernelCheck& out) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
+    for (auto [rows, in, tokens] :
+         {std::tuple<int64_t, int64_t, int64_t>{67, 1024, 1}, {131, 576, 7}, {5, 32, 4}}) {
+      const torch::Tensor q = QuantizeMatrix(torch::randn({rows, in}), t).value();
+      const torch::Tensor x = torch::randn({tokens, in});
+      const int64_t blocks = in / kQuantBlock;
+      std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * 34));
+      torch::Tensor xr = torch::empty({tokens, in});
+      for (int64_t i = 0; i < tokens; ++i) {
+        QuantizeActivations(x.data_ptr<float>() + i * in, in, xq.data() + i * blocks * 34);
+        DequantizeRow(QuantType::kQ8_0, xq.data() + i * blocks * 34, in,
+                      xr.data_ptr<float>() + i * in);
+      }
+      const torch::Tensor wd = DequantizeMatrix(q).to(torch::kDouble), xd = xr.to(torch::kDouble);
+      const torch::Tensor want = torch::mm(xd, wd.t()), scale = torch::mm(xd.abs(), wd.abs().t());
+      auto path = [&](KernelPath p) {
+        torch::Tensor c = torch::empty({tokens, rows});
+        QuantGemm(t, q.data_ptr<uint8_t>(), blocks, xq.data(), tokens, c.data_ptr<float>(), rows, 0,
+                  rows, p);
+        return GemvError(c, want, scale);
+      };
+      KernelCheckRow row;
+      row.kernel = absl::StrCat(QuantTypeName(t), " ", rows, "x", in, " x", tokens);
+      row.best_error = GemvError(QuantMatmul(x, q), want, scale);
+      row.baseline_error = path(KernelPath::kBaseline);
+      row.portable_error = path(KernelPath::kPortable);
+      row.ok = std::max({row.best_error, *row.baseline_error, *row.portable_error}) <=
+               KernelCheck::kTolerance;
+      out.rows.push_back(row);
+    }
+  }
+}
+
 }  // namespace
 
 bool KernelCheck::ok() const {
@@ -69,15 +109,20 @@ bool KernelCheck::ok() const {
 }
 
 std::string KernelCheck::Report() const {
-  std::string out = absl::StrFormat("%-32s %14s %14s\n", "kernel", "best error", "portable error");
+  std::string out = absl::StrFormat("%-32s %14s %14s %14s\n", "kernel", "best error",
+                                    "baseline error", "portable error");
+  auto maybe = [](const std::optional<double>& e) {
+    return e ? absl::StrFormat("%.2e", *e) : std::string("-");
+  };
   for (const KernelCheckRow& r : rows) {
-    absl::StrAppendFormat(
-        &out, "%-32s %14.2e %14s%s\n", r.kernel, r.best_error,
-        r.portable_error ? absl::StrFormat("%.2e", *r.portable_error) : std::string("-"),
-        r.ok ? "" : "  OVER TOLERANCE");
+    absl::StrAppendFormat(&out, "%-32s %14.2e %14s %14s%s\n", r.kernel, r.best_error,
+                          maybe(r.baseline_error), maybe(r.portable_error),
+                          r.ok ? "" : "  OVER TOLERANCE");
   }
-  absl::StrAppendFormat(&out, "kernels: %s (gemv path %s, %d threads, tolerance %.0e relative)\n",
-                        ok() ? "ok" : "FAILED", gemv_path, threads, kTolerance);
+  absl::StrAppendFormat(&out,
+                        "kernels: %s (gemv path %s, quantized path %s, %d threads, tolerance %.0e "
+                        "relative)\n",
+                        ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance);
   return out;
 }
 
@@ -87,6 +132,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
   }
   KernelCheck out;
   out.gemv_path = GemvKernelName();
+  out.quant_path = QuantKernelName();
   out.threads = threads;
   const int saved = at::get_num_threads();
   try {
@@ -95,6 +141,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
     torch::manual_seed(35);
     CheckGemvs(out);
     CheckAttention(out);
+    CheckQuantized(out);
   } catch (const c10::Error& e) {
     at::set_num_threads(saved);
     return absl::InternalError(absl::StrCat("kernel check: ", e.what_without_backtrace()));

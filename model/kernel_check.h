@@ -21,13 +21,15 @@ namespace hilnas {
 struct KernelCheckRow {
   std::string kernel;                    // "gemv f16 67x1027", "attention prefill window 48" ...
   double best_error = 0;                 // best path against the double reference
-  std::optional<double> portable_error;  // portable loop against it (gemv only)
+  std::optional<double> baseline_error;  // the path without optional extensions (quantized)
+  std::optional<double> portable_error;  // portable loop against it (gemv and quantized)
   bool ok = false;                       // both within KernelCheck::kTolerance
 };
 
 struct KernelCheck {
   static constexpr double kTolerance = 1e-5;
-  std::string gemv_path;  // GemvKernelName()
+  std::string gemv_path;   // GemvKernelName()
+  std::string quant_path;  // QuantKernelName()
   int threads = 0;
   std::vector<KernelCheckRow> rows;
 

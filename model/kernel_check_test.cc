@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gemv.h"
+#include "model/quant.h"
 
 namespace hilnas {
 namespace {
@@ -17,7 +18,9 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   ASSERT_TRUE(check.ok()) << check.status();
   EXPECT_TRUE(check->ok()) << check->Report();
   EXPECT_EQ(check->gemv_path, GemvKernelName());
-  EXPECT_EQ(check->rows.size(), 13u);  // 3 types x 3 shapes of GEMV, 4 attention cases
+  // 3 types x 3 shapes of GEMV, 4 attention cases, 2 block types x 3 shapes
+  EXPECT_EQ(check->rows.size(), 19u);
+  EXPECT_EQ(check->quant_path, QuantKernelName());
   for (const KernelCheckRow& row : check->rows) {
     EXPECT_GT(row.best_error, 0) << row.kernel << ": a float sum equal to the double one "
                                  << "everywhere means the check compared a thing with itself";
@@ -27,6 +30,7 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
     EXPECT_EQ(check->gemv_path, "avx2+fma+f16c");
+    EXPECT_THAT(check->quant_path, ::testing::AnyOf("avx2", "avx512vnni"));
   }
 #endif
 }

@@ -177,7 +177,7 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   }
   thread_local std::vector<uint8_t> xq;
   xq.resize(static_cast<size_t>(blocks * 34));
-  QuantizeActivations(x, blocks * kQuantBlock, xq.data());
+  QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
   const uint8_t* xp = xq.data();
   const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes);
   at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
@@ -203,7 +203,7 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
-      QuantizeActivations(xp + i * cols, cols, xq.data() + i * blocks * 34);
+      QuantizeActivationsFast(xp + i * cols, cols, xq.data() + i * blocks * 34);
     }
   });
   std::vector<int64_t> shape = x.sizes().vec();

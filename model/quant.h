@@ -49,6 +49,8 @@ void DequantizeRow(QuantType t, const uint8_t* q, int64_t n, float* out);
 // / amax) rounded half to even (llama.cpp's AVX2 and NEON activation
 // quantizers, which differ from the reference in the last rounding).
 void QuantizeActivations(const float* x, int64_t n, uint8_t* out);
+// The same bytes, vectorised where the CPU allows (model/quant_kernels.cc).
+void QuantizeActivationsFast(const float* x, int64_t n, uint8_t* out);
 
 // A quantized matrix is a uint8 tensor [rows, cols / 32, block bytes].
 // QuantizeMatrix: w f32 [rows, cols], cols % 32 == 0 (INVALID_ARGUMENT

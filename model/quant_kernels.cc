@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "model/quant.h"
 
@@ -58,8 +59,8 @@ inline int32_t Dot32(const int8_t* w, const int8_t* x) {
   return s;
 }
 
-void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
-                  float* c, int64_t ldc, int64_t first, int64_t last) {
+void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, const float* xd,
+                  int64_t tokens, float* c, int64_t ldc, int64_t first, int64_t last) {
   const int64_t bs = QuantBlockBytes(t);
   int8_t unpacked[32];
   for (int64_t o = first; o < last; ++o) {
@@ -70,7 +71,7 @@ void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* 
       for (int64_t b = 0; b < blocks; ++b) {
         Unpack(t, row + b * bs, unpacked);
         const uint8_t* xb = x + b * kQ8Bytes;
-        sum += Scale(row + b * bs) * Scale(xb) *
+        sum += Scale(row + b * bs) * xd[i * blocks + b] *
                static_cast<float>(Dot32(unpacked, reinterpret_cast<const int8_t*>(xb + 2)));
       }
       c[i * ldc + o] = sum;
@@ -92,7 +93,9 @@ namespace avx2 {
 #define HILNAS_QUANT_DOT(w_abs, w, x)                                                       \
   _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), \
                                        _mm256_set1_epi16(1)))
+#define HILNAS_QUANT_ROWS 2
 #include "model/internal/quant_x86.inc"
+#undef HILNAS_QUANT_ROWS
 #undef HILNAS_QUANT_DOT
 }  // namespace avx2
 #pragma GCC pop_options
@@ -102,7 +105,9 @@ namespace avx2 {
 namespace vnni {
 #define HILNAS_QUANT_DOT(w_abs, w, x) \
   _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(x, w)))
+#define HILNAS_QUANT_ROWS 4
 #include "model/internal/quant_x86.inc"
+#undef HILNAS_QUANT_ROWS
 #undef HILNAS_QUANT_DOT
 }  // namespace vnni
 #pragma GCC pop_options
@@ -133,73 +138,34 @@ inline int8x16x2_t UnpackNeon(QuantType t, const uint8_t* block) {
           vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), eight)};
 }
 
-struct DotNeon {
-  static inline int32x4_t Sum(int8x16x2_t w, const int8_t* x) {
-    const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-    int16x8_t p0 = vmull_s8(vget_low_s8(w.val[0]), vget_low_s8(x0));
-    int16x8_t p1 = vmull_high_s8(w.val[0], x0);
-    int16x8_t p2 = vmull_s8(vget_low_s8(w.val[1]), vget_low_s8(x1));
-    int16x8_t p3 = vmull_high_s8(w.val[1], x1);
-    return vaddq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)),
-                     vaddq_s32(vpaddlq_s16(p2), vpaddlq_s16(p3)));
-  }
-};
-
-struct DotNeonDot {
-  __attribute__((target("+dotprod"))) static inline int32x4_t Sum(int8x16x2_t w, const int8_t* x) {
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(x)), w.val[1], vld1q_s8(x + 16));
-  }
-};
-
-template <typename Dot, int kTokens>
-__attribute__((always_inline)) inline void RowTileNeon(QuantType t, const uint8_t* row,
-                                                       int64_t blocks, const uint8_t* x,
-                                                       int64_t x_stride, float* c, int64_t ldc) {
-  const int64_t bs = QuantBlockBytes(t);
-  float32x4_t acc[kTokens];
-  for (int i = 0; i < kTokens; ++i) acc[i] = vdupq_n_f32(0);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* wb = row + b * bs;
-    const int8x16x2_t w = UnpackNeon(t, wb);
-    const float dw = Scale(wb);
-    for (int i = 0; i < kTokens; ++i) {
-      const uint8_t* xb = x + i * x_stride + b * kQ8Bytes;
-      const int32x4_t s = Dot::Sum(w, reinterpret_cast<const int8_t*>(xb + 2));
-      acc[i] = vmlaq_n_f32(acc[i], vcvtq_f32_s32(s), dw * Scale(xb));
-    }
-  }
-  for (int i = 0; i < kTokens; ++i) c[i * ldc] = vaddvq_f32(acc[i]);
+// model/internal/quant_neon.inc twice: plain NEON, and under
+// target("arch=armv8.2-a+dotprod") for SDOT (GCC 12 refuses a bare
+// "+dotprod"; always-inline helpers cannot cross targets).
+// HILNAS_NEON_DOT(w, x) is the four int32 partial sums of a block's w . x.
+namespace neon {
+#define HILNAS_NEON_DOT(w, x) DotPairs(w, x)
+inline int32x4_t DotPairs(int8x16x2_t w, const int8_t* x) {
+  const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+  const int16x8_t p0 = vmull_s8(vget_low_s8(w.val[0]), vget_low_s8(x0));
+  const int16x8_t p1 = vmull_high_s8(w.val[0], x0);
+  const int16x8_t p2 = vmull_s8(vget_low_s8(w.val[1]), vget_low_s8(x1));
+  const int16x8_t p3 = vmull_high_s8(w.val[1], x1);
+  return vaddq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)),
+                   vaddq_s32(vpaddlq_s16(p2), vpaddlq_s16(p3)));
 }
+#include "model/internal/quant_neon.inc"
+#undef HILNAS_NEON_DOT
+}  // namespace neon
 
-template <typename Dot>
-void GemmNeonBody(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
-                  float* c, int64_t ldc, int64_t first, int64_t last) {
-  const int64_t row_bytes = blocks * QuantBlockBytes(t), x_stride = blocks * kQ8Bytes;
-  int64_t i = 0;
-  for (; i + kTokenTile <= tokens; i += kTokenTile) {
-    for (int64_t o = first; o < last; ++o) {
-      RowTileNeon<Dot, kTokenTile>(t, w + o * row_bytes, blocks, xq + i * x_stride, x_stride,
-                                   c + i * ldc + o, ldc);
-    }
-  }
-  for (; i < tokens; ++i) {
-    for (int64_t o = first; o < last; ++o) {
-      RowTileNeon<Dot, 1>(t, w + o * row_bytes, blocks, xq + i * x_stride, x_stride,
-                          c + i * ldc + o, ldc);
-    }
-  }
-}
-
-void GemmNeon(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
-              float* c, int64_t ldc, int64_t first, int64_t last) {
-  GemmNeonBody<DotNeon>(t, w, blocks, xq, tokens, c, ldc, first, last);
-}
-
-__attribute__((target("+dotprod"))) void GemmNeonDot(QuantType t, const uint8_t* w, int64_t blocks,
-                                                     const uint8_t* xq, int64_t tokens, float* c,
-                                                     int64_t ldc, int64_t first, int64_t last) {
-  GemmNeonBody<DotNeonDot>(t, w, blocks, xq, tokens, c, ldc, first, last);
-}
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+namespace neon_dot {
+#define HILNAS_NEON_DOT(w, x) \
+  vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(x)), w.val[1], vld1q_s8((x) + 16))
+#include "model/internal/quant_neon.inc"
+#undef HILNAS_NEON_DOT
+}  // namespace neon_dot
+#pragma GCC pop_options
 
 bool HasDotProduct() {
   static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
@@ -208,6 +174,13 @@ bool HasDotProduct() {
 #endif  // __aarch64__
 
 }  // namespace
+
+void QuantizeActivationsFast(const float* x, int64_t n, uint8_t* out) {
+#if defined(__x86_64__)
+  if (HasQuantAvx2()) return avx2::QuantizeX(x, n, out);
+#endif
+  QuantizeActivations(x, n, out);
+}
 
 const char* QuantKernelName() {
 #if defined(__x86_64__)
@@ -221,20 +194,26 @@ const char* QuantKernelName() {
 
 void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
                float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  // The activations' scales as floats, once per call: each is used by every
+  // row of the call.
+  thread_local std::vector<float> xd;
+  xd.resize(static_cast<size_t>(tokens * blocks));
+  for (int64_t k = 0; k < tokens * blocks; ++k) xd[k] = Scale(xq + k * kQ8Bytes);
+  const float* d = xd.data();
   if (path != KernelPath::kPortable) {
 #if defined(__x86_64__)
     if (path == KernelPath::kBest && HasVnni()) {
-      return vnni::Gemm(t, w, blocks, xq, tokens, c, ldc, first, last);
+      return vnni::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
     }
-    if (HasQuantAvx2()) return avx2::Gemm(t, w, blocks, xq, tokens, c, ldc, first, last);
+    if (HasQuantAvx2()) return avx2::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
 #elif defined(__aarch64__)
     if (path == KernelPath::kBest && HasDotProduct()) {
-      return GemmNeonDot(t, w, blocks, xq, tokens, c, ldc, first, last);
+      return neon_dot::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
     }
-    return GemmNeon(t, w, blocks, xq, tokens, c, ldc, first, last);
+    return neon::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
 #endif
   }
-  GemmPortable(t, w, blocks, xq, tokens, c, ldc, first, last);
+  GemmPortable(t, w, blocks, xq, d, tokens, c, ldc, first, last);
 }
 
 void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,

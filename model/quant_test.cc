@@ -115,6 +115,17 @@ TEST(QuantTest, WidthsOffTheBlockAreRefusedByName) {
   EXPECT_EQ(QuantTypeOf(torch::zeros({4, 100})), std::nullopt);
 }
 
+TEST(QuantTest, VectorisedActivationsAreTheScalarBytes) {
+  torch::Tensor x = Random(3, 256, 6);
+  x[1].narrow(0, 32, 32).zero_();                // an all-zero block
+  x[2].narrow(0, 0, 32).fill_(0.5).mul_(127.0);  // ties: x * 127 / amax lands on .5
+  x[2][5] = 63.5;
+  std::vector<uint8_t> a(3 * 8 * 34), b(3 * 8 * 34);
+  QuantizeActivations(x.data_ptr<float>(), 3 * 256, a.data());
+  QuantizeActivationsFast(x.data_ptr<float>(), 3 * 256, b.data());
+  EXPECT_EQ(a, b) << QuantKernelName();
+}
+
 TEST(QuantTest, AllZeroBlocksHaveZeroScaleAndZeroProducts) {
   const torch::Tensor q = QuantizeMatrix(torch::zeros({2, 64}), QuantType::kQ4_0).value();
   EXPECT_TRUE(torch::equal(DequantizeMatrix(q), torch::zeros({2, 64})));
