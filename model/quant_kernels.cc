@@ -32,6 +32,17 @@ namespace {
 constexpr int64_t kQ8Bytes = 34;
 constexpr int kTokenTile = 4;  // tokens sharing one unpacked weight block
 
+// `tokens` rows of Q8_0 activations as the kernels read them.
+struct Acts {
+  const uint8_t* q;    // row i's blocks at q + i * stride
+  int64_t stride;      // bytes
+  const float* d;      // the blocks' scales as floats, [token][block]
+  const int32_t* sum;  // the sums of each block's 32 quants, [token][block]
+  Acts From(int64_t i, int64_t blocks) const {
+    return {q + i * stride, stride, d + i * blocks, sum + i * blocks};
+  }
+};
+
 inline float Scale(const uint8_t* block) {
   uint16_t h;
   std::memcpy(&h, block, 2);
@@ -59,20 +70,18 @@ inline int32_t Dot32(const int8_t* w, const int8_t* x) {
   return s;
 }
 
-void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, const float* xd,
-                  int64_t tokens, float* c, int64_t ldc, int64_t first, int64_t last) {
+void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const Acts& x, int64_t tokens,
+                  float* c, int64_t ldc, int64_t first, int64_t last) {
   const int64_t bs = QuantBlockBytes(t);
   int8_t unpacked[32];
   for (int64_t o = first; o < last; ++o) {
     const uint8_t* row = w + o * blocks * bs;
     for (int64_t i = 0; i < tokens; ++i) {
-      const uint8_t* x = xq + i * blocks * kQ8Bytes;
       float sum = 0;
       for (int64_t b = 0; b < blocks; ++b) {
         Unpack(t, row + b * bs, unpacked);
-        const uint8_t* xb = x + b * kQ8Bytes;
-        sum += Scale(row + b * bs) * xd[i * blocks + b] *
-               static_cast<float>(Dot32(unpacked, reinterpret_cast<const int8_t*>(xb + 2)));
+        const int8_t* xb = reinterpret_cast<const int8_t*>(x.q + i * x.stride + b * kQ8Bytes + 2);
+        sum += Scale(row + b * bs) * x.d[i * blocks + b] * static_cast<float>(Dot32(unpacked, xb));
       }
       c[i * ldc + o] = sum;
     }
@@ -83,32 +92,28 @@ void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* 
 //
 // model/internal/quant_x86.inc compiled twice, each under its own target:
 // an AVX2 build must not contain one EVEX instruction, and always-inline
-// helpers cannot cross targets. HILNAS_QUANT_DOT(w_abs, w, x) is the eight
-// int32 partial sums of w . x as floats; |w| <= 127 and |x| <= 127, so
-// VPMADDUBSW's pairs (|w| times sign-moved x) stay within int16.
+// helpers cannot cross targets.
 #if defined(__x86_64__)
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
-#define HILNAS_QUANT_DOT(w_abs, w, x)                                                       \
-  _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), \
-                                       _mm256_set1_epi16(1)))
+#define HILNAS_QUANT_VNNI 0
 #define HILNAS_QUANT_ROWS 2
 #include "model/internal/quant_x86.inc"
 #undef HILNAS_QUANT_ROWS
-#undef HILNAS_QUANT_DOT
+#undef HILNAS_QUANT_VNNI
 }  // namespace avx2
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512vl,avx512vnni")
 namespace vnni {
-#define HILNAS_QUANT_DOT(w_abs, w, x) \
-  _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(x, w)))
+#define HILNAS_QUANT_VNNI 1
 #define HILNAS_QUANT_ROWS 4
 #include "model/internal/quant_x86.inc"
 #undef HILNAS_QUANT_ROWS
-#undef HILNAS_QUANT_DOT
+#undef HILNAS_QUANT_VNNI
 }  // namespace vnni
 #pragma GCC pop_options
 
@@ -194,26 +199,34 @@ const char* QuantKernelName() {
 
 void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
                float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
-  // The activations' scales as floats, once per call: each is used by every
-  // row of the call.
+  // The activations' scales as floats and their blocks' sums, once per
+  // call: each is used by every row of the call.
   thread_local std::vector<float> xd;
+  thread_local std::vector<int32_t> xs;
   xd.resize(static_cast<size_t>(tokens * blocks));
-  for (int64_t k = 0; k < tokens * blocks; ++k) xd[k] = Scale(xq + k * kQ8Bytes);
-  const float* d = xd.data();
+  xs.resize(static_cast<size_t>(tokens * blocks));
+  for (int64_t k = 0; k < tokens * blocks; ++k) {
+    const uint8_t* blk = xq + k * kQ8Bytes;
+    xd[k] = Scale(blk);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(blk[2 + j]);
+    xs[k] = sum;
+  }
+  const Acts x{xq, blocks * kQ8Bytes, xd.data(), xs.data()};
   if (path != KernelPath::kPortable) {
 #if defined(__x86_64__)
     if (path == KernelPath::kBest && HasVnni()) {
-      return vnni::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
+      return vnni::Gemm(t, w, blocks, x, tokens, c, ldc, first, last);
     }
-    if (HasQuantAvx2()) return avx2::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
+    if (HasQuantAvx2()) return avx2::Gemm(t, w, blocks, x, tokens, c, ldc, first, last);
 #elif defined(__aarch64__)
     if (path == KernelPath::kBest && HasDotProduct()) {
-      return neon_dot::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
+      return neon_dot::Gemm(t, w, blocks, x, tokens, c, ldc, first, last);
     }
-    return neon::Gemm(t, w, blocks, xq, d, tokens, c, ldc, first, last);
+    return neon::Gemm(t, w, blocks, x, tokens, c, ldc, first, last);
 #endif
   }
-  GemmPortable(t, w, blocks, xq, d, tokens, c, ldc, first, last);
+  GemmPortable(t, w, blocks, x, tokens, c, ldc, first, last);
 }
 
 void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,
