@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/checkpoint.h"
+#include "model/quant.h"
 #include "proto/benchmark_request.h"
 #include "pruner/metrics.h"
 #include "pruner/prune.h"
@@ -194,6 +195,38 @@ absl::Status CheckObjectives(const CampaignConfig& c, const Space& space, const 
   return absl::OkStatus();
 }
 
+// Block-quantized deployments (benchmark precision Q4_0/Q8_0, or a loss
+// after quantization) need every matrix row in whole blocks of 32: each
+// searched width and the base's attention widths.
+absl::Status CheckDeployment(const CampaignConfig& c, const Space& space, const Bad& bad) {
+  const Precision p = c.benchmark().precision();
+  const std::string& eval = c.train().eval_weight_dtype();
+  if (!eval.empty() && eval != "f32" && eval != "f16" && eval != "bf16" && !ParseQuantType(eval)) {
+    return bad("train.eval_weight_dtype",
+               absl::StrCat("\"", eval, "\" is not one of f32, bf16, f16, q4_0, q8_0"));
+  }
+  std::string format;
+  if (p == Q4_0 || p == Q8_0) {
+    format = absl::StrCat("benchmark.precision ", Precision_Name(p));
+  } else if (ParseQuantType(eval)) {
+    format = absl::StrCat("train.eval_weight_dtype ", eval);
+  } else {
+    return absl::OkStatus();
+  }
+  auto check = [&](const std::string& field, int width) -> absl::Status {
+    if (width % kQuantBlock == 0) return absl::OkStatus();
+    return bad(field, absl::StrCat("choice ", width, " is not a multiple of ", kQuantBlock,
+                                   ", the block of ", format,
+                                   " (prune widths in whole blocks: block_size 32, 64 or 128)"));
+  };
+  for (int w : space.model_choices()) HILNAS_RETURN_IF_ERROR(check("search_space.d_model", w));
+  for (int w : space.ffn_choices()) HILNAS_RETURN_IF_ERROR(check("search_space.d_ffn", w));
+  const ArchSpec& base = c.search_space().base();
+  HILNAS_RETURN_IF_ERROR(
+      check("search_space.base.num_heads x head_dim", base.num_heads() * base.head_dim()));
+  return check("search_space.base.num_kv_heads x head_dim", base.num_kv_heads() * base.head_dim());
+}
+
 // The in-process evaluator's data and recipe, or an evaluator's name.
 absl::Status CheckEvaluator(const CampaignConfig& c, const Bad& bad) {
   if (c.quality_evaluator() == "in-process") {
@@ -282,6 +315,7 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
   HILNAS_RETURN_IF_ERROR(CheckBounds(c, bad));
   HILNAS_RETURN_IF_ERROR(CheckObjectives(c, *space, bad));
   HILNAS_RETURN_IF_ERROR(CheckEvaluator(c, bad));
+  HILNAS_RETURN_IF_ERROR(CheckDeployment(c, *space, bad));
   return CheckBackbone(c, *space, where);
 }
 

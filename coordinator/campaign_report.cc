@@ -67,6 +67,30 @@ std::string EvaluationSummary(const Trial& t) {
                       t.eval_node().empty() ? "" : " on ", t.eval_node());
 }
 
+namespace {
+
+// What the campaign's figures are for: the precision agents time at, and
+// the one its loss is scored at (a campaign from before issue 36: f32).
+std::string LatencyPrecision(const CampaignConfig& c) {
+  const Precision p = c.benchmark().precision();
+  return p == PRECISION_UNSPECIFIED ? "fp32" : absl::AsciiStrToLower(Precision_Name(p));
+}
+std::string LossPrecision(const CampaignConfig& c) {
+  const std::string& d = c.train().eval_weight_dtype();
+  return d.empty() ? "as trained" : d;
+}
+
+}  // namespace
+
+std::string DeploymentSummary(const CampaignConfig& c) {
+  const int threads = c.benchmark().threads();
+  return absl::StrFormat("latency at %s weights, %s, TTFT at %d tokens; loss %s%s",
+                         LatencyPrecision(c),
+                         threads > 0 ? absl::StrCat(threads, " thread(s)") : "the agent's threads",
+                         c.ttft_prompt_tokens(),
+                         c.train().eval_weight_dtype().empty() ? "" : "after ", LossPrecision(c));
+}
+
 std::string FrontSummary(const CampaignRecord& record, const std::vector<Trial>& trials) {
   const FrontView v = ComputeFront(record, trials);
   const int front = static_cast<int>(std::count(v.on_front.begin(), v.on_front.end(), true));
@@ -120,17 +144,20 @@ std::string ParetoCsv(const CampaignRecord& record, const std::vector<Trial>& tr
   const FrontView v = ComputeFront(record, trials);
   std::string s =
       "trial,provenance,layers,d_model,d_ffn,pattern,parameters,predicted_ttft_ms,"
-      "measured_ttft_ms,predicted_decode_ms,memory_mb,loss,on_front\n";
+      "measured_ttft_ms,predicted_decode_ms,memory_mb,loss,on_front,latency_precision,"
+      "loss_precision\n";
+  const std::string latency_precision = LatencyPrecision(record.config),
+                    loss_precision = LossPrecision(record.config);
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
     const Trial& t = *v.evaluated[i];
     std::string pattern = ArchSummary(t.arch());
     pattern = pattern.substr(pattern.rfind(' ') + 1);
     absl::StrAppend(
-        &s,
-        absl::StrFormat("%d,%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.3f,%.6f,%d\n", t.id(),
-                        t.provenance(), t.arch().num_layers(), t.arch().d_model(), t.arch().d_ffn(),
-                        pattern, t.parameters(), t.predicted_ttft_ms(), t.measured_ttft_ms(),
-                        t.predicted_decode_ms(), t.memory_mb(), t.loss(), v.on_front[i] ? 1 : 0));
+        &s, absl::StrFormat("%d,%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.3f,%.6f,%d,%s,%s\n", t.id(),
+                            t.provenance(), t.arch().num_layers(), t.arch().d_model(),
+                            t.arch().d_ffn(), pattern, t.parameters(), t.predicted_ttft_ms(),
+                            t.measured_ttft_ms(), t.predicted_decode_ms(), t.memory_mb(), t.loss(),
+                            v.on_front[i] ? 1 : 0, latency_precision, loss_precision));
   }
   return s;
 }
@@ -142,6 +169,10 @@ std::string ParetoJson(const CampaignRecord& record, const std::vector<Trial>& t
   j["state"] = std::string(CampaignStateName(record.state));
   j["stage"] = record.stage;
   j["hypervolume"] = v.hypervolume;
+  j["deployment"] = {{"latency_precision", LatencyPrecision(record.config)},
+                     {"threads", record.config.benchmark().threads()},
+                     {"ttft_prompt_tokens", record.config.ttft_prompt_tokens()},
+                     {"loss_precision", LossPrecision(record.config)}};
   for (size_t k = 0; k < v.objectives.size(); ++k) {
     j["reference"][absl::AsciiStrToLower(Objective_Name(v.objectives[k]))] = v.reference[k];
   }

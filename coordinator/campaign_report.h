@@ -46,6 +46,9 @@ std::string EvaluationSummary(const Trial& trial);
 // One row per trial of either stage (`all`) or per evaluated stage-2 trial:
 // id, stage, state, provenance, architecture, parameters, TTFT predicted and
 // measured, decode, memory, loss, front.
+// "latency at q4_0 weights, 1 thread(s), TTFT at 256 tokens; loss after
+// q4_0": what a campaign's figures are for.
+std::string DeploymentSummary(const CampaignConfig& config);
 std::string ParetoTable(const CampaignRecord& record, const std::vector<Trial>& trials, bool all);
 std::string ParetoCsv(const CampaignRecord& record, const std::vector<Trial>& trials);
 std::string ParetoJson(const CampaignRecord& record, const std::vector<Trial>& trials);

@@ -51,13 +51,32 @@ TEST(CampaignReportTest, ExportsAgreeWithTheFront) {
   Fixture f;
   const std::string csv = ParetoCsv(f.record, f.trials);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
-  EXPECT_THAT(csv, HasSubstr(",2.000000,1\n"));
-  EXPECT_THAT(csv, HasSubstr(",2.600000,0\n"));
+  // A campaign from before deployment precisions: f32 latency, loss as trained.
+  EXPECT_THAT(csv, HasSubstr(",2.000000,1,fp32,as trained\n"));
+  EXPECT_THAT(csv, HasSubstr(",2.600000,0,fp32,as trained\n"));
   auto j = nlohmann::json::parse(ParetoJson(f.record, f.trials));
   EXPECT_DOUBLE_EQ(j["hypervolume"].get<double>(), 70);
   EXPECT_EQ(j["reference"]["ttft"], 100);
+  EXPECT_EQ(j["deployment"]["latency_precision"], "fp32");
   const std::string table = ParetoTable(f.record, f.trials, /*all=*/true);
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 7);  // 2 header lines + 5 trials
+}
+
+// Every export says which precision its figures are for.
+TEST(CampaignReportTest, ExportsNameTheDeploymentPrecision) {
+  Fixture f;
+  f.record.config.mutable_benchmark()->set_precision(Q4_0);
+  f.record.config.mutable_benchmark()->set_threads(2);
+  f.record.config.set_ttft_prompt_tokens(256);
+  f.record.config.mutable_train()->set_eval_weight_dtype("q4_0");
+  EXPECT_EQ(DeploymentSummary(f.record.config),
+            "latency at q4_0 weights, 2 thread(s), TTFT at 256 tokens; loss after q4_0");
+  EXPECT_THAT(ParetoCsv(f.record, f.trials), HasSubstr(",latency_precision,loss_precision\n"));
+  EXPECT_THAT(ParetoCsv(f.record, f.trials), HasSubstr(",1,q4_0,q4_0\n"));
+  auto j = nlohmann::json::parse(ParetoJson(f.record, f.trials));
+  EXPECT_EQ(j["deployment"]["latency_precision"], "q4_0");
+  EXPECT_EQ(j["deployment"]["loss_precision"], "q4_0");
+  EXPECT_EQ(j["deployment"]["threads"], 2);
 }
 
 TEST(CampaignReportTest, PlotShowsTrialsFrontReferenceAndPublishedShapes) {

@@ -42,6 +42,7 @@ absl::StatusOr<CampaignStatus> DescribeCampaign(CampaignStore& store, const std:
       static_cast<int>(std::count(front.on_front.begin(), front.on_front.end(), true)));
   for (const LogLine& l : log) s.add_log(l.text);
   *s.mutable_config() = r.config;
+  s.set_deployment(DeploymentSummary(r.config));
   return s;
 }
 

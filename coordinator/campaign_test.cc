@@ -575,6 +575,21 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
   strategy.set_strategy("grid");
   EXPECT_THAT(service_->Create(strategy),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("strategy")));
+  // Q4_0 deployment: a width off the 32-weight block is named.
+  CampaignConfig q4 = Config("q4");
+  q4.mutable_benchmark()->set_precision(Q4_0);
+  q4.mutable_search_space()->set_block_size(16);
+  q4.mutable_search_space()->mutable_d_ffn()->Clear();
+  q4.mutable_search_space()->mutable_d_ffn()->add_values(128);
+  q4.mutable_search_space()->mutable_d_ffn()->add_values(144);
+  EXPECT_THAT(service_->Create(q4),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("search_space.d_ffn: choice 144 is not a multiple of 32, the "
+                                 "block of benchmark.precision Q4_0")));
+  CampaignConfig eval = Config("eval-dtype");
+  eval.mutable_train()->set_eval_weight_dtype("q3_k");
+  EXPECT_THAT(service_->Create(eval),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train.eval_weight_dtype")));
   CampaignConfig ref = Config("ref");
   ref.mutable_reference()->set_loss(-1);
   EXPECT_THAT(service_->Create(ref),

@@ -68,6 +68,7 @@ async function refresh(){
       const s=d.status, cfg=s.config||{};
       let h=`<h2 id="campaign-title">Campaign ${esc(s.name)}: ${esc(s.state)}, stage ${s.stage||0}</h2>`;
       h+=`<div>${esc(s.message||'')}</div>`;
+      h+=`<div id="deployment">${esc(s.deployment||'')}</div>`;
       h+=`<div>stage 1 latency points ${bar(s.latencyPoints||0,cfg.stage1LatencyPoints||0)}`+
          ` &nbsp; CV R<sup>2</sup> ${s.cvR2!==undefined?s.cvR2.toFixed(3):'-'}, Kendall tau ${s.cvTau!==undefined?s.cvTau.toFixed(3):'-'}</div>`;
       h+=`<div>stage 2 trials ${bar(s.trialsTotal||0,cfg.stage2Trials||0)} &nbsp; done ${s.trialsDone||0}, failed ${s.trialsFailed||0},`+

@@ -172,6 +172,41 @@ absl::Status NothingLeft(const std::map<std::string, torch::Tensor>& weights,
                                                  " layout"));
 }
 
+// Adds tensors to a GGUF file: matrices at the export's type (f32, f16,
+// or quantized blocks made when the file is written), everything else f32.
+// dims innermost first ([out, in] -> {in, out}). A matrix a block type
+// cannot hold is remembered in `refused` (the first one), not added.
+struct TensorAdder {
+  GgufWriter& w;
+  GgmlType matrix_type;
+  absl::Status refused;
+
+  void operator()(const std::string& name, const torch::Tensor& t, bool matrix) {
+    std::vector<uint64_t> dims;
+    for (int64_t d = t.dim() - 1; d >= 0; --d) dims.push_back(static_cast<uint64_t>(t.size(d)));
+    const GgmlType type = matrix ? matrix_type : GgmlType::kF32;
+    if (!GgmlIsBlock(type)) {
+      torch::Tensor stored = type == GgmlType::kF16 ? t.to(torch::kHalf) : t;
+      w.AddTensor(name, dims, type,
+                  [stored]() -> absl::StatusOr<std::string> { return Bytes(stored); });
+      return;
+    }
+    const QuantType q = type == GgmlType::kQ4_0 ? QuantType::kQ4_0 : QuantType::kQ8_0;
+    if (t.size(1) % kQuantBlock != 0) {
+      if (refused.ok()) {
+        refused = absl::InvalidArgumentError(absl::StrCat(name, " has rows of ", t.size(1),
+                                                          " values: ", GgmlTypeName(type),
+                                                          " stores whole blocks of ", kQuantBlock));
+      }
+      return;
+    }
+    w.AddTensor(name, dims, type, [t, q]() -> absl::StatusOr<std::string> {
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor blocks, QuantizeMatrix(t.contiguous(), q));
+      return std::string(reinterpret_cast<const char*>(blocks.data_ptr<uint8_t>()), blocks.numel());
+    });
+  }
+};
+
 absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> weights,
                        const std::string& source, const std::string& out_path,
                        const GgufExportOptions& options) {
@@ -192,31 +227,8 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
     AddHyperparameters(w, arch, layout, options);
     AddPlaceholderTokenizer(w, arch);
 
-    // Tensors in llama.cpp's names; dims innermost first ([out, in] -> {in, out}).
-    absl::Status refused;  // a matrix the block type cannot hold
-    auto add = [&](const std::string& name, torch::Tensor t, bool matrix) {
-      std::vector<uint64_t> dims;
-      for (int64_t d = t.dim() - 1; d >= 0; --d) dims.push_back(static_cast<uint64_t>(t.size(d)));
-      const GgmlType type = matrix ? options.dtype : GgmlType::kF32;
-      if (GgmlIsBlock(type)) {
-        const QuantType q = type == GgmlType::kQ4_0 ? QuantType::kQ4_0 : QuantType::kQ8_0;
-        if (t.size(1) % kQuantBlock != 0 && refused.ok()) {
-          refused = absl::InvalidArgumentError(
-              absl::StrCat(name, " has rows of ", t.size(1), " values: ", GgmlTypeName(type),
-                           " stores whole blocks of ", kQuantBlock));
-          return;
-        }
-        w.AddTensor(name, dims, type, [t, q]() -> absl::StatusOr<std::string> {
-          HILNAS_ASSIGN_OR_RETURN(torch::Tensor blocks, QuantizeMatrix(t.contiguous(), q));
-          return std::string(reinterpret_cast<const char*>(blocks.data_ptr<uint8_t>()),
-                             blocks.numel());
-        });
-        return;
-      }
-      torch::Tensor stored = type == GgmlType::kF16 ? t.to(torch::kHalf) : t;
-      w.AddTensor(name, dims, type,
-                  [stored]() -> absl::StatusOr<std::string> { return Bytes(stored); });
-    };
+    // Tensors in llama.cpp's names.
+    TensorAdder add{w, options.dtype, absl::OkStatus()};
     HILNAS_ASSIGN_OR_RETURN(torch::Tensor embed, take("model.embed_tokens.weight"));
     add("token_embd.weight", embed, true);
     if (arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
@@ -262,7 +274,7 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
     }
     weights.erase("lm_head.weight");  // a tied checkpoint may store the copy
     HILNAS_RETURN_IF_ERROR(NothingLeft(weights, source, layout));
-    HILNAS_RETURN_IF_ERROR(refused);
+    HILNAS_RETURN_IF_ERROR(add.refused);
     return w.Write(out_path);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("GGUF export of ", source, ": ", e.what()));

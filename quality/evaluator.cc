@@ -46,6 +46,13 @@ class InProcessEvaluator : public QualityEvaluator {
     HILNAS_ASSIGN_OR_RETURN(TrainResult r, Train(model, teacher.get(), *data_, o));
     QualityResult q;
     q.loss = r.final_eval_loss;
+    if (!o.eval_weight_dtype.empty() && o.eval_weight_dtype != "f32") {
+      // Scored as it ships: the trained matrices stored at deployment
+      // precision (the checkpoints under work_dir keep the trained weights).
+      HILNAS_RETURN_IF_ERROR(model.StoreWeightsAs(o.eval_weight_dtype));
+      HILNAS_ASSIGN_OR_RETURN(q.loss,
+                              HeldOutLoss(model, data_->heldout, o.seq_len, o.eval_windows));
+    }
     q.initial_loss =
         r.resumed_from_step > 0 ? std::numeric_limits<double>::quiet_NaN() : r.initial_eval_loss;
     q.tokens = o.steps * o.batch_size * o.seq_len;

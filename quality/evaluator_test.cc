@@ -80,6 +80,14 @@ TEST(InProcessEvaluatorTest, TrainsACopyAndReportsHeldOutLoss) {
   // The checkpoint under evaluation is left as it was.
   ASSERT_OK_AND_ASSIGN(Decoder again, LoadCheckpoint((d / "ckpt").string()));
   EXPECT_TRUE(torch::equal(again.NamedTensors()[1].second, model.NamedTensors()[1].second));
+
+  // Scored at deployment precision: the same training (same seed, fresh
+  // work folder) scored after Q4_0 quantization moves the loss, a little.
+  o.eval_weight_dtype = "q4_0";
+  ASSERT_OK_AND_ASSIGN(QualityResult q4, NewInProcessEvaluator(data, o)->Evaluate(
+                                             (d / "ckpt").string(), (d / "work-q4").string()));
+  EXPECT_NE(q4.loss, q.loss);
+  EXPECT_NEAR(q4.loss, q.loss, 0.25);
   fs::remove_all(d);
 }
 

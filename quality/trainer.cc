@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
+#include "model/quant.h"
 #include "nlohmann/json.hpp"
 #include "quality/train_util.h"
 #include "util/status_macros.h"
@@ -210,6 +211,7 @@ TrainOptions TrainOptionsFromRecipe(const TrainRecipe& r, uint64_t seed) {
   if (r.has_weight_decay()) o.weight_decay = r.weight_decay();
   if (r.has_grad_clip()) o.grad_clip = r.grad_clip();
   if (r.eval_windows() > 0) o.eval_windows = r.eval_windows();
+  o.eval_weight_dtype = r.eval_weight_dtype();
   o.seed = seed;
   return o;
 }
@@ -219,6 +221,12 @@ absl::Status TrainOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("train option ", field, " = ", v, ": ", want));
   };
   if (steps < 1) return bad("steps", steps, "must be >= 1");
+  if (!eval_weight_dtype.empty() && eval_weight_dtype != "f32" && eval_weight_dtype != "f16" &&
+      eval_weight_dtype != "bf16" && !ParseQuantType(eval_weight_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("train option eval_weight_dtype \"",
+                                                   eval_weight_dtype,
+                                                   "\" is not one of f32, bf16, f16, q4_0, q8_0"));
+  }
   if (batch_size < 1) return bad("batch_size", batch_size, "must be >= 1");
   if (seq_len < 2) return bad("seq_len", seq_len, "must be >= 2");
   if (!(lr > 0)) return bad("lr", lr, "must be > 0");

@@ -40,6 +40,9 @@ struct TrainOptions {
   double distill_temperature = 1;
   int64_t eval_every = 0;     // steps between held-out evaluations; 0 = end only
   int64_t eval_windows = 64;  // held-out windows of seq_len, evenly spaced
+  // The in-process evaluator's score: the held-out loss after storing the
+  // trained matrices as this (Decoder::StoreWeightsAs); empty: as trained.
+  std::string eval_weight_dtype;
   // When set: a resumable checkpoint every `checkpoint_every` steps (and at
   // the end) under checkpoint_dir/resume; an existing one is resumed.
   std::string checkpoint_dir;

@@ -9,8 +9,8 @@
 #include "tools/campaign_db.h"
 #include "tools/commands/commands.h"
 #include "util/files.h"
-#include "util/textproto.h"
 #include "util/status_macros.h"
+#include "util/textproto.h"
 
 namespace hilnas::tools {
 namespace {
@@ -63,9 +63,10 @@ int RunPareto(const ParetoOptions& cl) {
   if (!c.ok()) return Fail(c.status());
   const std::string out = cl.out;
   if (cl.verb == "show") {
-    std::printf("campaign %s: %s, stage %d; %s\n\n", cl.campaign.c_str(),
+    std::printf("campaign %s: %s, stage %d; %s\n%s\n\n", cl.campaign.c_str(),
                 std::string(CampaignStateName(c->record.state)).c_str(), c->record.stage,
-                FrontSummary(c->record, c->trials).c_str());
+                FrontSummary(c->record, c->trials).c_str(),
+                DeploymentSummary(c->record.config).c_str());
     std::printf("%s", ParetoTable(c->record, c->trials, cl.all).c_str());
     return 0;
   }
