@@ -155,7 +155,8 @@ int CreateAndFollow(const std::string& address, const CampaignConfig& config) {
 
 absl::Status WriteFront(const std::string& dir, const std::string& name) {
   HILNAS_ASSIGN_OR_RETURN(LoadedCampaign c, LoadCampaignFromDb(dir + "/demo.db", name));
-  std::printf("\n== Pareto front: %s\n\n%s", FrontSummary(c.record, c.trials).c_str(),
+  std::printf("\n== Pareto front: %s\n%s\n\n%s", FrontSummary(c.record, c.trials).c_str(),
+              DeploymentSummary(c.record.config).c_str(),
               ParetoTable(c.record, c.trials, /*all=*/false).c_str());
   HILNAS_RETURN_IF_ERROR(WriteFileAtomically(dir + "/front.svg", ParetoSvg(c.record, c.trials)));
   return WriteFileAtomically(dir + "/front.csv", ParetoCsv(c.record, c.trials));
