@@ -14,6 +14,9 @@
 #              GGUF of the same weights hilnas exports at that type (its
 #              q4_0/q8_0 tensors are llama-quantize --pure's: quant_exact.sh)
 #
+# KV_DTYPE=f16 stores hilnas's KV cache in f16, as llama-bench's default
+# cache is (default f32).
+#
 # TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
 # decode is ms/token of 64 tokens after the prompt (hilnas decodes after
 # its prompt; llama-bench's tg test at depth = prompt, `-d`). No flash
@@ -66,7 +69,7 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
   local t d
   for _ in $(seq "$REPEATS"); do
     "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 65 --threads "$3" \
-        --weight-dtype "$4" 2>&1 |
+        --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f32}" 2>&1 |
       sed -n 's/^stats: //p' |
       /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
   done >"$W/h.txt"

@@ -152,6 +152,9 @@ class LibtorchRuntime : public Runtime {
       // Built in f32 (random or loaded), then its matrices narrowed.
       HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));
     }
+    if (!req.kv_dtype().empty()) {
+      HILNAS_RETURN_IF_ERROR(decoder->SetKvDtype(req.kv_dtype()));
+    }
     const int64_t chunk = req.prefill_chunk() > 0 ? req.prefill_chunk() : 1024;
     if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
       // Random weights time like trained ones: the auxiliary model and maps.

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace hilnas {
@@ -159,6 +160,34 @@ __attribute__((always_inline)) inline V8 Load8(const float* p) {
 
 __attribute__((always_inline)) inline void Store8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
 
+// Eight IEEE half-precision values (a half-precision KV cache) as floats,
+// in generic vector operations so both builds have it: the 15 bits below
+// the sign move up 13 places, where a float keeps its exponent and
+// mantissa, and a multiply by 2^112 rebiases the exponent (subnormals
+// included); infinities and NaNs keep an all-ones exponent.
+__attribute__((always_inline)) inline float ToFloat(float x) { return x; }
+__attribute__((always_inline)) inline float ToFloat(uint16_t h) {
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+}
+
+typedef uint16_t U8h __attribute__((vector_size(16)));
+__attribute__((always_inline)) inline V8 Load8(const uint16_t* p) {
+  U8h raw;
+  std::memcpy(&raw, p, sizeof raw);
+  const I8 h = __builtin_convertvector(raw, I8);
+  const I8 sign = (h & 0x8000) << 16;
+  const I8 em = (h & 0x7fff) << 13;
+  V8 f;
+  std::memcpy(&f, &em, sizeof f);
+  f = f * 0x1p112f;
+  I8 bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (em >= (0x7c00 << 13)) ? (em | 0x7f800000) : bits;
+  bits |= sign;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // {sum(a[0]), ..., sum(a[7])}: pairwise sums in three rounds (what AVX's
 // hadd does, written with generic shuffles so the portable build has it).
 __attribute__((always_inline)) inline V8 HorizontalSums(const V8 a[8]) {
@@ -264,6 +293,9 @@ struct Item {
   int64_t rows;         // queries per head in this block
   int64_t g;            // heads stacked
   int64_t p0;           // position of the first query
+  // Instead of keys and values, a half-precision cache (decode only).
+  const uint16_t* keys_h = nullptr;
+  const uint16_t* values_h = nullptr;
 };
 
 struct Shape {
@@ -330,13 +362,14 @@ struct KeyBlock {
 // Decode scores: a handful of rows, dot products straight off the cache, no
 // transpose. Eight keys at a time, so one load of q serves eight products
 // and their eight sums fold into one vector.
-HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const float* kb, int64_t hdp, const Scratch& w,
+template <typename KV>
+HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const KV* kb, int64_t hdp, const Scratch& w,
                                 float* s) {
   const int64_t hd = blk.sh.hd, cols = blk.cols, cp = blk.cp;
   int64_t c = 0;
   if (hd % 8 == 0) {
     for (; c + 8 <= cols; c += 8) {
-      const float* key = kb + c * hd;
+      const KV* key = kb + c * hd;
       for (int64_t r = 0; r < blk.r_all; ++r) {
         const float* qr = w.qs.data() + r * hdp;
         V8 a[8] = {};
@@ -349,11 +382,11 @@ HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const float* kb, int64_t hd
     }
   }
   for (; c < cols; ++c) {
-    const float* key = kb + c * hd;
+    const KV* key = kb + c * hd;
     for (int64_t r = 0; r < blk.r_all; ++r) {
       const float* qr = w.qs.data() + r * hdp;
       float sum = 0;
-      for (int64_t d = 0; d < hd; ++d) sum += qr[d] * key[d];
+      for (int64_t d = 0; d < hd; ++d) sum += qr[d] * ToFloat(key[d]);
       s[r * cp + c] = sum;
     }
   }
@@ -437,15 +470,22 @@ HILNAS_INLINE void SoftmaxBlock(const KeyBlock& blk, int64_t hdp, int64_t rp, Sc
 
 // O += P V, 4 rows x 16 dims per register tile; value rows copied into a
 // padded block when hd is not a tile multiple.
-HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const float* vb, int64_t hdp, int64_t rp,
+template <typename KV>
+HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t hdp, int64_t rp,
                                     Scratch& w, const float* s) {
   const int64_t hd = blk.sh.hd;
-  const float* vrows = vb;
+  const float* vrows = nullptr;
   int64_t vstride = hd;
-  if (hd != hdp) {
+  if constexpr (std::is_same_v<KV, float>) vrows = vb;
+  if (hd != hdp || !std::is_same_v<KV, float>) {
+    // Padded to the tile, or widened from a half-precision cache.
     w.vb.assign(blk.cols * hdp, 0.0f);
     for (int64_t c = 0; c < blk.cols; ++c) {
-      std::copy(vb + c * hd, vb + c * hd + hd, &w.vb[c * hdp]);
+      const KV* row = vb + c * hd;
+      float* to = &w.vb[c * hdp];
+      int64_t d = 0;
+      for (; d + 8 <= hd; d += 8) Store8(to + d, Load8(row + d));
+      for (; d < hd; ++d) to[d] = ToFloat(row[d]);
     }
     vrows = w.vb.data();
     vstride = hdp;
@@ -463,7 +503,17 @@ HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const float* vb, int64_
 
 // Flash-style attention of one item: blocks of bk keys, each scored,
 // soft-maxed online and folded into the outputs.
+template <typename KV>
 HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
+  const KV* keys;
+  const KV* values;
+  if constexpr (std::is_same_v<KV, float>) {
+    keys = it.keys;
+    values = it.values;
+  } else {
+    keys = it.keys_h;
+    values = it.values_h;
+  }
   const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile);
   const int64_t r_all = it.g * it.rows, rp = RoundUp(r_all, kRowTile);
   LoadQueries(it, sh, hdp, rp, w);
@@ -479,12 +529,12 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     w.s.resize(rp * blk.cp);
     float* s = w.s.data();
     if (decode) {
-      DecodeScores(blk, it.keys + (c0 - sh.k_start) * hd, hdp, w, s);
+      DecodeScores(blk, keys + (c0 - sh.k_start) * hd, hdp, w, s);
     } else {
       PrefillScores(blk, hdp, rp, w, s);
     }
     SoftmaxBlock(blk, hdp, rp, w, s);
-    AccumulateValues(blk, it.values + (c0 - sh.k_start) * hd, hdp, rp, w, s);
+    AccumulateValues(blk, values + (c0 - sh.k_start) * hd, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
     float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
@@ -497,21 +547,31 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
 
 // The body compiled twice: for AVX2 + FMA, picked at run time where the CPU
 // has them, and for the build's baseline (arm64's NEON; old x86).
-void AttendItemPortable(const Item& it, const Shape& sh, Scratch& w) { AttendItemBody(it, sh, w); }
+template <typename KV>
+void AttendItemPortable(const Item& it, const Shape& sh, Scratch& w) {
+  AttendItemBody<KV>(it, sh, w);
+}
 
 #if defined(__x86_64__)
+template <typename KV>
 __attribute__((target("avx2,fma"))) void AttendItemAvx2(const Item& it, const Shape& sh,
                                                         Scratch& w) {
-  AttendItemBody(it, sh, w);
+  AttendItemBody<KV>(it, sh, w);
 }
 #endif
 
-void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
+template <typename KV>
+void AttendItemAs(const Item& it, const Shape& sh, Scratch& w) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) return AttendItemAvx2(it, sh, w);
+  if (avx2) return AttendItemAvx2<KV>(it, sh, w);
 #endif
-  AttendItemPortable(it, sh, w);
+  AttendItemPortable<KV>(it, sh, w);
+}
+
+void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
+  if (it.keys_h != nullptr) return AttendItemAs<uint16_t>(it, sh, w);
+  AttendItemAs<float>(it, sh, w);
 }
 
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
@@ -586,9 +646,12 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
 
 }  // namespace
 
-void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
-                     const float* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out) {
+namespace {
+
+template <typename KV>
+void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const KV* keys,
+                       const KV* values, int64_t head_stride, int64_t n, int64_t key_start,
+                       int64_t position, float* out) {
   RECORD_FUNCTION("hilnas::attention", {});
   const int64_t g = h / kvh;
   const Shape shape{hd,
@@ -601,15 +664,14 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const f
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
     for (int64_t gi = first; gi < last; ++gi) {
-      const Item it{q + gi * g * hd,
-                    hd,
-                    out + gi * g * hd,
-                    keys + gi * head_stride,
-                    values + gi * head_stride,
-                    nullptr,
-                    1,
-                    g,
-                    position};
+      Item it{q + gi * g * hd, hd, out + gi * g * hd, nullptr, nullptr, nullptr, 1, g, position};
+      if constexpr (std::is_same_v<KV, float>) {
+        it.keys = keys + gi * head_stride;
+        it.values = values + gi * head_stride;
+      } else {
+        it.keys_h = keys + gi * head_stride;
+        it.values_h = values + gi * head_stride;
+      }
       AttendItem(it, shape, scratch);
     }
   };
@@ -618,6 +680,20 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const f
   } else {
     at::parallel_for(0, kvh, 1, run);
   }
+}
+
+}  // namespace
+
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
+                     const float* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out) {
+  DecodeAttentionAs(q, h, kvh, hd, keys, values, head_stride, n, key_start, position, out);
+}
+
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint16_t* keys,
+                     const uint16_t* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out) {
+  DecodeAttentionAs(q, h, kvh, hd, keys, values, head_stride, n, key_start, position, out);
 }
 
 torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,

@@ -33,6 +33,11 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
                      const float* values, int64_t head_stride, int64_t n, int64_t key_start,
                      int64_t position, float* out);
+// The same over a half-precision cache (IEEE f16 bits, `--kv-dtype f16`):
+// keys and values widened to f32 as they are read.
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint16_t* keys,
+                     const uint16_t* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out);
 
 // [T, S] bool: true where the query at q_start + i may not see the key at
 // k_start + j (a later key, or with `window` > 0 one window or more back).

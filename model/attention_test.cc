@@ -85,5 +85,33 @@ TEST(BlockedAttentionTest, FloatKernelMatchesTheReferenceOnEveryShape) {
   }
 }
 
+// A half-precision cache (--kv-dtype f16) read by the decode kernel equals
+// the double product of the same halves, subnormal and extreme values
+// included (the kernel widens halves with integer vector operations), at
+// head sizes with and without a vector remainder.
+TEST(BlockedAttentionTest, DecodeOverAHalfCacheMatchesTheReferenceOfItsHalves) {
+  torch::manual_seed(6);
+  for (int64_t hd : {8, 20, 64}) {
+    const int64_t h = 6, kvh = 2, n = 150;
+    torch::Tensor k = (torch::randn({kvh, n, hd}) * 0.5).to(torch::kHalf);
+    torch::Tensor v = torch::randn({kvh, n, hd}).to(torch::kHalf);
+    k[0][3].fill_(3e-6);  // subnormal halves
+    v[1][7].fill_(-5e-7);
+    v[0][11].fill_(65504);  // the largest half
+    const torch::Tensor q = torch::randn({h, hd});
+    torch::Tensor got = torch::empty({h, hd});
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd,
+                    reinterpret_cast<const uint16_t*>(k.data_ptr<at::Half>()),
+                    reinterpret_cast<const uint16_t*>(v.data_ptr<at::Half>()), n * hd, n, 0, n - 1,
+                    got.data_ptr<float>());
+    const torch::Tensor want = ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
+                                                  k.to(torch::kDouble).unsqueeze(0),
+                                                  v.to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
+                                   .view({h, hd});
+    EXPECT_LT(((got.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(), 2e-5)
+        << "hd " << hd;
+  }
+}
+
 }  // namespace
 }  // namespace hilnas

@@ -13,13 +13,14 @@ namespace {
 // worth, kept per thread (pipelined decoding steps several caches of one
 // decoder from threads at once).
 struct DecodeBuffers {
-  std::vector<float> x, normed, out, q, q_rot, k, v, head, attn, gate, up;
+  std::vector<float> x, normed, out, q, q_rot, k, v, head, head_rot, attn, gate, up;
   void Reserve(const Arch& a) {  // a no-op once grown
     for (auto* b : {&x, &normed, &out}) b->resize(std::max<size_t>(b->size(), a.d_model));
     for (auto* b : {&q, &q_rot, &attn}) b->resize(std::max<size_t>(b->size(), a.q_width()));
     for (auto* b : {&k, &v}) b->resize(std::max<size_t>(b->size(), a.kv_width()));
     for (auto* b : {&gate, &up}) b->resize(std::max<size_t>(b->size(), a.d_ffn));
     head.resize(std::max<size_t>(head.size(), a.head_dim));
+    head_rot.resize(std::max<size_t>(head_rot.size(), a.head_dim));
   }
 };
 
@@ -65,7 +66,8 @@ bool DecoderImpl::CanDecodeInPlace(const torch::Tensor& tokens, const KvCache& c
     const torch::Tensor& k = cache.keys(i);
     const torch::Tensor& v = cache.values(i);
     if (!k.defined() || !v.defined() || k.size(0) != 1 || !k.is_contiguous() ||
-        !v.is_contiguous() || k.scalar_type() != torch::kFloat) {
+        !v.is_contiguous() ||
+        (k.scalar_type() != torch::kFloat && k.scalar_type() != torch::kHalf)) {
       return false;
     }
   }
@@ -113,15 +115,32 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
       torch::Tensor& cache_k = cache.keys(i);
       torch::Tensor& cache_v = cache.values(i);
       const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
-      float* kp = cache_k.data_ptr<float>();
-      float* vp = cache_v.data_ptr<float>();
       const int64_t slot = pos % slots;
-      for (int64_t j = 0; j < kvh; ++j) {
-        rotate(k + j * hd, at.k_norm, kp + j * head_stride + slot * hd);
-        std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot * hd);
-      }
       const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
-      DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, buf.attn.data());
+      if (cache_k.scalar_type() == torch::kHalf) {
+        // A half-precision cache (--kv-dtype f16): rounded once, as stored.
+        auto* kp = reinterpret_cast<uint16_t*>(cache_k.data_ptr<at::Half>());
+        auto* vp = reinterpret_cast<uint16_t*>(cache_v.data_ptr<at::Half>());
+        float* row = buf.head_rot.data();
+        for (int64_t j = 0; j < kvh; ++j) {
+          rotate(k + j * hd, at.k_norm, row);
+          for (int64_t d = 0; d < hd; ++d) {
+            kp[j * head_stride + slot * hd + d] = c10::Half(row[d]).x;
+            vp[j * head_stride + slot * hd + d] = c10::Half(v[j * hd + d]).x;
+          }
+        }
+        DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
+                        buf.attn.data());
+      } else {
+        float* kp = cache_k.data_ptr<float>();
+        float* vp = cache_v.data_ptr<float>();
+        for (int64_t j = 0; j < kvh; ++j) {
+          rotate(k + j * hd, at.k_norm, kp + j * head_stride + slot * hd);
+          std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot * hd);
+        }
+        DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
+                        buf.attn.data());
+      }
       const GemvProduct o{&at.o_proj->weight, out};
       WeightGemvsInto(&o, 1, buf.attn.data());
       add_into_x(out);

@@ -282,7 +282,23 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
 
 KvCache Decoder::NewCache(int64_t batch, int64_t capacity, int layers) const {
   impl_->ReserveRope(capacity);
-  return KvCache(impl_->arch_, batch, capacity, impl_->dtype_, layers);
+  return KvCache(impl_->arch_, batch, capacity,
+                 impl_->kv_dtype_set_ ? impl_->kv_dtype_ : impl_->dtype_, layers);
+}
+
+absl::Status Decoder::SetKvDtype(absl::string_view name) {
+  if (name != "f32" && name != "f16") {
+    return absl::InvalidArgumentError(absl::StrCat("kv dtype ", name, " is not one of f32, f16"));
+  }
+  if (name == "f16" && impl_->dtype_ != torch::kFloat) {
+    return absl::FailedPreconditionError("an f16 KV cache needs an f32 decoder");
+  }
+  if (name == "f16" && impl_->arch_.kv_cache == KvLayout::kSlim) {
+    return absl::UnimplementedError("kv_cache slim keeps raw keys in the compute dtype");
+  }
+  impl_->kv_dtype_ = name == "f16" ? torch::kHalf : torch::kFloat;
+  impl_->kv_dtype_set_ = name == "f16";
+  return absl::OkStatus();
 }
 
 torch::Tensor Decoder::Embed(const torch::Tensor& tokens) { return impl_->Embed(tokens); }

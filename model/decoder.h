@@ -164,6 +164,12 @@ class Decoder {
   // `capacity`, after which decoding into this cache mutates nothing shared
   // (pipelined decoding runs several caches on one Decoder from threads).
   KvCache NewCache(int64_t batch, int64_t capacity, int layers = -1) const;
+  // The storage of caches NewCache makes from now on: "f32" (the compute
+  // dtype, the default) or "f16" (half the bytes; keys and values rounded
+  // once when stored, widened when read, as llama.cpp's default cache).
+  // FAILED_PRECONDITION unless the decoder computes in f32; UNIMPLEMENTED
+  // for slim caches.
+  absl::Status SetKvDtype(absl::string_view name);
 
   // ForwardCached taken apart, for decoding that runs layers on different
   // threads (Predictive Pipelined Decoding Alg. 1): token embedding; layers

@@ -62,6 +62,29 @@ void CheckAttention(KernelCheck& out) {
   }
 }
 
+// Decode over a half-precision cache (--kv-dtype f16): keys and values
+// widened as they are read, against the double product of the same halves.
+void CheckHalfCacheAttention(KernelCheck& out) {
+  const int64_t h = 8, kvh = 2, hd = 64, n = 200;
+  const torch::Tensor k = torch::randn({kvh, n, hd}).to(torch::kHalf);
+  const torch::Tensor v = torch::randn({kvh, n, hd}).to(torch::kHalf);
+  const torch::Tensor q = torch::randn({h, hd});
+  torch::Tensor got = torch::empty({h, hd});
+  DecodeAttention(q.data_ptr<float>(), h, kvh, hd,
+                  reinterpret_cast<const uint16_t*>(k.data_ptr<at::Half>()),
+                  reinterpret_cast<const uint16_t*>(v.data_ptr<at::Half>()), n * hd, n, 0, n - 1,
+                  got.data_ptr<float>());
+  const torch::Tensor want = ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
+                                                k.to(torch::kDouble).unsqueeze(0),
+                                                v.to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
+                                 .view({h, hd});
+  KernelCheckRow row;
+  row.kernel = "attention decode f16 cache";
+  row.best_error = ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+  row.ok = row.best_error <= KernelCheck::kTolerance;
+  out.rows.push_back(row);
+}
+
 // Q4_0 and Q8_0 weights against Q8_0 activations: the best path (VNNI or
 // NEON's SDOT, through QuantMatmul's threads), the baseline (AVX2, NEON
 // without SDOT) and the portable loop, against a double product of the
@@ -141,6 +164,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
     torch::manual_seed(35);
     CheckGemvs(out);
     CheckAttention(out);
+    CheckHalfCacheAttention(out);
     CheckQuantized(out);
   } catch (const c10::Error& e) {
     at::set_num_threads(saved);

@@ -36,6 +36,10 @@ absl::Status ValidateBenchmarkRequest(const BenchmarkRequest& r) {
         "benchmark request: decode_tokens, repeats, max_repeats, threads, warmup_runs and "
         "prefill_chunk must not be negative");
   }
+  if (!r.kv_dtype().empty() && r.kv_dtype() != "f32" && r.kv_dtype() != "f16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "benchmark request: kv_dtype \"", r.kv_dtype().substr(0, 16), "\" is not one of f32, f16"));
+  }
   if (r.max_repeats() > 1000) {
     return absl::InvalidArgumentError(
         absl::StrCat("benchmark request: max_repeats ", r.max_repeats(), " exceeds 1000"));

@@ -199,9 +199,10 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
   // SDOT, the baseline NEON without it, both against the portable loop.
   EXPECT_THAT(out,
               HasSubstr("kernels: ok (gemv path neon, quantized path neon+dotprod, 4 threads"));
-  for (const char* kernel : {"gemv Float 67x1027", "gemv Half 131x576", "gemv BFloat16 5x7",
-                             "attention decode window 48", "attention prefill full",
-                             "q4_0 67x1024 x1", "q4_0 131x576 x7", "q8_0 5x32 x4"}) {
+  for (const char* kernel :
+       {"gemv Float 67x1027", "gemv Half 131x576", "gemv BFloat16 5x7",
+        "attention decode window 48", "attention prefill full", "attention decode f16 cache",
+        "q4_0 67x1024 x1", "q4_0 131x576 x7", "q8_0 5x32 x4"}) {
     EXPECT_THAT(out, HasSubstr(kernel));
   }
   EXPECT_THAT(out, Not(HasSubstr("OVER TOLERANCE")));

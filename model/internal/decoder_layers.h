@@ -175,6 +175,10 @@ struct AttentionBlockImpl : torch::nn::Module {
       WriteRing(*cache_k, 2, start, k);
       WriteRing(*cache_v, 2, start, v);
     }
+    if (keys.scalar_type() != q.scalar_type()) {  // a half-precision cache (--kv-dtype f16)
+      keys = keys.to(q.scalar_type());
+      values = values.to(q.scalar_type());
+    }
     torch::Tensor out;
     if (torch::GradMode::is_enabled()) {  // training: the plain form autograd differentiates
       auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
@@ -456,6 +460,8 @@ class DecoderImpl : public torch::nn::Module {
 
   Arch arch_;
   bool in_place_decode_ = true;
+  torch::Dtype kv_dtype_ = torch::kFloat;  // the cache's storage (Decoder::SetKvDtype)
+  bool kv_dtype_set_ = false;              // false: the compute dtype
   torch::Dtype dtype_;
   Backbone model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};

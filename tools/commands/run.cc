@@ -29,6 +29,7 @@ struct RunOptions {
   int32_t threads = 0;
   std::string dtype = "f32";
   std::string weight_dtype = "f32";
+  std::string kv_dtype = "f32";
   uint64_t seed = 0;
 };
 
@@ -72,6 +73,10 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
     }
     HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(cl.weight_dtype));
     how += absl::StrCat(", weights stored in ", cl.weight_dtype);
+  }
+  if (cl.kv_dtype != "f32") {
+    HILNAS_RETURN_IF_ERROR(decoder->SetKvDtype(cl.kv_dtype));
+    how += absl::StrCat(", ", cl.kv_dtype, " KV cache");
   }
   std::shared_ptr<KvPredictor> kvp;
   if (decoder->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
@@ -161,7 +166,7 @@ void AddRunCommand(Cli& cli) {
       "run",
       "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
       "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16|q4_0|q8_0 "
-      "--seed S]",
+      "--kv-dtype f32|f16 --seed S]",
       "build, prefill and decode once; print TTFT and decode speed", RunRun);
   auto [shape, arch] = AddArchFlags(app, &o->model);
   app->add_option("--ckpt", o->ckpt, "checkpoint folder (config.json + model.safetensors)")
@@ -178,6 +183,8 @@ void AddRunCommand(Cli& cli) {
                   "store the matrices in bf16 or f16 (computed in f32, as phones run "
                   "half-precision weights), or as q4_0 / q8_0 blocks with activations "
                   "quantized to q8_0 (llama.cpp's and ExecuTorch 8da4w's scheme)");
+  app->add_option("--kv-dtype", o->kv_dtype,
+                  "KV cache storage: f32 | f16 (half the bytes, llama.cpp's default cache)");
   app->add_option("--seed", o->seed, "random seed of the weights and the prompt");
   cli.StableTiming(app, &o->threads);
 }
