@@ -12,6 +12,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 namespace hilnas {
 
 torch::Tensor BlockedPositions(int64_t q_start, int64_t t, int64_t k_start, int64_t s,
@@ -160,33 +164,42 @@ __attribute__((always_inline)) inline V8 Load8(const float* p) {
 
 __attribute__((always_inline)) inline void Store8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
 
-// Eight IEEE half-precision values (a half-precision KV cache) as floats,
-// in generic vector operations so both builds have it: the 15 bits below
-// the sign move up 13 places, where a float keeps its exponent and
-// mantissa, and a multiply by 2^112 rebiases the exponent (subnormals
-// included); infinities and NaNs keep an all-ones exponent.
 __attribute__((always_inline)) inline float ToFloat(float x) { return x; }
-__attribute__((always_inline)) inline float ToFloat(uint16_t h) {
-  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
-}
 
-typedef uint16_t U8h __attribute__((vector_size(16)));
-__attribute__((always_inline)) inline V8 Load8(const uint16_t* p) {
-  U8h raw;
-  std::memcpy(&raw, p, sizeof raw);
-  const I8 h = __builtin_convertvector(raw, I8);
-  const I8 sign = (h & 0x8000) << 16;
-  const I8 em = (h & 0x7fff) << 13;
-  V8 f;
-  std::memcpy(&f, &em, sizeof f);
-  f = f * 0x1p112f;
-  I8 bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits = (em >= (0x7c00 << 13)) ? (em | 0x7f800000) : bits;
-  bits |= sign;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+// A half-precision KV cache's elements (IEEE f16 bits), widened in
+// hardware where the build can: through the compiler's _Float16 on x86
+// (VCVTPH2PS in the AVX2 + F16C build, a library call in the baseline one,
+// for CPUs without AVX2), with NEON's FCVTL on aarch64 (GCC 12 has no C++
+// _Float16 there).
+struct NativeHalf {
+  uint16_t bits;
+};
+#if defined(__aarch64__)
+__attribute__((always_inline)) inline V8 Load8(const NativeHalf* p) {
+  const uint16_t* u = &p->bits;
+  const float32x4_t lo = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(u)));
+  const float32x4_t hi = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(u + 4)));
+  float f[8];
+  vst1q_f32(f, lo);
+  vst1q_f32(f + 4, hi);
+  return Load8(f);
 }
+__attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
+  return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h.bits))), 0);
+}
+#else
+typedef _Float16 H8 __attribute__((vector_size(16)));
+__attribute__((always_inline)) inline V8 Load8(const NativeHalf* p) {
+  H8 h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_convertvector(h, V8);
+}
+__attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
+  _Float16 f;
+  std::memcpy(&f, &h.bits, sizeof f);
+  return static_cast<float>(f);
+}
+#endif
 
 // {sum(a[0]), ..., sum(a[7])}: pairwise sums in three rounds (what AVX's
 // hadd does, written with generic shuffles so the portable build has it).
@@ -277,6 +290,7 @@ constexpr double kParallelWork = 1e5;
 struct Scratch {
   std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
   std::vector<float> vb;    // [bk, hd_pad] value block, when hd is not a tile multiple
+  std::vector<float> kf;    // [bk, hd] key block widened from a half-precision cache
   std::vector<float> s;     // [R_pad, bk_pad] scores, then probabilities
   std::vector<float> acc;   // [R_pad, hd_pad] unnormalised outputs
   std::vector<float> m, l;  // [R_pad] running maxima and sums
@@ -293,7 +307,8 @@ struct Item {
   int64_t rows;         // queries per head in this block
   int64_t g;            // heads stacked
   int64_t p0;           // position of the first query
-  // Instead of keys and values, a half-precision cache (decode only).
+  // Instead of keys and values, a half-precision cache (decode only; read
+  // as NativeHalf).
   const uint16_t* keys_h = nullptr;
   const uint16_t* values_h = nullptr;
 };
@@ -511,8 +526,8 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     keys = it.keys;
     values = it.values;
   } else {
-    keys = it.keys_h;
-    values = it.values_h;
+    keys = reinterpret_cast<const KV*>(it.keys_h);
+    values = reinterpret_cast<const KV*>(it.values_h);
   }
   const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile);
   const int64_t r_all = it.g * it.rows, rp = RoundUp(r_all, kRowTile);
@@ -528,7 +543,15 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     const KeyBlock blk{it, sh, r_all, c0, cols, RoundUp(cols, kColTile) + (decode ? 0 : kColTile)};
     w.s.resize(rp * blk.cp);
     float* s = w.s.data();
-    if (decode) {
+    if (decode && !std::is_same_v<KV, float>) {
+      // Each key is read once per query row: widen the block once first.
+      const KV* kb = keys + (c0 - sh.k_start) * hd;
+      w.kf.resize(cols * hd);
+      int64_t e = 0;
+      for (; e + 8 <= cols * hd; e += 8) Store8(w.kf.data() + e, Load8(kb + e));
+      for (; e < cols * hd; ++e) w.kf[e] = ToFloat(kb[e]);
+      DecodeScores(blk, w.kf.data(), hdp, w, s);
+    } else if (decode) {
       DecodeScores(blk, keys + (c0 - sh.k_start) * hd, hdp, w, s);
     } else {
       PrefillScores(blk, hdp, rp, w, s);
@@ -554,24 +577,22 @@ void AttendItemPortable(const Item& it, const Shape& sh, Scratch& w) {
 
 #if defined(__x86_64__)
 template <typename KV>
-__attribute__((target("avx2,fma"))) void AttendItemAvx2(const Item& it, const Shape& sh,
-                                                        Scratch& w) {
+__attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, const Shape& sh,
+                                                             Scratch& w) {
   AttendItemBody<KV>(it, sh, w);
 }
 #endif
 
-template <typename KV>
-void AttendItemAs(const Item& it, const Shape& sh, Scratch& w) {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) return AttendItemAvx2<KV>(it, sh, w);
-#endif
-  AttendItemPortable<KV>(it, sh, w);
-}
-
 void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
-  if (it.keys_h != nullptr) return AttendItemAs<uint16_t>(it, sh, w);
-  AttendItemAs<float>(it, sh, w);
+  const bool half = it.keys_h != nullptr;
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  if (avx2) {
+    return half ? AttendItemAvx2<NativeHalf>(it, sh, w) : AttendItemAvx2<float>(it, sh, w);
+  }
+#endif
+  return half ? AttendItemPortable<NativeHalf>(it, sh, w) : AttendItemPortable<float>(it, sh, w);
 }
 
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
