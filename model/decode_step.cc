@@ -13,14 +13,13 @@ namespace {
 // worth, kept per thread (pipelined decoding steps several caches of one
 // decoder from threads at once).
 struct DecodeBuffers {
-  std::vector<float> x, normed, out, q, q_rot, k, v, head, head_rot, attn, gate, up;
+  std::vector<float> x, normed, out, q, q_rot, k, v, k_rot, head, attn, gate, up;
   void Reserve(const Arch& a) {  // a no-op once grown
     for (auto* b : {&x, &normed, &out}) b->resize(std::max<size_t>(b->size(), a.d_model));
     for (auto* b : {&q, &q_rot, &attn}) b->resize(std::max<size_t>(b->size(), a.q_width()));
-    for (auto* b : {&k, &v}) b->resize(std::max<size_t>(b->size(), a.kv_width()));
+    for (auto* b : {&k, &v, &k_rot}) b->resize(std::max<size_t>(b->size(), a.kv_width()));
     for (auto* b : {&gate, &up}) b->resize(std::max<size_t>(b->size(), a.d_ffn));
     head.resize(std::max<size_t>(head.size(), a.head_dim));
-    head_rot.resize(std::max<size_t>(head_rot.size(), a.head_dim));
   }
 };
 
@@ -51,6 +50,35 @@ void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
     default:
       TORCH_CHECK(false, "embedding table of type ", table.scalar_type());
   }
+}
+
+// This position's rotated keys and values (kvh rows of hd floats each)
+// into its slot of a layer's cache, f32 or f16 (--kv-dtype f16: rounded
+// once, as stored), then one query per head over the slots filled.
+void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float* k, const float* v,
+                    const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out) {
+  const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
+  const int64_t slot = (pos % slots) * hd;     // the row's offset in each head
+  const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
+  if (cache_k.scalar_type() == torch::kHalf) {
+    auto* kp = reinterpret_cast<uint16_t*>(cache_k.data_ptr<at::Half>());
+    auto* vp = reinterpret_cast<uint16_t*>(cache_v.data_ptr<at::Half>());
+    for (int64_t j = 0; j < kvh; ++j) {
+      for (int64_t e = 0; e < hd; ++e) {
+        kp[j * head_stride + slot + e] = c10::Half(k[j * hd + e]).x;
+        vp[j * head_stride + slot + e] = c10::Half(v[j * hd + e]).x;
+      }
+    }
+    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out);
+    return;
+  }
+  float* kp = cache_k.data_ptr<float>();
+  float* vp = cache_v.data_ptr<float>();
+  for (int64_t j = 0; j < kvh; ++j) {
+    std::copy(k + j * hd, k + (j + 1) * hd, kp + j * head_stride + slot);
+    std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot);
+  }
+  DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out);
 }
 
 }  // namespace
@@ -112,35 +140,10 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
       };
       float* q_rot = buf.q_rot.data();
       for (int64_t j = 0; j < h; ++j) rotate(q + j * hd, at.q_norm, q_rot + j * hd);
-      torch::Tensor& cache_k = cache.keys(i);
-      torch::Tensor& cache_v = cache.values(i);
-      const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
-      const int64_t slot = pos % slots;
-      const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
-      if (cache_k.scalar_type() == torch::kHalf) {
-        // A half-precision cache (--kv-dtype f16): rounded once, as stored.
-        auto* kp = reinterpret_cast<uint16_t*>(cache_k.data_ptr<at::Half>());
-        auto* vp = reinterpret_cast<uint16_t*>(cache_v.data_ptr<at::Half>());
-        float* row = buf.head_rot.data();
-        for (int64_t j = 0; j < kvh; ++j) {
-          rotate(k + j * hd, at.k_norm, row);
-          for (int64_t d = 0; d < hd; ++d) {
-            kp[j * head_stride + slot * hd + d] = c10::Half(row[d]).x;
-            vp[j * head_stride + slot * hd + d] = c10::Half(v[j * hd + d]).x;
-          }
-        }
-        DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
-                        buf.attn.data());
-      } else {
-        float* kp = cache_k.data_ptr<float>();
-        float* vp = cache_v.data_ptr<float>();
-        for (int64_t j = 0; j < kvh; ++j) {
-          rotate(k + j * hd, at.k_norm, kp + j * head_stride + slot * hd);
-          std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot * hd);
-        }
-        DecodeAttention(q_rot, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos,
-                        buf.attn.data());
-      }
+      float* k_rot = buf.k_rot.data();
+      for (int64_t j = 0; j < kvh; ++j) rotate(k + j * hd, at.k_norm, k_rot + j * hd);
+      StoreAndAttend(cache.keys(i), cache.values(i), k_rot, v, q_rot, h, kvh, hd, pos,
+                     buf.attn.data());
       const GemvProduct o{&at.o_proj->weight, out};
       WeightGemvsInto(&o, 1, buf.attn.data());
       add_into_x(out);
