@@ -18,11 +18,6 @@ namespace hilnas {
 namespace {
 
 inline uint16_t HalfBits(float f) { return c10::Half(f).x; }
-inline float HalfValue(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
-}
 inline void StoreHalf(uint8_t* p, float f) {
   const uint16_t h = HalfBits(f);
   std::memcpy(p, &h, 2);
@@ -83,7 +78,7 @@ void DequantizeRow(QuantType t, const uint8_t* q, int64_t n, float* out) {
   const int64_t bs = QuantBlockBytes(t);
   for (int64_t b = 0; b < n / kQuantBlock; ++b) {
     const uint8_t* blk = q + b * bs;
-    const float d = HalfValue(blk);
+    const float d = BlockScale(blk);
     float* o = out + b * kQuantBlock;
     if (t == QuantType::kQ8_0) {
       for (int j = 0; j < kQuantBlock; ++j) o[j] = d * static_cast<int8_t>(blk[2 + j]);
@@ -99,7 +94,7 @@ void DequantizeRow(QuantType t, const uint8_t* q, int64_t n, float* out) {
 void QuantizeActivations(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / kQuantBlock; ++b) {
     const float* xb = x + b * kQuantBlock;
-    uint8_t* blk = out + b * 34;
+    uint8_t* blk = out + b * kQ8BlockBytes;
     float amax = 0;
     for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float id = amax != 0 ? 127.0f / amax : 0.0f;
@@ -134,8 +129,8 @@ absl::StatusOr<torch::Tensor> QuantizeMatrix(const torch::Tensor& w, QuantType t
 
 std::optional<QuantType> QuantTypeOf(const torch::Tensor& w) {
   if (!w.defined() || w.dim() != 3 || w.scalar_type() != torch::kUInt8) return std::nullopt;
-  if (w.size(2) == 18) return QuantType::kQ4_0;
-  if (w.size(2) == 34) return QuantType::kQ8_0;
+  if (w.size(2) == kQ4BlockBytes) return QuantType::kQ4_0;
+  if (w.size(2) == kQ8BlockBytes) return QuantType::kQ8_0;
   return std::nullopt;
 }
 
@@ -176,7 +171,7 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
     row_end[m] = rows;
   }
   thread_local std::vector<uint8_t> xq;
-  xq.resize(static_cast<size_t>(blocks * 34));
+  xq.resize(static_cast<size_t>(blocks * kQ8BlockBytes));
   QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
   const uint8_t* xp = xq.data();
   const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes);
@@ -199,11 +194,11 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
   // Activations once, as Q8_0 rows.
-  std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * 34));
+  std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
   const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
-      QuantizeActivationsFast(xp + i * cols, cols, xq.data() + i * blocks * 34);
+      QuantizeActivationsFast(xp + i * cols, cols, xq.data() + i * blocks * kQ8BlockBytes);
     }
   });
   std::vector<int64_t> shape = x.sizes().vec();

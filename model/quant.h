@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -32,7 +33,16 @@ enum class QuantType { kQ4_0, kQ8_0 };
 
 inline constexpr int64_t kQuantBlock = 32;  // weights per block, both types
 
-inline int64_t QuantBlockBytes(QuantType t) { return t == QuantType::kQ4_0 ? 18 : 34; }
+inline constexpr int64_t kQ4BlockBytes = 18, kQ8BlockBytes = 34;
+inline int64_t QuantBlockBytes(QuantType t) {
+  return t == QuantType::kQ4_0 ? kQ4BlockBytes : kQ8BlockBytes;
+}
+// A block's scale d (its first two bytes, f16) as a float.
+inline float BlockScale(const uint8_t* block) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+}
 const char* QuantTypeName(QuantType t);  // "q4_0", "q8_0"
 std::optional<QuantType> ParseQuantType(absl::string_view name);
 

@@ -29,7 +29,7 @@
 namespace hilnas {
 namespace {
 
-constexpr int64_t kQ8Bytes = 34;
+constexpr int64_t kQ8Bytes = kQ8BlockBytes;
 constexpr int kTokenTile = 4;  // tokens sharing one unpacked weight block
 
 // `tokens` rows of Q8_0 activations as the kernels read them.
@@ -42,12 +42,6 @@ struct Acts {
     return {q + i * stride, stride, d + i * blocks, sum + i * blocks};
   }
 };
-
-inline float Scale(const uint8_t* block) {
-  uint16_t h;
-  std::memcpy(&h, block, 2);
-  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
-}
 
 // ---- Portable ----
 
@@ -81,7 +75,8 @@ void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const Acts& x, 
       for (int64_t b = 0; b < blocks; ++b) {
         Unpack(t, row + b * bs, unpacked);
         const int8_t* xb = reinterpret_cast<const int8_t*>(x.q + i * x.stride + b * kQ8Bytes + 2);
-        sum += Scale(row + b * bs) * x.d[i * blocks + b] * static_cast<float>(Dot32(unpacked, xb));
+        sum += BlockScale(row + b * bs) * x.d[i * blocks + b] *
+               static_cast<float>(Dot32(unpacked, xb));
       }
       c[i * ldc + o] = sum;
     }
@@ -207,7 +202,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
   xs.resize(static_cast<size_t>(tokens * blocks));
   for (int64_t k = 0; k < tokens * blocks; ++k) {
     const uint8_t* blk = xq + k * kQ8Bytes;
-    xd[k] = Scale(blk);
+    xd[k] = BlockScale(blk);
     int32_t sum = 0;
     for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(blk[2 + j]);
     xs[k] = sum;
