@@ -205,6 +205,20 @@ absl::Status CheckDeployment(const CampaignConfig& c, const Space& space, const 
     return bad("train.eval_weight_dtype",
                absl::StrCat("\"", eval, "\" is not one of f32, bf16, f16, q4_0, q8_0"));
   }
+  const std::string& eval_kv = c.train().eval_kv_dtype();
+  if (!eval_kv.empty() && eval_kv != "f32" && eval_kv != "f16" && eval_kv != "q8_0") {
+    return bad("train.eval_kv_dtype", absl::StrCat("\"", eval_kv, "\" is not one of f32, f16, q8_0"));
+  }
+  // A q8_0 cache stores each head's row in whole blocks.
+  for (const auto& [field, kv] : {std::pair<const char*, std::string>{"benchmark.kv_dtype",
+                                                                      c.benchmark().kv_dtype()},
+                                  {"train.eval_kv_dtype", eval_kv}}) {
+    const int hd = c.search_space().base().head_dim();
+    if (kv == "q8_0" && hd % kQuantBlock != 0) {
+      return bad(field, absl::StrCat("q8_0 needs search_space.base.head_dim (", hd,
+                                     ") in whole blocks of ", kQuantBlock));
+    }
+  }
   std::string format;
   if (p == Q4_0 || p == Q8_0) {
     format = absl::StrCat("benchmark.precision ", Precision_Name(p));

@@ -71,21 +71,29 @@ namespace {
 
 // What the campaign's figures are for: the precision agents time at, and
 // the one its loss is scored at (a campaign from before issue 36: f32).
-std::string LatencyPrecision(const CampaignConfig& c) {
+// " with q8_0 KV cache" where the cache is not kept at the compute dtype
+// (no comma: the text is a CSV field too).
+std::string CacheSuffix(const std::string& kv) {
+  return kv.empty() || kv == "f32" ? "" : absl::StrCat(" with ", kv, " KV cache");
+}
+std::string WeightPrecision(const CampaignConfig& c) {
   const Precision p = c.benchmark().precision();
   return p == PRECISION_UNSPECIFIED ? "fp32" : absl::AsciiStrToLower(Precision_Name(p));
 }
+std::string LatencyPrecision(const CampaignConfig& c) {
+  return absl::StrCat(WeightPrecision(c), CacheSuffix(c.benchmark().kv_dtype()));
+}
 std::string LossPrecision(const CampaignConfig& c) {
   const std::string& d = c.train().eval_weight_dtype();
-  return d.empty() ? "as trained" : d;
+  return absl::StrCat(d.empty() ? "as trained" : d, CacheSuffix(c.train().eval_kv_dtype()));
 }
 
 }  // namespace
 
 std::string DeploymentSummary(const CampaignConfig& c) {
   const int threads = c.benchmark().threads();
-  return absl::StrFormat("latency at %s weights, %s, TTFT at %d tokens; loss %s%s",
-                         LatencyPrecision(c),
+  return absl::StrFormat("latency at %s weights%s, %s, TTFT at %d tokens; loss %s%s",
+                         WeightPrecision(c), CacheSuffix(c.benchmark().kv_dtype()),
                          threads > 0 ? absl::StrCat(threads, " thread(s)") : "the agent's threads",
                          c.ttft_prompt_tokens(),
                          c.train().eval_weight_dtype().empty() ? "" : "after ", LossPrecision(c));

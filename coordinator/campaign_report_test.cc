@@ -79,6 +79,25 @@ TEST(CampaignReportTest, ExportsNameTheDeploymentPrecision) {
   EXPECT_EQ(j["deployment"]["threads"], 2);
 }
 
+// A quantized KV cache is part of the deployment: named in the summary and
+// in every export, without a comma that would split the CSV's field.
+TEST(CampaignReportTest, ExportsNameTheKvCachePrecision) {
+  Fixture f;
+  f.record.config.mutable_benchmark()->set_precision(Q4_0);
+  f.record.config.mutable_benchmark()->set_kv_dtype("q8_0");
+  f.record.config.mutable_benchmark()->set_threads(4);
+  f.record.config.set_ttft_prompt_tokens(1024);
+  f.record.config.mutable_train()->set_eval_weight_dtype("q4_0");
+  f.record.config.mutable_train()->set_eval_kv_dtype("q8_0");
+  EXPECT_EQ(DeploymentSummary(f.record.config),
+            "latency at q4_0 weights with q8_0 KV cache, 4 thread(s), TTFT at 1024 tokens; loss "
+            "after q4_0 with q8_0 KV cache");
+  EXPECT_THAT(ParetoCsv(f.record, f.trials),
+              HasSubstr(",1,q4_0 with q8_0 KV cache,q4_0 with q8_0 KV cache\n"));
+  auto j = nlohmann::json::parse(ParetoJson(f.record, f.trials));
+  EXPECT_EQ(j["deployment"]["latency_precision"], "q4_0 with q8_0 KV cache");
+}
+
 TEST(CampaignReportTest, PlotShowsTrialsFrontReferenceAndPublishedShapes) {
   Fixture f;
   const std::string svg = ParetoSvg(f.record, f.trials, {{"mobilellm-flash-350m", 30}});

@@ -590,6 +590,15 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
   eval.mutable_train()->set_eval_weight_dtype("q3_k");
   EXPECT_THAT(service_->Create(eval),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train.eval_weight_dtype")));
+  CampaignConfig eval_kv = Config("eval-kv");
+  eval_kv.mutable_train()->set_eval_kv_dtype("q4_0");
+  EXPECT_THAT(service_->Create(eval_kv),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train.eval_kv_dtype: \"q4_0\" is not one of f32, f16, q8_0")));
+  CampaignConfig kv = Config("kv");
+  kv.mutable_benchmark()->set_kv_dtype("int4");
+  EXPECT_THAT(service_->Create(kv),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv_dtype \"int4\"")));
   CampaignConfig ref = Config("ref");
   ref.mutable_reference()->set_loss(-1);
   EXPECT_THAT(service_->Create(ref),

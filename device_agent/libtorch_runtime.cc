@@ -122,6 +122,7 @@ class LibtorchRuntime : public Runtime {
     // dtype itself (their W_KV product is not a projection).
     HILNAS_ASSIGN_OR_RETURN(const torch::Dtype storage, DtypeFor(req.precision()));
     const bool quantized = storage == torch::kUInt8;
+    const char* blocks = req.precision() == Q4_0 ? "q4_0" : "q8_0";  // when quantized
     torch::Dtype dtype = quantized ? torch::kFloat : storage;
     if (req.threads() > 0) at::set_num_threads(req.threads());
     int max_context = 0;
@@ -132,7 +133,9 @@ class LibtorchRuntime : public Runtime {
       HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(req.arch()));
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
       if (arch.kv_cache != KvLayout::kSlim) dtype = torch::kFloat;
-      decoder = Decoder::Create(arch, req.seed(), dtype);
+      // A quantized model is stored as each matrix is drawn: the job's peak
+      // RSS is what the deployed model holds, not its f32 original.
+      decoder = Decoder::Create(arch, req.seed(), dtype, quantized ? blocks : "f32");
     } else if (!req.checkpoint_dir().empty()) {
       HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(req.checkpoint_dir()));
       const Arch& arch = checkpoint->arch();
@@ -144,10 +147,10 @@ class LibtorchRuntime : public Runtime {
     }
     if (!decoder.ok()) return Classify(decoder.status());
     if (quantized) {
-      // Built in f32 (random or loaded), then quantized (INVALID_ARGUMENT for
-      // widths off the block: an unsupported architecture).
-      HILNAS_RETURN_IF_ERROR(
-          decoder->QuantizeWeights(req.precision() == Q4_0 ? QuantType::kQ4_0 : QuantType::kQ8_0));
+      // A checkpoint is loaded in f32, then quantized (INVALID_ARGUMENT for
+      // widths off the block: an unsupported architecture); random weights
+      // were stored so by Create.
+      if (!req.has_arch()) HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(blocks));
     } else if (storage != torch::kFloat && decoder->arch().kv_cache != KvLayout::kSlim) {
       // Built in f32 (random or loaded), then its matrices narrowed.
       HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));

@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/quant.h"
+
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #endif
@@ -201,6 +203,48 @@ __attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
 }
 #endif
 
+// A Q8_0 cache's row element (--kv-dtype q8_0): one block of 32 values,
+// an f16 scale d and 32 int8 q (value j = d * q[j]), ggml's block_q8_0. A
+// row of hd values is hd / 32 of them.
+struct Q8Block {
+  uint16_t d;
+  int8_t qs[kQuantBlock];
+};
+static_assert(sizeof(Q8Block) == kQ8BlockBytes, "block_q8_0 is 34 bytes");
+
+// Cache elements a row of hd values takes.
+template <typename KV>
+constexpr int64_t RowElements(int64_t hd) {
+  return std::is_same_v<KV, Q8Block> ? hd / kQuantBlock : hd;
+}
+
+// `rows` cached rows of hd values as f32, row r at dst + r * dst_stride:
+// copied, widened from f16, or dequantized from Q8_0 blocks (d * q, eight
+// lanes at a time).
+template <typename KV>
+__attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows, int64_t hd,
+                                                     float* dst, int64_t dst_stride) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const KV* row = src + r * RowElements<KV>(hd);
+    float* to = dst + r * dst_stride;
+    if constexpr (std::is_same_v<KV, Q8Block>) {
+      typedef int8_t C8 __attribute__((vector_size(8)));
+      for (int64_t b = 0; b < hd / kQuantBlock; ++b) {
+        const float d = ToFloat(NativeHalf{row[b].d});
+        for (int j = 0; j < kQuantBlock; j += 8) {
+          C8 c;
+          std::memcpy(&c, row[b].qs + j, sizeof c);
+          Store8(to + b * kQuantBlock + j, __builtin_convertvector(c, V8) * d);
+        }
+      }
+    } else {
+      int64_t d = 0;
+      for (; d + 8 <= hd; d += 8) Store8(to + d, Load8(row + d));
+      for (; d < hd; ++d) to[d] = ToFloat(row[d]);
+    }
+  }
+}
+
 // {sum(a[0]), ..., sum(a[7])}: pairwise sums in three rounds (what AVX's
 // hadd does, written with generic shuffles so the portable build has it).
 __attribute__((always_inline)) inline V8 HorizontalSums(const V8 a[8]) {
@@ -291,6 +335,7 @@ struct Scratch {
   std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
   std::vector<float> vb;    // [bk, hd_pad] value block, when hd is not a tile multiple
   std::vector<float> kf;    // [bk, hd] key block widened from a half-precision cache
+  std::vector<uint8_t> qq;  // [R, hd / 32] scaled queries as Q8_0 blocks (a Q8_0 cache)
   std::vector<float> s;     // [R_pad, bk_pad] scores, then probabilities
   std::vector<float> acc;   // [R_pad, hd_pad] unnormalised outputs
   std::vector<float> m, l;  // [R_pad] running maxima and sums
@@ -307,10 +352,11 @@ struct Item {
   int64_t rows;         // queries per head in this block
   int64_t g;            // heads stacked
   int64_t p0;           // position of the first query
-  // Instead of keys and values, a half-precision cache (decode only; read
-  // as NativeHalf).
-  const uint16_t* keys_h = nullptr;
-  const uint16_t* values_h = nullptr;
+  // Instead of keys and values, a reduced-precision cache (decode only):
+  // f16 bits read as NativeHalf, or Q8_0 blocks read as Q8Block.
+  enum class Cache { kF32, kF16, kQ8_0 } cache = Cache::kF32;
+  const void* keys_raw = nullptr;
+  const void* values_raw = nullptr;
 };
 
 struct Shape {
@@ -407,6 +453,18 @@ HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const KV* kb, int64_t hdp, 
   }
 }
 
+// Decode scores over a Q8_0 cache, as llama.cpp computes them: each scaled
+// query row quantized to Q8_0 once (w.qq), then integer dot products with
+// the cached key blocks (the weight kernels' Q8_0 x Q8_0 path).
+HILNAS_INLINE void QuantDecodeScores(const KeyBlock& blk, const Q8Block* kb, const Scratch& w,
+                                     float* s) {
+  const int64_t blocks = blk.sh.hd / kQuantBlock;
+  for (int64_t r = 0; r < blk.r_all; ++r) {
+    QuantRowsDot(QuantType::kQ8_0, reinterpret_cast<const uint8_t*>(kb), blocks,
+                 w.qq.data() + r * blocks * kQ8BlockBytes, s + r * blk.cp, 0, blk.cols);
+  }
+}
+
 // Prefill scores: keys transposed once per call ([hd, S], see
 // FloatAttention), column c of this block is column c0 - k_start + c there;
 // 4 x 16 register tiles.
@@ -493,15 +551,9 @@ HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t h
   int64_t vstride = hd;
   if constexpr (std::is_same_v<KV, float>) vrows = vb;
   if (hd != hdp || !std::is_same_v<KV, float>) {
-    // Padded to the tile, or widened from a half-precision cache.
+    // Padded to the tile, or widened from a reduced-precision cache.
     w.vb.assign(blk.cols * hdp, 0.0f);
-    for (int64_t c = 0; c < blk.cols; ++c) {
-      const KV* row = vb + c * hd;
-      float* to = &w.vb[c * hdp];
-      int64_t d = 0;
-      for (; d + 8 <= hd; d += 8) Store8(to + d, Load8(row + d));
-      for (; d < hd; ++d) to[d] = ToFloat(row[d]);
-    }
+    WidenRows(vb, blk.cols, hd, w.vb.data(), hdp);
     vrows = w.vb.data();
     vstride = hdp;
   }
@@ -526,12 +578,19 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     keys = it.keys;
     values = it.values;
   } else {
-    keys = reinterpret_cast<const KV*>(it.keys_h);
-    values = reinterpret_cast<const KV*>(it.values_h);
+    keys = static_cast<const KV*>(it.keys_raw);
+    values = static_cast<const KV*>(it.values_raw);
   }
-  const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile);
+  const int64_t hd = sh.hd, hdp = RoundUp(hd, kColTile), row = RowElements<KV>(hd);
   const int64_t r_all = it.g * it.rows, rp = RoundUp(r_all, kRowTile);
   LoadQueries(it, sh, hdp, rp, w);
+  if constexpr (std::is_same_v<KV, Q8Block>) {
+    const int64_t bytes = hd / kQuantBlock * kQ8BlockBytes;
+    w.qq.resize(r_all * bytes);
+    for (int64_t r = 0; r < r_all; ++r) {
+      QuantizeActivationsFast(w.qs.data() + r * hdp, hd, w.qq.data() + r * bytes);
+    }
+  }
   // Keys any of these queries may see: causal above, window below.
   const int64_t hi = std::min(it.p0 + it.rows, sh.k_end);
   const int64_t lo = sh.window > 0 ? std::max(sh.k_start, it.p0 - sh.window + 1) : sh.k_start;
@@ -543,21 +602,21 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     const KeyBlock blk{it, sh, r_all, c0, cols, RoundUp(cols, kColTile) + (decode ? 0 : kColTile)};
     w.s.resize(rp * blk.cp);
     float* s = w.s.data();
-    if (decode && !std::is_same_v<KV, float>) {
+    const KV* kb = keys + (c0 - sh.k_start) * row;
+    if constexpr (std::is_same_v<KV, Q8Block>) {
+      QuantDecodeScores(blk, kb, w, s);
+    } else if (decode && !std::is_same_v<KV, float>) {
       // Each key is read once per query row: widen the block once first.
-      const KV* kb = keys + (c0 - sh.k_start) * hd;
       w.kf.resize(cols * hd);
-      int64_t e = 0;
-      for (; e + 8 <= cols * hd; e += 8) Store8(w.kf.data() + e, Load8(kb + e));
-      for (; e < cols * hd; ++e) w.kf[e] = ToFloat(kb[e]);
+      WidenRows(kb, cols, hd, w.kf.data(), hd);
       DecodeScores(blk, w.kf.data(), hdp, w, s);
     } else if (decode) {
-      DecodeScores(blk, keys + (c0 - sh.k_start) * hd, hdp, w, s);
+      DecodeScores(blk, kb, hdp, w, s);
     } else {
       PrefillScores(blk, hdp, rp, w, s);
     }
     SoftmaxBlock(blk, hdp, rp, w, s);
-    AccumulateValues(blk, values + (c0 - sh.k_start) * hd, hdp, rp, w, s);
+    AccumulateValues(blk, values + (c0 - sh.k_start) * row, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
     float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
@@ -584,15 +643,22 @@ __attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, con
 #endif
 
 void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
-  const bool half = it.keys_h != nullptr;
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
   if (avx2) {
-    return half ? AttendItemAvx2<NativeHalf>(it, sh, w) : AttendItemAvx2<float>(it, sh, w);
+    switch (it.cache) {
+      case Item::Cache::kF16: return AttendItemAvx2<NativeHalf>(it, sh, w);
+      case Item::Cache::kQ8_0: return AttendItemAvx2<Q8Block>(it, sh, w);
+      case Item::Cache::kF32: return AttendItemAvx2<float>(it, sh, w);
+    }
   }
 #endif
-  return half ? AttendItemPortable<NativeHalf>(it, sh, w) : AttendItemPortable<float>(it, sh, w);
+  switch (it.cache) {
+    case Item::Cache::kF16: return AttendItemPortable<NativeHalf>(it, sh, w);
+    case Item::Cache::kQ8_0: return AttendItemPortable<Q8Block>(it, sh, w);
+    case Item::Cache::kF32: return AttendItemPortable<float>(it, sh, w);
+  }
 }
 
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
@@ -690,8 +756,9 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
         it.keys = keys + gi * head_stride;
         it.values = values + gi * head_stride;
       } else {
-        it.keys_h = keys + gi * head_stride;
-        it.values_h = values + gi * head_stride;
+        it.cache = std::is_same_v<KV, Q8Block> ? Item::Cache::kQ8_0 : Item::Cache::kF16;
+        it.keys_raw = keys + gi * head_stride;
+        it.values_raw = values + gi * head_stride;
       }
       AttendItem(it, shape, scratch);
     }
@@ -714,7 +781,19 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const f
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint16_t* keys,
                      const uint16_t* values, int64_t head_stride, int64_t n, int64_t key_start,
                      int64_t position, float* out) {
-  DecodeAttentionAs(q, h, kvh, hd, keys, values, head_stride, n, key_start, position, out);
+  DecodeAttentionAs(q, h, kvh, hd, reinterpret_cast<const NativeHalf*>(keys),
+                    reinterpret_cast<const NativeHalf*>(values), head_stride, n, key_start,
+                    position, out);
+}
+
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint8_t* keys,
+                     const uint8_t* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out) {
+  TORCH_CHECK(hd % kQuantBlock == 0 && head_stride % kQ8BlockBytes == 0,
+              "a Q8_0 cache needs whole blocks: head_dim ", hd, ", head stride ", head_stride);
+  DecodeAttentionAs(q, h, kvh, hd, reinterpret_cast<const Q8Block*>(keys),
+                    reinterpret_cast<const Q8Block*>(values), head_stride / kQ8BlockBytes, n,
+                    key_start, position, out);
 }
 
 torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,

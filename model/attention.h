@@ -38,6 +38,14 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const f
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint16_t* keys,
                      const uint16_t* values, int64_t head_stride, int64_t n, int64_t key_start,
                      int64_t position, float* out);
+// The same over a Q8_0 cache (`--kv-dtype q8_0`): each row of hd values is
+// hd / 32 blocks of 34 bytes (f16 scale, 32 int8), head_stride in bytes.
+// As llama.cpp's CPU attention over a q8_0 cache: scores are integer dot
+// products of the keys with the scaled query quantized to Q8_0, values
+// are dequantized as they are summed. REQUIRES hd % 32 == 0.
+void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint8_t* keys,
+                     const uint8_t* values, int64_t head_stride, int64_t n, int64_t key_start,
+                     int64_t position, float* out);
 
 // [T, S] bool: true where the query at q_start + i may not see the key at
 // k_start + j (a later key, or with `window` > 0 one window or more back).

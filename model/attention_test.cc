@@ -2,8 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/quant.h"
 
 namespace hilnas {
 namespace {
@@ -110,6 +113,52 @@ TEST(BlockedAttentionTest, DecodeOverAHalfCacheMatchesTheReferenceOfItsHalves) {
                                    .view({h, hd});
     EXPECT_LT(((got.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(), 2e-5)
         << "hd " << hd;
+  }
+}
+
+// A Q8_0 cache (--kv-dtype q8_0) read by the decode kernel: scores are
+// integer dot products with the scaled query quantized to Q8_0, so the
+// result equals the double attention of that quantized query over the
+// dequantized keys and values, at one, two and three blocks a row and
+// across key blocks (n > 128); a row of zeros (d = 0) included.
+TEST(BlockedAttentionTest, DecodeOverAQ8CacheMatchesTheReferenceOfItsBlocks) {
+  torch::manual_seed(7);
+  for (int64_t hd : {32, 64, 96}) {
+    const int64_t h = 6, kvh = 2, n = 150, row = hd / kQuantBlock * kQ8BlockBytes;
+    auto blocks = [&](torch::Tensor x) {
+      x = x.reshape({-1, hd}).contiguous();
+      torch::Tensor q = torch::empty({x.size(0), row}, torch::kByte);
+      for (int64_t r = 0; r < x.size(0); ++r) {
+        QuantizeActivations(x[r].data_ptr<float>(), hd, q.data_ptr<uint8_t>() + r * row);
+      }
+      return q;
+    };
+    auto values = [&](const torch::Tensor& q) {
+      return DequantizeMatrix(q.view({q.size(0), hd / kQuantBlock, kQ8BlockBytes}))
+          .to(torch::kDouble);
+    };
+    torch::Tensor kf = torch::randn({kvh, n, hd}) * 0.5;
+    kf[1][4].zero_();
+    const torch::Tensor k = blocks(kf), v = blocks(torch::randn({kvh, n, hd}));
+    const torch::Tensor q = torch::randn({h, hd});
+    torch::Tensor got = torch::empty({h, hd});
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<uint8_t>(),
+                    v.data_ptr<uint8_t>(), n * row, n, 0, n - 1, got.data_ptr<float>());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const torch::Tensor q_seen = values(blocks(q * scale)) / scale;
+    const torch::Tensor want =
+        ReferenceAttention(q_seen.view({1, h, 1, hd}), values(k).view({1, kvh, n, hd}),
+                           values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
+            .view({h, hd});
+    EXPECT_LT(((got.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(), 2e-5)
+        << "hd " << hd;
+    // Not the f32 attention: the cache's rounding shows.
+    const torch::Tensor exact =
+        ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
+                           kf.to(torch::kDouble).unsqueeze(0), values(v).view({1, kvh, n, hd}),
+                           n - 1, 0, 0)
+            .view({h, hd});
+    EXPECT_GT((got.to(torch::kDouble) - exact).abs().max().item<double>(), 1e-6) << "hd " << hd;
   }
 }
 

@@ -53,13 +53,25 @@ void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
 }
 
 // This position's rotated keys and values (kvh rows of hd floats each)
-// into its slot of a layer's cache, f32 or f16 (--kv-dtype f16: rounded
-// once, as stored), then one query per head over the slots filled.
+// into its slot of a layer's cache, then one query per head over the slots
+// filled. The cache holds f32, f16 (--kv-dtype f16: rounded once, as
+// stored) or Q8_0 blocks (--kv-dtype q8_0: each row quantized as the ATen
+// path's ToCacheForm does).
 void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float* k, const float* v,
                     const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out) {
   const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
-  const int64_t slot = (pos % slots) * hd;     // the row's offset in each head
+  const int64_t slot = (pos % slots) * cache_k.size(3);  // the row's offset in each head
   const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
+  if (cache_k.scalar_type() == torch::kByte) {
+    uint8_t* kp = cache_k.data_ptr<uint8_t>();
+    uint8_t* vp = cache_v.data_ptr<uint8_t>();
+    for (int64_t j = 0; j < kvh; ++j) {
+      QuantizeActivationsFast(k + j * hd, hd, kp + j * head_stride + slot);
+      QuantizeActivationsFast(v + j * hd, hd, vp + j * head_stride + slot);
+    }
+    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out);
+    return;
+  }
   if (cache_k.scalar_type() == torch::kHalf) {
     auto* kp = reinterpret_cast<uint16_t*>(cache_k.data_ptr<at::Half>());
     auto* vp = reinterpret_cast<uint16_t*>(cache_v.data_ptr<at::Half>());
@@ -95,7 +107,8 @@ bool DecoderImpl::CanDecodeInPlace(const torch::Tensor& tokens, const KvCache& c
     const torch::Tensor& v = cache.values(i);
     if (!k.defined() || !v.defined() || k.size(0) != 1 || !k.is_contiguous() ||
         !v.is_contiguous() ||
-        (k.scalar_type() != torch::kFloat && k.scalar_type() != torch::kHalf)) {
+        (k.scalar_type() != torch::kFloat && k.scalar_type() != torch::kHalf &&
+         k.scalar_type() != torch::kByte)) {
       return false;
     }
   }

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/internal/decoder_layers.h"
@@ -15,6 +17,7 @@ namespace hilnas {
 
 using decoder_internal::CopyRing;
 using decoder_internal::DecoderImpl;
+using decoder_internal::ToCacheForm;
 using decoder_internal::WriteRing;
 
 namespace {
@@ -84,8 +87,11 @@ KvCache::KvCache(const Arch& arch, int64_t batch, int64_t capacity, torch::Dtype
       keys_.back() = torch::zeros({batch, slots, arch.kv_width()}, dtype);
       continue;
     }
-    keys_.back() = torch::zeros({batch, arch.num_kv_heads, slots, arch.head_dim}, dtype);
-    values_.back() = torch::zeros({batch, arch.num_kv_heads, slots, arch.head_dim}, dtype);
+    // A byte cache holds each row of head_dim values as Q8_0 blocks.
+    const int64_t row =
+        dtype == torch::kByte ? arch.head_dim / kQuantBlock * kQ8BlockBytes : arch.head_dim;
+    keys_.back() = torch::zeros({batch, arch.num_kv_heads, slots, row}, dtype);
+    values_.back() = torch::zeros({batch, arch.num_kv_heads, slots, row}, dtype);
   }
 }
 
@@ -111,19 +117,75 @@ int64_t KvCache::bytes() const {
   return n;
 }
 
-absl::StatusOr<Decoder> Decoder::Create(const Arch& arch, uint64_t seed, torch::Dtype dtype) {
-  return CreateImpl(arch, seed, dtype, /*initialize=*/true);
+namespace {
+
+// How --weight-dtype stores one f32 matrix; empty: as it is (f32).
+using MatrixStore = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// The storage `name` (f32, bf16, f16, q4_0, q8_0) for every matrix of
+// `impl`, checked against all of them before any is changed: an f32
+// decoder, no slim cache, matrices still f32, and for the block formats
+// rows of whole blocks (INVALID_ARGUMENT naming the first matrix off it).
+absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_view name) {
+  if (name == "f32") return MatrixStore();
+  const std::optional<QuantType> quant = ParseQuantType(name);
+  if (name != "f16" && name != "bf16" && !quant) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight dtype ", name, " is not one of f32, bf16, f16, q4_0, q8_0"));
+  }
+  if (impl.dtype_ != torch::kFloat) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        quant ? "quantized" : "half-precision", " weights need an f32 decoder"));
+  }
+  if (impl.arch_.kv_cache == KvLayout::kSlim) {
+    return absl::UnimplementedError(
+        "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
+  }
+  for (const auto& item : impl.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (p.dim() < 2) continue;  // norm scales stay f32; quantized matrices are 3-D
+    if (p.scalar_type() != torch::kFloat) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(item.key(), " is already stored as ", c10::toString(p.scalar_type())));
+    }
+    if (quant && p.size(1) % kQuantBlock != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(impl.arch_.name, ": ", item.key(), " has rows of ", p.size(1), " values; ",
+                       name, " stores whole blocks of ", kQuantBlock));
+    }
+  }
+  if (quant) {
+    // Widths were checked above: QuantizeMatrix cannot refuse.
+    return MatrixStore([t = *quant](const torch::Tensor& w) { return *QuantizeMatrix(w, t); });
+  }
+  const torch::Dtype half = name == "f16" ? torch::kHalf : torch::kBFloat16;
+  return MatrixStore([half](const torch::Tensor& w) { return w.to(half).contiguous(); });
+}
+
+// One matrix into its storage, in place (the parameter keeps its name).
+void StoreMatrix(torch::Tensor& p, const MatrixStore& store) {
+  torch::Tensor stored = store(p);
+  if (stored.scalar_type() == torch::kByte) p.set_requires_grad(false);  // no gradient
+  p.set_data(stored);
+}
+
+}  // namespace
+
+absl::StatusOr<Decoder> Decoder::Create(const Arch& arch, uint64_t seed, torch::Dtype dtype,
+                                        absl::string_view weight_dtype) {
+  return CreateImpl(arch, seed, dtype, /*initialize=*/true, weight_dtype);
 }
 
 absl::StatusOr<Decoder> Decoder::CreateForLoading(const Arch& arch, torch::Dtype dtype) {
-  return CreateImpl(arch, 0, dtype, /*initialize=*/false);
+  return CreateImpl(arch, 0, dtype, /*initialize=*/false, "f32");
 }
 
 absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, torch::Dtype dtype,
-                                            bool initialize) {
+                                            bool initialize, absl::string_view weight_dtype) {
   absl::Status valid = ValidateArch(arch);
   if (!valid.ok()) return valid;
   try {
+    // Cheap: no matrix is written yet (MakeLinear).
     auto impl = std::make_shared<DecoderImpl>(arch, dtype);
     torch::NoGradGuard no_grad;
     if (!initialize) {
@@ -132,9 +194,12 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
       BackWithHugePages(*impl, /*copy=*/false);  // the loader fills them
       return Decoder(impl);
     }
+    HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
     // Deterministic initialisation in the fixed ExpectedTensorShapes order:
     // N(0, 0.02) for matrices, output projections scaled by 1/sqrt(2 L)
-    // (GPT-2), ones for norm scales.
+    // (GPT-2), ones for norm scales. Each matrix goes to its storage as
+    // soon as it is drawn: the same values as drawing all, then
+    // StoreWeightsAs, with one f32 matrix resident at a time.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     Decoder d(impl);
     for (auto& [name, t] : d.NamedTensors()) {
@@ -147,8 +212,9 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
       } else {  // drawn in f32 and rounded, as before parts were built in dtype
         t.copy_(torch::empty(t.sizes(), torch::kFloat).normal_(0.0, std, gen));
       }
+      if (store) StoreMatrix(t, store);
     }
-    impl->to(dtype);
+    if (!store) impl->to(dtype);  // stored matrices are not converted back
     impl->eval();
     BackWithHugePages(*impl, /*copy=*/true);
     return d;
@@ -165,62 +231,24 @@ absl::Status Decoder::StoreWeightsAs(torch::Dtype storage) {
   if (storage != torch::kBFloat16 && storage != torch::kHalf) {
     return absl::InvalidArgumentError("weights are stored in half precision: bf16 or f16");
   }
-  if (impl_->dtype_ != torch::kFloat) {
-    return absl::FailedPreconditionError("half-precision weights need an f32 decoder");
-  }
-  if (impl_->arch_.kv_cache == KvLayout::kSlim) {
-    return absl::UnimplementedError(
-        "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
-  }
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : impl_->parameters()) {
-    if (p.dim() == 2) p.set_data(p.to(storage).contiguous());
-  }
-  return absl::OkStatus();
+  return StoreWeightsAs(storage == torch::kHalf ? "f16" : "bf16");
 }
-absl::Status Decoder::QuantizeWeights(QuantType type) {
-  if (impl_->dtype_ != torch::kFloat) {
-    return absl::FailedPreconditionError("quantized weights need an f32 decoder");
-  }
-  if (impl_->arch_.kv_cache == KvLayout::kSlim) {
-    return absl::UnimplementedError(
-        "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
-  }
-  // Every matrix checked before any is changed.
-  for (const auto& item : impl_->named_parameters()) {
-    const torch::Tensor& p = item.value();
-    if (p.dim() == 2 && p.size(1) % kQuantBlock != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(impl_->arch_.name, ": ", item.key(), " has rows of ", p.size(1), " values; ",
-                       QuantTypeName(type), " stores whole blocks of ", kQuantBlock));
-    }
-    if (p.dim() == 2 && p.scalar_type() != torch::kFloat) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(item.key(), " is already stored as ", c10::toString(p.scalar_type())));
-    }
-  }
+
+absl::Status Decoder::QuantizeWeights(QuantType type) { return StoreWeightsAs(QuantTypeName(type)); }
+
+absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
+  HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, name));
+  if (!store) return absl::OkStatus();
   torch::NoGradGuard no_grad;
   try {
     for (torch::Tensor& p : impl_->parameters()) {
-      if (p.dim() != 2) continue;
-      HILNAS_ASSIGN_OR_RETURN(torch::Tensor q, QuantizeMatrix(p, type));
-      p.set_requires_grad(false);  // integer storage has no gradient
-      p.set_data(q);
+      if (p.dim() == 2) StoreMatrix(p, store);
     }
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("quantizing ", impl_->arch_.name, ": ", e.what_without_backtrace()));
+    return absl::InternalError(absl::StrCat("storing ", impl_->arch_.name, " as ", name, ": ",
+                                            e.what_without_backtrace()));
   }
   return absl::OkStatus();
-}
-
-absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
-  if (name == "f32") return absl::OkStatus();
-  if (name == "f16") return StoreWeightsAs(torch::kHalf);
-  if (name == "bf16") return StoreWeightsAs(torch::kBFloat16);
-  if (std::optional<QuantType> q = ParseQuantType(name)) return QuantizeWeights(*q);
-  return absl::InvalidArgumentError(
-      absl::StrCat("weight dtype ", name, " is not one of f32, bf16, f16, q4_0, q8_0"));
 }
 
 torch::nn::Module& Decoder::module() { return *impl_; }
@@ -273,9 +301,12 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
     t = kv[i].keys.size(1);
     TORCH_CHECK(t <= cache.capacity(), "FillCache: ", t, " tokens > capacity ", cache.capacity());
     const auto [cos, sin] = impl_->Rope(0, t);
-    WriteRing(cache.keys(static_cast<int>(i)), 2, 0,
-              layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin));
-    WriteRing(cache.values(static_cast<int>(i)), 2, 0, kv[i].values.transpose(1, 2));
+    torch::Tensor& keys = cache.keys(static_cast<int>(i));
+    torch::Tensor& values = cache.values(static_cast<int>(i));
+    WriteRing(keys, 2, 0,
+              ToCacheForm(layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin),
+                          keys.scalar_type()));
+    WriteRing(values, 2, 0, ToCacheForm(kv[i].values.transpose(1, 2), values.scalar_type()));
   }
   cache.Advance(t);
 }
@@ -287,18 +318,34 @@ KvCache Decoder::NewCache(int64_t batch, int64_t capacity, int layers) const {
 }
 
 absl::Status Decoder::SetKvDtype(absl::string_view name) {
-  if (name != "f32" && name != "f16") {
-    return absl::InvalidArgumentError(absl::StrCat("kv dtype ", name, " is not one of f32, f16"));
+  if (name != "f32" && name != "f16" && name != "q8_0") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv dtype ", name, " is not one of f32, f16, q8_0"));
   }
-  if (name == "f16" && impl_->dtype_ != torch::kFloat) {
-    return absl::FailedPreconditionError("an f16 KV cache needs an f32 decoder");
+  if (name == "f32") {
+    impl_->kv_dtype_set_ = false;
+    return absl::OkStatus();
   }
-  if (name == "f16" && impl_->arch_.kv_cache == KvLayout::kSlim) {
+  const Arch& a = impl_->arch_;
+  if (impl_->dtype_ != torch::kFloat) {
+    return absl::FailedPreconditionError(absl::StrCat("a ", name, " KV cache needs an f32 decoder"));
+  }
+  if (a.kv_cache == KvLayout::kSlim) {
     return absl::UnimplementedError("kv_cache slim keeps raw keys in the compute dtype");
   }
-  impl_->kv_dtype_ = name == "f16" ? torch::kHalf : torch::kFloat;
-  impl_->kv_dtype_set_ = name == "f16";
+  if (name == "q8_0" && a.head_dim % kQuantBlock != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(a.name, ": head_dim ", a.head_dim,
+                                                   " is not a multiple of ", kQuantBlock,
+                                                   ": a q8_0 KV cache stores whole blocks"));
+  }
+  impl_->kv_dtype_ = name == "f16" ? torch::kHalf : torch::kByte;
+  impl_->kv_dtype_set_ = true;
   return absl::OkStatus();
+}
+
+const char* Decoder::kv_dtype() const {
+  if (!impl_->kv_dtype_set_) return "f32";
+  return impl_->kv_dtype_ == torch::kHalf ? "f16" : "q8_0";
 }
 
 torch::Tensor Decoder::Embed(const torch::Tensor& tokens) { return impl_->Embed(tokens); }

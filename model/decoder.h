@@ -36,7 +36,8 @@ enum class QuantType;  // model/quant.h
 // `window` tokens however long the context (what KvCacheBytes counts).
 // Appending writes into the preallocated storage, so decoding allocates no
 // cache memory per token. Keys are stored after RoPE. Skip layers hold
-// nothing.
+// nothing. A q8_0 cache (Decoder::SetKvDtype) is uint8 with rows of
+// head_dim / 32 Q8_0 blocks: [batch, kv_heads, slots, head_dim / 32 * 34].
 //
 // A SLIM architecture (Slim Attention Sec. 2) caches keys only, before
 // K-norm and RoPE, [batch, slots, kv_width]: exactly half the bytes.
@@ -118,8 +119,12 @@ class Decoder {
 
   // Builds the architecture with deterministic random weights from `seed`
   // (latency does not depend on weight values). REQUIRES: ValidateArch ok.
+  // `weight_dtype` other than f32 stores each matrix as StoreWeightsAs(name)
+  // would, as soon as it is drawn: the same values, and a Q4_0 model never
+  // holds all its f32 matrices at once (its errors are StoreWeightsAs's).
   static absl::StatusOr<Decoder> Create(const Arch& arch, uint64_t seed,
-                                        torch::Dtype dtype = torch::kFloat);
+                                        torch::Dtype dtype = torch::kFloat,
+                                        absl::string_view weight_dtype = "f32");
   // The architecture with weights that are about to be overwritten (by
   // LoadCheckpoint): no random initialisation.
   static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype);
@@ -165,11 +170,18 @@ class Decoder {
   // (pipelined decoding runs several caches on one Decoder from threads).
   KvCache NewCache(int64_t batch, int64_t capacity, int layers = -1) const;
   // The storage of caches NewCache makes from now on: "f32" (the compute
-  // dtype, the default) or "f16" (half the bytes; keys and values rounded
-  // once when stored, widened when read, as llama.cpp's default cache).
+  // dtype, the default), "f16" (half the bytes; keys and values rounded
+  // once when stored, widened when read, as llama.cpp's default cache) or
+  // "q8_0" (MobileLLM-Flash Sec. 4.2's quantized cache: each head's row as
+  // Q8_0 blocks, 1.0625 bytes a value; scores in integer dot products
+  // against the query quantized to Q8_0, as llama.cpp's -ctk/-ctv q8_0).
   // FAILED_PRECONDITION unless the decoder computes in f32; UNIMPLEMENTED
-  // for slim caches.
+  // for slim caches; INVALID_ARGUMENT for q8_0 when head_dim is not a
+  // multiple of 32, and for any other name.
   absl::Status SetKvDtype(absl::string_view name);
+  // What SetKvDtype set: "f32" (the compute dtype; also for bf16 decoders),
+  // "f16" or "q8_0".
+  const char* kv_dtype() const;
 
   // ForwardCached taken apart, for decoding that runs layers on different
   // threads (Predictive Pipelined Decoding Alg. 1): token embedding; layers
@@ -205,7 +217,7 @@ class Decoder {
 
  private:
   static absl::StatusOr<Decoder> CreateImpl(const Arch& arch, uint64_t seed, torch::Dtype dtype,
-                                            bool initialize);
+                                            bool initialize, absl::string_view weight_dtype);
   explicit Decoder(std::shared_ptr<decoder_internal::DecoderImpl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<decoder_internal::DecoderImpl> impl_;
 };

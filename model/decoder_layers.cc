@@ -36,8 +36,24 @@ torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, d
   return out;
 }
 
+// Modules are built without values: Decoder::Create draws every matrix
+// and a checkpoint overwrites them, so the module's own initialisation
+// would only write memory twice. Left unwritten, a matrix's pages are not
+// resident until drawn, and a model stored as Q4_0 from the start never
+// holds all its f32 matrices at once (issue 36: peak RSS of a quantized
+// run).
 torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  torch::nn::Linear l(torch::nn::LinearOptions(1, 1).bias(false));
+  l->options.in_features(in).out_features(out);
+  l->weight.set_data(torch::empty({out, in}));
+  return l;
+}
+
+torch::nn::Embedding MakeEmbedding(int64_t rows, int64_t dim) {
+  torch::nn::Embedding e(torch::nn::EmbeddingOptions(1, 1));
+  e->options.num_embeddings(rows).embedding_dim(dim);
+  e->weight.set_data(torch::empty({rows, dim}));
+  return e;
 }
 
 // x @ w^T for a bias-free projection. One token (decode) is a matrix-vector
@@ -174,6 +190,41 @@ void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t beg
     to.narrow(dim, s0, n).copy_(from.narrow(dim, s0, n));
     p += n;
   }
+}
+
+torch::Tensor ToCacheForm(const torch::Tensor& x, torch::Dtype storage) {
+  if (storage != torch::kByte) return x.to(storage);
+  const int64_t hd = x.size(-1), bytes = hd / kQuantBlock * kQ8BlockBytes;
+  TORCH_CHECK(hd % kQuantBlock == 0, "a Q8_0 cache stores rows of whole blocks, not ", hd);
+  const torch::Tensor src = x.to(torch::kFloat).contiguous();
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = bytes;
+  torch::Tensor out = torch::empty(shape, torch::kByte);
+  const float* xp = src.data_ptr<float>();
+  uint8_t* op = out.data_ptr<uint8_t>();
+  at::parallel_for(0, src.numel() / hd, 256, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) QuantizeActivationsFast(xp + r * hd, hd, op + r * bytes);
+  });
+  return out;
+}
+
+torch::Tensor FromCacheForm(const torch::Tensor& cached, int64_t hd) {
+  if (cached.scalar_type() != torch::kByte) return cached.to(torch::kFloat);
+  const int64_t bytes = cached.size(-1);
+  TORCH_CHECK(bytes == hd / kQuantBlock * kQ8BlockBytes, "Q8_0 rows of ", bytes,
+              " bytes for head_dim ", hd);
+  const torch::Tensor src = cached.contiguous();
+  std::vector<int64_t> shape = cached.sizes().vec();
+  shape.back() = hd;
+  torch::Tensor out = torch::empty(shape, torch::kFloat);
+  const uint8_t* sp = src.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, src.numel() / bytes, 256, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      DequantizeRow(QuantType::kQ8_0, sp + r * bytes, hd, op + r * hd);
+    }
+  });
+  return out;
 }
 
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is

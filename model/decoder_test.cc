@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/generate.h"
+#include "model/quant.h"
 #include "model/test_archs.h"
 #include "search_space/counts.h"
 #include "util/status_matchers.h"
@@ -333,6 +334,37 @@ TEST(DecoderTest, QuantizedWeightsStayNearF32AndRefuseWhatTheyCannotHold) {
                                                   HasSubstr("weight dtype q5_k is not one of")));
 }
 
+// Storing matrices as they are drawn (Create with a weight dtype, what
+// keeps a q4_0 run's peak memory at the quantized model) gives the bytes
+// of drawing all, then StoreWeightsAs; what StoreWeightsAs refuses, Create
+// refuses before it draws.
+TEST(DecoderTest, CreateStoredEqualsCreateThenStore) {
+  const Arch a = TinyMixedArch();
+  for (const char* weights : {"q4_0", "q8_0", "f16", "bf16"}) {
+    auto stored = Decoder::Create(a, 4, torch::kFloat, weights);
+    auto later = Decoder::Create(a, 4, torch::kFloat);
+    ASSERT_TRUE(stored.ok() && later.ok()) << weights;
+    ASSERT_TRUE(later->StoreWeightsAs(weights).ok());
+    const auto want = later->NamedTensors();
+    const auto got = stored->NamedTensors();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, want[i].first);
+      EXPECT_EQ(got[i].second.scalar_type(), want[i].second.scalar_type()) << got[i].first;
+      EXPECT_TRUE(torch::equal(got[i].second, want[i].second)) << weights << " " << got[i].first;
+    }
+    EXPECT_THAT(stored->StoreWeightsAs("q4_0"),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already stored")));
+  }
+  Arch odd = a;
+  odd.d_ffn = 48;
+  EXPECT_THAT(Decoder::Create(odd, 4, torch::kFloat, "q4_0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mlp.down_proj.weight has rows of 48 values")));
+  EXPECT_THAT(Decoder::Create(a, 4, torch::kBFloat16, "q8_0"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("f32 decoder")));
+}
+
 // An f16 cache stores half the bytes and moves the logits by its rounding
 // only; what it cannot hold is refused.
 TEST(DecoderTest, HalfPrecisionCacheHalvesTheBytesAndStaysNearF32) {
@@ -360,6 +392,61 @@ TEST(DecoderTest, HalfPrecisionCacheHalvesTheBytesAndStaysNearF32) {
   ASSERT_TRUE(bf16.ok());
   EXPECT_THAT(bf16->SetKvDtype("f16"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("f32 decoder")));
+}
+
+// A q8_0 cache (MobileLLM-Flash Sec. 4.2's quantized cache): 34 bytes per
+// 32 values; the decode step (integer scores) and the ATen modules
+// (dequantized keys) agree within the query's quantization and store the
+// same blocks, ring layers included (window 3 wraps); both stay near an f32
+// cache. (The kernel's exact semantics: attention_test.) A head_dim off the block is refused, naming it.
+TEST(DecoderTest, Q8CacheDecodeStepMatchesTheModulesAndStaysNearF32) {
+  Arch a = TinyMixedArch();
+  a.d_model = 64;
+  a.num_heads = 2;
+  a.num_kv_heads = 1;
+  a.head_dim = 32;
+  torch::NoGradGuard no_grad;
+  auto dequantized = [](const torch::Tensor& cache) {
+    return DequantizeMatrix(cache.reshape({-1, cache.size(-1) / kQ8BlockBytes, kQ8BlockBytes}));
+  };
+  for (const char* weights : {"f32", "q4_0"}) {
+    auto fast = Decoder::Create(a, 9, torch::kFloat);
+    auto slow = Decoder::Create(a, 9, torch::kFloat);
+    auto ref = Decoder::Create(a, 9, torch::kFloat);
+    ASSERT_TRUE(fast.ok() && slow.ok() && ref.ok());
+    for (Decoder* d : {&*fast, &*slow, &*ref}) ASSERT_TRUE(d->StoreWeightsAs(weights).ok());
+    ASSERT_TRUE(fast->SetKvDtype("q8_0").ok());
+    ASSERT_TRUE(slow->SetKvDtype("q8_0").ok());
+    EXPECT_STREQ(fast->kv_dtype(), "q8_0");
+    slow->SetInPlaceDecode(false);
+    KvCache fc = fast->NewCache(1, 40), sc = slow->NewCache(1, 40), rc = ref->NewCache(1, 40);
+    EXPECT_EQ(fc.bytes() * 128, rc.bytes() * 34);
+    const torch::Tensor prompt = Tokens(9, a.vocab_size, 2);
+    torch::Tensor lf = fast->ForwardCached(prompt, fc, true);
+    torch::Tensor ls = slow->ForwardCached(prompt, sc, true);
+    torch::Tensor lr = ref->ForwardCached(prompt, rc, true);
+    for (int step = 0; step < 30; ++step) {
+      const torch::Tensor next = lr.argmax(-1);
+      lf = fast->ForwardCached(next, fc, true);
+      ls = slow->ForwardCached(next, sc, true);
+      lr = ref->ForwardCached(next, rc, true);
+      const double scale = lr.abs().max().item<double>();
+      EXPECT_LT((lf - ls).abs().max().item<double>() / scale, 3e-2) << weights << " " << step;
+      EXPECT_LT((lf - lr).abs().max().item<double>() / scale, 3e-2) << weights << " " << step;
+    }
+    for (int layer = 0; layer < a.num_layers; ++layer) {
+      if (a.attention[layer] == Attention::kSkip) continue;
+      ASSERT_EQ(fc.keys(layer).scalar_type(), torch::kByte);
+      const torch::Tensor k = dequantized(fc.keys(layer)), want = dequantized(sc.keys(layer));
+      EXPECT_LT((k - want).abs().max().item<double>(), 2e-2 * want.abs().max().item<double>())
+          << weights << " layer " << layer;
+    }
+  }
+  auto off = Decoder::Create(TinyMixedArch(), 9, torch::kFloat);
+  ASSERT_TRUE(off.ok());
+  EXPECT_THAT(off->SetKvDtype("q8_0"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("head_dim 8")));
+  EXPECT_STREQ(off->kv_dtype(), "f32");
 }
 
 // A token outside the vocabulary is refused, not read past the table.

@@ -36,9 +36,11 @@ absl::Status ValidateBenchmarkRequest(const BenchmarkRequest& r) {
         "benchmark request: decode_tokens, repeats, max_repeats, threads, warmup_runs and "
         "prefill_chunk must not be negative");
   }
-  if (!r.kv_dtype().empty() && r.kv_dtype() != "f32" && r.kv_dtype() != "f16") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "benchmark request: kv_dtype \"", r.kv_dtype().substr(0, 16), "\" is not one of f32, f16"));
+  if (!r.kv_dtype().empty() && r.kv_dtype() != "f32" && r.kv_dtype() != "f16" &&
+      r.kv_dtype() != "q8_0") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("benchmark request: kv_dtype \"", r.kv_dtype().substr(0, 16),
+                     "\" is not one of f32, f16, q8_0"));
   }
   if (r.max_repeats() > 1000) {
     return absl::InvalidArgumentError(

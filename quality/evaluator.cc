@@ -46,10 +46,14 @@ class InProcessEvaluator : public QualityEvaluator {
     HILNAS_ASSIGN_OR_RETURN(TrainResult r, Train(model, teacher.get(), *data_, o));
     QualityResult q;
     q.loss = r.final_eval_loss;
-    if (!o.eval_weight_dtype.empty() && o.eval_weight_dtype != "f32") {
-      // Scored as it ships: the trained matrices stored at deployment
-      // precision (the checkpoints under work_dir keep the trained weights).
-      HILNAS_RETURN_IF_ERROR(model.StoreWeightsAs(o.eval_weight_dtype));
+    const bool weights = !o.eval_weight_dtype.empty() && o.eval_weight_dtype != "f32";
+    const bool cache = !o.eval_kv_dtype.empty() && o.eval_kv_dtype != "f32";
+    if (weights || cache) {
+      // Scored as it ships: the trained matrices and the KV cache stored at
+      // deployment precision (the checkpoints under work_dir keep the
+      // trained weights).
+      if (weights) HILNAS_RETURN_IF_ERROR(model.StoreWeightsAs(o.eval_weight_dtype));
+      if (cache) HILNAS_RETURN_IF_ERROR(model.SetKvDtype(o.eval_kv_dtype));
       HILNAS_ASSIGN_OR_RETURN(q.loss,
                               HeldOutLoss(model, data_->heldout, o.seq_len, o.eval_windows));
     }

@@ -212,6 +212,7 @@ TrainOptions TrainOptionsFromRecipe(const TrainRecipe& r, uint64_t seed) {
   if (r.has_grad_clip()) o.grad_clip = r.grad_clip();
   if (r.eval_windows() > 0) o.eval_windows = r.eval_windows();
   o.eval_weight_dtype = r.eval_weight_dtype();
+  o.eval_kv_dtype = r.eval_kv_dtype();
   o.seed = seed;
   return o;
 }
@@ -226,6 +227,11 @@ absl::Status TrainOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("train option eval_weight_dtype \"",
                                                    eval_weight_dtype,
                                                    "\" is not one of f32, bf16, f16, q4_0, q8_0"));
+  }
+  if (!eval_kv_dtype.empty() && eval_kv_dtype != "f32" && eval_kv_dtype != "f16" &&
+      eval_kv_dtype != "q8_0") {
+    return absl::InvalidArgumentError(absl::StrCat("train option eval_kv_dtype \"", eval_kv_dtype,
+                                                   "\" is not one of f32, f16, q8_0"));
   }
   if (batch_size < 1) return bad("batch_size", batch_size, "must be >= 1");
   if (seq_len < 2) return bad("seq_len", seq_len, "must be >= 2");
@@ -273,7 +279,17 @@ absl::StatusOr<double> HeldOutLoss(Decoder& model, const std::vector<int32_t>& t
       std::vector<int64_t> part(offsets.begin() + i,
                                 offsets.begin() + std::min(offsets.size(), i + chunk));
       auto w = Windows(tokens, part, seq_len + 1);
-      auto logits = model.Forward(w.narrow(1, 0, seq_len)).to(torch::kFloat);
+      torch::Tensor logits;
+      if (std::string(model.kv_dtype()) == "f32") {
+        logits = model.Forward(w.narrow(1, 0, seq_len)).to(torch::kFloat);
+      } else {
+        // A reduced-precision cache (--kv-dtype f16|q8_0): the window runs
+        // through one, so every query attends to keys and values as the
+        // cache holds them (llama-perplexity with -ctk/-ctv does the same).
+        KvCache cache = model.NewCache(w.size(0), seq_len);
+        logits = model.ForwardCached(w.narrow(1, 0, seq_len), cache, /*last_only=*/false)
+                     .to(torch::kFloat);
+      }
       sum += CrossEntropy(logits, w.narrow(1, 1, seq_len)).item<double>() * part.size();
     }
     if (was_training) model.module().train();

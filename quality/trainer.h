@@ -43,6 +43,9 @@ struct TrainOptions {
   // The in-process evaluator's score: the held-out loss after storing the
   // trained matrices as this (Decoder::StoreWeightsAs); empty: as trained.
   std::string eval_weight_dtype;
+  // ... and its KV cache stored as this (Decoder::SetKvDtype: f16, q8_0;
+  // empty or f32: as computed).
+  std::string eval_kv_dtype;
   // When set: a resumable checkpoint every `checkpoint_every` steps (and at
   // the end) under checkpoint_dir/resume; an existing one is resumed.
   std::string checkpoint_dir;

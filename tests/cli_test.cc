@@ -139,6 +139,21 @@ TEST(CliTest, EvalMatchesTheTrainersLossAndGenerateWritesEnglish) {
   EXPECT_NEAR(loss, trained, 2e-3) << r.output;
   EXPECT_THAT(r.output, HasSubstr("perplexity"));
 
+  // As it ships: Q4_0 weights and a Q8_0 KV cache move the loss a little,
+  // and the summary says which storage it is for.
+  Result q = Hilnas("eval --ckpt " + backbone + " --tokens " + dir +
+                    "/corpus.bin --threads 1 --weight-dtype q4_0 --kv-dtype q8_0");
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_THAT(q.output, HasSubstr("(q4_0 weights, q8_0 KV cache)"));
+  const size_t qat = q.output.find("held-out loss ");
+  ASSERT_NE(qat, std::string::npos) << q.output;
+  const double quantized = std::stod(q.output.substr(qat + 14));
+  EXPECT_NE(quantized, loss);
+  EXPECT_NEAR(quantized, loss, 0.05) << q.output;
+  EXPECT_NE(Hilnas("eval --ckpt " + backbone + " --tokens " + dir + "/corpus.bin --kv-dtype q4_0")
+                .exit_code,
+            0);
+
   r = Hilnas("generate --ckpt " + backbone + " --prompt 'The ' --max-new-tokens 40 --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The continuation is on stdout (the speed on stderr): the prompt, then

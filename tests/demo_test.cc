@@ -25,9 +25,10 @@ TEST(DemoTest, RunsBothStagesAndEndsWithAParetoFront) {
   EXPECT_THAT(log, HasSubstr("stage 1 done"));
   EXPECT_THAT(log, HasSubstr("by qnehvi"));
   EXPECT_THAT(log, HasSubstr("== Pareto front: 6 trials evaluated"));
-  // Measured and scored as the demo's campaign ships: Q4_0.
-  EXPECT_THAT(log, HasSubstr("latency at q4_0 weights, 1 thread(s), TTFT at"));
-  EXPECT_THAT(log, HasSubstr("loss after q4_0"));
+  // Measured and scored as the demo's campaign ships: Q4_0 weights, a
+  // Q8_0 KV cache.
+  EXPECT_THAT(log, HasSubstr("latency at q4_0 weights with q8_0 KV cache, 1 thread(s), TTFT at"));
+  EXPECT_THAT(log, HasSubstr("loss after q4_0 with q8_0 KV cache"));
   EXPECT_THAT(log, HasSubstr("| * |"));
   std::string svg, csv;
   ASSERT_TRUE(ReadFileToString(dir + "/front.svg", &svg).ok());

@@ -32,6 +32,8 @@ void AddMeasurementFlags(CLI::App* app, MeasurementFlags* flags) {
   app->add_option("--warmups", flags->warmups, "untimed warm-up runs per prompt length")
       ->check(CLI::Range(0, 100));
   app->add_option("--precision", flags->precision, "fp32 | bf16 | fp16 | int8 | q4_0 | q8_0");
+  app->add_option("--kv-dtype", flags->kv_dtype,
+                  "KV cache storage on the agent: f32 | f16 | q8_0 (docs/precision.md)");
   app->add_option("--prefill-chunk", flags->prefill_chunk,
                   "prefill chunk in tokens (MobileLLM-Flash Sec. 4.2.2)");
   app->add_option("--threads", flags->threads, "threads on the agent; 0 = the agent's own count")
@@ -103,6 +105,7 @@ absl::StatusOr<BenchmarkRequest> MeasurementOf(const MeasurementFlags& cl) {
   absl::StatusOr<Precision> p = PrecisionFromFlag(cl.precision);
   if (!p.ok()) return p.status();
   r.set_precision(*p);
+  if (cl.kv_dtype != "f32") r.set_kv_dtype(cl.kv_dtype);  // checked with the rest of the request
   return r;
 }
 

@@ -57,6 +57,7 @@ struct MeasurementFlags {
   double max_spread = 0.05;
   int32_t warmups = 1;
   std::string precision = "fp32";
+  std::string kv_dtype = "f32";
   int64_t prefill_chunk = 1024;
   int32_t threads = 0;
   uint64_t seed = 0;

@@ -30,7 +30,10 @@ void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* ou
 
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 
+// A bias-free projection and an embedding table, their values not yet
+// written (Decoder::Create draws them, a checkpoint fills them).
 torch::nn::Linear MakeLinear(int64_t in, int64_t out);
+torch::nn::Embedding MakeEmbedding(int64_t rows, int64_t dim);
 
 // x @ w^T for a bias-free projection. One token (decode) is a matrix-vector
 // product: BLAS gemv streams the weights 3-4x faster than gemm with M = 1,
@@ -72,6 +75,15 @@ void WriteRing(torch::Tensor& ring, int dim, int64_t start, const torch::Tensor&
 
 // Copies positions [begin, end) between two rings of the same shape.
 void CopyRing(torch::Tensor& to, const torch::Tensor& from, int dim, int64_t begin, int64_t end);
+
+// Keys or values [..., hd] in a cache's storage (`storage`, the cache's
+// dtype): as they are when it is theirs, f16 for a half cache (Decoder::
+// SetKvDtype("f16")), Q8_0 blocks [..., hd / 32 * 34] for a byte cache
+// ("q8_0"; each row quantized as llama.cpp's f32 -> q8_0 cache copy does,
+// the activation quantizer).
+torch::Tensor ToCacheForm(const torch::Tensor& x, torch::Dtype storage);
+// Cached rows back in f32 (f16 widened, Q8_0 blocks dequantized).
+torch::Tensor FromCacheForm(const torch::Tensor& cached, int64_t hd);
 
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
 // paired with i + head_dim/2. One head's row; out must not alias x.
@@ -145,6 +157,13 @@ struct AttentionBlockImpl : torch::nn::Module {
     k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
     v = v.transpose(1, 2);
 
+    if (cache_k != nullptr && cache_k->scalar_type() != k.scalar_type()) {
+      // A reduced-precision cache (--kv-dtype f16|q8_0): this chunk's keys
+      // and values are attended to as the cache holds them, as a later
+      // decode step reads them.
+      k = ToCacheForm(k, cache_k->scalar_type());
+      v = ToCacheForm(v, cache_v->scalar_type());
+    }
     int64_t key_start = 0;  // absolute position of the first key read
     torch::Tensor keys = k, values = v;
     const int64_t end = start + t;
@@ -175,9 +194,9 @@ struct AttentionBlockImpl : torch::nn::Module {
       WriteRing(*cache_k, 2, start, k);
       WriteRing(*cache_v, 2, start, v);
     }
-    if (keys.scalar_type() != q.scalar_type()) {  // a half-precision cache (--kv-dtype f16)
-      keys = keys.to(q.scalar_type());
-      values = values.to(q.scalar_type());
+    if (keys.scalar_type() != q.scalar_type()) {  // a reduced-precision cache
+      keys = FromCacheForm(keys, hd);
+      values = FromCacheForm(values, hd);
     }
     torch::Tensor out;
     if (torch::GradMode::is_enabled()) {  // training: the plain form autograd differentiates
@@ -352,7 +371,7 @@ struct BackboneImpl : torch::nn::Module {
   // model never holds all its weights in f32 at once (a 1.8B backbone would
   // need 7.2 GB for a moment).
   BackboneImpl(const Arch& a, torch::Dtype dtype) {
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.d_model));
+    embed_tokens = register_module("embed_tokens", MakeEmbedding(a.vocab_size, a.d_model));
     embed_tokens->to(dtype);
     layers = register_module("layers", torch::nn::ModuleList());
     for (Attention at : a.attention) {

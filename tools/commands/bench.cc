@@ -46,11 +46,13 @@ void PrintResult(const BenchmarkResult& r) {
   const DeviceIdentity& d = r.device();
   std::printf("device %s: %s, %d cores, %.1f GiB, %s\n", d.name().c_str(), d.soc().c_str(),
               d.cores(), d.memory_bytes() / double(1 << 30), d.os().c_str());
-  std::printf("runtime %s %s, %d threads, cpu set %s, governor %s, %s build, precision %s\n",
-              d.runtime().c_str(), d.runtime_version().c_str(), d.threads(),
-              d.cpu_set().empty() ? "(all)" : d.cpu_set().c_str(),
-              d.governor().empty() ? "(unreadable)" : d.governor().c_str(), d.build_type().c_str(),
-              Precision_Name(r.request().precision()).c_str());
+  std::printf(
+      "runtime %s %s, %d threads, cpu set %s, governor %s, %s build, precision %s, %s KV cache\n",
+      d.runtime().c_str(), d.runtime_version().c_str(), d.threads(),
+      d.cpu_set().empty() ? "(all)" : d.cpu_set().c_str(),
+      d.governor().empty() ? "(unreadable)" : d.governor().c_str(), d.build_type().c_str(),
+      Precision_Name(r.request().precision()).c_str(),
+      r.request().kv_dtype().empty() ? "f32" : r.request().kv_dtype().c_str());
   std::printf(
       "\n| prompt | TTFT median ms | ± s.e. | spread | decode ms/token | ± s.e. | tokens/s | runs "
       "|\n");
@@ -132,7 +134,8 @@ void AddBenchCommand(Cli& cli) {
       "bench",
       "--shape NAME|--arch FILE|--ckpt DIR [--prompt-lengths 1024,2048,4096\n"
       "    --decode-tokens 16 --repeats 3 --max-repeats 10 --max-spread 0.05\n"
-      "    --precision fp32|bf16 --device NAME|--pool POOL --json]",
+      "    --precision fp32|bf16|f16|q4_0|q8_0 --kv-dtype f32|f16|q8_0 --device NAME|--pool POOL\n"
+      "    --json]",
       "one benchmark job through the coordinator", RunBench);
   auto [shape, arch] = AddArchFlags(app, &o->model);
   app->add_option("--ckpt", o->ckpt, "checkpoint folder, as the agent sees it")

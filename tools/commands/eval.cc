@@ -25,12 +25,14 @@ struct EvalOptions {
   double heldout = 0.05;
   int32_t threads = 0;
   std::string weight_dtype = "f32";
+  std::string kv_dtype = "f32";
 };
 
 absl::Status RunEval(const EvalOptions& cl) {
   HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl.ckpt, cl.threads, cl.seq_len));
   // The loss the deployed model has: its matrices stored as they ship.
   HILNAS_RETURN_IF_ERROR(model.StoreWeightsAs(cl.weight_dtype));
+  HILNAS_RETURN_IF_ERROR(model.SetKvDtype(cl.kv_dtype));
   const Arch& arch = model.arch();
   if (cl.seq_len < 2 || cl.windows < 1) {
     return absl::InvalidArgumentError(
@@ -46,9 +48,9 @@ absl::Status RunEval(const EvalOptions& cl) {
       std::min<int64_t>(cl.windows, static_cast<int64_t>(split.heldout.size()) / (cl.seq_len + 1));
   const double tokens = static_cast<double>(windows * cl.seq_len);
   std::printf(
-      "%s (%s weights) on %s: held-out loss %.4f nats/token, perplexity %.3f (%lld windows of "
+      "%s (%s weights, %s KV cache) on %s: held-out loss %.4f nats/token, perplexity %.3f (%lld windows of "
       "%lld tokens from the last %.0f%%; %.0f tokens/s)\n",
-      cl.ckpt.c_str(), cl.weight_dtype.c_str(), cl.tokens.c_str(), loss, std::exp(loss),
+      cl.ckpt.c_str(), cl.weight_dtype.c_str(), cl.kv_dtype.c_str(), cl.tokens.c_str(), loss, std::exp(loss),
       static_cast<long long>(windows), static_cast<long long>(cl.seq_len), 100 * cl.heldout,
       tokens / std::max(s, 1e-9));
   return absl::OkStatus();
@@ -60,7 +62,7 @@ void AddEvalCommand(Cli& cli) {
   auto [app, o] = cli.Add<EvalOptions>(
       "eval",
       "--ckpt DIR --tokens FILE [--seq-len 128 --windows 64 --heldout 0.05 --threads T\n"
-      "    --weight-dtype f32|bf16|f16|q4_0|q8_0]",
+      "    --weight-dtype f32|bf16|f16|q4_0|q8_0 --kv-dtype f32|f16|q8_0]",
       "held-out loss (nats/token), perplexity and tokens/s with the trainer's windows",
       [](const EvalOptions& o) { return ExitCode(RunEval(o)); });
   app->add_option("--ckpt", o->ckpt, "the checkpoint")->required();
@@ -72,6 +74,9 @@ void AddEvalCommand(Cli& cli) {
   app->add_option("--weight-dtype", o->weight_dtype,
                   "evaluate with the matrices stored as f32, bf16, f16, q4_0 or q8_0 (the loss "
                   "after quantization)");
+  app->add_option("--kv-dtype", o->kv_dtype,
+                  "evaluate with the KV cache stored as f32, f16 or q8_0 (every window runs "
+                  "through a cache)");
   AddThreadsFlag(app, &o->threads);
   cli.StableTiming(app, &o->threads);
 }

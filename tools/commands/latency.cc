@@ -34,7 +34,8 @@ int LatencyCollect(const LatencyOptions& cl) {
       cl.space.empty() ? "the default space" : cl.space, ", ", cl.passes,
       " pass(es), each in its own shuffled order after the last\nprompt lengths ",
       cl.measure.prompt_lengths, ", ", cl.measure.decode_tokens, " decode tokens, repeats ", cl.measure.repeats, "..",
-      cl.measure.max_repeats, ", random weights, libtorch agents; collected ",
+      cl.measure.max_repeats, ", random weights at ", cl.measure.precision, " with a ",
+      cl.measure.kv_dtype, " KV cache, libtorch agents; collected ",
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
       "\nvalues are per-prompt-length medians of the agent's timed runs; *_se_ms are standard "
       "errors of the medians");

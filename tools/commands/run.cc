@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "device_agent/environment.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/generate.h"
@@ -63,17 +64,18 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
     how = absl::StrCat("weights from ", ckpt);
   } else {
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl.model));
-    decoder = Decoder::Create(arch, cl.seed, dtype);
+    // Each matrix stored as it is drawn: a q4_0 run never holds the f32
+    // model (its peak RSS is the quantized weights, the cache and one
+    // matrix).
+    decoder = Decoder::Create(arch, cl.seed, dtype, cl.weight_dtype);
     how = absl::StrCat("random weights, seed ", cl.seed);
   }
   if (!decoder.ok()) return decoder.status();
-  if (cl.weight_dtype != "f32") {
-    if (dtype != torch::kFloat) {
-      return absl::InvalidArgumentError("--weight-dtype needs --dtype f32 (computing in f32)");
-    }
-    HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(cl.weight_dtype));
-    how += absl::StrCat(", weights stored in ", cl.weight_dtype);
+  if (cl.weight_dtype != "f32" && dtype != torch::kFloat) {
+    return absl::InvalidArgumentError("--weight-dtype needs --dtype f32 (computing in f32)");
   }
+  if (checkpoint != nullptr) HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(cl.weight_dtype));
+  if (cl.weight_dtype != "f32") how += absl::StrCat(", weights stored in ", cl.weight_dtype);
   if (cl.kv_dtype != "f32") {
     HILNAS_RETURN_IF_ERROR(decoder->SetKvDtype(cl.kv_dtype));
     how += absl::StrCat(", ", cl.kv_dtype, " KV cache");
@@ -124,6 +126,10 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
   std::printf("decode %lld tokens: %.2f ms/token, %.2f tokens/s\n",
               static_cast<long long>(s.generated_tokens), s.decode_ms_per_token(),
               s.decode_tokens_per_s());
+  int64_t weight_bytes = 0;
+  for (const torch::Tensor& p : decoder.Parameters()) weight_bytes += p.nbytes();
+  std::printf("memory: weights %.1f MiB as stored, peak RSS %.1f MiB\n",
+              weight_bytes / double(1 << 20), PeakRssBytes() / double(1 << 20));
   std::printf("stats: %s\n", s.ToJson().c_str());
   return 0;
 }
@@ -166,7 +172,7 @@ void AddRunCommand(Cli& cli) {
       "run",
       "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
       "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16|q4_0|q8_0 "
-      "--kv-dtype f32|f16 --seed S]",
+      "--kv-dtype f32|f16|q8_0 --seed S]",
       "build, prefill and decode once; print TTFT and decode speed", RunRun);
   auto [shape, arch] = AddArchFlags(app, &o->model);
   app->add_option("--ckpt", o->ckpt, "checkpoint folder (config.json + model.safetensors)")
@@ -184,7 +190,8 @@ void AddRunCommand(Cli& cli) {
                   "half-precision weights), or as q4_0 / q8_0 blocks with activations "
                   "quantized to q8_0 (llama.cpp's and ExecuTorch 8da4w's scheme)");
   app->add_option("--kv-dtype", o->kv_dtype,
-                  "KV cache storage: f32 | f16 (half the bytes, llama.cpp's default cache)");
+                  "KV cache storage: f32 | f16 (half the bytes, llama.cpp's default cache) | "
+                  "q8_0 (Q8_0 blocks per head row, MobileLLM-Flash's quantized cache)");
   app->add_option("--seed", o->seed, "random seed of the weights and the prompt");
   cli.StableTiming(app, &o->threads);
 }
