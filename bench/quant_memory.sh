@@ -5,10 +5,12 @@
 # and the peak RSS, and the q4_0 run's peak RSS as a fraction of the f32
 # run's weight bytes plus its cache.
 #
-#   bash bench/quant_memory.sh [SHAPE] [PROMPT]
+#   bash bench/quant_memory.sh [SHAPE] [PROMPT] [CHUNK]
 #     SHAPE   llama1b (default; Llama 3.2 1B's shape, 1.2 B parameters,
 #             4.9 GB at f32) or full4 (small: the process itself dominates)
 #     PROMPT  prompt tokens (default 512); 8 tokens are decoded after it
+#     CHUNK   prefill chunk (default PROMPT: one chunk); a chunk's
+#             activations are part of the peak
 #
 # A random-weight model is stored at its precision as each matrix is drawn
 # (Decoder::Create with a weight dtype), so the q4_0 process never holds the
@@ -17,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHAPE="${1:-llama1b}"
 PROMPT="${2:-512}"
+CHUNK="${3:-$PROMPT}"
 B="$PWD/build/tools/hilnas"
 W="$(mktemp -d /tmp/hilnas-quant-memory.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
@@ -34,14 +37,15 @@ arch llama1b 16 2048 8192 32 8 128256
 [ -f "$W/$SHAPE.textproto" ] || { echo "quant_memory.sh: unknown shape $SHAPE" >&2; exit 2; }
 
 lscpu | sed -n 's/^Model name: *//p' | sed 's/^/CPU: /'
-echo "shape $SHAPE, prompt $PROMPT tokens, 8 decoded, 2 threads"
+echo "shape $SHAPE, prompt $PROMPT tokens in chunks of $CHUNK, 8 decoded, 2 threads"
 echo
 echo "| weights | KV cache | weights MiB | KV cache MiB | peak RSS MiB | TTFT ms | decode ms/token |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 declare -A peak cache weights
 for run in "f32 f32" "q8_0 f32" "q4_0 f32" "q4_0 q8_0"; do
   set -- $run
-  "$B" run --arch "$W/$SHAPE.textproto" --prompt-tokens "$PROMPT" --max-new-tokens 8 --threads 2 \
+  "$B" run --arch "$W/$SHAPE.textproto" --prompt-tokens "$PROMPT" --prefill-chunk "$CHUNK" \
+      --max-new-tokens 8 --threads 2 \
       --weight-dtype "$1" --kv-dtype "$2" >"$W/out.txt" 2>&1 || { cat "$W/out.txt"; exit 1; }
   read -r w p < <(sed -n 's/^memory: weights \([0-9.]*\) MiB as stored, peak RSS \([0-9.]*\) MiB$/\1 \2/p' "$W/out.txt")
   read -r kv ttft dec < <(sed -n 's/^stats: //p' "$W/out.txt" | /usr/bin/python3 -c \
