@@ -15,13 +15,14 @@
 #              q4_0/q8_0 tensors are llama-quantize --pure's: quant_exact.sh)
 #
 # KV_DTYPE=f16 stores hilnas's KV cache in f16, as llama-bench's default
-# cache is (default f32).
+# cache is (default f32); KV_DTYPE=q8_0 stores both runtimes' caches as
+# Q8_0 blocks (llama.cpp then needs flash attention, -fa 1).
 #
 # TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
 # decode is ms/token of 64 tokens after the prompt (hilnas decodes after
 # its prompt; llama-bench's tg test at depth = prompt, `-d`). No flash
-# attention; llama.cpp's K/V cache is f16 (llama-bench
-# offers no f32 cache), hilnas's f32. Each figure is the median of REPEATS runs
+# attention but for a q8_0 cache; llama.cpp's K/V cache is f16 (llama-bench
+# offers no f32 cache) or q8_0, hilnas's as KV_DTYPE says. Each figure is the median of REPEATS runs
 # (default 3). llama.cpp is not a dependency of hilnas: build it in your own
 # session (../shared/MACHINE-NOTES.md) and record its commit.
 #
@@ -80,7 +81,13 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
 
 # llama.cpp: pp at depth 0 and tg at depth PROMPT, averaged over REPEATS runs.
 llama_row() {  # GGUF PROMPT THREADS
-  "$LB" -m "$1" -p "$2" -n 64 -d "0,$2" -t "$3" -r "$REPEATS" -fa 0 -o jsonl 2>/dev/null |
+  # The same cache as hilnas's where llama.cpp has it: f16 (its default,
+  # also for KV_DTYPE=f32, which llama-bench does not time) or q8_0, which
+  # llama.cpp runs only with flash attention (its quantized V cache).
+  local kv=f16 fa=0
+  [ "${KV_DTYPE:-f32}" = q8_0 ] && kv=q8_0 fa=1
+  "$LB" -m "$1" -p "$2" -n 64 -d "0,$2" -t "$3" -r "$REPEATS" -fa "$fa" -ctk "$kv" -ctv "$kv" \
+      -o jsonl 2>/dev/null |
     /usr/bin/python3 -c '
 import json, sys
 p = int(sys.argv[1]); pp = tg = None
