@@ -10,6 +10,10 @@
 #     N         architectures (default 200)
 #     OUT_DIR   where the CSVs, plots and report go (default build/precision-latency)
 #     KV_DTYPE  the Q4_0 runs' KV cache: f32 (default) or q8_0
+#
+# AGENT_FLAGS adds flags to the agent, e.g. AGENT_FLAGS=--no-canary where
+# the host's speed flips between states faster than the drift check can
+# re-time its canary (bench/data/precision-latency.md says when that was).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-200}"
@@ -24,7 +28,7 @@ W="$(mktemp -d /tmp/hilnas-precision-latency.XXXXXX)"
 COORD=$!
 sleep 2
 "$B" agent --coordinator "127.0.0.1:$PORT" --name epyc-2t --threads 2 --cpu-set 0-1 \
-    --cooldown-ms 50 >"$W/agent.log" 2>&1 &
+    --cooldown-ms 50 ${AGENT_FLAGS:-} >"$W/agent.log" 2>&1 &
 AGENT=$!
 trap 'kill $AGENT $COORD 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 collect() {  # PRECISION KV PASSES OUT
@@ -37,6 +41,7 @@ collect() {  # PRECISION KV PASSES OUT
   lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512_vnni|avx512_bf16)$' |
     tr '\n' ' ' | sed 's/^/flags: /; s/$/\n/'
   git rev-parse --short HEAD | sed 's/^/commit: /'
+  echo "agent flags: --threads 2 --cpu-set 0-1 --cooldown-ms 50 ${AGENT_FLAGS:-}"
 } >"$OUT/report.md"
 start=$(date +%s)
 collect q4_0 "$KV" 2 "$OUT/latency-q4_0.csv"
@@ -51,4 +56,6 @@ done
 echo >>"$OUT/report.md"
 echo "## f32 against Q4_0, same architectures" >>"$OUT/report.md"
 python3 bench/precision_tau.py "$OUT/latency-f32.csv" "$OUT/latency-q4_0.csv" >>"$OUT/report.md"
+grep -c "went back to the queue" "$W/agent.log" | sed 's/^/jobs re-queued for drift: /' >>"$OUT/report.md" || true
+grep -c "discarded" "$W/agent.log" | sed 's/^/runs the quiet-machine gate retook: /' >>"$OUT/report.md" || true
 cat "$OUT/report.md"
