@@ -31,7 +31,7 @@ absl::StatusOr<torch::Dtype> DtypeFor(Precision p) {
       return torch::kHalf;
     case Q4_0:
     case Q8_0:
-      return torch::kUInt8;  // blocks; built in f32, then quantized
+      return torch::kUInt8;  // blocks: stored as drawn (random), or quantized after loading
     default:
       return absl::UnimplementedError(absl::StrCat(
           "precision ", Precision_Name(p), " is not supported by the libtorch-cpu runtime"));
