@@ -207,12 +207,13 @@ absl::Status CheckDeployment(const CampaignConfig& c, const Space& space, const 
   }
   const std::string& eval_kv = c.train().eval_kv_dtype();
   if (!eval_kv.empty() && eval_kv != "f32" && eval_kv != "f16" && eval_kv != "q8_0") {
-    return bad("train.eval_kv_dtype", absl::StrCat("\"", eval_kv, "\" is not one of f32, f16, q8_0"));
+    return bad("train.eval_kv_dtype",
+               absl::StrCat("\"", eval_kv, "\" is not one of f32, f16, q8_0"));
   }
   // A q8_0 cache stores each head's row in whole blocks.
-  for (const auto& [field, kv] : {std::pair<const char*, std::string>{"benchmark.kv_dtype",
-                                                                      c.benchmark().kv_dtype()},
-                                  {"train.eval_kv_dtype", eval_kv}}) {
+  for (const auto& [field, kv] :
+       {std::pair<const char*, std::string>{"benchmark.kv_dtype", c.benchmark().kv_dtype()},
+        {"train.eval_kv_dtype", eval_kv}}) {
     const int hd = c.search_space().base().head_dim();
     if (kv == "q8_0" && hd % kQuantBlock != 0) {
       return bad(field, absl::StrCat("q8_0 needs search_space.base.head_dim (", hd,

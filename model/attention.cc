@@ -648,16 +648,22 @@ void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
                            __builtin_cpu_supports("f16c");
   if (avx2) {
     switch (it.cache) {
-      case Item::Cache::kF16: return AttendItemAvx2<NativeHalf>(it, sh, w);
-      case Item::Cache::kQ8_0: return AttendItemAvx2<Q8Block>(it, sh, w);
-      case Item::Cache::kF32: return AttendItemAvx2<float>(it, sh, w);
+      case Item::Cache::kF16:
+        return AttendItemAvx2<NativeHalf>(it, sh, w);
+      case Item::Cache::kQ8_0:
+        return AttendItemAvx2<Q8Block>(it, sh, w);
+      case Item::Cache::kF32:
+        return AttendItemAvx2<float>(it, sh, w);
     }
   }
 #endif
   switch (it.cache) {
-    case Item::Cache::kF16: return AttendItemPortable<NativeHalf>(it, sh, w);
-    case Item::Cache::kQ8_0: return AttendItemPortable<Q8Block>(it, sh, w);
-    case Item::Cache::kF32: return AttendItemPortable<float>(it, sh, w);
+    case Item::Cache::kF16:
+      return AttendItemPortable<NativeHalf>(it, sh, w);
+    case Item::Cache::kQ8_0:
+      return AttendItemPortable<Q8Block>(it, sh, w);
+    case Item::Cache::kF32:
+      return AttendItemPortable<float>(it, sh, w);
   }
 }
 

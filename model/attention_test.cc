@@ -142,8 +142,8 @@ TEST(BlockedAttentionTest, DecodeOverAQ8CacheMatchesTheReferenceOfItsBlocks) {
     const torch::Tensor k = blocks(kf), v = blocks(torch::randn({kvh, n, hd}));
     const torch::Tensor q = torch::randn({h, hd});
     torch::Tensor got = torch::empty({h, hd});
-    DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<uint8_t>(),
-                    v.data_ptr<uint8_t>(), n * row, n, 0, n - 1, got.data_ptr<float>());
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<uint8_t>(), v.data_ptr<uint8_t>(),
+                    n * row, n, 0, n - 1, got.data_ptr<float>());
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     const torch::Tensor q_seen = values(blocks(q * scale)) / scale;
     const torch::Tensor want =
@@ -153,11 +153,10 @@ TEST(BlockedAttentionTest, DecodeOverAQ8CacheMatchesTheReferenceOfItsBlocks) {
     EXPECT_LT(((got.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(), 2e-5)
         << "hd " << hd;
     // Not the f32 attention: the cache's rounding shows.
-    const torch::Tensor exact =
-        ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
-                           kf.to(torch::kDouble).unsqueeze(0), values(v).view({1, kvh, n, hd}),
-                           n - 1, 0, 0)
-            .view({h, hd});
+    const torch::Tensor exact = ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
+                                                   kf.to(torch::kDouble).unsqueeze(0),
+                                                   values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
+                                    .view({h, hd});
     EXPECT_GT((got.to(torch::kDouble) - exact).abs().max().item<double>(), 1e-6) << "hd " << hd;
   }
 }

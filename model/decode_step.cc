@@ -61,7 +61,7 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
                     const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out) {
   const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
   const int64_t slot = (pos % slots) * cache_k.size(3);  // the row's offset in each head
-  const int64_t n = std::min(pos + 1, slots);  // a ring's slots hold the last n positions
+  const int64_t n = std::min(pos + 1, slots);            // a ring's slots hold the last n positions
   if (cache_k.scalar_type() == torch::kByte) {
     uint8_t* kp = cache_k.data_ptr<uint8_t>();
     uint8_t* vp = cache_v.data_ptr<uint8_t>();

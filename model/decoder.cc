@@ -152,8 +152,8 @@ absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_vie
         absl::StrCat("weight dtype ", name, " is not one of f32, bf16, f16, q4_0, q8_0"));
   }
   if (impl.dtype_ != torch::kFloat) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        quant ? "quantized" : "half-precision", " weights need an f32 decoder"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(quant ? "quantized" : "half-precision", " weights need an f32 decoder"));
   }
   if (impl.arch_.kv_cache == KvLayout::kSlim) {
     return absl::UnimplementedError(
@@ -167,9 +167,9 @@ absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_vie
           absl::StrCat(item.key(), " is already stored as ", c10::toString(p.scalar_type())));
     }
     if (quant && p.size(1) % kQuantBlock != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(impl.arch_.name, ": ", item.key(), " has rows of ", p.size(1), " values; ",
-                       name, " stores whole blocks of ", kQuantBlock));
+      return absl::InvalidArgumentError(absl::StrCat(impl.arch_.name, ": ", item.key(),
+                                                     " has rows of ", p.size(1), " values; ", name,
+                                                     " stores whole blocks of ", kQuantBlock));
     }
   }
   if (quant) {
@@ -282,7 +282,9 @@ absl::Status Decoder::StoreWeightsAs(torch::Dtype storage) {
   return StoreWeightsAs(storage == torch::kHalf ? "f16" : "bf16");
 }
 
-absl::Status Decoder::QuantizeWeights(QuantType type) { return StoreWeightsAs(QuantTypeName(type)); }
+absl::Status Decoder::QuantizeWeights(QuantType type) {
+  return StoreWeightsAs(QuantTypeName(type));
+}
 
 absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
   HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, name));
@@ -355,9 +357,9 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
     const auto [cos, sin] = impl_->Rope(0, t);
     torch::Tensor& keys = cache.keys(static_cast<int>(i));
     torch::Tensor& values = cache.values(static_cast<int>(i));
-    WriteRing(keys, 2, 0,
-              ToCacheForm(layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin),
-                          keys.scalar_type()));
+    WriteRing(
+        keys, 2, 0,
+        ToCacheForm(layers[i]->self_attn->RotatedKeys(kv[i].keys, cos, sin), keys.scalar_type()));
     WriteRing(values, 2, 0, ToCacheForm(kv[i].values.transpose(1, 2), values.scalar_type()));
   }
   cache.Advance(t);
@@ -380,7 +382,8 @@ absl::Status Decoder::SetKvDtype(absl::string_view name) {
   }
   const Arch& a = impl_->arch_;
   if (impl_->dtype_ != torch::kFloat) {
-    return absl::FailedPreconditionError(absl::StrCat("a ", name, " KV cache needs an f32 decoder"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("a ", name, " KV cache needs an f32 decoder"));
   }
   if (a.kv_cache == KvLayout::kSlim) {
     return absl::UnimplementedError("kv_cache slim keeps raw keys in the compute dtype");

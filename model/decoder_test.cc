@@ -402,7 +402,8 @@ TEST(DecoderTest, HalfPrecisionCacheHalvesTheBytesAndStaysNearF32) {
 // 32 values; the decode step (integer scores) and the ATen modules
 // (dequantized keys) agree within the query's quantization and store the
 // same blocks, ring layers included (window 3 wraps); both stay near an f32
-// cache. (The kernel's exact semantics: attention_test.) A head_dim off the block is refused, naming it.
+// cache (the kernel's exact semantics: attention_test). A head_dim off the
+// block is refused, naming it.
 TEST(DecoderTest, Q8CacheDecodeStepMatchesTheModulesAndStaysNearF32) {
   Arch a = TinyMixedArch();
   a.d_model = 64;

@@ -38,9 +38,9 @@ absl::Status ValidateBenchmarkRequest(const BenchmarkRequest& r) {
   }
   if (!r.kv_dtype().empty() && r.kv_dtype() != "f32" && r.kv_dtype() != "f16" &&
       r.kv_dtype() != "q8_0") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("benchmark request: kv_dtype \"", r.kv_dtype().substr(0, 16),
-                     "\" is not one of f32, f16, q8_0"));
+    return absl::InvalidArgumentError(absl::StrCat("benchmark request: kv_dtype \"",
+                                                   r.kv_dtype().substr(0, 16),
+                                                   "\" is not one of f32, f16, q8_0"));
   }
   if (r.max_repeats() > 1000) {
     return absl::InvalidArgumentError(

@@ -110,7 +110,8 @@ int RunBench(const BenchOptions& cl) {
   if (!stub.ok()) return Fail(stub.status());
   absl::StatusOr<std::string> job_id = SubmitBenchmark(cl.client, cl.measure, **stub, *request);
   if (!job_id.ok()) return Fail(job_id.status());
-  std::fprintf(stderr, "job %s queued on %s\n", job_id->c_str(), CoordinatorAddress(cl.client).c_str());
+  std::fprintf(stderr, "job %s queued on %s\n", job_id->c_str(),
+               CoordinatorAddress(cl.client).c_str());
   absl::StatusOr<GetJobResponse> job = WaitForJob(**stub, *job_id, cl.wait_s, [&](JobState state) {
     std::fprintf(stderr, "job %s: %s\n", job_id->c_str(), JobState_Name(state).c_str());
   });
