@@ -642,28 +642,26 @@ __attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, con
 }
 #endif
 
-void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
+// One item with keys and values of type KV, on AVX2 + FMA where the CPU
+// has them, else on the baseline build.
+template <typename KV>
+void AttendItemAs(const Item& it, const Shape& sh, Scratch& w) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
-  if (avx2) {
-    switch (it.cache) {
-      case Item::Cache::kF16:
-        return AttendItemAvx2<NativeHalf>(it, sh, w);
-      case Item::Cache::kQ8_0:
-        return AttendItemAvx2<Q8Block>(it, sh, w);
-      case Item::Cache::kF32:
-        return AttendItemAvx2<float>(it, sh, w);
-    }
-  }
+  if (avx2) return AttendItemAvx2<KV>(it, sh, w);
 #endif
+  AttendItemPortable<KV>(it, sh, w);
+}
+
+void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
   switch (it.cache) {
     case Item::Cache::kF16:
-      return AttendItemPortable<NativeHalf>(it, sh, w);
+      return AttendItemAs<NativeHalf>(it, sh, w);
     case Item::Cache::kQ8_0:
-      return AttendItemPortable<Q8Block>(it, sh, w);
+      return AttendItemAs<Q8Block>(it, sh, w);
     case Item::Cache::kF32:
-      return AttendItemPortable<float>(it, sh, w);
+      return AttendItemAs<float>(it, sh, w);
   }
 }
 

@@ -210,21 +210,13 @@ torch::Tensor ToCacheForm(const torch::Tensor& x, torch::Dtype storage) {
 
 torch::Tensor FromCacheForm(const torch::Tensor& cached, int64_t hd) {
   if (cached.scalar_type() != torch::kByte) return cached.to(torch::kFloat);
-  const int64_t bytes = cached.size(-1);
-  TORCH_CHECK(bytes == hd / kQuantBlock * kQ8BlockBytes, "Q8_0 rows of ", bytes,
+  TORCH_CHECK(cached.size(-1) == hd / kQuantBlock * kQ8BlockBytes, "Q8_0 rows of ", cached.size(-1),
               " bytes for head_dim ", hd);
-  const torch::Tensor src = cached.contiguous();
   std::vector<int64_t> shape = cached.sizes().vec();
   shape.back() = hd;
-  torch::Tensor out = torch::empty(shape, torch::kFloat);
-  const uint8_t* sp = src.data_ptr<uint8_t>();
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, src.numel() / bytes, 256, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      DequantizeRow(QuantType::kQ8_0, sp + r * bytes, hd, op + r * hd);
-    }
-  });
-  return out;
+  // Rows of hd / 32 blocks are the rows of a quantized matrix.
+  return DequantizeMatrix(cached.contiguous().view({-1, hd / kQuantBlock, kQ8BlockBytes}))
+      .view(shape);
 }
 
 // Rotary embedding in the Hugging Face "rotate half" layout: dimension i is
