@@ -6,8 +6,9 @@
 // calls, view bookkeeping, the hooks themselves.
 //
 // usage: step_profile (--arch FILE.textproto | --shape NAME) [--prompt 256,2048]
-//                     [--threads 1] [--weight-dtype f32|f16|bf16|q4_0|q8_0] [--decode-tokens 64]
-//                     [--repeats 3] [--chunk 1024] [--aten-decode 1]
+//                     [--threads 1] [--weight-dtype f32|f16|bf16|q4_0|q8_0] [--kv-dtype
+//                     f32|f16|q8_0]
+//                     [--decode-tokens 64] [--repeats 3] [--chunk 1024] [--aten-decode 1]
 //
 // --aten-decode 1 decodes through the ATen modules (Decoder::
 // SetInPlaceDecode(false)) instead of the allocation-free step.
@@ -128,13 +129,17 @@ std::vector<int64_t> ParsePrompts(const std::string& text) {
   return prompts;
 }
 
-// Random weights stored in `dtype` (f32, f16, bf16, q4_0 or q8_0); decode through the
-// ATen modules when `aten_decode`.
-hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype, bool aten_decode) {
+// Random weights stored in `dtype` (f32, f16, bf16, q4_0 or q8_0), a KV
+// cache of `kv_dtype` (f32, f16 or q8_0); decode through the ATen modules
+// when `aten_decode`.
+hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype,
+                             const std::string& kv_dtype, bool aten_decode) {
   auto decoder = hilnas::Decoder::Create(arch, 1);
   if (!decoder.ok()) Die(std::string(decoder.status().message()));
   absl::Status stored = decoder->StoreWeightsAs(dtype);
   if (!stored.ok()) Die(std::string(stored.message()));
+  absl::Status kv = decoder->SetKvDtype(kv_dtype);
+  if (!kv.ok()) Die(std::string(kv.message()));
   if (aten_decode) decoder->SetInPlaceDecode(false);
   return *std::move(decoder);
 }
@@ -151,12 +156,15 @@ int main(int argc, char** argv) {
   const int64_t chunk = IntArg(argc, argv, "--chunk", "1024");
   const std::string dtype = Arg(argc, argv, "--weight-dtype", "f32");
   const std::vector<int64_t> prompts = ParsePrompts(Arg(argc, argv, "--prompt", "256,2048"));
-  hilnas::Decoder decoder = BuildDecoder(arch, dtype, Arg(argc, argv, "--aten-decode", "0") == "1");
+  const std::string kv_dtype = Arg(argc, argv, "--kv-dtype", "f32");
+  hilnas::Decoder decoder =
+      BuildDecoder(arch, dtype, kv_dtype, Arg(argc, argv, "--aten-decode", "0") == "1");
   torch::NoGradGuard no_grad;
   at::RecordFunctionGuard enable(true);
   for (int64_t prompt : prompts) {
-    std::printf("\n## %s, prompt %lld, %lld thread(s), %s weights\n", arch.name.c_str(),
-                static_cast<long long>(prompt), static_cast<long long>(threads), dtype.c_str());
+    std::printf("\n## %s, prompt %lld, %lld thread(s), %s weights, %s KV cache\n",
+                arch.name.c_str(), static_cast<long long>(prompt), static_cast<long long>(threads),
+                dtype.c_str(), kv_dtype.c_str());
     auto tokens = torch::randint(0, arch.vocab_size, {1, prompt}, torch::kLong);
     auto prefill = [&](hilnas::KvCache& cache) {
       torch::Tensor logits;

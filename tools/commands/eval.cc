@@ -48,9 +48,8 @@ absl::Status RunEval(const EvalOptions& cl) {
       std::min<int64_t>(cl.windows, static_cast<int64_t>(split.heldout.size()) / (cl.seq_len + 1));
   const double tokens = static_cast<double>(windows * cl.seq_len);
   std::printf(
-      "%s (%s weights, %s KV cache) on %s: held-out loss %.4f nats/token, perplexity %.3f (%lld "
-      "windows of "
-      "%lld tokens from the last %.0f%%; %.0f tokens/s)\n",
+      "%s (%s weights, %s KV cache) on %s: held-out loss %.6f nats/token, perplexity %.3f (%lld "
+      "windows of %lld tokens from the last %.0f%%; %.0f tokens/s)\n",
       cl.ckpt.c_str(), cl.weight_dtype.c_str(), cl.kv_dtype.c_str(), cl.tokens.c_str(), loss,
       std::exp(loss), static_cast<long long>(windows), static_cast<long long>(cl.seq_len),
       100 * cl.heldout, tokens / std::max(s, 1e-9));
