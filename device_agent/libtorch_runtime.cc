@@ -141,17 +141,16 @@ class LibtorchRuntime : public Runtime {
       const Arch& arch = checkpoint->arch();
       HILNAS_RETURN_IF_ERROR(CheckFits(arch, dtype, max_context));
       if (arch.kv_cache != KvLayout::kSlim) dtype = torch::kFloat;
-      decoder = checkpoint->Load(dtype);
+      // A quantized model is stored as each matrix is read (never the f32
+      // model whole).
+      decoder = checkpoint->Load(dtype, quantized ? blocks : "f32");
     } else {
       return absl::InvalidArgumentError("benchmark request names neither arch nor checkpoint_dir");
     }
     if (!decoder.ok()) return Classify(decoder.status());
-    if (quantized) {
-      // A checkpoint is loaded in f32, then quantized (INVALID_ARGUMENT for
-      // widths off the block: an unsupported architecture); random weights
-      // were stored so by Create.
-      if (!req.has_arch()) HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(blocks));
-    } else if (storage != torch::kFloat && decoder->arch().kv_cache != KvLayout::kSlim) {
+    // A quantized model was stored so by Create or Load (INVALID_ARGUMENT
+    // for widths off the block: an unsupported architecture).
+    if (!quantized && storage != torch::kFloat && decoder->arch().kv_cache != KvLayout::kSlim) {
       // Built in f32 (random or loaded), then its matrices narrowed.
       HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(storage));
     }

@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -154,26 +156,46 @@ absl::StatusOr<std::string> CheckpointReader::Fingerprint() {
   return *fingerprint_;
 }
 
-absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype) {
+namespace {
+
+// A tensor's bits in `dtype`, hashed: a tied checkpoint's stored head is
+// compared with its embedding this way, so neither is held until the other
+// arrives (the embedding may already be quantized by then).
+size_t BitsHash(const torch::Tensor& t, torch::Dtype dtype) {
+  const torch::Tensor c = t.to(dtype).contiguous();
+  return std::hash<std::string_view>{}(
+      std::string_view(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+}
+
+}  // namespace
+
+absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype, absl::string_view weight_dtype) {
   const Arch& arch = arch_;
   const std::string st_path = sharded_ ? dir_ : WeightsFileName(dir_);
   const auto expected_list = ExpectedTensorShapes(arch);
   const std::map<std::string, std::vector<int64_t>> expected(expected_list.begin(),
                                                              expected_list.end());
   // Tensors stream from the file(s) into the model one at a time: the peak
-  // is the model in `dtype` plus its largest tensor, not the file and the
-  // model side by side.
+  // is the model in `dtype` (or as `weight_dtype` stores it) plus its
+  // largest tensor, not the file and the model side by side.
   HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::CreateForLoading(arch, dtype));
+  HILNAS_ASSIGN_OR_RETURN(const Decoder::ParameterSetter set, decoder.SetterFor(weight_dtype));
   std::map<std::string, torch::Tensor> params;
   for (auto& [name, param] : decoder.NamedTensors()) params.emplace(name, param);
   std::set<std::string> loaded;
-  torch::Tensor tied_head;  // a tied checkpoint's stored head, checked against the embedding
+  // Some writers store a tied head too: its bits and the embedding's.
+  bool tied_head = false;
+  for (const SafetensorsFile& f : files_) {
+    for (const auto& e : f.entries())
+      tied_head |= arch.tie_embeddings && e.name == "lm_head.weight";
+  }
+  size_t head_bits = 0, embedding_bits = 0;
   try {
     torch::NoGradGuard no_grad;
     HILNAS_RETURN_IF_ERROR(
         ForEachTensor([&](const std::string& name, torch::Tensor t) -> absl::Status {
-          if (arch.tie_embeddings && name == "lm_head.weight") {
-            tied_head = std::move(t);
+          if (tied_head && name == "lm_head.weight") {
+            head_bits = BitsHash(t, dtype);
             return absl::OkStatus();
           }
           auto it = expected.find(name);
@@ -187,7 +209,8 @@ absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype) {
                 absl::StrCat(st_path, ": tensor ", name, " has shape ", ShapeString(got),
                              ", config.json implies ", ShapeString(it->second)));
           }
-          params.at(name).copy_(t);  // converts from the stored dtype
+          if (tied_head && name == "model.embed_tokens.weight") embedding_bits = BitsHash(t, dtype);
+          set(params.at(name), t);
           loaded.insert(name);
           return absl::OkStatus();
         }));
@@ -196,9 +219,8 @@ absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype) {
         return absl::InvalidArgumentError(absl::StrCat(st_path, ": missing tensor ", name));
       }
     }
-    // Some writers store the tied head too; accept it only when it is the
-    // embedding, bit for bit.
-    if (tied_head.defined() && !tied_head.to(dtype).equal(params.at("model.embed_tokens.weight"))) {
+    // Accept a stored tied head only when it is the embedding, bit for bit.
+    if (tied_head && head_bits != embedding_bits) {
       return absl::InvalidArgumentError(
           absl::StrCat(st_path,
                        ": lm_head.weight differs from model.embed_tokens.weight but config.json "

@@ -48,8 +48,12 @@ class CheckpointReader {
   absl::Status ForEachTensor(const TensorSink& sink);
   absl::StatusOr<std::map<std::string, torch::Tensor>> ReadTensors();
   // A Decoder computing in `dtype`. Every tensor the config implies must be
-  // present with its shape; extra tensors are an error.
-  absl::StatusOr<Decoder> Load(torch::Dtype dtype = torch::kFloat);
+  // present with its shape; extra tensors are an error. With a
+  // `weight_dtype` other than f32 (bf16, f16, q4_0, q8_0: StoreWeightsAs's
+  // names and errors, before anything is read) each matrix is stored so
+  // as it is read: a Q4_0 load peaks at the Q4_0 model and one f32 matrix.
+  absl::StatusOr<Decoder> Load(torch::Dtype dtype = torch::kFloat,
+                               absl::string_view weight_dtype = "f32");
 
   // 64-bit FNV-1a over config.json, the index (when sharded) and every
   // weight file, in that order, as 16 hex digits: taken on the way while

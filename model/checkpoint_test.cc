@@ -252,6 +252,62 @@ TEST_F(CheckpointTest, ExtraTensorIsNamed) {
                                              HasSubstr("unexpected tensor model.layers.9")));
 }
 
+TEST_F(CheckpointTest, ALoadAtAWeightDtypeStoresEachMatrixAsStoreWeightsAsWould) {
+  Arch a = TinyMixedArch();
+  a.tie_embeddings = true;
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kBF16));  // as published checkpoints are
+  for (const char* type : {"q4_0", "q8_0", "f16"}) {
+    ASSERT_OK_AND_ASSIGN(Decoder after, LoadCheckpoint(dir_));
+    ASSERT_OK(after.StoreWeightsAs(type));
+    ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(dir_));
+    ASSERT_OK_AND_ASSIGN(Decoder as_read, reader->Load(torch::kFloat, type));
+    auto x = after.NamedTensors(), y = as_read.NamedTensors();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(x[i].second.scalar_type(), y[i].second.scalar_type()) << type << " " << x[i].first;
+      EXPECT_TRUE(torch::equal(x[i].second, y[i].second)) << type << " " << x[i].first;
+    }
+  }
+  // Rows that are not whole blocks are refused by name before a tensor is read.
+  a.d_ffn = 48;
+  ASSERT_OK_AND_ASSIGN(Decoder odd, Decoder::Create(a, 5));
+  ASSERT_OK(SaveCheckpoint(odd, dir_, StorageDtype::kF32));
+  ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(dir_));
+  EXPECT_THAT(reader->Load(torch::kFloat, "q4_0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("down_proj.weight has rows of 48 values")));
+}
+
+TEST_F(CheckpointTest, AStoredTiedHeadLoadsOnlyWhenItIsTheEmbedding) {
+  Arch a = TinyMixedArch();
+  a.tie_embeddings = true;
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 5));
+  ASSERT_OK(SaveCheckpoint(d, dir_, StorageDtype::kF32));
+  auto named = d.NamedTensors();
+  torch::Tensor embedding;
+  for (const auto& [name, t] : named) {
+    if (name == "model.embed_tokens.weight") embedding = t;
+  }
+  ASSERT_TRUE(embedding.defined());
+  named.push_back({"lm_head.weight", embedding.clone()});
+  ASSERT_OK(WriteSafetensors(dir_ + "/model.safetensors", named, StorageDtype::kF32));
+  for (const char* type : {"f32", "q4_0"}) {
+    ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(dir_));
+    EXPECT_OK(reader->Load(torch::kFloat, type).status()) << type;
+  }
+  named.back().second = embedding.clone();
+  named.back().second[7][3] += 1e-3;
+  ASSERT_OK(WriteSafetensors(dir_ + "/model.safetensors", named, StorageDtype::kF32));
+  for (const char* type : {"f32", "q4_0"}) {
+    ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(dir_));
+    EXPECT_THAT(reader->Load(torch::kFloat, type),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("lm_head.weight differs from model.embed_tokens.weight")))
+        << type;
+  }
+}
+
 TEST_F(CheckpointTest, MalformedConfigNamesTheField) {
   std::filesystem::create_directories(dir_);
   const std::string path = dir_ + "/config.json";

@@ -286,6 +286,20 @@ absl::Status Decoder::QuantizeWeights(QuantType type) {
   return StoreWeightsAs(QuantTypeName(type));
 }
 
+absl::StatusOr<Decoder::ParameterSetter> Decoder::SetterFor(absl::string_view weight_dtype) const {
+  HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, weight_dtype));
+  return ParameterSetter([store](torch::Tensor& param, const torch::Tensor& values) {
+    if (!store || param.dim() != 2) {
+      param.copy_(values);  // converts from the file's dtype
+      return;
+    }
+    const torch::Tensor stored = store(values.to(torch::kFloat).contiguous());
+    torch::Tensor kept = HugePageEmpty(stored.sizes(), stored.options());  // as Create's
+    kept.copy_(stored);
+    SetStored(param, kept);
+  });
+}
+
 absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
   HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, name));
   if (!store) return absl::OkStatus();

@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -128,6 +129,14 @@ class Decoder {
   // The architecture with weights that are about to be overwritten (by
   // LoadCheckpoint): no random initialisation.
   static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype);
+  // How a loader sets a parameter of this decoder (one of NamedTensors())
+  // from `values` read from a file (any float dtype, the parameter's
+  // shape): copied, or, for a matrix when `weight_dtype` is not f32,
+  // stored as StoreWeightsAs(weight_dtype) would as soon as it arrives, so
+  // a Q4_0 load never holds the f32 model. Errors are StoreWeightsAs's,
+  // before any parameter is set.
+  using ParameterSetter = std::function<void(torch::Tensor& param, const torch::Tensor& values)>;
+  absl::StatusOr<ParameterSetter> SetterFor(absl::string_view weight_dtype) const;
 
   const Arch& arch() const;
   torch::Dtype dtype() const;  // what activations, norms and the cache compute in

@@ -143,13 +143,11 @@ void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-// silu(gate) * up. One token's worth in one loop (two ATen ops and a
-// temporary cost more than the arithmetic); larger inputs take ATen's
-// vectorised kernels.
-torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
+torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up) {
+  if (torch::GradMode::is_enabled()) return F::silu(gate) * up;
   if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
-      !up.is_contiguous() || torch::GradMode::is_enabled()) {
-    return F::silu(gate) * up;
+      !up.is_contiguous()) {
+    return torch::silu_(gate).mul_(up);
   }
   torch::Tensor out = torch::empty_like(gate);
   SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());

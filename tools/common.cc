@@ -89,12 +89,13 @@ absl::Status ApplyThreads(int32_t threads) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads, int64_t context) {
+absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads, int64_t context,
+                                       absl::string_view weight_dtype) {
   HILNAS_RETURN_IF_ERROR(ApplyThreads(threads));
   HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
   HILNAS_RETURN_IF_ERROR(CheckFitsInMemory(checkpoint->arch(), std::max<int64_t>(context, 1) + 1, 4,
                                            absl::StrCat("checkpoint ", ckpt)));
-  return checkpoint->Load();
+  return checkpoint->Load(torch::kFloat, weight_dtype);
 }
 
 int BytesPerElement(StorageDtype dtype) { return dtype == StorageDtype::kF32 ? 4 : 2; }

@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "quality/tokens.h"
@@ -53,9 +54,10 @@ absl::StatusOr<TokenSplit> LoadSplit(const std::string& path, int64_t vocab, int
 absl::Status ApplyThreads(int32_t threads);
 
 // Loads the checkpoint at `ckpt` for eval and generate: --threads applied,
-// memory for weights and a context of `context` tokens checked first.
-absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads,
-                                       int64_t context);
+// memory for f32 weights and a context of `context` tokens checked first;
+// matrices stored as `weight_dtype` as they are read (CheckpointReader::Load).
+absl::StatusOr<Decoder> LoadForCommand(const std::string& ckpt, int32_t threads, int64_t context,
+                                       absl::string_view weight_dtype = "f32");
 
 // Bytes per weight of a storage dtype.
 int BytesPerElement(StorageDtype dtype);

@@ -58,8 +58,10 @@ void SwiGluRow(const float* gate, const float* up, int64_t n, float* out);
 
 // silu(gate) * up. One token's worth in one loop (two ATen ops and a
 // temporary cost more than the arithmetic); larger inputs take ATen's
-// vectorised kernels.
-torch::Tensor SwiGlu(const torch::Tensor& gate, const torch::Tensor& up);
+// vectorised kernels, in place in gate when no gradient is taken, so a
+// prefill chunk's FFN holds two [T, d_ffn] tensors at its peak, not four.
+// Takes both by value: moved in, up is released on return.
+torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up);
 
 // A sliding-window layer's cache is a ring of min(capacity, window) slots
 // along `dim`: position p lives in slot p % slots, so the layer holds what
@@ -318,7 +320,7 @@ struct MlpImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, ForwardObserver* observer = nullptr,
                         int layer = 0) {  // SwiGLU
     auto gate_up = ProjectMany(x, {gate_proj->weight, up_proj->weight});
-    auto hidden = SwiGlu(gate_up[0], gate_up[1]);
+    auto hidden = SwiGlu(std::move(gate_up[0]), std::move(gate_up[1]));
     if (observer != nullptr) observer->OnFfnHidden(layer, hidden);
     return Project(hidden, down_proj->weight);
   }

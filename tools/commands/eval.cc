@@ -29,9 +29,9 @@ struct EvalOptions {
 };
 
 absl::Status RunEval(const EvalOptions& cl) {
-  HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl.ckpt, cl.threads, cl.seq_len));
   // The loss the deployed model has: its matrices stored as they ship.
-  HILNAS_RETURN_IF_ERROR(model.StoreWeightsAs(cl.weight_dtype));
+  HILNAS_ASSIGN_OR_RETURN(Decoder model,
+                          LoadForCommand(cl.ckpt, cl.threads, cl.seq_len, cl.weight_dtype));
   HILNAS_RETURN_IF_ERROR(model.SetKvDtype(cl.kv_dtype));
   const Arch& arch = model.arch();
   if (cl.seq_len < 2 || cl.windows < 1) {

@@ -56,11 +56,15 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
   const std::string ckpt = cl.ckpt;
   std::string how;
   absl::StatusOr<Decoder> decoder = absl::UnknownError("unset");
+  if (cl.weight_dtype != "f32" && dtype != torch::kFloat) {
+    return absl::InvalidArgumentError("--weight-dtype needs --dtype f32 (computing in f32)");
+  }
   if (checkpoint != nullptr) {
     if (cl.model.given()) {
       return absl::InvalidArgumentError("give --ckpt or one of --shape/--arch, not both");
     }
-    decoder = checkpoint->Load(dtype);
+    // Each matrix stored as it is read, as Create stores random ones.
+    decoder = checkpoint->Load(dtype, cl.weight_dtype);
     how = absl::StrCat("weights from ", ckpt);
   } else {
     HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchOf(cl.model));
@@ -71,10 +75,6 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
     how = absl::StrCat("random weights, seed ", cl.seed);
   }
   if (!decoder.ok()) return decoder.status();
-  if (cl.weight_dtype != "f32" && dtype != torch::kFloat) {
-    return absl::InvalidArgumentError("--weight-dtype needs --dtype f32 (computing in f32)");
-  }
-  if (checkpoint != nullptr) HILNAS_RETURN_IF_ERROR(decoder->StoreWeightsAs(cl.weight_dtype));
   if (cl.weight_dtype != "f32") how += absl::StrCat(", weights stored in ", cl.weight_dtype);
   if (cl.kv_dtype != "f32") {
     HILNAS_RETURN_IF_ERROR(decoder->SetKvDtype(cl.kv_dtype));
