@@ -46,12 +46,14 @@ class CheckpointReader {
 
   // Every tensor, one in memory at a time, in file order.
   absl::Status ForEachTensor(const TensorSink& sink);
+  // The same a block of rows at a time (SafetensorsFile::ForEachRows).
+  absl::Status ForEachTensorRows(const RowBlockSink& sink, int64_t block_bytes);
   absl::StatusOr<std::map<std::string, torch::Tensor>> ReadTensors();
   // A Decoder computing in `dtype`. Every tensor the config implies must be
   // present with its shape; extra tensors are an error. With a
   // `weight_dtype` other than f32 (bf16, f16, q4_0, q8_0: StoreWeightsAs's
   // names and errors, before anything is read) each matrix is stored so
-  // as it is read: a Q4_0 load peaks at the Q4_0 model and one f32 matrix.
+  // as it is read: a Q4_0 load peaks at the Q4_0 model and 16 MiB of rows.
   absl::StatusOr<Decoder> Load(torch::Dtype dtype = torch::kFloat,
                                absl::string_view weight_dtype = "f32");
 

@@ -288,15 +288,22 @@ absl::Status Decoder::QuantizeWeights(QuantType type) {
 
 absl::StatusOr<Decoder::ParameterSetter> Decoder::SetterFor(absl::string_view weight_dtype) const {
   HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, weight_dtype));
-  return ParameterSetter([store](torch::Tensor& param, const torch::Tensor& values) {
-    if (!store || param.dim() != 2) {
-      param.copy_(values);  // converts from the file's dtype
+  return ParameterSetter([store](torch::Tensor& param, const torch::Tensor& rows, int64_t row0) {
+    if (param.dim() < 2) {
+      param.copy_(rows);  // a norm scale, whole
       return;
     }
-    const torch::Tensor stored = store(values.to(torch::kFloat).contiguous());
-    torch::Tensor kept = HugePageEmpty(stored.sizes(), stored.options());  // as Create's
-    kept.copy_(stored);
-    SetStored(param, kept);
+    if (!store) {
+      param.narrow(0, row0, rows.size(0)).copy_(rows);  // converts from the file's dtype
+      return;
+    }
+    const torch::Tensor stored = store(rows.to(torch::kFloat).contiguous());
+    if (row0 == 0) {  // the matrix's stored form, where Create's would be
+      std::vector<int64_t> shape = stored.sizes().vec();
+      shape[0] = param.size(0);
+      SetStored(param, HugePageEmpty(shape, stored.options()));
+    }
+    param.narrow(0, row0, rows.size(0)).copy_(stored);
   });
 }
 

@@ -130,12 +130,14 @@ class Decoder {
   // LoadCheckpoint): no random initialisation.
   static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype);
   // How a loader sets a parameter of this decoder (one of NamedTensors())
-  // from `values` read from a file (any float dtype, the parameter's
-  // shape): copied, or, for a matrix when `weight_dtype` is not f32,
-  // stored as StoreWeightsAs(weight_dtype) would as soon as it arrives, so
-  // a Q4_0 load never holds the f32 model. Errors are StoreWeightsAs's,
+  // from `rows` read from a file: rows [row0, row0 + rows.size(0)) of it
+  // (any float dtype; blocks of a matrix in order, from row 0; a 1-D
+  // parameter whole): copied, or, for a matrix when `weight_dtype` is not
+  // f32, stored as StoreWeightsAs(weight_dtype) would as they arrive, so a
+  // Q4_0 load never holds the f32 model. Errors are StoreWeightsAs's,
   // before any parameter is set.
-  using ParameterSetter = std::function<void(torch::Tensor& param, const torch::Tensor& values)>;
+  using ParameterSetter =
+      std::function<void(torch::Tensor& param, const torch::Tensor& rows, int64_t row0)>;
   absl::StatusOr<ParameterSetter> SetterFor(absl::string_view weight_dtype) const;
 
   const Arch& arch() const;

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -214,17 +215,42 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   return f;
 }
 
+int64_t RowsPerBlock(const std::vector<int64_t>& shape, int64_t block_bytes) {
+  if (shape.size() < 2) return 1;
+  int64_t row = 4;  // bytes of one row in f32 (Open checked the sizes)
+  for (size_t i = 1; i < shape.size(); ++i) row *= shape[i];
+  return std::max<int64_t>(1, block_bytes / std::max<int64_t>(row, 1));
+}
+
 absl::Status SafetensorsFile::ForEach(const TensorSink& sink, uint64_t* hash) {
+  return ForEachRows([&](const std::string& name, const std::vector<int64_t>&, int64_t,
+                         torch::Tensor t) { return sink(name, std::move(t)); },
+                     std::numeric_limits<int64_t>::max(), hash);
+}
+
+absl::Status SafetensorsFile::ForEachRows(const RowBlockSink& sink, int64_t block_bytes,
+                                          uint64_t* hash) {
   if (hash != nullptr) *hash = Fnv1a(head_.data(), head_.size(), *hash);
   in_.clear();
   try {
     for (const Entry& e : entries_) {
-      torch::Tensor t = torch::empty(e.shape, e.torch_dtype);
+      const int64_t rows = e.shape.size() < 2 ? 1 : e.shape[0];
+      const int64_t step =
+          e.shape.size() < 2 ? 1 : std::min(rows, RowsPerBlock(e.shape, block_bytes));
+      const int64_t row_bytes = rows > 0 ? (e.end - e.begin) / rows : 0;
       in_.seekg(data_start_ + e.begin);
-      in_.read(static_cast<char*>(t.data_ptr()), e.end - e.begin);
-      if (!in_) return absl::DataLossError(absl::StrCat(path_, ": tensor ", e.name, ": read failed"));
-      if (hash != nullptr) *hash = Fnv1a(t.data_ptr(), static_cast<size_t>(e.end - e.begin), *hash);
-      HILNAS_RETURN_IF_ERROR(sink(e.name, std::move(t)));
+      for (int64_t r0 = 0; r0 < rows || (rows == 0 && r0 == 0); r0 += std::max<int64_t>(step, 1)) {
+        std::vector<int64_t> shape = e.shape;
+        if (shape.size() >= 2) shape[0] = std::min(step, rows - r0);
+        torch::Tensor t = torch::empty(shape, e.torch_dtype);
+        const int64_t n = e.shape.size() < 2 ? e.end - e.begin : shape[0] * row_bytes;
+        in_.read(static_cast<char*>(t.data_ptr()), n);
+        if (!in_) {
+          return absl::DataLossError(absl::StrCat(path_, ": tensor ", e.name, ": read failed"));
+        }
+        if (hash != nullptr) *hash = Fnv1a(t.data_ptr(), static_cast<size_t>(n), *hash);
+        HILNAS_RETURN_IF_ERROR(sink(e.name, e.shape, r0, std::move(t)));
+      }
     }
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat(path_, ": ", e.what_without_backtrace()));

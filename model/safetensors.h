@@ -33,6 +33,17 @@ absl::Status WriteSafetensors(const std::string& path,
 // sink returns stops the reading.
 using TensorSink = std::function<absl::Status(const std::string& name, torch::Tensor tensor)>;
 
+// A tensor of `shape` a block of rows at a time: `rows` is rows [row0,
+// row0 + rows.size(0)) of it, blocks in order; a tensor of fewer than two
+// dimensions comes whole (row0 0). The first error stops the reading.
+using RowBlockSink = std::function<absl::Status(
+    const std::string& name, const std::vector<int64_t>& shape, int64_t row0, torch::Tensor rows)>;
+
+// Rows per block when a tensor of `shape` is read in blocks of about
+// `block_bytes` (at least one row): counted in f32 whatever the file
+// stores, so two tensors of one shape split alike.
+int64_t RowsPerBlock(const std::vector<int64_t>& shape, int64_t block_bytes);
+
 // One safetensors file, opened once: Open reads and checks the header (every
 // size checked before anything is allocated) and keeps the file open, so
 // that the tensors can be streamed, and the bytes hashed, without opening it
@@ -57,6 +68,9 @@ class SafetensorsFile {
   // Each tensor to `sink`, in file order. Where `hash` is given, the 64-bit
   // FNV-1a it holds is continued over every byte of the file, in order.
   absl::Status ForEach(const TensorSink& sink, uint64_t* hash = nullptr);
+  // The same, each tensor in blocks of RowsPerBlock(shape, block_bytes)
+  // rows: a 1 GB embedding is never whole in memory.
+  absl::Status ForEachRows(const RowBlockSink& sink, int64_t block_bytes, uint64_t* hash = nullptr);
   // The FNV-1a of the whole file continued from `*hash`, read from the open
   // file (no tensor is made).
   absl::Status Hash(uint64_t* hash);
