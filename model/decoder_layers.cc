@@ -80,7 +80,12 @@ torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
     scratch = torch::empty({w.numel()}, torch::TensorOptions().dtype(type));
   }
   torch::Tensor out = scratch.narrow(0, 0, w.numel()).view(w.sizes());
-  out.copy_(w);
+  if (type == torch::kFloat && w.is_contiguous() &&
+      (w.scalar_type() == torch::kHalf || w.scalar_type() == torch::kBFloat16)) {
+    WidenInto(w, out.data_ptr<float>());
+  } else {
+    out.copy_(w);
+  }
   return out;
 }
 

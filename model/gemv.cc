@@ -104,6 +104,13 @@ bool HasAvx2() {
                          __builtin_cpu_supports("f16c");
   return ok;
 }
+
+__attribute__((target("avx2,fma,f16c"))) void WidenAvx2(const uint16_t* w, float* out, int64_t n,
+                                                        bool bf16) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Widen(w + i, bf16));
+  for (; i < n; ++i) out[i] = Widen1(w[i], bf16);
+}
 #endif
 
 #if defined(__aarch64__)
@@ -136,6 +143,12 @@ void RowsNeon(const W* w, const float* x, float* y, int64_t in, int64_t first, i
     for (; i < in; ++i) sum += Widen1(row[i], bf16) * x[i];
     y[o] = sum;
   }
+}
+
+void WidenNeon(const uint16_t* w, float* out, int64_t n, bool bf16) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) vst1q_f32(out + i, Widen4(w + i, bf16));
+  for (; i < n; ++i) out[i] = Widen1(w[i], bf16);
 }
 #endif
 
@@ -226,6 +239,23 @@ std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws, con
 
 torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x) {
   return WeightGemvs({w}, x)[0];
+}
+
+void WidenInto(const torch::Tensor& w, float* out) {
+  TORCH_CHECK(
+      w.is_contiguous() && (w.scalar_type() == torch::kHalf || w.scalar_type() == torch::kBFloat16),
+      "WidenInto: a contiguous f16 or bf16 tensor, not ", w.scalar_type());
+  const bool bf16 = w.scalar_type() == torch::kBFloat16;
+  const auto* src = static_cast<const uint16_t*>(w.data_ptr());
+  // As the products split: at least kGemvGrainBytes of weights a thread.
+  at::parallel_for(0, w.numel(), kGemvGrainBytes / 2, [&](int64_t first, int64_t last) {
+#if defined(__x86_64__)
+    if (HasAvx2()) return WidenAvx2(src + first, out + first, last - first, bf16);
+#elif defined(__aarch64__)
+    return WidenNeon(src + first, out + first, last - first, bf16);
+#endif
+    for (int64_t i = first; i < last; ++i) out[i] = Widen1(src[i], bf16);
+  });
 }
 
 }  // namespace hilnas

@@ -46,6 +46,13 @@ struct GemvProduct {
 void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x,
                      KernelPath path = KernelPath::kBest);
 
+// w (bf16 or f16, contiguous) widened to f32 into out (w.numel() floats),
+// with the same instructions as the products (F16C, NEON's FCVTL), split
+// across libtorch's threads: a prompt multiplies by the widened matrix
+// (model/decoder_layers.cc). ATen's own copy widens f16 one value at a
+// time in software.
+void WidenInto(const torch::Tensor& w, float* out);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_GEMV_H_

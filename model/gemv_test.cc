@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 #include "model/decoder.h"
 #include "model/test_archs.h"
@@ -30,6 +33,23 @@ TEST(WeightGemvTest, EqualsTheWidenedProduct) {
 // Several matrices in one call, split across two threads at row ranges
 // that straddle the matrices' borders (1024 f32 columns: 64 rows a
 // thread), equal one product each.
+TEST(WeightGemvTest, WidenIntoEqualsAtensConversionOnManyThreads) {
+  // 300 x 1001: a tail that is not a vector's width, and more than one
+  // thread's grain; subnormals, infinities and NaN among the values.
+  torch::Tensor f = torch::randn({300, 1001}) * 100;
+  f[0][0] = 1e-6;
+  f[0][1] = -1e-7;
+  f[1][0] = std::numeric_limits<float>::infinity();
+  f[1][1] = std::numeric_limits<float>::quiet_NaN();
+  for (torch::Dtype half : {torch::kHalf, torch::kBFloat16}) {
+    const torch::Tensor w = f.to(half);
+    torch::Tensor out = torch::empty({300, 1001});
+    WidenInto(w, out.data_ptr<float>());
+    EXPECT_TRUE(torch::equal(out.nan_to_num(7), w.to(torch::kFloat).nan_to_num(7))) << half;
+    EXPECT_TRUE(std::isnan(out[1][1].item<float>()));
+  }
+}
+
 TEST(WeightGemvTest, SeveralMatricesEqualOneProductEach) {
   torch::manual_seed(2);
   const int threads = at::get_num_threads();
