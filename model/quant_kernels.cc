@@ -222,16 +222,23 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     gemm = path == KernelPath::kBest && HasDotProduct() ? neon_dot::Gemm : neon::Gemm;
 #endif
   }
-  // A prompt passes over a block of kRowBlock rows with every token before
-  // the next block: 64 rows of a 2048-wide Q4_0 matrix are 72 KiB, which
-  // stay in L2, where sweeping every row for each tile of tokens streamed
-  // a 9 MiB matrix from memory 128 times for 512 tokens (Llama-3.2-1B's
-  // FFN: prefill 1.21-1.24x llama.cpp's, where full4's and big12's smaller
-  // matrices were at 0.8-1.05x).
-  constexpr int64_t kRowBlock = 64;
   if (tokens == 1) return gemm(t, w, blocks, x, tokens, c, ldc, first, last);
-  for (int64_t r0 = first; r0 < last; r0 += kRowBlock) {
-    gemm(t, w, blocks, x, tokens, c, ldc, r0, std::min(last, r0 + kRowBlock));
+  // A prompt in blocks that stay in L2 together: about 128 KiB of weight
+  // rows against about 256 KiB of activation rows, every token of the
+  // block over every row of the block. Sweeping all rows for each tile of
+  // 4 tokens streamed a Llama-3.2-1B FFN matrix (9 MiB of Q4_0) from
+  // memory 128 times for a 512-token prompt: prefill 1.21-1.24x
+  // llama.cpp's, where full4's and big12's smaller matrices were at
+  // 0.8-1.05x.
+  const int64_t w_row = blocks * QuantBlockBytes(t), x_row = blocks * kQ8Bytes;
+  const int64_t rows_per = std::max<int64_t>(4, (int64_t{128} << 10) / w_row / 4 * 4);
+  const int64_t tokens_per = std::max<int64_t>(4, (int64_t{256} << 10) / x_row / 4 * 4);
+  for (int64_t i0 = 0; i0 < tokens; i0 += tokens_per) {
+    const int64_t n = std::min(tokens_per, tokens - i0);
+    for (int64_t r0 = first; r0 < last; r0 += rows_per) {
+      gemm(t, w, blocks, x.From(i0, blocks), n, c + i0 * ldc, ldc, r0,
+           std::min(last, r0 + rows_per));
+    }
   }
 }
 
