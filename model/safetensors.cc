@@ -234,23 +234,27 @@ absl::Status SafetensorsFile::ForEachRows(const RowBlockSink& sink, int64_t bloc
   in_.clear();
   try {
     for (const Entry& e : entries_) {
-      const int64_t rows = e.shape.size() < 2 ? 1 : e.shape[0];
-      const int64_t step =
-          e.shape.size() < 2 ? 1 : std::min(rows, RowsPerBlock(e.shape, block_bytes));
+      // A matrix (or more) in blocks of rows, anything else whole; a
+      // tensor of 0 rows is one empty block.
+      const bool blocked = e.shape.size() >= 2;
+      const int64_t rows = blocked ? e.shape[0] : 1;
+      const int64_t step = blocked ? std::min(rows, RowsPerBlock(e.shape, block_bytes)) : 1;
       const int64_t row_bytes = rows > 0 ? (e.end - e.begin) / rows : 0;
       in_.seekg(data_start_ + e.begin);
-      for (int64_t r0 = 0; r0 < rows || (rows == 0 && r0 == 0); r0 += std::max<int64_t>(step, 1)) {
+      int64_t r0 = 0;
+      do {
         std::vector<int64_t> shape = e.shape;
-        if (shape.size() >= 2) shape[0] = std::min(step, rows - r0);
+        if (blocked) shape[0] = std::min(step, rows - r0);
+        const int64_t n = blocked ? shape[0] * row_bytes : e.end - e.begin;
         torch::Tensor t = torch::empty(shape, e.torch_dtype);
-        const int64_t n = e.shape.size() < 2 ? e.end - e.begin : shape[0] * row_bytes;
         in_.read(static_cast<char*>(t.data_ptr()), n);
         if (!in_) {
           return absl::DataLossError(absl::StrCat(path_, ": tensor ", e.name, ": read failed"));
         }
         if (hash != nullptr) *hash = Fnv1a(t.data_ptr(), static_cast<size_t>(n), *hash);
         HILNAS_RETURN_IF_ERROR(sink(e.name, e.shape, r0, std::move(t)));
-      }
+        r0 += step;
+      } while (r0 < rows);
     }
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat(path_, ": ", e.what_without_backtrace()));
