@@ -12,12 +12,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/gemv.h"
 #include "model/quant.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
-#elif defined(__x86_64__)
-#include <immintrin.h>
 #endif
 
 namespace hilnas {
@@ -171,32 +170,18 @@ __attribute__((always_inline)) inline void Store8(float* p, V8 v) { std::memcpy(
 __attribute__((always_inline)) inline float ToFloat(float x) { return x; }
 
 // A half-precision KV cache's elements (IEEE f16 bits). Rows are widened
-// by WidenRows: with F16C's VCVTPH2PS on x86 where the CPU has it (the
-// compiler's _Float16 below is the fallback), with NEON's FCVTL on aarch64
-// (GCC 12 has no C++ _Float16 there).
+// by model/gemv.h's WidenHalves (F16C's VCVTPH2PS, NEON's FCVTL): GCC 12
+// converts a vector of _Float16 one lane at a time (VPINSRW and a scalar
+// VCVTPH2PS each), which made decode over an f16 cache 1.3x slower than
+// over an f32 one. ToFloat widens one value (a Q8_0 block's scale).
 struct NativeHalf {
   uint16_t bits;
 };
 #if defined(__aarch64__)
-__attribute__((always_inline)) inline V8 Load8(const NativeHalf* p) {
-  const uint16_t* u = &p->bits;
-  const float32x4_t lo = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(u)));
-  const float32x4_t hi = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(u + 4)));
-  float f[8];
-  vst1q_f32(f, lo);
-  vst1q_f32(f + 4, hi);
-  return Load8(f);
-}
 __attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
   return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h.bits))), 0);
 }
 #else
-typedef _Float16 H8 __attribute__((vector_size(16)));
-__attribute__((always_inline)) inline V8 Load8(const NativeHalf* p) {
-  H8 h;
-  std::memcpy(&h, p, sizeof h);
-  return __builtin_convertvector(h, V8);
-}
 __attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
   _Float16 f;
   std::memcpy(&f, &h.bits, sizeof f);
@@ -219,43 +204,19 @@ constexpr int64_t RowElements(int64_t hd) {
   return std::is_same_v<KV, Q8Block> ? hd / kQuantBlock : hd;
 }
 
-#if defined(__x86_64__)
-// f16 rows widened eight values per VCVTPH2PS. The generic Load8 is not
-// used for this on x86: GCC 12 converts a vector of _Float16 one lane at a
-// time (VPINSRW and a scalar VCVTPH2PS each), which made decode over an f16
-// cache 1.3x slower than over an f32 one. Out of line, so the baseline
-// build can call it too where the CPU has F16C.
-__attribute__((target("avx,f16c"))) void WidenHalfRows(const uint16_t* src, int64_t rows,
-                                                       int64_t hd, float* dst, int64_t dst_stride) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* row = src + r * hd;
-    float* to = dst + r * dst_stride;
-    int64_t d = 0;
-    for (; d + 8 <= hd; d += 8) {
-      _mm256_storeu_ps(to + d,
-                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d))));
-    }
-    for (; d < hd; ++d) to[d] = _cvtsh_ss(row[d]);
-  }
-}
-
-bool HasF16c() {
-  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  return f16c;
-}
-#endif
-
 // `rows` cached rows of hd values as f32, row r at dst + r * dst_stride:
 // copied, widened from f16, or dequantized from Q8_0 blocks (d * q, eight
 // lanes at a time).
 template <typename KV>
 __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows, int64_t hd,
                                                      float* dst, int64_t dst_stride) {
-#if defined(__x86_64__)
   if constexpr (std::is_same_v<KV, NativeHalf>) {
-    if (HasF16c()) return WidenHalfRows(&src->bits, rows, hd, dst, dst_stride);
+    if (dst_stride == hd) return WidenHalves(&src->bits, rows * hd, /*bf16=*/false, dst);
+    for (int64_t r = 0; r < rows; ++r) {
+      WidenHalves(&src[r * hd].bits, hd, /*bf16=*/false, dst + r * dst_stride);
+    }
+    return;
   }
-#endif
   for (int64_t r = 0; r < rows; ++r) {
     const KV* row = src + r * RowElements<KV>(hd);
     float* to = dst + r * dst_stride;
@@ -270,9 +231,7 @@ __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows
         }
       }
     } else {
-      int64_t d = 0;
-      for (; d + 8 <= hd; d += 8) Store8(to + d, Load8(row + d));
-      for (; d < hd; ++d) to[d] = ToFloat(row[d]);
+      std::memcpy(to, row, hd * sizeof(float));
     }
   }
 }
@@ -455,14 +414,13 @@ struct KeyBlock {
 // Decode scores: a handful of rows, dot products straight off the cache, no
 // transpose. Eight keys at a time, so one load of q serves eight products
 // and their eight sums fold into one vector.
-template <typename KV>
-HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const KV* kb, int64_t hdp, const Scratch& w,
+HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const float* kb, int64_t hdp, const Scratch& w,
                                 float* s) {
   const int64_t hd = blk.sh.hd, cols = blk.cols, cp = blk.cp;
   int64_t c = 0;
   if (hd % 8 == 0) {
     for (; c + 8 <= cols; c += 8) {
-      const KV* key = kb + c * hd;
+      const float* key = kb + c * hd;
       for (int64_t r = 0; r < blk.r_all; ++r) {
         const float* qr = w.qs.data() + r * hdp;
         V8 a[8] = {};
@@ -475,7 +433,7 @@ HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const KV* kb, int64_t hdp, 
     }
   }
   for (; c < cols; ++c) {
-    const KV* key = kb + c * hd;
+    const float* key = kb + c * hd;
     for (int64_t r = 0; r < blk.r_all; ++r) {
       const float* qr = w.qs.data() + r * hdp;
       float sum = 0;
@@ -642,8 +600,9 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     const KV* kb = keys + (c0 - sh.k_start) * row;
     if constexpr (std::is_same_v<KV, Q8Block>) {
       QuantDecodeScores(blk, kb, w, s);
-    } else if (decode && !std::is_same_v<KV, float>) {
-      // Each key is read once per query row: widen the block once first.
+    } else if constexpr (std::is_same_v<KV, NativeHalf>) {
+      // Decode (an f16 cache is read by decode steps only): each key is
+      // read once per query row, so the block is widened once first.
       w.kf.resize(cols * hd);
       WidenRows(kb, cols, hd, w.kf.data(), hd);
       DecodeScores(blk, w.kf.data(), hdp, w, s);

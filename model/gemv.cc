@@ -241,6 +241,15 @@ torch::Tensor WeightGemv(const torch::Tensor& w, const torch::Tensor& x) {
   return WeightGemvs({w}, x)[0];
 }
 
+void WidenHalves(const uint16_t* src, int64_t n, bool bf16, float* out) {
+#if defined(__x86_64__)
+  if (HasAvx2()) return WidenAvx2(src, out, n, bf16);
+#elif defined(__aarch64__)
+  return WidenNeon(src, out, n, bf16);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = Widen1(src[i], bf16);
+}
+
 void WidenInto(const torch::Tensor& w, float* out) {
   TORCH_CHECK(
       w.is_contiguous() && (w.scalar_type() == torch::kHalf || w.scalar_type() == torch::kBFloat16),
@@ -249,12 +258,7 @@ void WidenInto(const torch::Tensor& w, float* out) {
   const auto* src = static_cast<const uint16_t*>(w.data_ptr());
   // As the products split: at least kGemvGrainBytes of weights a thread.
   at::parallel_for(0, w.numel(), kGemvGrainBytes / 2, [&](int64_t first, int64_t last) {
-#if defined(__x86_64__)
-    if (HasAvx2()) return WidenAvx2(src + first, out + first, last - first, bf16);
-#elif defined(__aarch64__)
-    return WidenNeon(src + first, out + first, last - first, bf16);
-#endif
-    for (int64_t i = first; i < last; ++i) out[i] = Widen1(src[i], bf16);
+    WidenHalves(src + first, last - first, bf16, out + first);
   });
 }
 

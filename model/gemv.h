@@ -46,11 +46,14 @@ struct GemvProduct {
 void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x,
                      KernelPath path = KernelPath::kBest);
 
-// w (bf16 or f16, contiguous) widened to f32 into out (w.numel() floats),
-// with the same instructions as the products (F16C, NEON's FCVTL), split
-// across libtorch's threads: a prompt multiplies by the widened matrix
-// (model/decoder_layers.cc). ATen's own copy widens f16 one value at a
-// time in software.
+// n f16 (or bf16) values widened to f32 on the calling thread, with the
+// same instructions as the products (F16C, NEON's FCVTL): ATen's copy and
+// GCC 12's vector _Float16 conversion both widen one value at a time.
+void WidenHalves(const uint16_t* src, int64_t n, bool bf16, float* out);
+
+// w (bf16 or f16, contiguous) widened into out (w.numel() floats) by
+// WidenHalves, split across libtorch's threads: a prompt multiplies by the
+// widened matrix (model/decoder_layers.cc).
 void WidenInto(const torch::Tensor& w, float* out);
 
 }  // namespace hilnas
