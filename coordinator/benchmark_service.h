@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "coordinator/audit_log.h"
-#include "coordinator/data_roots.h"
 #include "coordinator/job_store.h"
 #include "proto/service.grpc.pb.h"
 #include "util/clock.h"
+#include "util/data_roots.h"
 
 namespace hilnas {
 

@@ -6,11 +6,13 @@
 #include <boost/beast.hpp>
 #include <boost/beast/ssl.hpp>
 #include <map>
+#include <optional>
 #include <thread>
 #include <type_traits>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -178,8 +180,37 @@ constexpr char kLoginPage[] = R"html(<!doctype html>
 )html";
 
 constexpr char kCookie[] = "hilnas_session";
-constexpr size_t kMaxWebSessions = 1000;
 constexpr int64_t kWebSessionMs = 12 * 3600 * 1000;
+
+// A login cookie (issue 39): the user's name in hex, its expiry in Unix ms,
+// and an HMAC-SHA256 of both under that user's own token. The coordinator
+// keeps nothing in memory, so a restart logs no one out; a changed or
+// removed token ends that user's cookies at once. The cookie carries no
+// secret: the MAC reveals nothing of the token.
+std::string SessionMac(const UserToken& u, absl::string_view name_hex, int64_t expiry_ms) {
+  return HmacSha256Hex(u.token, absl::StrCat("hilnas web session|", name_hex, "|", expiry_ms));
+}
+
+std::string SignedSession(const UserToken& u, int64_t expiry_ms) {
+  const std::string name_hex = absl::BytesToHexString(u.name);
+  return absl::StrCat(name_hex, ".", expiry_ms, ".", SessionMac(u, name_hex, expiry_ms));
+}
+
+// The user a cookie names, if its MAC checks under that user's token and it
+// has not expired.
+std::optional<std::string> UserOfCookie(const std::vector<UserToken>& users,
+                                        absl::string_view cookie, int64_t now_ms) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(cookie, '.');
+  int64_t expiry = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &expiry) || expiry <= now_ms) {
+    return std::nullopt;
+  }
+  for (const UserToken& u : users) {
+    if (absl::BytesToHexString(u.name) != parts[0]) continue;
+    if (SecretEquals(SessionMac(u, parts[0], expiry), parts[2])) return u.name;
+  }
+  return std::nullopt;
+}
 
 // The value of `name` in a Cookie header, or empty.
 std::string CookieValue(absl::string_view header, absl::string_view name) {
@@ -246,10 +277,6 @@ struct WebServer::Impl {
   int port = 0;
   std::thread thread;
 
-  absl::Mutex mu;
-  // Login cookies: random id -> (credential name, expiry in Unix ms).
-  std::map<std::string, std::pair<std::string, int64_t>> web_sessions ABSL_GUARDED_BY(mu);
-
   // The credential a request carries (bearer header or login cookie), or
   // UNAUTHENTICATED. Without user tokens every request is "anonymous".
   absl::StatusOr<std::string> UserOfRequest(const http::request<http::string_body>& req) {
@@ -258,23 +285,19 @@ struct WebServer::Impl {
     if (absl::StartsWith(auth, "Bearer ")) return UserOf(options.user_tokens, auth.substr(7));
     const std::string cookie = CookieValue(std::string(req[http::field::cookie]), kCookie);
     if (!cookie.empty()) {
-      absl::MutexLock lock(&mu);
-      auto it = web_sessions.find(cookie);
-      if (it != web_sessions.end() && it->second.second > clock->NowMs()) return it->second.first;
+      if (std::optional<std::string> who =
+              UserOfCookie(options.user_tokens, cookie, clock->NowMs())) {
+        return *who;
+      }
     }
     return absl::UnauthenticatedError("user token required");
   }
 
   std::string NewWebSession(const std::string& who) {
-    const std::string id = RandomHex(32);
-    absl::MutexLock lock(&mu);
-    const int64_t now = clock->NowMs();
-    for (auto it = web_sessions.begin(); it != web_sessions.end();) {
-      it = it->second.second <= now ? web_sessions.erase(it) : std::next(it);
+    for (const UserToken& u : options.user_tokens) {
+      if (u.name == who) return SignedSession(u, clock->NowMs() + kWebSessionMs);
     }
-    if (web_sessions.size() >= kMaxWebSessions) web_sessions.erase(web_sessions.begin());
-    web_sessions[id] = {who, now + kWebSessionMs};
-    return id;
+    return "";  // unreachable: `who` is the name UserOf found
   }
 
   http::response<http::string_body> Respond(const http::request<http::string_body>& req) {

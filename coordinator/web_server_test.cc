@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -180,6 +183,76 @@ TEST_F(WebServerTest, WithUserTokensEveryRouteNeedsOneAndThePageStaysReadOnly) {
   EXPECT_EQ(get(http::verb::get, "/api/campaigns/web", "Bearer alice-token-0123456789"), 200u);
   EXPECT_EQ(get(http::verb::delete_, "/api/campaigns/web", "Bearer alice-token-0123456789"), 405u);
   EXPECT_EQ(get(http::verb::get, "/login", ""), 200u);
+}
+
+// Login cookies are signed with the user's token (issue 39): a restarted
+// server still accepts them, a changed token or an edited cookie does not,
+// and they expire after 12 hours.
+TEST_F(WebServerTest, LoginCookiesOutliveARestartAndDieWithTheToken) {
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  ManualClock clock(1'000'000);
+  WebServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.user_tokens = {{"bob", "bob-token-0123456789"}, {"alice", "alice-token-0123456789"}};
+  o.clock = &clock;
+  auto server = WebServer::Start(o, campaigns_.get(), jobs_.get()).value();
+  auto call = [&](http::verb verb, const std::string& target, const std::string& cookie,
+                  const std::string& body = "") {
+    net::io_context ioc;
+    net::ip::tcp::socket s(ioc);
+    s.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), server->port()));
+    http::request<http::string_body> req(verb, target, 11);
+    req.set(http::field::host, "localhost");
+    if (!cookie.empty()) req.set(http::field::cookie, cookie);
+    if (!body.empty()) req.set(http::field::content_type, "application/x-www-form-urlencoded");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(s, req);
+    boost::beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(s, buf, res);
+    return res;
+  };
+  EXPECT_EQ(call(http::verb::post, "/login", "", "token=wrong").result_int(), 401u);
+  const auto login = call(http::verb::post, "/login", "", "token=alice-token-0123456789");
+  ASSERT_EQ(login.result_int(), 303u);
+  const std::string set_cookie(login[http::field::set_cookie]);
+  ASSERT_THAT(set_cookie, HasSubstr("HttpOnly"));
+  EXPECT_THAT(set_cookie, ::testing::Not(HasSubstr("alice-token")));
+  const std::string cookie = set_cookie.substr(0, set_cookie.find(';'));
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns", cookie).result_int(), 200u);
+
+  server.reset();  // a restart: nothing of the session was kept in memory
+  server = WebServer::Start(o, campaigns_.get(), jobs_.get()).value();
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns", cookie).result_int(), 200u);
+  // Edited: another expiry, or the other user's name, with the same MAC.
+  const std::vector<std::string> parts = absl::StrSplit(cookie, '.');
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(
+      call(http::verb::get, "/api/campaigns", absl::StrCat(parts[0], ".99999999999999.", parts[2]))
+          .result_int(),
+      401u);
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns",
+                 absl::StrCat("hilnas_session=", absl::BytesToHexString("bob"), ".", parts[1], ".",
+                              parts[2]))
+                .result_int(),
+            401u);
+  clock.AdvanceMs(12 * 3600 * 1000 - 1);
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns", cookie).result_int(), 200u);
+  clock.AdvanceMs(2);
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns", cookie).result_int(), 401u);
+  // A new token for alice ends her cookies at once.
+  const std::string fresh = [&] {
+    const auto res = call(http::verb::post, "/login", "", "token=alice-token-0123456789");
+    const std::string c(res[http::field::set_cookie]);
+    return c.substr(0, c.find(';'));
+  }();
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns", fresh).result_int(), 200u);
+  server.reset();
+  o.user_tokens = {{"alice", "alice-new-token-0123456789"}};
+  server = WebServer::Start(o, campaigns_.get(), jobs_.get()).value();
+  EXPECT_EQ(call(http::verb::get, "/api/campaigns", fresh).result_int(), 401u);
 }
 
 }  // namespace

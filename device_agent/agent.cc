@@ -190,6 +190,19 @@ class Agent::Impl {
     }
   }
 
+  // Paths in a job are the coordinator's word only; the agent checks them
+  // against its own roots before it reads anything.
+  absl::Status AdmitPaths(const BenchmarkRequest& r) const {
+    if (r.checkpoint_dir().empty()) return absl::OkStatus();
+    if (options_.data_roots.unrestricted()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint_dir: ", r.checkpoint_dir(),
+          ": this agent runs no checkpoint jobs; it was started without --data-root (hilnas "
+          "agent --data-root DIR names the folders it may read)"));
+    }
+    return options_.data_roots.Check("checkpoint_dir", r.checkpoint_dir());
+  }
+
   void RunJob(const LeaseJobResponse& lease, const std::atomic<bool>& stop) {
     Log(absl::StrCat("job ", lease.job_id(), ": leased (", lease.lease_id(), ")"));
     MeasurementDone finished;
@@ -197,6 +210,7 @@ class Agent::Impl {
     std::thread heartbeat([&] { HeartbeatLoop(lease.lease_id(), finished, lost); });
     ProtocolOptions protocol = options_.protocol;
     protocol.cancel = &lost;
+    protocol.admit = [this](const BenchmarkRequest& r) { return AdmitPaths(r); };
     auto user_progress = protocol.progress;
     protocol.progress = [&](const std::string& line) {
       if (user_progress) user_progress(line);

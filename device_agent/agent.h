@@ -18,6 +18,7 @@
 #include "device_agent/protocol.h"
 #include "device_agent/runtime.h"
 #include "proto/benchmark.pb.h"
+#include "util/data_roots.h"
 #include "util/grpc_security.h"
 
 namespace grpc {
@@ -50,6 +51,12 @@ struct AgentOptions {
   int64_t canary_every_ms = 300'000;
   int64_t drift_cooldown_ms = 5'000;
   ProtocolOptions protocol;
+  // The folders a job's checkpoint_dir must resolve into (symlinks
+  // followed, no "..", absolute), whatever the coordinator sends (issue
+  // 39): a job naming anything else fails with the cause and the agent
+  // lives on. None (the default): the agent runs no checkpoint_dir job,
+  // only architectures on random weights.
+  DataRoots data_roots;
   std::function<void(const std::string&)> log;  // one line per event; may be empty
 };
 

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,9 @@ class FakeRuntime : public Runtime {
   int sleep_ms_;
 };
 
+// The agent's data root in these tests.
+std::string RootDir() { return ::testing::TempDir() + "/agent_test_root"; }
+
 // A coordinator that hands out `jobs` jobs and records what agents send.
 class ScriptedCoordinator : public AgentService::Service {
  public:
@@ -57,6 +61,8 @@ class ScriptedCoordinator : public AgentService::Service {
   bool forget_first_lease = false;    // the first LeaseJob answers NOT_FOUND
   bool leases_valid = true;           // what heartbeats answer
   bool revoke_first_session = false;  // the first LeaseJob answers UNAUTHENTICATED
+  // Job i's checkpoint_dir; past the list, RootDir()/model.
+  std::vector<std::string> checkpoint_dirs;
 
   grpc::Status Register(grpc::ServerContext* ctx, const RegisterRequest* req,
                         RegisterResponse* resp) override {
@@ -103,7 +109,9 @@ class ScriptedCoordinator : public AgentService::Service {
     resp->set_has_job(true);
     resp->set_job_id("1");
     resp->set_lease_id("lease-1");
-    resp->mutable_request()->set_checkpoint_dir("/data/local/tmp/model");
+    resp->mutable_request()->set_checkpoint_dir(
+        handed_out_ <= static_cast<int>(checkpoint_dirs.size()) ? checkpoint_dirs[handed_out_ - 1]
+                                                                : RootDir() + "/model");
     resp->mutable_request()->add_prompt_lengths(100);
     resp->mutable_request()->set_decode_tokens(4);
     resp->mutable_request()->set_repeats(2);
@@ -172,12 +180,61 @@ class AgentTest : public ::testing::Test {
     o.backoff_initial_ms = 5;
     o.backoff_max_ms = 20;
     o.protocol.cooldown_ms = 0;
+    std::filesystem::create_directories(RootDir());
+    o.data_roots = DataRoots::Make({RootDir()}, "this agent's").value();
     return o;
   }
 
   ScriptedCoordinator coordinator_;
   std::unique_ptr<grpc::Server> server_;
 };
+
+// Paths are the coordinator's word only (issue 39): a job whose checkpoint
+// leaves the agent's roots (by "..", by an absolute path elsewhere, by a
+// symlink out) fails naming the cause, and the agent takes the next job.
+TEST_F(AgentTest, JobsNamingPathsOutsideTheAgentsRootsAreRefusedAndTheAgentGoesOn) {
+  const std::string outside = ::testing::TempDir() + "/agent_test_outside";
+  std::filesystem::create_directories(outside);
+  std::filesystem::create_directories(RootDir());
+  std::filesystem::remove(RootDir() + "/link");
+  std::filesystem::create_directory_symlink(outside, RootDir() + "/link");
+  coordinator_.jobs = 5;
+  coordinator_.checkpoint_dirs = {RootDir() + "/../agent_test_outside", outside,
+                                  RootDir() + "/link/model", "model", RootDir() + "/model"};
+  StartServer();
+  AgentOptions o = Options();
+  o.max_jobs = 5;
+  Agent agent(o, std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(agent.Run(stop).ok());
+  const std::vector<ReportResultRequest> reports = coordinator_.reports();
+  ASSERT_EQ(reports.size(), 5u);
+  const char* causes[] = {"contains \"..\"", "is outside this agent's data roots", "resolves to ",
+                          "is not an absolute path"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(reports[i].result().failure(), UNSUPPORTED_ARCH) << i;
+    EXPECT_THAT(reports[i].result().failure_message(), HasSubstr(causes[i])) << i;
+    EXPECT_THAT(reports[i].result().failure_message(), HasSubstr("checkpoint_dir")) << i;
+    EXPECT_EQ(reports[i].result().samples_size(), 0) << i;
+  }
+  EXPECT_EQ(reports[4].result().failure(), FAILURE_NONE) << reports[4].result().failure_message();
+  EXPECT_EQ(reports[4].result().samples_size(), 2);
+}
+
+TEST_F(AgentTest, AnAgentWithoutDataRootsRunsNoCheckpointJobs) {
+  coordinator_.jobs = 1;
+  StartServer();
+  AgentOptions o = Options();
+  o.data_roots = DataRoots();
+  o.max_jobs = 1;
+  Agent agent(o, std::make_unique<FakeRuntime>());
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(agent.Run(stop).ok());
+  const std::vector<ReportResultRequest> reports = coordinator_.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].result().failure(), UNSUPPORTED_ARCH);
+  EXPECT_THAT(reports[0].result().failure_message(), HasSubstr("--data-root"));
+}
 
 TEST_F(AgentTest, RegistersLeasesMeasuresAndReportsOneJob) {
   StartServer();

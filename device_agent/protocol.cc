@@ -217,6 +217,7 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
   *result.mutable_request() = req;
   result.set_started_unix_ms(SystemClock().NowMs());
   absl::Status status = ValidateBenchmarkRequest(req);
+  if (status.ok() && o.admit) status = o.admit(req);
   // A runtime that throws (std::bad_alloc, a libtorch error no layer caught)
   // fails this job as RUNTIME_ERROR with the cause; the agent lives on.
   if (status.ok()) try {

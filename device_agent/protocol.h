@@ -52,6 +52,9 @@ struct ProtocolOptions {
   // When set and true, measurement stops after the current run and the
   // result fails with RUNTIME_ERROR "cancelled" (the lease was lost). Not owned.
   const std::atomic<bool>* cancel = nullptr;
+  // When set, a request it refuses fails with its status before anything
+  // is read or built (the agent's own data roots, issue 39).
+  std::function<absl::Status(const BenchmarkRequest&)> admit;
 };
 
 // The memory gate's probe size for `request` at `prompt` tokens: the

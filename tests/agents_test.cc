@@ -63,9 +63,15 @@ class AgentsTest : public ::testing::Test {
 
   std::unique_ptr<Process> StartAgent(const std::string& name, const std::string& cpus,
                                       const std::string& token = "") {
-    std::vector<std::string> args = {
-        "agent",       "--coordinator=" + address_, "--name=" + name,        "--cpu_set=" + cpus,
-        "--threads=1", "--cooldown_ms=0",           "--max_foreign_cores=0", "--canary=false"};
+    std::vector<std::string> args = {"agent",
+                                     "--coordinator=" + address_,
+                                     "--name=" + name,
+                                     "--cpu_set=" + cpus,
+                                     "--threads=1",
+                                     "--cooldown_ms=0",
+                                     "--max_foreign_cores=0",
+                                     "--canary=false",
+                                     "--data-root=" + dir_};
     if (!token.empty()) args.push_back("--token=" + token);
     return std::make_unique<Process>(args, dir_ + "/" + name + ".log");
   }

@@ -1,6 +1,8 @@
 #include "util/secrets.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -41,6 +43,16 @@ std::string Sha256Hex(absl::string_view data) {
   unsigned char d[SHA256_DIGEST_LENGTH];
   Digest(data, d);
   return Hex(d, sizeof(d));
+}
+
+std::string HmacSha256Hex(absl::string_view key, absl::string_view data) {
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(), d, &n) == nullptr) {
+    std::abort();  // only on allocation failure inside libcrypto
+  }
+  return Hex(d, n);
 }
 
 bool SecretEquals(absl::string_view a, absl::string_view b) {

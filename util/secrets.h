@@ -19,6 +19,11 @@ std::string RandomHex(int bytes);
 // only as digests, so a copied SQLite file grants no agent's session.
 std::string Sha256Hex(absl::string_view data);
 
+// HMAC-SHA256 of `data` under `key`, as 64 lower-case hex digits: the web
+// page's login cookies are signed with the user's own token, so they
+// outlive a coordinator restart and die with the token (issue 39).
+std::string HmacSha256Hex(absl::string_view key, absl::string_view data);
+
 // Whether a == b, in time that depends only on the lengths: both are hashed
 // first, then the digests are compared with CRYPTO_memcmp.
 bool SecretEquals(absl::string_view a, absl::string_view b);

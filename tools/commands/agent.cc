@@ -126,6 +126,9 @@ int RunAgent(const AgentCommandOptions& cl) {
   for (absl::string_view p : absl::StrSplit(gate.pools, ',', absl::SkipEmpty())) {
     o.device.add_pools(std::string(p));
   }
+  absl::StatusOr<DataRoots> roots = DataRoots::Make(gate.data_roots, "this agent's");
+  if (!roots.ok()) return Fail(roots.status());
+  o.data_roots = *std::move(roots);
   o.max_jobs = gate.max_jobs;
   o.protocol.cooldown_ms = gate.cooldown_ms;
   o.protocol.max_foreign_cores = gate.max_foreign_cores;
@@ -186,24 +189,30 @@ void AddAgentGateFlags(CLI::App* app, AgentGateFlags* g) {
   app->add_option("--canary-every-s", g->canary_every_s,
                   "re-time the canary when older than this (0: off)")
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--data-root", g->data_roots,
+                  "a folder jobs' checkpoint_dir may name (repeatable; symlinks followed, "
+                  "checked whatever the coordinator sends); none: no checkpoint jobs, only "
+                  "architectures on random weights");
   app->add_option("--drift-cooldown-ms", g->drift_cooldown_ms,
                   "rest this long after a job was re-queued for drift, then re-time the canary")
       ->check(CLI::NonNegativeNumber);
 }
 
 std::vector<std::string> AgentGateArgs(const AgentGateFlags& g) {
-  return {absl::StrCat("--pools=", g.pools),
-          absl::StrCat("--max-jobs=", g.max_jobs),
-          absl::StrCat("--cooldown-ms=", g.cooldown_ms),
-          absl::StrCat("--max-foreign-cores=", g.max_foreign_cores),
-          absl::StrCat("--max-memory-slowdown=", g.max_memory_slowdown),
-          absl::StrCat("--max-temperature-c=", g.max_temperature_c),
-          absl::StrCat("--max-discards=", g.max_discards),
-          absl::StrCat("--discard-cooldown-ms=", g.discard_cooldown_ms),
-          absl::StrCat("--canary=", g.canary ? "true" : "false"),
-          absl::StrCat("--canary-every-jobs=", g.canary_every_jobs),
-          absl::StrCat("--canary-every-s=", g.canary_every_s),
-          absl::StrCat("--drift-cooldown-ms=", g.drift_cooldown_ms)};
+  std::vector<std::string> args = {absl::StrCat("--pools=", g.pools),
+                                   absl::StrCat("--max-jobs=", g.max_jobs),
+                                   absl::StrCat("--cooldown-ms=", g.cooldown_ms),
+                                   absl::StrCat("--max-foreign-cores=", g.max_foreign_cores),
+                                   absl::StrCat("--max-memory-slowdown=", g.max_memory_slowdown),
+                                   absl::StrCat("--max-temperature-c=", g.max_temperature_c),
+                                   absl::StrCat("--max-discards=", g.max_discards),
+                                   absl::StrCat("--discard-cooldown-ms=", g.discard_cooldown_ms),
+                                   absl::StrCat("--canary=", g.canary ? "true" : "false"),
+                                   absl::StrCat("--canary-every-jobs=", g.canary_every_jobs),
+                                   absl::StrCat("--canary-every-s=", g.canary_every_s),
+                                   absl::StrCat("--drift-cooldown-ms=", g.drift_cooldown_ms)};
+  for (const std::string& root : g.data_roots) args.push_back("--data-root=" + root);
+  return args;
 }
 
 void AddAgentCommand(Cli& cli) {

@@ -24,6 +24,7 @@ struct AgentGateFlags {
   int32_t canary_every_jobs = 10;
   int64_t canary_every_s = 300;
   int64_t drift_cooldown_ms = 5000;
+  std::vector<std::string> data_roots;  // --data-root, repeatable
 };
 void AddAgentGateFlags(CLI::App* app, AgentGateFlags* flags);
 // The same settings as `hilnas agent` flags.

@@ -18,7 +18,6 @@
 #include "coordinator/campaign_runner.h"
 #include "coordinator/campaign_service.h"
 #include "coordinator/campaign_store.h"
-#include "coordinator/data_roots.h"
 #include "coordinator/evaluators.h"
 #include "coordinator/job_store.h"
 #include "coordinator/web_server.h"
@@ -28,6 +27,8 @@
 #include "tools/common.h"
 #include "tools/coordinator_client.h"
 #include "util/clock.h"
+#include "util/data_roots.h"
+#include "util/db_owner.h"
 #include "util/files.h"
 #include "util/grpc_security.h"
 #include "util/status_macros.h"
@@ -86,6 +87,10 @@ absl::StatusOr<std::unique_ptr<WebServer>> StartWeb(const CoordinatorOptions& cl
 // The stores, the campaign runner and the gRPC services over one SQLite
 // file, until SIGINT or SIGTERM.
 absl::Status Serve(const CoordinatorOptions& cl, const Policy& p) {
+  // Ownership first (util/db_owner.h): a second coordinator on this file
+  // stops here, before it opens a store or resumes a campaign.
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<DbOwnerLock> owner,
+                          DbOwnerLock::Acquire(cl.db, cl.listen));
   SystemClock clock;
   JobStoreOptions store_options;
   store_options.canary_tolerance = cl.canary_tolerance;
@@ -129,6 +134,8 @@ absl::Status Serve(const CoordinatorOptions& cl, const Policy& p) {
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", cl.listen, " (address in use?)"));
   }
+  HILNAS_RETURN_IF_ERROR(
+      owner->SetAddress(absl::StrCat(cl.listen.substr(0, cl.listen.rfind(':')), ":", port)));
   PrintServing(cl, p, port, store_options.lease_ttl_ms);
   HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<WebServer> web,
                           StartWeb(cl, p, campaigns.get(), store.get()));

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/benchmark_service.h"
-#include "coordinator/data_roots.h"
 #include "proto/service.grpc.pb.h"
+#include "util/data_roots.h"
 #include "util/grpc_security.h"
 
 namespace hilnas::tools {

@@ -1,4 +1,4 @@
-#include "coordinator/data_roots.h"
+#include "util/data_roots.h"
 
 #include <filesystem>
 
@@ -10,8 +10,10 @@ namespace hilnas {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<DataRoots> DataRoots::Make(const std::vector<std::string>& roots) {
+absl::StatusOr<DataRoots> DataRoots::Make(const std::vector<std::string>& roots,
+                                          const std::string& owner) {
   DataRoots out;
+  out.owner_ = owner;
   for (const std::string& r : roots) {
     std::error_code ec;
     const fs::path canonical = fs::canonical(r, ec);
@@ -43,8 +45,8 @@ absl::Status DataRoots::Check(const std::string& field, const std::string& path)
     if (PathWithin(resolved, root)) return absl::OkStatus();
   }
   return refuse(absl::StrCat(resolved == path ? "" : absl::StrCat("(resolves to ", resolved, ") "),
-                             "is outside the coordinator's data roots (",
-                             absl::StrJoin(roots_, ", "), ")"));
+                             "is outside ", owner_, " data roots (", absl::StrJoin(roots_, ", "),
+                             ")"));
 }
 
 }  // namespace hilnas

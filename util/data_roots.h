@@ -1,9 +1,11 @@
-// The folders a coordinator lets requests from the network name (DESIGN.md,
-// Security): backbones, token files and checkpoints in campaign configs and
-// benchmark requests must resolve, symlinks followed, to a path under one of
-// them. `hilnas coordinator --data-root DIR` (repeatable) sets them.
-#ifndef HILNAS_COORDINATOR_DATA_ROOTS_H_
-#define HILNAS_COORDINATOR_DATA_ROOTS_H_
+// The folders requests from the network may name (DESIGN.md, Security):
+// backbones, token files and checkpoints in campaign configs and benchmark
+// requests must resolve, symlinks followed, to a path under one of them.
+// `hilnas coordinator --data-root DIR` (repeatable) sets the coordinator's;
+// `hilnas agent --data-root DIR` an agent's own, which it checks whatever
+// its coordinator sends (issue 39).
+#ifndef HILNAS_UTIL_DATA_ROOTS_H_
+#define HILNAS_UTIL_DATA_ROOTS_H_
 
 #include <string>
 #include <vector>
@@ -20,7 +22,9 @@ class DataRoots {
   DataRoots() = default;
   // Each root must exist and be a directory; it is kept in canonical form.
   // INVALID_ARGUMENT names the root.
-  static absl::StatusOr<DataRoots> Make(const std::vector<std::string>& roots);
+  // `owner` names whose roots they are in refusals ("the coordinator's").
+  static absl::StatusOr<DataRoots> Make(const std::vector<std::string>& roots,
+                                        const std::string& owner = "the coordinator's");
 
   bool unrestricted() const { return roots_.empty(); }
   const std::vector<std::string>& roots() const { return roots_; }
@@ -32,8 +36,9 @@ class DataRoots {
 
  private:
   std::vector<std::string> roots_;  // canonical, without trailing '/'
+  std::string owner_ = "the coordinator's";
 };
 
 }  // namespace hilnas
 
-#endif  // HILNAS_COORDINATOR_DATA_ROOTS_H_
+#endif  // HILNAS_UTIL_DATA_ROOTS_H_
