@@ -229,8 +229,8 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     // Rows regrouped eight at a time (quant_x86.inc's GroupTile), about
     // 256 KiB of them at once, each chunk against every token.
     const auto grouped = gemm == vnni::Gemm ? vnni::GemmQ4Grouped : avx2::GemmQ4Grouped;
-    const int64_t rows_per =
-        std::max<int64_t>(8, (int64_t{256} << 10) / (blocks * 20) / 8 * 8);
+    const int64_t regrouped_row = blocks * vnni::kGroupBlockBytes / vnni::kGroupRows;
+    const int64_t rows_per = std::max<int64_t>(8, (int64_t{256} << 10) / regrouped_row / 8 * 8);
     for (int64_t r0 = first; r0 < last; r0 += rows_per) {
       grouped(w, blocks, x, tokens, c, ldc, r0, std::min(last, r0 + rows_per));
     }
