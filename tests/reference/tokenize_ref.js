@@ -5,8 +5,8 @@
 //   node tokenize_ref.js encode TOKENIZER.json INPUT.json OUTPUT.json
 //     INPUT: a JSON list of strings. OUTPUT: {"ids": [[...]], "decoded": [...]}
 //     (ids without special tokens; decoded = decode(ids, false)).
-//   node tokenize_ref.js bench TOKENIZER.json TEXT_FILE REPEATS BATCH
-//     Encodes the file's lines in batches (encodeBatch: the library's own
+//   node tokenize_ref.js bench TOKENIZER.json TEXT_FILE REPEATS BATCH [LINES_PER_TEXT]
+//     Encodes the file's lines (LINES_PER_TEXT lines per text) in batches (encodeBatch: the library's own
 //     thread pool, RAYON_NUM_THREADS threads) and prints
 //     {"bytes": B, "tokens": T, "seconds": S} for the best of REPEATS runs.
 'use strict';
@@ -14,7 +14,7 @@ const fs = require('fs');
 const { Tokenizer } = require('@anush008/tokenizers');
 
 async function main() {
-  const [mode, tokPath, input, a, b] = process.argv.slice(2);
+  const [mode, tokPath, input, a, b, c] = process.argv.slice(2);
   const t = await Tokenizer.fromFile(tokPath);
   if (mode === 'encode') {
     const texts = JSON.parse(fs.readFileSync(input, 'utf8'));
@@ -28,7 +28,10 @@ async function main() {
     fs.writeFileSync(a, JSON.stringify({ ids, decoded }));
   } else if (mode === 'bench') {
     const text = fs.readFileSync(input, 'utf8');
-    const lines = text.split(/(?<=\n)/);
+    const perText = parseInt(c || '1', 10);
+    const rawLines = text.split(/(?<=\n)/);
+    const lines = [];
+    for (let i = 0; i < rawLines.length; i += perText) lines.push(rawLines.slice(i, i + perText).join(''));
     const repeats = parseInt(a, 10), batch = parseInt(b, 10);
     let best = Infinity, tokens = 0;
     for (let r = 0; r < repeats; ++r) {
