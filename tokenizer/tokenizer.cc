@@ -7,6 +7,7 @@
 #include <cstring>
 #include <tuple>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -1357,6 +1358,12 @@ absl::StatusOr<Tokenizer> Tokenizer::FromDir(const std::string& dir) {
   }
   std::ifstream config_probe(config_path);
   return FromFile(json_path, config_probe ? config_path : "");
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromPath(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) return FromFile(path);
+  return FromDir(path);
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text,

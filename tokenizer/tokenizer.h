@@ -52,6 +52,8 @@ class Tokenizer {
   // Reads the tokenizer files of a checkpoint or tokenizer folder:
   // DIR/tokenizer.json (+ DIR/tokenizer_config.json when present).
   static absl::StatusOr<Tokenizer> FromDir(const std::string& dir);
+  // FromFile for a file, FromDir for a folder: what --tokenizer takes.
+  static absl::StatusOr<Tokenizer> FromPath(const std::string& path);
   // From the text of a tokenizer.json (`name` is used in error messages).
   static absl::StatusOr<Tokenizer> FromJson(absl::string_view json_text, absl::string_view name,
                                             absl::string_view config_text = "");

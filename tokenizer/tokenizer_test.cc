@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/regex.h"
+#include "tokenizer/test_tokenizers.h"
 
 namespace hilnas::tokenizer {
 namespace {
@@ -16,46 +17,6 @@ using json = nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// A byte-level BPE over a tiny vocabulary: every byte, then "ab", "abc",
-// "Ġa" (" a") and "Ġab".
-json ByteLevelJson() {
-  json vocab = json::object();
-  // GPT-2's byte map: printable bytes map to themselves; space is U+0120.
-  int next = 0;
-  for (int b = 0; b < 256; ++b) {
-    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    int cp = printable ? b : 256 + next++;
-    std::string s;
-    if (cp < 0x80) {
-      s = std::string(1, static_cast<char>(cp));
-    } else {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    vocab[s] = b;
-  }
-  vocab["ab"] = 256;
-  vocab["abc"] = 257;
-  vocab["\xC4\xA0" "a"] = 258;
-  vocab["\xC4\xA0" "ab"] = 259;
-  json j;
-  j["model"] = {{"type", "BPE"},
-                {"vocab", vocab},
-                {"merges", json::array({"\xC4\xA0 a", "\xC4\xA0" "a b", "a b", "ab c"})}};
-  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
-  j["decoder"] = {{"type", "ByteLevel"}};
-  j["added_tokens"] = json::array(
-      {{{"id", 260}, {"content", "<|bos|>"}, {"special", true}, {"normalized", false}},
-       {{"id", 261}, {"content", "<tag>"}, {"special", false}, {"normalized", false},
-        {"lstrip", true}, {"rstrip", true}}});
-  j["post_processor"] = {
-      {"type", "TemplateProcessing"},
-      {"single", json::array({{{"SpecialToken", {{"id", "<|bos|>"}, {"type_id", 0}}}},
-                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-      {"special_tokens", {{"<|bos|>", {{"id", "<|bos|>"}, {"ids", {260}}, {"tokens", {"<|bos|>"}}}}}}};
-  return j;
-}
 
 Tokenizer Load(const json& j) {
   auto tok = Tokenizer::FromJson(j.dump(), "test.json");

@@ -6,7 +6,7 @@ void AddAllCommands(Cli& cli) {
   for (void (*add)(Cli&) :
        {AddShapesCommand, AddSpaceCommand, AddRunCommand, AddCheckpointCommand,
         AddCoordinatorCommand, AddAgentCommand, AddFleetCommand, AddAgentsCommand,
-        AddBenchCommand, AddLatencyCommand, AddCorpusCommand, AddTrainCommand, AddEvalCommand,
+        AddBenchCommand, AddLatencyCommand, AddCorpusCommand, AddTokenizeCommand, AddTrainCommand, AddEvalCommand,
         AddGenerateCommand, AddCalibrateCommand, AddPruneCommand, AddBackboneCommand,
         AddCampaignCommand, AddParetoCommand, AddAuditCommand, AddExportCommand, AddSlimCommand,
         AddPpdCommand, AddDemoCommand}) {

@@ -40,7 +40,7 @@ absl::Status RunBackbone(const BackboneOptions& o) {
         "--out ", o.out, " exists and is not empty; choose a new folder or pass --overwrite"));
   }
   fs::create_directories(o.out, ec);
-  HILNAS_RETURN_IF_ERROR(RunCorpus(CorpusOptions{corpus, o.sources}));
+  HILNAS_RETURN_IF_ERROR(RunCorpus(ByteCorpusOptions(corpus, o.sources)));
   TrainCommandOptions train;
   train.model = o.model;
   if (!train.model.given()) {

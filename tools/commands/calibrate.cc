@@ -9,6 +9,7 @@
 #include "pruner/metrics.h"
 #include "quality/tokens.h"
 #include "tools/commands/commands.h"
+#include "tools/commands/corpus.h"
 #include "tools/common.h"
 #include "util/status_macros.h"
 
@@ -22,6 +23,7 @@ absl::Status RunCalibrate(const CalibrateOptions& cl) {
   const std::string& tokens_path = cl.tokens;
   std::string out = cl.out.empty() ? cl.metrics : cl.out;
   if (out.empty()) out = MetricsFileName(ckpt);
+  HILNAS_RETURN_IF_ERROR(CheckTokenizerMatches(ckpt, tokens_path));
   HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
   HILNAS_ASSIGN_OR_RETURN(Decoder model, checkpoint->Load());
   HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,

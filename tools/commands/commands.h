@@ -18,6 +18,7 @@ void AddAgentsCommand(Cli& cli);
 void AddBenchCommand(Cli& cli);
 void AddLatencyCommand(Cli& cli);
 void AddCorpusCommand(Cli& cli);
+void AddTokenizeCommand(Cli& cli);
 void AddTrainCommand(Cli& cli);
 void AddEvalCommand(Cli& cli);
 void AddGenerateCommand(Cli& cli);

@@ -68,7 +68,7 @@ absl::StatusOr<CampaignConfig> PrepareDemo(const DemoOptions& o, const std::stri
   const std::string corpus = dir + "/corpus.bin";
   if (!fs::exists(corpus)) {
     std::printf("== demo corpus: byte-level English text from Debian's fortunes and licences\n");
-    HILNAS_RETURN_IF_ERROR(RunCorpus(CorpusOptions{corpus, ""}));
+    HILNAS_RETURN_IF_ERROR(RunCorpus(ByteCorpusOptions(corpus, "")));
   }
   CampaignConfig config;
   HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(config_path, &config));

@@ -11,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "quality/trainer.h"
 #include "tools/commands/commands.h"
+#include "tools/commands/corpus.h"
 #include "tools/common.h"
 #include "util/status_macros.h"
 
@@ -38,6 +39,7 @@ absl::Status RunEval(const EvalOptions& cl) {
     return absl::InvalidArgumentError(
         absl::StrCat("--seq-len ", cl.seq_len, " and --windows ", cl.windows, " must be >= 2, 1"));
   }
+  HILNAS_RETURN_IF_ERROR(CheckTokenizerMatches(cl.ckpt, cl.tokens));
   // The trainer's split and windows: the file's tail, evenly spaced windows.
   HILNAS_ASSIGN_OR_RETURN(TokenSplit split,
                           LoadSplit(cl.tokens, arch.vocab_size, cl.seq_len, cl.heldout));

@@ -18,6 +18,7 @@
 #include "quality/kvp_trainer.h"
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
+#include "tools/commands/corpus.h"
 #include "util/files.h"
 #include "util/textproto.h"
 #include "util/status_macros.h"
@@ -96,6 +97,7 @@ absl::StatusOr<TrainResult> TrainInto(const TrainCommandOptions& cl, const std::
   HILNAS_RETURN_IF_ERROR(o.Validate());
   std::unique_ptr<Decoder> model;
   if (const std::string ckpt = cl.ckpt; !ckpt.empty()) {
+    HILNAS_RETURN_IF_ERROR(CheckTokenizerMatches(ckpt, cl.tokens));
     HILNAS_ASSIGN_OR_RETURN(auto checkpoint, CheckpointReader::Open(ckpt));
     if (checkpoint->arch().kv_prediction.kind != KvPredictionSpec::Kind::kNone)
       return RunTrainKvp(cl, ckpt, out, o);

