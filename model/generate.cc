@@ -64,10 +64,12 @@ absl::StatusOr<Generation> GenerateAfterPrefill(
     auto next = logits.view({-1}).argmax();
     g.tokens.push_back(next.item<int64_t>());
     s.first_token_ms = ms_since(t0);
-    for (int64_t i = 1; i < options.max_new_tokens; ++i) {
+    bool go_on = !options.on_token || options.on_token(g.tokens.back());
+    for (int64_t i = 1; go_on && i < options.max_new_tokens; ++i) {
       logits = decoder.ForwardCached(next.view({1, 1}), cache, /*last_only=*/true);
       next = logits.view({-1}).argmax();
       g.tokens.push_back(next.item<int64_t>());
+      go_on = !options.on_token || options.on_token(g.tokens.back());
     }
     s.inference_end_ms = ms_since(t0);
     s.generated_tokens = static_cast<int64_t>(g.tokens.size());

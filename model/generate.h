@@ -35,6 +35,9 @@ struct Stats {
 struct GenerateOptions {
   int64_t max_new_tokens = 16;
   int64_t prefill_chunk = 1024;  // MobileLLM-Flash Sec. 4.2.2 found 1024 best for 2k prompts
+  // Called with each generated id as soon as it is chosen (streaming);
+  // returning false stops generation after that id (an end-of-text token).
+  std::function<bool(int64_t)> on_token;
 };
 
 struct Generation {

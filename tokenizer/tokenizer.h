@@ -90,6 +90,13 @@ class Tokenizer {
   // The split regex of the byte-level pre-tokenizer ("" when there is none):
   // how GGUF export names the pre-tokenizer for llama.cpp.
   const std::string& split_regex() const;
+  // True when encoding puts U+2581 before the first word (a Prepend
+  // normalizer or a Metaspace pre-tokenizer that prepends): llama.cpp's
+  // add_space_prefix.
+  bool prepends_space() const;
+  std::optional<int32_t> unk_id() const;
+  // True when a Unicode normalizer (NFC, NFD, NFKC, NFKD) runs before BPE.
+  bool normalizes_unicode() const;
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
   // Whether encode(..., add_special_tokens=true) adds BOS / EOS.

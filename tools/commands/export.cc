@@ -8,6 +8,7 @@
 #include "coordinator/campaign_report.h"
 #include "model/gguf.h"
 #include "model/gguf_export.h"
+#include "tokenizer/tokenizer.h"
 #include "pruner/backbone.h"
 #include "tools/campaign_db.h"
 #include "tools/commands/commands.h"
@@ -50,6 +51,90 @@ absl::Status PruneTrial(const LoadedCampaign& c, const Trial& trial, const std::
   return PruneToCheckpoint(backbone, arch, po, dir, dtype);
 }
 
+// llama.cpp's names for the split regexes it implements (llama-vocab.cpp's
+// tokenizer.ggml.pre values); a regex not here has no llama.cpp tokenizer.
+constexpr std::pair<const char*, const char*> kLlamaCppPre[] = {
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "llama-bpe"},
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "qwen2"},
+    {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt-2"},
+};
+
+// The GGUF vocabulary of a tokenizer.json, as llama.cpp's converter writes
+// it; INVALID_ARGUMENT names a pre-tokenizer llama.cpp does not know.
+absl::StatusOr<std::shared_ptr<const GgufVocabulary>> GgufVocabularyOf(
+    const tokenizer::Tokenizer& tok, const std::string& source) {
+  auto v = std::make_shared<GgufVocabulary>();
+  const int32_t n = tok.vocab_size();
+  v->tokens.reserve(n);
+  v->types.reserve(n);
+  for (int32_t id = 0; id < n; ++id) {
+    const std::string& t = tok.token(id);
+    v->tokens.push_back(t.empty() ? absl::StrCat("[PAD", id, "]") : t);
+    v->types.push_back(static_cast<int32_t>(tok.token_type(id)));
+  }
+  if (tok.byte_level()) {
+    v->model = "gpt2";
+    for (const auto& [regex, name] : kLlamaCppPre) {
+      if (tok.split_regex() == regex) v->pre = name;
+    }
+    if (tok.normalizes_unicode()) {
+      std::fprintf(stderr,
+                   "%s: its NFC/NFKC normalizer has no GGUF key; llama.cpp tokenizes text that is "
+                   "not already in that form differently (hilnas and Hugging Face normalize)\n",
+                   source.c_str());
+    }
+    v->merges = tok.Merges();
+    // Without merges every byte is its own token however text is split
+    // (the demo backbone's byte vocabulary).
+    if (v->pre.empty() && v->merges.empty()) v->pre = "default";
+    if (v->pre.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": its pre-tokenizer regex \"", tok.split_regex(),
+          "\" has no llama.cpp name (llama-bpe, qwen2 and gpt-2 are known): llama.cpp would "
+          "split text differently"));
+    }
+  } else {
+    // SentencePiece-style: llama.cpp merges the adjacent pair whose joined
+    // token scores highest, so a token's score is minus the rank of the
+    // merge that makes it (the first merge scores highest).
+    v->model = "llama";
+    v->scores.assign(n, 0.f);
+    std::vector<std::string> merges = tok.Merges();
+    std::vector<bool> made(n, false);
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+      const size_t space = merges[rank].find(' ');
+      auto id = tok.TokenId(merges[rank].substr(0, space) + merges[rank].substr(space + 1));
+      if (id && !made[*id]) {
+        v->scores[*id] = -static_cast<float>(rank + 1);
+        made[*id] = true;
+      }
+    }
+    v->add_space_prefix = tok.prepends_space();
+  }
+  v->bos = tok.bos_id().value_or(-1);
+  v->eos = tok.eos_id().value_or(-1);
+  v->unk = tok.unk_id().value_or(-1);
+  if (auto pad = tok.TokenId("<pad>")) v->pad = *pad;
+  v->add_bos = tok.adds_bos();
+  v->add_eos = tok.adds_eos();
+  return std::shared_ptr<const GgufVocabulary>(std::move(v));
+}
+
+// The checkpoint folder's tokenizer as GGUF carries it; null (a placeholder
+// vocabulary) when the folder has no tokenizer.json.
+absl::StatusOr<std::shared_ptr<const GgufVocabulary>> CheckpointVocabulary(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir + "/tokenizer.json", ec)) {
+    std::fprintf(stderr, "%s has no tokenizer.json: the GGUF file gets a placeholder vocabulary "
+                         "(enough for timing, no text)\n", dir.c_str());
+    return std::shared_ptr<const GgufVocabulary>();
+  }
+  HILNAS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromDir(dir));
+  return GgufVocabularyOf(tok, dir + "/tokenizer.json");
+}
+
 // hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE
 int ExportGgufCommand(const ExportOptions& cl) {
   const std::string out = cl.out;
@@ -79,14 +164,25 @@ int ExportGgufCommand(const ExportOptions& cl) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--out ", out, " is a directory")));
   }
   absl::Status s = [&]() -> absl::Status {
-    if (!cl.ckpt.empty()) return ExportGguf(cl.ckpt, out, o);
+    if (!cl.ckpt.empty()) {
+      HILNAS_ASSIGN_OR_RETURN(o.vocabulary, CheckpointVocabulary(cl.ckpt));
+      return ExportGguf(cl.ckpt, out, o);
+    }
     HILNAS_ASSIGN_OR_RETURN(LoadedCampaign c, LoadCampaignFromDb(cl.db, cl.campaign));
     HILNAS_ASSIGN_OR_RETURN(const Trial* trial, FindTrial(c, cl.campaign, cl.trial));
     // The dense checkpoint first (f32: the GGUF file rounds once, to its own dtype).
     const std::string staging = out + ".ckpt.tmp";
     std::filesystem::remove_all(staging, ec);
     absl::Status pruned = PruneTrial(c, *trial, staging, StorageDtype::kF32);
-    absl::Status exported = pruned.ok() ? ExportGguf(staging, out, o) : pruned;
+    absl::Status exported = pruned;
+    if (pruned.ok()) {
+      auto vocabulary = CheckpointVocabulary(staging);
+      exported = vocabulary.status();
+      if (vocabulary.ok()) {
+        o.vocabulary = *vocabulary;
+        exported = ExportGguf(staging, out, o);
+      }
+    }
     std::filesystem::remove_all(staging, ec);
     return exported;
   }();
