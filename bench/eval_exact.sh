@@ -33,7 +33,7 @@ g++ -O2 -std=c++17 -I"$L/include" -I"$L/ggml/include" bench/llama_nll.cc \
   -L"$L/build/bin" -Wl,-rpath,"$L/build/bin" -lllama -lggml -lggml-base -o "$W/llama_nll"
 
 # The windows hilnas eval scores (quality/tokens.cc's SplitTokens with
-# --heldout 0.05, quality/trainer.cc's HeldOutOffsets), one file of int32
+# --heldout 0.05, as the eval below passes; quality/trainer.cc's HeldOutOffsets), one file of int32
 # windows of SEQ + 1 for llama_nll.
 python3 - "$TOKENS" "$SEQ" "$WINDOWS" "$W/windows.i32" <<'PY'
 import array, sys
@@ -59,7 +59,7 @@ echo "|---|---:|---:|---:|"
 IFS=, read -ra types <<<"$TYPES"
 for t in "${types[@]}"; do
   "$B" export --format gguf --ckpt "$CKPT" --out "$W/model.$t.gguf" --dtype "$t" >/dev/null
-  h=$("$B" eval --ckpt "$CKPT" --tokens "$TOKENS" --seq-len "$SEQ" --windows "$WINDOWS" \
+  h=$("$B" eval --ckpt "$CKPT" --tokens "$TOKENS" --heldout 0.05 --seq-len "$SEQ" --windows "$WINDOWS" \
         --weight-dtype "$t" --kv-dtype f32 --threads 2 2>&1 |
       sed -n 's/.*held-out loss \([0-9.]*\) nats.*/\1/p')
   read -r l _ <<<"$("$W/llama_nll" "$W/model.$t.gguf" "$W/windows.i32" "$SEQ" 2)"

@@ -126,7 +126,9 @@ TEST(CliTest, EvalMatchesTheTrainersLossAndGenerateWritesEnglish) {
   std::filesystem::create_directories(dir);
   ASSERT_EQ(Hilnas("corpus --out " + dir + "/corpus.bin").exit_code, 0);
   const std::string backbone = std::string(HILNAS_SOURCE_DIR) + "/data/demo-backbone";
-  Result r = Hilnas("eval --ckpt " + backbone + " --tokens " + dir + "/corpus.bin --threads 1");
+  // The trainer's held-out split and windows (eval scores the whole file by default).
+  Result r = Hilnas("eval --ckpt " + backbone + " --tokens " + dir +
+                    "/corpus.bin --threads 1 --heldout 0.05 --windows 64");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // train.json's final_heldout_loss was taken in f32 before the weights were
   // stored in bf16: the same windows give the same loss to bf16's rounding.
@@ -142,7 +144,8 @@ TEST(CliTest, EvalMatchesTheTrainersLossAndGenerateWritesEnglish) {
   // As it ships: Q4_0 weights and a Q8_0 KV cache move the loss a little,
   // and the summary says which storage it is for.
   Result q = Hilnas("eval --ckpt " + backbone + " --tokens " + dir +
-                    "/corpus.bin --threads 1 --weight-dtype q4_0 --kv-dtype q8_0");
+                    "/corpus.bin --threads 1 --heldout 0.05 --windows 64 --weight-dtype q4_0 "
+                    "--kv-dtype q8_0");
   ASSERT_EQ(q.exit_code, 0) << q.output;
   EXPECT_THAT(q.output, HasSubstr("(q4_0 weights, q8_0 KV cache)"));
   const size_t qat = q.output.find("held-out loss ");

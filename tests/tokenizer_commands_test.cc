@@ -64,6 +64,14 @@ TEST(TokenizerCommandsTest, CorpusWithTheDemoTokenizerFeedsEvalAndAForeignOneIsR
   EXPECT_EQ(e.exit_code, 0) << e.output;
   EXPECT_THAT(e.output, HasSubstr("held-out loss"));
 
+  // Text through the checkpoint's tokenizer, every window of the whole
+  // file counted as scored: 11,358 bytes of Apache-2.0, (11358 - 1) / 128.
+  Result text = Hilnas("eval --ckpt " + Demo() + " --text /usr/share/common-licenses/Apache-2.0");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("88 windows of 128 tokens from the whole file"));
+  Result tail = Hilnas("eval --ckpt " + Demo() + " --text /usr/share/common-licenses/Apache-2.0 --heldout 1");
+  EXPECT_THAT(tail.output, HasSubstr("88 windows"));
+
   // A checkpoint whose tokenizer.json differs: its ids mean other words.
   std::string other = dir + "/other-ckpt";
   fs::create_directories(other);

@@ -80,8 +80,8 @@ TEST(CliTest, EveryCommandsHelpNamesEachOfItsOptionsAndDefaults) {
 TEST(CliTest, HelpOfOneCommandIsThatCommandsFlagsOnly) {
   Output eval = Hilnas("eval --help");
   EXPECT_EQ(eval.exit_code, 0);
-  EXPECT_THAT(eval.text, HasSubstr("--windows INT=64"));
-  EXPECT_THAT(eval.text, HasSubstr("--heldout FLOAT:FLOAT in [0 - 0.9]=0.05"));
+  EXPECT_THAT(eval.text, HasSubstr("--windows INT=0"));
+  EXPECT_THAT(eval.text, HasSubstr("--heldout FLOAT:FLOAT in [0 - 1]=0"));
   EXPECT_THAT(eval.text, Not(HasSubstr("--listen")));
   Output help = Hilnas("help coordinator");
   EXPECT_EQ(help.exit_code, 0);
