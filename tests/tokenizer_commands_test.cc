@@ -72,6 +72,12 @@ TEST(TokenizerCommandsTest, CorpusWithTheDemoTokenizerFeedsEvalAndAForeignOneIsR
   Result tail = Hilnas("eval --ckpt " + Demo() + " --text /usr/share/common-licenses/Apache-2.0 --heldout 1");
   EXPECT_THAT(tail.output, HasSubstr("88 windows"));
 
+  // A trained checkpoint carries its parent's tokenizer.
+  Result trained = Hilnas("train --ckpt " + Demo() + " --tokens " + dir +
+                          "/t.bin --steps 1 --batch-size 2 --seq-len 32 --out " + dir + "/trained");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(fs::exists(dir + "/trained/tokenizer.json"));
+
   // A checkpoint whose tokenizer.json differs: its ids mean other words.
   std::string other = dir + "/other-ckpt";
   fs::create_directories(other);

@@ -84,6 +84,8 @@ absl::StatusOr<TrainResult> RunTrainKvp(const TrainCommandOptions& cl, const std
   HILNAS_ASSIGN_OR_RETURN(TrainResult r, TrainKvp(kvp, data, o, weights, PrintProgress));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl.dtype));
   HILNAS_RETURN_IF_ERROR(SaveKvpCheckpoint(kvp, out, storage));
+  // The trained checkpoint reads text as its parent did.
+  HILNAS_RETURN_IF_ERROR(CopyTokenizerFiles(ckpt, out));
   std::printf("held-out loss of the base over the predicted cache %.4f (from %.4f) -> %s\n",
               r.final_eval_loss, r.initial_eval_loss, out.c_str());
   return r;
@@ -127,6 +129,8 @@ absl::StatusOr<TrainResult> TrainInto(const TrainCommandOptions& cl, const std::
   HILNAS_ASSIGN_OR_RETURN(TrainResult r, Train(*model, teacher.get(), data, o, PrintProgress));
   HILNAS_ASSIGN_OR_RETURN(StorageDtype storage, StorageDtypeOf(cl.dtype));
   HILNAS_RETURN_IF_ERROR(SaveCheckpoint(*model, out, storage));
+  // The trained checkpoint reads text as its parent did.
+  if (!cl.ckpt.empty()) HILNAS_RETURN_IF_ERROR(CopyTokenizerFiles(cl.ckpt, out));
   const double chance = std::log(static_cast<double>(arch.vocab_size));
   nlohmann::json summary = {{"arch", arch.name},
                             {"tokens_file", cl.tokens},
