@@ -327,8 +327,7 @@ struct TokenizerImpl {
   absl::Status LoadDecoder(const json& node, const std::string& where);
   absl::Status LoadPostProcessor(const json& node, const std::string& where);
 
-  std::vector<Segment> SplitAdded(absl::string_view text, const AddedTrie& trie,
-                                  bool normalized) const;
+  std::vector<Segment> SplitAdded(absl::string_view text, const AddedTrie& trie) const;
   std::string Normalize(absl::string_view text) const;
   absl::Status PreTokenize(absl::string_view text, bool at_origin, std::deque<std::string>* arena,
                            std::vector<Piece>* pieces) const;
@@ -834,8 +833,8 @@ absl::Status TokenizerImpl::Load(const json& root, const json* config) {
 // ---------------------------------------------------------------------------
 // Encoding.
 
-std::vector<Segment> TokenizerImpl::SplitAdded(absl::string_view text, const AddedTrie& trie,
-                                               bool /*normalized*/) const {
+std::vector<Segment> TokenizerImpl::SplitAdded(absl::string_view text,
+                                               const AddedTrie& trie) const {
   std::vector<Segment> out;
   if (trie.empty()) {
     if (!text.empty()) out.push_back({0, text.size(), -1});
@@ -1253,7 +1252,7 @@ absl::Status TokenizerImpl::EncodeText(absl::string_view text, bool at_origin,
   absl::string_view view = normalizers.empty() ? text : absl::string_view(normalized);
   std::deque<std::string> arena;
   std::vector<Piece> pieces;
-  for (const Segment& seg : SplitAdded(view, normalized_trie, true)) {
+  for (const Segment& seg : SplitAdded(view, normalized_trie)) {
     if (seg.added >= 0) {
       out->push_back(added[seg.added].id);
       continue;
@@ -1376,7 +1375,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text,
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids = impl_->template_before;
-  for (const Segment& seg : impl_->SplitAdded(text, impl_->raw_trie, false)) {
+  for (const Segment& seg : impl_->SplitAdded(text, impl_->raw_trie)) {
     if (seg.added >= 0) {
       ids.push_back(impl_->added[seg.added].id);
       continue;

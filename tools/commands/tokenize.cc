@@ -1,7 +1,6 @@
 // `hilnas tokenize`: text to ids and ids to text with a backbone's own
 // tokenizer (tokenizer/tokenizer.h), for checking what a model will see.
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
