@@ -1343,20 +1343,20 @@ absl::StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& json_path,
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::FromDir(const std::string& dir) {
-  std::string json_path = dir + "/tokenizer.json";
-  std::string config_path = dir + "/tokenizer_config.json";
-  std::ifstream probe(json_path);
-  if (!probe) {
-    std::ifstream sp(dir + "/tokenizer.model");
-    if (sp) {
+  // Looked up without opening: each file is opened once, to be read.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string json_path = dir + "/tokenizer.json";
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (!fs::is_regular_file(json_path, ec)) {
+    if (fs::is_regular_file(dir + "/tokenizer.model", ec)) {
       return absl::UnimplementedError(absl::StrCat(
           dir, " has only a SentencePiece tokenizer.model; hilnas reads tokenizer.json (convert "
                "it once with Hugging Face's tokenizers and save tokenizer.json beside it)"));
     }
     return absl::NotFoundError(absl::StrCat(dir, ": no tokenizer.json"));
   }
-  std::ifstream config_probe(config_path);
-  return FromFile(json_path, config_probe ? config_path : "");
+  return FromFile(json_path, fs::is_regular_file(config_path, ec) ? config_path : "");
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::FromPath(const std::string& path) {

@@ -159,7 +159,10 @@ class FileOpensTest : public ::testing::Test {
     std::filesystem::remove(base_ + "/model.safetensors");
     ASSERT_OK(WriteFileAtomically(base_ + "/" + kShardIndexFile,
                                   nlohmann::json({{"weight_map", map}}).dump()));
-    ASSERT_OK(WriteFileAtomically(base_ + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\"}}"));
+    // A real (tiny, SentencePiece-style) tokenizer: GGUF export reads it.
+    ASSERT_OK(WriteFileAtomically(
+        base_ + "/tokenizer.json",
+        R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})"));
     // Metrics of this backbone (random tokens: only their shape matters here).
     ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(base_));
     ASSERT_OK_AND_ASSIGN(Decoder loaded, reader->Load());
