@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "util/fnv.h"
+#include "util/textproto.h"
 
 namespace hilnas::tokenizer {
 namespace {
@@ -179,19 +180,6 @@ class TokenWriter {
   int64_t tokens_ = 0;
   uint64_t hash_ = kFnv1aSeed;
 };
-
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -441,9 +429,9 @@ absl::StatusOr<CorpusResult> BuildCorpus(const Tokenizer& tokenizer,
     j["sources"] = sources;
     return j.dump(2) + "\n";
   };
-  if (auto s = WriteText(spec.out + ".json", manifest(train, result.documents, "train")); !s.ok()) return s;
+  if (auto s = WriteFileAtomically(spec.out + ".json", manifest(train, result.documents, "train")); !s.ok()) return s;
   if (spec.heldout_fraction > 0) {
-    if (auto s = WriteText(HeldoutPath(spec.out) + ".json",
+    if (auto s = WriteFileAtomically(HeldoutPath(spec.out) + ".json",
                            manifest(heldout, result.heldout_documents, "heldout"));
         !s.ok()) {
       return s;

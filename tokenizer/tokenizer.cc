@@ -8,8 +8,6 @@
 #include <tuple>
 #include <deque>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "tokenizer/regex.h"
 #include "util/secrets.h"
+#include "util/textproto.h"
 
 namespace hilnas::tokenizer {
 
@@ -144,13 +143,28 @@ bool IsAlphanumeric(int32_t cp) {
   }
 }
 
+// Where the code point that ends at text[end - 1] starts. REQUIRES: end > 0.
+size_t PrevCodePointStart(absl::string_view text, size_t end) {
+  size_t i = end - 1;
+  while (i > 0 && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+
+// The code point at text[i], without moving i.
+int32_t CodePointAt(absl::string_view text, size_t i) { return NextCodePoint(text, &i); }
+
+// The last code point of `text`, or -1 when it is empty.
 int32_t LastCodePoint(absl::string_view text) {
-  size_t i = text.size();
-  while (i > 0 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) --i;
-  if (i == 0 && text.empty()) return -1;
-  if (i > 0) --i;
-  size_t k = i;
-  return NextCodePoint(text, &k);
+  return text.empty() ? -1 : CodePointAt(text, PrevCodePointStart(text, text.size()));
+}
+
+// The one code point `s` holds, or nullopt when it holds none or several.
+std::optional<int32_t> SingleCodePoint(absl::string_view s) {
+  if (s.empty()) return std::nullopt;
+  size_t i = 0;
+  int32_t cp = NextCodePoint(s, &i);
+  if (i != s.size()) return std::nullopt;
+  return cp;
 }
 
 // ---------------------------------------------------------------------------
@@ -494,13 +508,10 @@ absl::Status TokenizerImpl::LoadPreTokenizer(const json& node, const std::string
     p.kind = PreTokenizer::kByteLevel;
     p.add_prefix_space = GetBool(node, "add_prefix_space", true);
     if (GetBool(node, "use_regex", true)) {
-      // GPT-2's pattern, as the Rust library's ByteLevel carries it.
-      static const char kGpt2[] =
-          "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-      auto regex = Regex::Compile(kGpt2, false);
+      auto regex = Regex::Compile(kGpt2SplitRegex, false);
       if (!regex.ok()) return regex.status();
       p.regex = *std::move(regex);
-      if (split_regex.empty()) split_regex = kGpt2;
+      if (split_regex.empty()) split_regex = kGpt2SplitRegex;
     }
     byte_level = true;
   } else if (type == "Metaspace") {
@@ -510,9 +521,7 @@ absl::Status TokenizerImpl::LoadPreTokenizer(const json& node, const std::string
     if (!scheme.ok()) return scheme.status();
     p.prepend = *scheme;
     p.split = GetBool(node, "split", true);
-    size_t i = 0;
-    NextCodePoint(p.replacement, &i);
-    if (p.replacement.empty() || i != p.replacement.size()) {
+    if (!SingleCodePoint(p.replacement)) {
       return FieldError(name, where + ".replacement", "must be one character");
     }
   } else if (type == "Digits") {
@@ -561,22 +570,16 @@ absl::Status TokenizerImpl::LoadDecoder(const json& node, const std::string& whe
     d.content = node.value("content", " ");
     d.start = node.value("start", 0);
     d.stop = node.value("stop", 0);
-    size_t i = 0;
-    NextCodePoint(d.content, &i);
-    if (d.content.empty() || i != d.content.size() || d.start < 0 || d.stop < 0) {
+    std::optional<int32_t> cp = SingleCodePoint(d.content);
+    if (!cp || d.start < 0 || d.stop < 0) {
       return FieldError(name, where, "Strip needs one content character and counts >= 0");
     }
-    d.replacement_cp = 0;
-    i = 0;
-    d.replacement_cp = NextCodePoint(d.content, &i);
+    d.replacement_cp = *cp;
   } else if (type == "Metaspace") {
     d.kind = Decoder::kMetaspace;
-    std::string replacement = node.value("replacement", "\xE2\x96\x81");
-    size_t i = 0;
-    d.replacement_cp = replacement.empty() ? 0 : NextCodePoint(replacement, &i);
-    if (replacement.empty() || i != replacement.size()) {
-      return FieldError(name, where + ".replacement", "must be one character");
-    }
+    std::optional<int32_t> cp = SingleCodePoint(node.value("replacement", "\xE2\x96\x81"));
+    if (!cp) return FieldError(name, where + ".replacement", "must be one character");
+    d.replacement_cp = *cp;
     auto scheme = ParsePrependScheme(node, name, where);
     if (!scheme.ok()) return scheme.status();
     d.prepend = *scheme;
@@ -853,8 +856,7 @@ std::vector<Segment> TokenizerImpl::SplitAdded(absl::string_view text,
     i = end;
     if (token.single_word) {
       int32_t before = LastCodePoint(text.substr(0, start));
-      size_t k = stop;
-      int32_t after = stop < text.size() ? NextCodePoint(text, &k) : -1;
+      int32_t after = stop < text.size() ? CodePointAt(text, stop) : -1;
       bool start_space = start == 0 || !IsAlphanumeric(before);
       bool stop_space = stop == text.size() || !IsAlphanumeric(after);
       if (!start_space || !stop_space) continue;
@@ -862,19 +864,15 @@ std::vector<Segment> TokenizerImpl::SplitAdded(absl::string_view text,
     if (token.lstrip) {
       size_t new_start = start;
       while (new_start > 0) {
-        size_t k = new_start - 1;
-        while (k > 0 && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-        size_t probe = k;
-        if (!IsWhiteSpace(NextCodePoint(text, &probe))) break;
+        size_t k = PrevCodePointStart(text, new_start);
+        if (!IsWhiteSpace(CodePointAt(text, k))) break;
         new_start = k;
       }
       start = std::max(new_start, start_offset);
     }
     if (token.rstrip) {
-      while (stop < text.size()) {
-        size_t k = stop;
-        if (!IsWhiteSpace(NextCodePoint(text, &k))) break;
-        stop = k;
+      while (stop < text.size() && IsWhiteSpace(CodePointAt(text, stop))) {
+        NextCodePoint(text, &stop);
       }
       i = std::max(i, stop);
     }
@@ -925,11 +923,9 @@ std::string TokenizerImpl::Normalize(absl::string_view text) const {
         }
         if (n.right) {
           while (end > begin) {
-            int32_t cp = LastCodePoint(absl::string_view(s).substr(0, end));
-            if (!IsWhiteSpace(cp)) break;
-            std::string tmp;
-            AppendCodePoint(cp, &tmp);
-            end -= tmp.size();
+            size_t k = PrevCodePointStart(s, end);
+            if (!IsWhiteSpace(CodePointAt(s, k))) break;
+            end = k;
           }
         }
         s = s.substr(begin, end - begin);
@@ -1318,28 +1314,15 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json_text, absl:
   return Tokenizer(std::move(impl));
 }
 
-namespace {
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return buffer.str();
-}
-}  // namespace
 
 absl::StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& json_path,
                                               const std::string& config_path) {
-  auto text = ReadWhole(json_path);
-  if (!text.ok()) return text.status();
-  std::string config;
+  std::string text, config;
+  if (auto s = ReadFileToString(json_path, &text); !s.ok()) return s;
   if (!config_path.empty()) {
-    auto read = ReadWhole(config_path);
-    if (!read.ok()) return read.status();
-    config = *std::move(read);
+    if (auto s = ReadFileToString(config_path, &config); !s.ok()) return s;
   }
-  return FromJson(*text, json_path, config);
+  return FromJson(text, json_path, config);
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::FromDir(const std::string& dir) {

@@ -32,6 +32,11 @@ namespace hilnas::tokenizer {
 
 struct TokenizerImpl;
 
+// GPT-2's split regex, as the Rust library's ByteLevel pre-tokenizer
+// carries it (use_regex: true).
+inline constexpr char kGpt2SplitRegex[] =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
 // How llama.cpp (GGUF `tokenizer.ggml.token_type`) classes a token.
 enum class TokenType : int32_t {
   kNormal = 1,

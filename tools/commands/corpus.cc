@@ -3,8 +3,6 @@
 #include "tools/commands/corpus.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <filesystem>
 #include <thread>
 
@@ -58,11 +56,9 @@ absl::Status CheckTokenizerMatches(const std::string& ckpt, const std::string& t
   const std::string recorded = tokenizer::TokenFileFingerprint(token_file);
   if (recorded.empty() || ckpt.empty()) return absl::OkStatus();
   const std::string path = ckpt + "/tokenizer.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::OkStatus();
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string actual = Sha256Hex(buffer.str());
+  std::string text;
+  if (!ReadFileToString(path, &text).ok()) return absl::OkStatus();
+  const std::string actual = Sha256Hex(text);
   if (actual == recorded) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       token_file, " was made with tokenizer ", recorded.substr(0, 12), " (", token_file,

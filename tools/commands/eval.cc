@@ -7,9 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,6 +20,7 @@
 #include "tools/commands/corpus.h"
 #include "tools/common.h"
 #include "util/status_macros.h"
+#include "util/textproto.h"
 
 namespace hilnas::tools {
 namespace {
@@ -55,11 +54,9 @@ absl::Status RunEval(const EvalOptions& cl) {
   std::string source = cl.tokens;
   if (!cl.text.empty()) {
     HILNAS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromDir(cl.ckpt));
-    std::ifstream in(cl.text, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("--text ", cl.text, ": cannot open"));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    auto encoded = tok.Encode(buffer.str(), /*add_special_tokens=*/true);
+    std::string text;
+    HILNAS_RETURN_IF_ERROR(ReadFileToString(cl.text, &text));
+    auto encoded = tok.Encode(text, /*add_special_tokens=*/true);
     if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat(cl.text, ": ", encoded.status().message()));
     ids = *std::move(encoded);
     source = cl.text;

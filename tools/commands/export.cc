@@ -58,7 +58,7 @@ constexpr std::pair<const char*, const char*> kLlamaCppPre[] = {
      "llama-bpe"},
     {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
      "qwen2"},
-    {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt-2"},
+    {tokenizer::kGpt2SplitRegex, "gpt-2"},
 };
 
 // The GGUF vocabulary of a tokenizer.json, as llama.cpp's converter writes

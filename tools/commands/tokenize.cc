@@ -1,8 +1,6 @@
 // `hilnas tokenize`: text to ids and ids to text with a backbone's own
 // tokenizer (tokenizer/tokenizer.h), for checking what a model will see.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +10,7 @@
 #include "tools/commands/commands.h"
 #include "tools/common.h"
 #include "util/status_macros.h"
+#include "util/textproto.h"
 
 namespace hilnas::tools {
 namespace {
@@ -47,11 +46,7 @@ absl::Status RunTokenize(const TokenizeOptions& o) {
   }
   std::string text = o.text;
   if (!o.file.empty()) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("--file ", o.file, ": cannot open"));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    text = buffer.str();
+    HILNAS_RETURN_IF_ERROR(ReadFileToString(o.file, &text));
   }
   auto ids = tok->Encode(text, o.special);
   if (!ids.ok()) {
