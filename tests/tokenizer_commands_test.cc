@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/process.h"
+#include "tokenizer/sentencepiece_model.h"
 
 namespace hilnas {
 namespace {
@@ -136,6 +137,75 @@ TEST(TokenizerCommandsTest, GgufCarriesTheRealVocabulary) {
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_THAT(refused.output, HasSubstr("no llama.cpp name"));
   EXPECT_FALSE(fs::exists(dir + "/x.gguf"));
+}
+
+// A folder that ships only a SentencePiece tokenizer.model (Llama 2's
+// settings: BPE, byte fallback, no normalization): tokenize, corpus and
+// export read it; GGUF gets llama.cpp's SPM vocabulary with the model's own
+// scores; a Unigram model is refused by name.
+TEST(TokenizerCommandsTest, SentencePieceModelFolderThroughEveryCommand) {
+  std::string dir = ::testing::TempDir() + "/tokspm";
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/bpe");
+  fs::create_directories(dir + "/unigram");
+  // Training text: the first 3,000 lines of fortunes.
+  {
+    std::ifstream in("/usr/share/games/fortunes/fortunes");
+    std::ofstream out(dir + "/train.txt");
+    std::string line;
+    for (int i = 0; i < 3000 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  const std::string common = "--input=" + dir + "/train.txt --minloglevel=2 ";
+  ASSERT_EQ(tokenizer::internal::TrainSentencePiece(
+                common + "--model_prefix=" + dir + "/bpe/tokenizer --model_type=bpe "
+                "--vocab_size=512 --byte_fallback=true --normalization_rule_name=identity "
+                "--remove_extra_whitespaces=false"),
+            "");
+  ASSERT_EQ(tokenizer::internal::TrainSentencePiece(
+                common + "--model_prefix=" + dir + "/unigram/tokenizer --model_type=unigram "
+                "--vocab_size=512"),
+            "");
+
+  Result r = Hilnas("tokenize --tokenizer " + dir + "/bpe --text 'The phone answers 東京' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  std::string ids;
+  for (const auto& id : j["ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+  Result back = Hilnas("tokenize --tokenizer " + dir + "/bpe --ids " + ids);
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_THAT(back.output, HasSubstr("The phone answers 東京"));
+
+  std::ofstream(dir + "/doc.txt") << "Gold is where you find it.\n\nThe phone answers fast.\n";
+  Result c = Hilnas("corpus --tokenizer " + dir + "/bpe --text " + dir + "/doc.txt --out " + dir +
+                    "/t.bin");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_THAT(Slurp(dir + "/t.bin.json"), HasSubstr("fingerprint"));
+
+  std::ofstream(dir + "/arch.textproto")
+      << "name: \"tok-spm\" num_layers: 1 d_model: 32 d_ffn: 64 num_heads: 2 num_kv_heads: 1 "
+         "head_dim: 16 vocab_size: 512 tie_embeddings: true rope_theta: 10000 norm_eps: 1e-5 "
+         "attention: FULL";
+  Result init = Hilnas("checkpoint init --arch " + dir + "/arch.textproto --out " + dir + "/ck");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  fs::copy(dir + "/bpe/tokenizer.model", dir + "/ck/tokenizer.model");
+  Result e = Hilnas("export --format gguf --ckpt " + dir + "/ck --out " + dir + "/m.gguf");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  std::string gguf = Slurp(dir + "/m.gguf");
+  for (const char* s : {"tokenizer.ggml.scores", "tokenizer.ggml.token_type", "<0x0A>",
+                        "\xE2\x96\x81the", "tokenizer.ggml.add_space_prefix"}) {
+    EXPECT_NE(gguf.find(s), std::string::npos) << s;
+  }
+  EXPECT_EQ(gguf.find("tokenizer.ggml.merges"), std::string::npos);
+  // eval refuses a token file made with another tokenizer.model.
+  fs::remove(dir + "/ck/tokenizer.model");
+  fs::copy(dir + "/unigram/tokenizer.model", dir + "/ck/tokenizer.model");
+  Result refused_eval = Hilnas("eval --ckpt " + dir + "/ck --tokens " + dir + "/t.bin");
+  EXPECT_NE(refused_eval.exit_code, 0);
+  EXPECT_THAT(refused_eval.output, HasSubstr("would mean other words"));
+  Result refused = Hilnas("export --format gguf --ckpt " + dir + "/ck --out " + dir + "/u.gguf");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("SentencePiece unigram model"));
+  EXPECT_FALSE(fs::exists(dir + "/u.gguf"));
 }
 
 }  // namespace

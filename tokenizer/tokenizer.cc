@@ -15,12 +15,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/sentencepiece_model.h"
 #include "util/secrets.h"
 #include "util/textproto.h"
 
@@ -333,6 +335,11 @@ struct TokenizerImpl {
   std::optional<int32_t> bos, eos;
   bool adds_bos = false, adds_eos = false;
   uint64_t serial = next_serial.fetch_add(1);
+
+  // A SentencePiece tokenizer.model, run by Google's library: when set,
+  // Encode and Decode go to it and the fields above describe its vocabulary.
+  std::unique_ptr<internal::SentencePieceModel> spm;
+  std::optional<SentencePieceInfo> spm_info;
 
   absl::Status Load(const json& root, const json* config);
   absl::Status LoadModel(const json& model);
@@ -1322,24 +1329,84 @@ absl::StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& json_path,
   if (!config_path.empty()) {
     if (auto s = ReadFileToString(config_path, &config); !s.ok()) return s;
   }
+  if (absl::EndsWith(json_path, ".model")) return FromSentencePiece(text, json_path, config);
   return FromJson(text, json_path, config);
 }
 
-absl::StatusOr<Tokenizer> Tokenizer::FromDir(const std::string& dir) {
+std::string Tokenizer::FileInDir(const std::string& dir) {
   // Looked up without opening: each file is opened once, to be read.
   namespace fs = std::filesystem;
   std::error_code ec;
-  const std::string json_path = dir + "/tokenizer.json";
-  const std::string config_path = dir + "/tokenizer_config.json";
-  if (!fs::is_regular_file(json_path, ec)) {
-    if (fs::is_regular_file(dir + "/tokenizer.model", ec)) {
-      return absl::UnimplementedError(absl::StrCat(
-          dir, " has only a SentencePiece tokenizer.model; hilnas reads tokenizer.json (convert "
-               "it once with Hugging Face's tokenizers and save tokenizer.json beside it)"));
-    }
-    return absl::NotFoundError(absl::StrCat(dir, ": no tokenizer.json"));
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    std::string path = dir + "/" + name;
+    if (fs::is_regular_file(path, ec)) return path;
   }
-  return FromFile(json_path, fs::is_regular_file(config_path, ec) ? config_path : "");
+  return "";
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromDir(const std::string& dir) {
+  const std::string path = FileInDir(dir);
+  if (path.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no tokenizer.json or tokenizer.model"));
+  }
+  std::error_code ec;
+  const std::string config_path = dir + "/tokenizer_config.json";
+  return FromFile(path, std::filesystem::is_regular_file(config_path, ec) ? config_path : "");
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromSentencePiece(const std::string& model_bytes,
+                                                       absl::string_view name,
+                                                       absl::string_view config_text) {
+  auto impl = std::make_unique<TokenizerImpl>();
+  impl->name = std::string(name);
+  std::string error;
+  impl->spm = internal::SentencePieceModel::Load(model_bytes, &error);
+  if (impl->spm == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": ", error));
+  const internal::SentencePieceModel& m = *impl->spm;
+  impl->byte_fallback = m.byte_fallback;
+  impl->id_to_token = m.pieces;
+  impl->types.reserve(m.types.size());
+  for (size_t id = 0; id < m.pieces.size(); ++id) {
+    const int32_t t = m.types[id];
+    impl->types.push_back(t >= 1 && t <= 6 ? static_cast<TokenType>(t) : TokenType::kNormal);
+    if (t == static_cast<int32_t>(TokenType::kControl)) impl->special_ids.insert(static_cast<int32_t>(id));
+    impl->token_to_id.emplace(m.pieces[id], static_cast<int32_t>(id));
+  }
+  if (m.unk_id >= 0) impl->unk_id = m.unk_id;
+  if (m.bos_id >= 0) impl->bos = m.bos_id;
+  if (m.eos_id >= 0) impl->eos = m.eos_id;
+  // Hugging Face's LlamaTokenizer convention: BOS added, EOS not, unless
+  // tokenizer_config.json says otherwise.
+  bool add_bos = true, add_eos = false;
+  if (!config_text.empty()) {
+    json config;
+    try {
+      config = json::parse(config_text.begin(), config_text.end());
+    } catch (const json::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": its tokenizer_config.json is not valid JSON: ", e.what()));
+    }
+    if (config.is_object()) {
+      add_bos = GetBool(config, "add_bos_token", add_bos);
+      add_eos = GetBool(config, "add_eos_token", add_eos);
+    }
+  }
+  if (add_bos && impl->bos) impl->template_before = {*impl->bos};
+  if (add_eos && impl->eos) impl->template_after = {*impl->eos};
+  impl->adds_bos = !impl->template_before.empty();
+  impl->adds_eos = !impl->template_after.empty();
+  using ModelType = internal::SentencePieceModel::ModelType;
+  SentencePieceInfo& info = impl->spm_info.emplace();
+  info.unigram = m.model_type == ModelType::kUnigram;
+  info.model_type = m.model_type == ModelType::kUnigram ? "unigram"
+                    : m.model_type == ModelType::kBpe   ? "bpe"
+                    : m.model_type == ModelType::kWord  ? "word"
+                                                        : "char";
+  info.normalizer = m.normalizer_name.empty() && m.has_charsmap ? "precompiled" : m.normalizer_name;
+  info.removes_extra_whitespaces = m.remove_extra_whitespaces;
+  info.scores = m.scores;
+  impl->fingerprint = Sha256Hex(model_bytes);
+  return Tokenizer(std::move(impl));
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::FromPath(const std::string& path) {
@@ -1358,6 +1425,14 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text,
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids = impl_->template_before;
+  if (impl_->spm != nullptr) {
+    std::string error;
+    if (!impl_->spm->Encode(std::string_view(text.data(), text.size()), &ids, &error)) {
+      return absl::InternalError(absl::StrCat(impl_->name, ": SentencePiece: ", error));
+    }
+    if (add_special_tokens) ids.insert(ids.end(), impl_->template_after.begin(), impl_->template_after.end());
+    return ids;
+  }
   for (const Segment& seg : impl_->SplitAdded(text, impl_->raw_trie)) {
     if (seg.added >= 0) {
       ids.push_back(impl_->added[seg.added].id);
@@ -1385,6 +1460,14 @@ absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids,
     }
     if (skip_special_tokens && impl_->special_ids.contains(id)) continue;
     tokens.push_back(impl_->id_to_token[id]);
+  }
+  if (impl_->spm != nullptr) {
+    // SentencePiece decodes control tokens to nothing, skipped or not.
+    std::string text, error;
+    if (!impl_->spm->Decode(ids, &text, &error)) {
+      return absl::InternalError(absl::StrCat(impl_->name, ": SentencePiece: ", error));
+    }
+    return text;
   }
   if (!impl_->has_decoder) return absl::StrJoin(tokens, " ");
   for (const Decoder& d : impl_->decoders) {
@@ -1507,6 +1590,10 @@ const std::string& Tokenizer::split_regex() const { return impl_->split_regex; }
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
 std::optional<int32_t> Tokenizer::unk_id() const { return impl_->unk_id; }
 bool Tokenizer::normalizes_unicode() const {
+  if (impl_->spm != nullptr) {
+    return impl_->spm->has_charsmap ||
+           (impl_->spm->normalizer_name != "identity" && !impl_->spm->normalizer_name.empty());
+  }
   for (const Normalizer& n : impl_->normalizers) {
     if (n.kind == Normalizer::kNfc || n.kind == Normalizer::kNfd || n.kind == Normalizer::kNfkc ||
         n.kind == Normalizer::kNfkd) {
@@ -1516,6 +1603,7 @@ bool Tokenizer::normalizes_unicode() const {
   return false;
 }
 bool Tokenizer::prepends_space() const {
+  if (impl_->spm != nullptr) return impl_->spm->add_dummy_prefix;
   for (const Normalizer& n : impl_->normalizers) {
     if (n.kind == Normalizer::kPrepend && n.content == "\xE2\x96\x81") return true;
   }
@@ -1528,5 +1616,9 @@ std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
 bool Tokenizer::adds_bos() const { return impl_->adds_bos; }
 bool Tokenizer::adds_eos() const { return impl_->adds_eos; }
 const std::string& Tokenizer::fingerprint() const { return impl_->fingerprint; }
+
+const SentencePieceInfo* Tokenizer::sentencepiece() const {
+  return impl_->spm_info ? &*impl_->spm_info : nullptr;
+}
 
 }  // namespace hilnas::tokenizer

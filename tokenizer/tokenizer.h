@@ -13,6 +13,11 @@
 // SentencePiece precompiled charsmap) is refused by name at load time: never
 // approximated.
 //
+// A folder that ships only a SentencePiece `tokenizer.model` (no
+// tokenizer.json) is read through Google's own SentencePiece library
+// (libsentencepiece-dev), so its Unigram or BPE model is run exactly, not
+// re-implemented.
+//
 // Thread-safe: Encode and Decode are const and may run from many threads at
 // once (each thread keeps its own bounded word cache).
 #ifndef HILNAS_TOKENIZER_TOKENIZER_H_
@@ -47,6 +52,15 @@ enum class TokenType : int32_t {
   kByte = 6,          // <0xXX> of a byte-fallback vocabulary
 };
 
+// What a tokenizer.model says about itself (Tokenizer::sentencepiece()).
+struct SentencePieceInfo {
+  std::string model_type;  // "unigram", "bpe", "word" or "char"
+  bool unigram = false;
+  std::string normalizer;  // "identity", "nmt_nfkc", ...; "precompiled" for a bare table
+  bool removes_extra_whitespaces = true;
+  std::vector<float> scores;  // per id, as the model stores them
+};
+
 class Tokenizer {
  public:
   // Reads a `tokenizer.json` file (and, when `config_path` is non-empty, its
@@ -55,8 +69,18 @@ class Tokenizer {
   static absl::StatusOr<Tokenizer> FromFile(const std::string& json_path,
                                             const std::string& config_path = "");
   // Reads the tokenizer files of a checkpoint or tokenizer folder:
-  // DIR/tokenizer.json (+ DIR/tokenizer_config.json when present).
+  // DIR/tokenizer.json, else DIR/tokenizer.model (+ DIR/tokenizer_config.json
+  // when present). A `.model` file given to FromFile is read as SentencePiece.
   static absl::StatusOr<Tokenizer> FromDir(const std::string& dir);
+  // The file FromDir reads (its bytes are the fingerprint), or "" for none.
+  static std::string FileInDir(const std::string& dir);
+  // From the bytes of a SentencePiece tokenizer.model. BOS is added and EOS
+  // not (Hugging Face's LlamaTokenizer) unless tokenizer_config.json's
+  // add_bos_token / add_eos_token say otherwise. Literal "<s>" in text is
+  // text, and control tokens decode to nothing, as in SentencePiece.
+  static absl::StatusOr<Tokenizer> FromSentencePiece(const std::string& model_bytes,
+                                                     absl::string_view name,
+                                                     absl::string_view config_text = "");
   // FromFile for a file, FromDir for a folder: what --tokenizer takes.
   static absl::StatusOr<Tokenizer> FromPath(const std::string& path);
   // From the text of a tokenizer.json (`name` is used in error messages).
@@ -107,10 +131,12 @@ class Tokenizer {
   // Whether encode(..., add_special_tokens=true) adds BOS / EOS.
   bool adds_bos() const;
   bool adds_eos() const;
-  // SHA-256 (hex) of the tokenizer.json bytes: what token files and
+  // SHA-256 (hex) of the tokenizer.json (or tokenizer.model) bytes: what token files and
   // checkpoints record, so that ids made by one tokenizer are never read
   // with another.
   const std::string& fingerprint() const;
+  // Non-null for a tokenizer read from a SentencePiece tokenizer.model.
+  const SentencePieceInfo* sentencepiece() const;
 
  private:
   explicit Tokenizer(std::unique_ptr<TokenizerImpl> impl);

@@ -55,9 +55,9 @@ absl::Status RunTextCorpus(const CorpusOptions& cl) {
 absl::Status CheckTokenizerMatches(const std::string& ckpt, const std::string& token_file) {
   const std::string recorded = tokenizer::TokenFileFingerprint(token_file);
   if (recorded.empty() || ckpt.empty()) return absl::OkStatus();
-  const std::string path = ckpt + "/tokenizer.json";
+  const std::string path = tokenizer::Tokenizer::FileInDir(ckpt);
   std::string text;
-  if (!ReadFileToString(path, &text).ok()) return absl::OkStatus();
+  if (path.empty() || !ReadFileToString(path, &text).ok()) return absl::OkStatus();
   const std::string actual = Sha256Hex(text);
   if (actual == recorded) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
@@ -97,7 +97,7 @@ void AddCorpusCommand(Cli& cli) {
                   "comma-separated text files or folders; default the Debian fortunes and common "
                   "licences");
   app->add_option("--tokenizer", o->tokenizer,
-                  "a folder with tokenizer.json (a checkpoint's), or the file: encode --text with it");
+                  "a folder with tokenizer.json or tokenizer.model (a checkpoint's), or the file: encode --text with it");
   app->add_option("--text", o->text,
                   "text files or folders (.txt, .md, .jsonl, and .gz of them); repeatable");
   app->add_option("--field", o->field, "the JSON field of a .jsonl line that holds the text")

@@ -28,7 +28,7 @@ namespace {
 struct EvalOptions {
   std::string ckpt;
   std::string tokens;
-  std::string text;     // a UTF-8 file, encoded with the checkpoint's tokenizer.json
+  std::string text;     // a UTF-8 file, encoded with the checkpoint's tokenizer
   int64_t seq_len = 128;
   int64_t windows = 0;  // 0: every window
   double heldout = 0;   // 0: the whole file; F: its last F (the trainer's split)
@@ -107,7 +107,7 @@ void AddEvalCommand(Cli& cli) {
   app->add_option("--ckpt", o->ckpt, "the checkpoint")->required();
   auto* input = app->add_option_group("input");
   input->add_option("--tokens", o->tokens, "token file (uint16 ids; *.u32 for uint32; .npy)");
-  input->add_option("--text", o->text, "a UTF-8 text file, read with the checkpoint's tokenizer.json");
+  input->add_option("--text", o->text, "a UTF-8 text file, read with the checkpoint's tokenizer");
   input->require_option(1);
   app->add_option("--seq-len", o->seq_len, "tokens per window");
   app->add_option("--windows", o->windows,

@@ -74,7 +74,28 @@ absl::StatusOr<std::shared_ptr<const GgufVocabulary>> GgufVocabularyOf(
     v->tokens.push_back(t.empty() ? absl::StrCat("[PAD", id, "]") : t);
     v->types.push_back(static_cast<int32_t>(tok.token_type(id)));
   }
-  if (tok.byte_level()) {
+  if (const tokenizer::SentencePieceInfo* spm = tok.sentencepiece()) {
+    // A tokenizer.model: llama.cpp's SPM tokenizer merges the adjacent pair
+    // whose joined piece scores highest, which is SentencePiece's BPE
+    // search with the model's own scores. It has no Unigram (Viterbi)
+    // search for this vocabulary type, and no normalizer.
+    if (spm->model_type != "bpe") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": a SentencePiece ", spm->model_type,
+          " model; llama.cpp's SPM tokenizer reproduces only SentencePiece BPE (Llama 2, "
+          "Gemma), so it would split text differently"));
+    }
+    if (spm->normalizer != "identity" || spm->removes_extra_whitespaces) {
+      std::fprintf(stderr,
+                   "%s: its SentencePiece normalizer (%s%s) has no GGUF key; llama.cpp tokenizes "
+                   "text that normalization would change differently\n",
+                   source.c_str(), spm->normalizer.c_str(),
+                   spm->removes_extra_whitespaces ? ", folding runs of spaces" : "");
+    }
+    v->model = "llama";
+    v->scores = spm->scores;
+    v->add_space_prefix = tok.prepends_space();
+  } else if (tok.byte_level()) {
     v->model = "gpt2";
     for (const auto& [regex, name] : kLlamaCppPre) {
       if (tok.split_regex() == regex) v->pre = name;
@@ -123,16 +144,16 @@ absl::StatusOr<std::shared_ptr<const GgufVocabulary>> GgufVocabularyOf(
 }
 
 // The checkpoint folder's tokenizer as GGUF carries it; null (a placeholder
-// vocabulary) when the folder has no tokenizer.json.
+// vocabulary) when the folder has neither tokenizer.json nor tokenizer.model.
 absl::StatusOr<std::shared_ptr<const GgufVocabulary>> CheckpointVocabulary(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::exists(dir + "/tokenizer.json", ec)) {
-    std::fprintf(stderr, "%s has no tokenizer.json: the GGUF file gets a placeholder vocabulary "
-                         "(enough for timing, no text)\n", dir.c_str());
+  const std::string file = tokenizer::Tokenizer::FileInDir(dir);
+  if (file.empty()) {
+    std::fprintf(stderr, "%s has no tokenizer.json or tokenizer.model: the GGUF file gets a "
+                         "placeholder vocabulary (enough for timing, no text)\n", dir.c_str());
     return std::shared_ptr<const GgufVocabulary>();
   }
   HILNAS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromDir(dir));
-  return GgufVocabularyOf(tok, dir + "/tokenizer.json");
+  return GgufVocabularyOf(tok, file);
 }
 
 // hilnas export --format gguf (--ckpt DIR | --campaign C --trial N) --out FILE

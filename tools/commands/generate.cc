@@ -6,7 +6,6 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -117,8 +116,7 @@ class TextStream {
 absl::Status RunGenerate(const GenerateOptionsOfCommand& cl) {
   HILNAS_ASSIGN_OR_RETURN(Decoder model, LoadForCommand(cl.ckpt, cl.threads, 128));
   std::optional<tokenizer::Tokenizer> tok;
-  std::error_code ec;
-  if (std::filesystem::exists(cl.ckpt + "/tokenizer.json", ec)) {
+  if (!tokenizer::Tokenizer::FileInDir(cl.ckpt).empty()) {
     HILNAS_ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromDir(cl.ckpt));
   }
   const bool bytes = !tok && model.arch().vocab_size == 256;

@@ -79,10 +79,10 @@ absl::Status RunTokenize(const TokenizeOptions& o) {
 void AddTokenizeCommand(Cli& cli) {
   auto [app, o] = cli.Add<TokenizeOptions>(
       "tokenize", "--tokenizer DIR --text TEXT|--file F|--ids 1,2,3",
-      "text to ids, or ids to text, with a backbone's own tokenizer.json",
+      "text to ids, or ids to text, with a backbone's own tokenizer.json or tokenizer.model",
       [](const TokenizeOptions& o) { return ExitCode(RunTokenize(o)); });
   app->add_option("--tokenizer", o->tokenizer,
-                  "a checkpoint or tokenizer folder (tokenizer.json), or the file itself")
+                  "a checkpoint or tokenizer folder (tokenizer.json or tokenizer.model), or the file itself")
       ->required();
   auto* input = app->add_option_group("input");
   input->add_option("--text", o->text, "the text to encode");
