@@ -1,6 +1,7 @@
 // `hilnas eval`: a checkpoint's loss, perplexity and speed on a token file
 // (all of it by default, or its tail with --heldout) or on a text file read
-// with the checkpoint's own tokenizer.
+// with the checkpoint's own tokenizer; or its accuracy on downstream tasks
+// (--task CONFIG..., lm-evaluation-harness semantics, quality/task_eval.h).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -11,6 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "quality/task_eval.h"
+#include "quality/tasks.h"
 #include "quality/tokens.h"
 #include "quality/train_util.h"
 #include "tokenizer/tokenizer.h"
@@ -35,9 +39,95 @@ struct EvalOptions {
   int32_t threads = 0;
   std::string weight_dtype = "f32";
   std::string kv_dtype = "f32";
+  // Tasks.
+  std::vector<std::string> tasks;
+  int64_t limit = 0;
+  bool json = false;
+  std::string samples_out;
+  bool add_bos = false;
+  int64_t max_length = 2048;
 };
 
+// hilnas eval --ckpt DIR --task CONFIG... : a table (task, metric, value,
+// stderr, n) or --json; --samples-out writes every document's scores.
+absl::Status RunTasks(const EvalOptions& cl) {
+  HILNAS_ASSIGN_OR_RETURN(Decoder model,
+                          LoadForCommand(cl.ckpt, cl.threads, cl.max_length, cl.weight_dtype));
+  HILNAS_RETURN_IF_ERROR(model.SetKvDtype(cl.kv_dtype));
+  HILNAS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromDir(cl.ckpt));
+  if (tok.vocab_size() > model.arch().vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        cl.ckpt, ": its tokenizer has ", tok.vocab_size(), " ids but the model only ",
+        model.arch().vocab_size));
+  }
+  // Every config and its data are read before the first is scored, so a
+  // typo in the last task fails in a second, not after an hour.
+  std::vector<Task> tasks;
+  for (const std::string& path : cl.tasks) {
+    HILNAS_ASSIGN_OR_RETURN(Task t, LoadTask(path, cl.limit));
+    tasks.push_back(std::move(t));
+  }
+  TaskEvalOptions o;
+  o.add_bos = cl.add_bos;
+  o.max_length = cl.max_length;
+  nlohmann::json out = nlohmann::json::array();
+  nlohmann::json samples = nlohmann::json::object();
+  std::vector<TaskResult> results;
+  for (const Task& t : tasks) {
+    std::fprintf(stderr, "%s: %zu documents (%s, %d-shot)\n", t.config.name().c_str(), t.items.size(),
+                 t.config.kind() == TaskConfig::GENERATE_UNTIL ? "generation" : "multiple choice",
+                 t.config.num_fewshot());
+    int last_percent = -1;
+    o.progress = [&](int64_t done, int64_t total) {
+      const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
+      if (percent / 10 != last_percent / 10 || done == total) {
+        std::fprintf(stderr, "  %s %3d%% (%lld/%lld)\n", t.config.name().c_str(), percent,
+                     static_cast<long long>(done), static_cast<long long>(total));
+        last_percent = percent;
+      }
+    };
+    HILNAS_ASSIGN_OR_RETURN(TaskResult r, EvaluateTask(model, tok, t, o));
+    for (const TaskMetric& m : r.metrics) {
+      out.push_back({{"task", r.task}, {"metric", m.name}, {"value", m.value}, {"stderr", m.stderr_},
+                     {"n", r.n}, {"num_fewshot", t.config.num_fewshot()}, {"seconds", r.seconds}});
+    }
+    nlohmann::json list = nlohmann::json::array();
+    for (const TaskSample& s : r.samples) {
+      nlohmann::json j = {{"line", s.line}, {"correct", s.correct}};
+      if (t.config.kind() == TaskConfig::GENERATE_UNTIL) {
+        j["generation"] = s.generation;
+      } else {
+        j["loglikelihoods"] = s.loglikelihoods;
+        j["gold"] = s.gold;
+        j["pred"] = s.pred;
+        j["pred_norm"] = s.pred_norm;
+      }
+      list.push_back(std::move(j));
+    }
+    samples[r.task] = std::move(list);
+    results.push_back(std::move(r));
+  }
+  if (!cl.samples_out.empty()) {
+    HILNAS_RETURN_IF_ERROR(WriteFileAtomically(cl.samples_out, samples.dump(1) + "\n"));
+  }
+  if (cl.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return absl::OkStatus();
+  }
+  std::printf("%s (%s weights, %s KV cache)\n", cl.ckpt.c_str(), cl.weight_dtype.c_str(),
+              cl.kv_dtype.c_str());
+  std::printf("| %-16s | %-11s | %7s | %7s | %6s |\n", "task", "metric", "value", "stderr", "n");
+  std::printf("|------------------|-------------|---------|---------|--------|\n");
+  for (const auto& row : out) {
+    std::printf("| %-16s | %-11s | %7.4f | %7.4f | %6lld |\n", row["task"].get<std::string>().c_str(),
+                row["metric"].get<std::string>().c_str(), row["value"].get<double>(),
+                row["stderr"].get<double>(), static_cast<long long>(row["n"].get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunEval(const EvalOptions& cl) {
+  if (!cl.tasks.empty()) return RunTasks(cl);
   // The loss the deployed model has: its matrices stored as they ship.
   HILNAS_ASSIGN_OR_RETURN(Decoder model,
                           LoadForCommand(cl.ckpt, cl.threads, cl.seq_len, cl.weight_dtype));
@@ -100,15 +190,29 @@ absl::Status RunEval(const EvalOptions& cl) {
 void AddEvalCommand(Cli& cli) {
   auto [app, o] = cli.Add<EvalOptions>(
       "eval",
-      "--ckpt DIR --tokens FILE|--text FILE [--seq-len 128 --windows 0 --heldout 0 --threads T\n"
-      "    --weight-dtype f32|bf16|f16|q4_0|q8_0 --kv-dtype f32|f16|q8_0]",
-      "loss (nats/token), perplexity and tokens/s on a token file or text, with the trainer's windows",
+      "--ckpt DIR --tokens FILE|--text FILE|--task CONFIG... [--seq-len 128 --windows 0 --heldout 0\n"
+      "    --threads T --weight-dtype f32|bf16|f16|q4_0|q8_0 --kv-dtype f32|f16|q8_0\n"
+      "    --limit N --json --samples-out FILE --add-bos --max-length 2048]",
+      "loss (nats/token), perplexity and tokens/s on a token file or text, with the trainer's "
+      "windows; or task accuracy (configs/tasks/, lm-evaluation-harness semantics)",
       [](const EvalOptions& o) { return ExitCode(RunEval(o)); });
   app->add_option("--ckpt", o->ckpt, "the checkpoint")->required();
   auto* input = app->add_option_group("input");
   input->add_option("--tokens", o->tokens, "token file (uint16 ids; *.u32 for uint32; .npy)");
   input->add_option("--text", o->text, "a UTF-8 text file, read with the checkpoint's tokenizer");
+  input->add_option("--task", o->tasks,
+                    "task configs (textproto over a local JSONL; configs/tasks/ has the paper's nine)");
   input->require_option(1);
+  app->add_option("--limit", o->limit, "tasks: score only the first N documents of each")
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--json", o->json, "tasks: the table as JSON");
+  app->add_option("--samples-out", o->samples_out,
+                  "tasks: write every document's log-likelihoods, prediction and gold (JSON)");
+  app->add_flag("--add-bos", o->add_bos,
+                "tasks: start every context with BOS (the harness's default is off; Gemma needs it)");
+  app->add_option("--max-length", o->max_length,
+                  "tasks: the longest context + continuation, truncated from the left")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   app->add_option("--seq-len", o->seq_len, "tokens per window");
   app->add_option("--windows", o->windows,
                   "evenly spaced windows to score (0: every window; the trainer uses its eval_windows)");
