@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
+
 namespace hilnas {
 namespace {
 
@@ -142,6 +144,91 @@ TEST_F(TasksTest, ExactMatchNormalisesAsTheHarness) {
   EXPECT_FALSE(ExactMatch(c, "Eiffel", {"eiffel tower"}));
   TaskConfig strict;
   EXPECT_FALSE(ExactMatch(strict, "paris", {"Paris"}));
+}
+
+// The nine shipped configs (configs/tasks/) read documents in the public
+// copies' field layouts and build the harness's prompts for them.
+TEST_F(TasksTest, ShippedConfigsReadThePublicLayouts) {
+  const std::string configs = std::string(HILNAS_SOURCE_DIR) + "/configs/tasks";
+  for (const auto& f : fs::directory_iterator(configs)) {
+    if (f.path().extension() == ".textproto") fs::copy_file(f.path(), dir_ + "/" + f.path().filename().string());
+  }
+  auto data = [&](const std::string& rel, const std::string& lines) {
+    fs::create_directories(fs::path(dir_ + "/" + rel).parent_path());
+    std::ofstream(dir_ + "/" + rel) << lines;
+  };
+  auto load = [&](const std::string& name) {
+    auto t = LoadTask(dir_ + "/" + name + ".textproto");
+    EXPECT_TRUE(t.ok()) << name << ": " << t.status();
+    return t.ok() ? *std::move(t) : Task{};
+  };
+  // A missing file names where it is expected.
+  auto missing = LoadTask(dir_ + "/piqa.textproto");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr(dir_ + "/data/piqa/validation.jsonl does not exist"));
+
+  data("data/hellaswag/validation.jsonl",
+       R"({"ind": 4, "activity_label": "Home and Garden", "ctx_a": "[header] How to grow tomatoes [title] Pick a sunny spot.", "ctx_b": "", "ctx": "", "endings": [" [step] Water daily. ", "Dig a hole [title] Plant.", "c", "d"], "source_id": "x", "split": "val", "split_type": "indomain", "label": "1"})"
+       "\n"
+       R"({"ind": 5, "activity_label": "Removing ice from car", "ctx_a": "Then, the man writes over the snow.", "ctx_b": "tHEN", "ctx": "", "endings": ["a", "b", "c", "d"], "source_id": "x", "split": "val", "split_type": "indomain", "label": "0"})"
+       "\n");
+  Task hs = load("hellaswag");
+  ASSERT_EQ(hs.items.size(), 2u);
+  // Python: preprocess(activity_label + ": " + ctx_a + " " + ctx_b.capitalize()).
+  EXPECT_EQ(hs.items[0].contexts[0], "Home and Garden: How to grow tomatoes. Pick a sunny spot.");
+  EXPECT_THAT(hs.items[0].continuations, ElementsAre("  Water daily.", " Dig a hole. Plant.", " c", " d"));
+  EXPECT_EQ(hs.items[0].gold, 1);
+  EXPECT_EQ(hs.items[1].contexts[0], "Removing ice from car: Then, the man writes over the snow. Then");
+
+  data("data/boolq/validation.jsonl", R"({"question": "is it wet", "passage": "Rain.", "idx": 0, "label": 1})" "\n");
+  EXPECT_EQ(load("boolq").items[0].contexts[0], "Rain.\nQuestion: is it wet?\nAnswer:");
+  data("data/piqa/validation.jsonl", R"({"goal": "Open a jar", "sol1": "Twist.", "sol2": "Eat.", "label": 0})" "\n");
+  EXPECT_THAT(load("piqa").items[0].continuations, ElementsAre(" Twist.", " Eat."));
+  data("data/siqa/validation.jsonl",
+       R"({"context": "Ann ran.", "question": "Why?", "answerA": "late", "answerB": "fun", "answerC": "rain", "label": "3"})" "\n");
+  Task siqa = load("siqa");
+  EXPECT_EQ(siqa.items[0].contexts[0], "Q: Ann ran. Why?\nA:");
+  EXPECT_EQ(siqa.items[0].gold, 2);
+  data("data/winogrande/validation.jsonl",
+       R"({"sentence": "The cup fell off the shelf because _ was unstable.", "option1": "cup", "option2": "shelf", "answer": "2"})" "\n");
+  Task wg = load("winogrande");
+  EXPECT_THAT(wg.items[0].contexts, ElementsAre("The cup fell off the shelf because cup", "The cup fell off the shelf because shelf"));
+  EXPECT_THAT(wg.items[0].continuations, ElementsAre(" was unstable.", " was unstable."));
+  EXPECT_EQ(wg.items[0].gold, 1);
+  const std::string arc = R"({"id": "q", "question": "Q?", "choices": {"text": ["x", "y", "z"], "label": ["A", "B", "C"]}, "answerKey": "C"})" "\n";
+  data("data/arc_easy/test.jsonl", arc);
+  EXPECT_EQ(load("arc_easy").items[0].gold, 2);
+  std::string train;
+  for (int i = 0; i < 30; ++i) {
+    train += R"({"id": "t)" + std::to_string(i) + R"(", "question": "T)" + std::to_string(i) +
+             R"(?", "choices": {"text": ["a", "b"], "label": ["1", "2"]}, "answerKey": "2"})" "\n";
+  }
+  data("data/arc_challenge/test.jsonl", arc);
+  data("data/arc_challenge/train.jsonl", train);
+  Task ac = load("arc_challenge");
+  const std::string& prompt = ac.items[0].contexts[0];
+  // 25 examples "Question: T<i>?\nAnswer: b", then the question.
+  size_t shots = 0;
+  for (size_t at = prompt.find("\nAnswer: b\n\n"); at != std::string::npos; at = prompt.find("\nAnswer: b\n\n", at + 1)) ++shots;
+  EXPECT_EQ(shots, 25u);
+  EXPECT_TRUE(absl::EndsWith(prompt, "\n\nQuestion: Q?\nAnswer:")) << prompt;
+
+  std::string tq_train, nq_train;
+  for (int i = 0; i < 6; ++i) {
+    tq_train += R"({"question": "T)" + std::to_string(i) + R"(", "answer": {"aliases": ["A)" + std::to_string(i) + R"(", "B"], "value": "A"}})" "\n";
+    nq_train += R"({"question": "n)" + std::to_string(i) + R"(", "answer": ["x)" + std::to_string(i) + R"("]})" "\n";
+  }
+  data("data/triviaqa/validation.jsonl", R"({"question": "Who", "answer": {"aliases": ["Ann", "Anne"], "value": "Ann"}})" "\n");
+  data("data/triviaqa/train.jsonl", tq_train);
+  Task tq = load("triviaqa");
+  EXPECT_THAT(tq.items[0].answers, ElementsAre("Ann", "Anne"));
+  EXPECT_TRUE(absl::EndsWith(tq.items[0].contexts[0], "\n\nQuestion: Who?\nAnswer:"));
+  EXPECT_NE(tq.items[0].contexts[0].find("?\nAnswer: A"), std::string::npos);  // an example's first alias
+  data("data/nq_open/validation.jsonl", R"({"question": "where", "answer": ["here"]})" "\n");
+  data("data/nq_open/train.jsonl", nq_train);
+  Task nq = load("nq_open");
+  EXPECT_TRUE(absl::StartsWith(nq.items[0].contexts[0], "Answer these questions:\n\nQ: n")) << nq.items[0].contexts[0];
+  EXPECT_TRUE(ExactMatch(nq.config, "The Here", {"here"}));
 }
 
 TEST(MeanStderrTest, SampleStandardDeviationOverRootN) {
