@@ -158,7 +158,7 @@ struct Rendered {
 
 class TaskBuilder {
  public:
-  TaskBuilder(const TaskConfig& c, std::string data_path) : c_(c), data_(std::move(data_path)) {}
+  explicit TaskBuilder(const TaskConfig& c) : c_(c) {}
 
   absl::Status Compile() {
     for (const auto& r : c_.rewrite()) {
@@ -299,7 +299,6 @@ class TaskBuilder {
   }
 
   const TaskConfig& c_;
-  std::string data_;
   std::vector<std::pair<std::shared_ptr<const tokenizer::Regex>, std::string>> rewrites_;
 };
 
@@ -403,7 +402,7 @@ absl::StatusOr<Task> LoadTask(const std::string& config_path, int64_t limit) {
                               fewshot_docs.size()));
     }
   }
-  TaskBuilder builder(c, task.data_path);
+  TaskBuilder builder(c);
   HILNAS_RETURN_IF_ERROR(builder.Compile());
   const std::string target_delimiter = c.has_target_delimiter() ? c.target_delimiter() : " ";
   const std::string fewshot_delimiter = c.has_fewshot_delimiter() ? c.fewshot_delimiter() : "\n\n";
