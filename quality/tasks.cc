@@ -458,11 +458,11 @@ absl::StatusOr<Task> LoadTask(const std::string& config_path, int64_t limit) {
 
 namespace {
 
-std::string NormalizeForMatch(const TaskConfig& c, std::string s) {
-  for (const std::string& pattern : c.regexes_to_ignore()) {
-    auto re = tokenizer::Regex::Compile(pattern, false);
-    if (!re.ok()) continue;  // checked when the task loads
-    auto replaced = ReplaceAll(**re, s, "");
+using CompiledRegexes = std::vector<std::shared_ptr<const tokenizer::Regex>>;
+
+std::string NormalizeForMatch(const TaskConfig& c, const CompiledRegexes& ignore, std::string s) {
+  for (const auto& re : ignore) {
+    auto replaced = ReplaceAll(*re, s, "");
     if (replaced.ok()) s = *std::move(replaced);
   }
   if (c.ignore_case()) s = absl::AsciiStrToLower(s);
@@ -478,9 +478,15 @@ std::string NormalizeForMatch(const TaskConfig& c, std::string s) {
 
 bool ExactMatch(const TaskConfig& config, const std::string& prediction,
                 const std::vector<std::string>& answers) {
-  const std::string p = NormalizeForMatch(config, prediction);
+  // Compiled once for the prediction and every answer (LoadTask has
+  // already refused a pattern that does not compile).
+  CompiledRegexes ignore;
+  for (const std::string& pattern : config.regexes_to_ignore()) {
+    if (auto re = tokenizer::Regex::Compile(pattern, false); re.ok()) ignore.push_back(*std::move(re));
+  }
+  const std::string p = NormalizeForMatch(config, ignore, prediction);
   for (const std::string& a : answers) {
-    if (NormalizeForMatch(config, a) == p) return true;
+    if (NormalizeForMatch(config, ignore, a) == p) return true;
   }
   return false;
 }
