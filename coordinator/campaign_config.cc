@@ -5,6 +5,7 @@
 #include <functional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +14,8 @@
 #include "proto/benchmark_request.h"
 #include "pruner/metrics.h"
 #include "pruner/prune.h"
+#include "quality/evaluator.h"
+#include "quality/tasks.h"
 #include "search/strategy.h"
 #include "search_space/sobol.h"
 #include "search_space/space.h"
@@ -54,6 +57,9 @@ CampaignConfig WithCampaignDefaults(CampaignConfig c) {
       c.backbone_checkpoint().empty() ? std::string() : MetricsFileName(c.backbone_checkpoint()));
   set([&] { return c.quality_evaluator(); }, [&](std::string v) { c.set_quality_evaluator(v); },
       std::string("in-process"));
+  if (!c.quality_task().empty() && c.reference().task_error() == 0) {
+    c.mutable_reference()->set_task_error(1.0);
+  }
   set([&] { return c.quality_timeout_s(); }, [&](double v) { c.set_quality_timeout_s(v); }, 3600.0);
   TrainRecipe* t = c.mutable_train();
   set([&] { return t->steps(); }, [&](int v) { t->set_steps(v); }, 20);
@@ -170,9 +176,14 @@ absl::Status CheckObjectives(const CampaignConfig& c, const Space& space, const 
   if (!(c.stage1_target_r2() <= 1)) {
     return bad("stage1_target_r2", absl::StrCat(c.stage1_target_r2(), " > 1"));
   }
-  if (!(c.reference().loss() > 0)) {
+  if (c.quality_task().empty() && !(c.reference().loss() > 0)) {
     return bad("reference.loss",
                absl::StrCat(c.reference().loss(), " must be positive (the paper uses 0.6)"));
+  }
+  if (!c.quality_task().empty() &&
+      !(c.reference().task_error() > 0 && c.reference().task_error() <= 1)) {
+    return bad("reference.task_error",
+               absl::StrCat(c.reference().task_error(), " is not in (0, 1] (1 - score)"));
   }
   if (c.reference().ttft_ms() < 0) return bad("reference.ttft_ms", "is negative");
   std::set<int> seen;
@@ -240,6 +251,44 @@ absl::Status CheckDeployment(const CampaignConfig& c, const Space& space, const 
   HILNAS_RETURN_IF_ERROR(
       check("search_space.base.num_heads x head_dim", base.num_heads() * base.head_dim()));
   return check("search_space.base.num_kv_heads x head_dim", base.num_kv_heads() * base.head_dim());
+}
+
+// The tasks scored after training, and the one that may replace the loss as
+// the quality objective: every config and its data read here, at create.
+absl::Status CheckTasks(const CampaignConfig& c, const Bad& bad) {
+  if (c.task_limit() < 0) return bad("task_limit", absl::StrCat(c.task_limit(), " < 0"));
+  if (c.tasks_size() > 64) return bad("tasks", absl::StrCat(c.tasks_size(), " tasks exceed 64"));
+  const std::vector<std::string> paths(c.tasks().begin(), c.tasks().end());
+  if (absl::Status s = TaskFlags(paths, c.task_limit(), "", "").status(); !s.ok()) {
+    return bad("tasks", std::string(s.message()));
+  }
+  std::set<std::string> names;
+  std::vector<std::string> metrics;  // TASK/METRIC, what quality_task may name
+  for (int i = 0; i < c.tasks_size(); ++i) {
+    // A sample is enough to check the config and its data's fields.
+    absl::StatusOr<Task> t = LoadTask(c.tasks(i), /*limit=*/8);
+    if (!t.ok()) return bad(absl::StrCat("tasks[", i, "]"), std::string(t.status().message()));
+    if (!names.insert(t->config.name()).second) {
+      return bad(absl::StrCat("tasks[", i, "]"),
+                 absl::StrCat("a second task named \"", t->config.name(), "\""));
+    }
+    if (t->config.kind() == TaskConfig::GENERATE_UNTIL) {
+      metrics.push_back(t->config.name() + "/exact_match");
+    } else {
+      metrics.push_back(t->config.name() + "/acc");
+      metrics.push_back(t->config.name() + "/acc_norm");
+    }
+  }
+  if (c.quality_task().empty()) return absl::OkStatus();
+  const std::string want = c.quality_task().find('/') == std::string::npos
+                               ? c.quality_task() + "/"
+                               : c.quality_task();
+  for (const std::string& m : metrics) {
+    if (m == want || absl::StartsWith(m, want)) return absl::OkStatus();
+  }
+  return bad("quality_task",
+             absl::StrCat("\"", c.quality_task(), "\" is none of the campaign's task metrics (",
+                          metrics.empty() ? "no tasks" : absl::StrJoin(metrics, ", "), ")"));
 }
 
 // The in-process evaluator's data and recipe, or an evaluator's name.
@@ -330,6 +379,7 @@ absl::Status ValidateCampaignConfig(const CampaignConfig& c, const std::string& 
   HILNAS_RETURN_IF_ERROR(CheckBounds(c, bad));
   HILNAS_RETURN_IF_ERROR(CheckObjectives(c, *space, bad));
   HILNAS_RETURN_IF_ERROR(CheckEvaluator(c, bad));
+  HILNAS_RETURN_IF_ERROR(CheckTasks(c, bad));
   HILNAS_RETURN_IF_ERROR(CheckDeployment(c, *space, bad));
   return CheckBackbone(c, *space, where);
 }
@@ -344,6 +394,7 @@ absl::StatusOr<CampaignConfig> ReadCampaignConfig(const std::string& path) {
   absolute(c.mutable_backbone_checkpoint());
   absolute(c.mutable_backbone_metrics());
   absolute(c.mutable_tokens());
+  for (std::string& task : *c.mutable_tasks()) absolute(&task);
   c = WithCampaignDefaults(std::move(c));
   HILNAS_RETURN_IF_ERROR(ValidateCampaignConfig(c, path));
   return c;

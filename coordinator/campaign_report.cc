@@ -23,10 +23,34 @@ std::string ArchSummary(const ArchSpec& a) {
   return s;
 }
 
-Objectives ReferenceVector(const ReferencePoint& r, const std::vector<Objective>& objectives) {
+const TaskScore* FindTaskScore(const Trial& t, const std::string& task_metric) {
+  const size_t slash = task_metric.find('/');
+  const std::string task = task_metric.substr(0, slash);
+  const std::string metric = slash == std::string::npos ? "" : task_metric.substr(slash + 1);
+  for (const TaskScore& s : t.task_scores()) {
+    if (s.task() == task && (metric.empty() || s.metric() == metric)) return &s;
+  }
+  return nullptr;
+}
+
+double QualityObjective(const CampaignConfig& c, const Trial& t) {
+  if (c.quality_task().empty()) return t.loss();
+  const TaskScore* s = FindTaskScore(t, c.quality_task());
+  return s == nullptr ? NAN : 1 - s->value();
+}
+
+std::string QualityObjectiveName(const CampaignConfig& c) {
+  if (c.quality_task().empty()) return "loss";
+  std::string name = c.quality_task();
+  std::replace(name.begin(), name.end(), '/', ' ');
+  return absl::StrCat("1 - ", name);
+}
+
+Objectives ReferenceVector(const CampaignConfig& c, const ReferencePoint& r,
+                           const std::vector<Objective>& objectives) {
   Objectives out;
   for (Objective o : objectives) {
-    out.push_back(o == LOSS     ? r.loss()
+    out.push_back(o == LOSS     ? (c.quality_task().empty() ? r.loss() : r.task_error())
                   : o == TTFT   ? r.ttft_ms()
                   : o == DECODE ? r.decode_ms()
                                 : r.memory_mb());
@@ -34,10 +58,11 @@ Objectives ReferenceVector(const ReferencePoint& r, const std::vector<Objective>
   return out;
 }
 
-Objectives TrialObjectives(const Trial& t, const std::vector<Objective>& objectives) {
+Objectives TrialObjectives(const CampaignConfig& c, const Trial& t,
+                           const std::vector<Objective>& objectives) {
   Objectives out;
   for (Objective o : objectives) {
-    out.push_back(o == LOSS     ? t.loss()
+    out.push_back(o == LOSS     ? QualityObjective(c, t)
                   : o == TTFT   ? t.predicted_ttft_ms()
                   : o == DECODE ? t.predicted_decode_ms()
                                 : t.memory_mb());
@@ -48,12 +73,12 @@ Objectives TrialObjectives(const Trial& t, const std::vector<Objective>& objecti
 FrontView ComputeFront(const CampaignRecord& record, const std::vector<Trial>& trials) {
   FrontView v;
   v.objectives = CampaignObjectives(record.config);
-  v.reference = ReferenceVector(record.reference, v.objectives);
+  v.reference = ReferenceVector(record.config, record.reference, v.objectives);
   std::vector<Objectives> points;
   for (const Trial& t : trials) {
     if (t.stage() == 2 && t.state() == DONE) {
       v.evaluated.push_back(&t);
-      points.push_back(TrialObjectives(t, v.objectives));
+      points.push_back(TrialObjectives(record.config, t, v.objectives));
     }
   }
   v.on_front.assign(points.size(), false);
@@ -115,27 +140,59 @@ namespace {
 
 std::string Ms(double v) { return v > 0 ? absl::StrFormat("%.1f", v) : "-"; }
 
+// Every "task/metric" some trial of `trials` has a score for, in the order
+// first seen (a campaign's tasks in config order, then reported ones).
+std::vector<std::string> TaskColumns(const std::vector<const Trial*>& trials) {
+  std::vector<std::string> out;
+  for (const Trial* t : trials) {
+    for (const TaskScore& s : t->task_scores()) {
+      const std::string key = absl::StrCat(s.task(), "/", s.metric());
+      if (std::find(out.begin(), out.end(), key) == out.end()) out.push_back(key);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string ParetoTable(const CampaignRecord& record, const std::vector<Trial>& trials, bool all) {
   const FrontView v = ComputeFront(record, trials);
-  std::string s =
+  std::vector<const Trial*> shown;
+  for (const Trial& t : trials) shown.push_back(&t);
+  const std::vector<std::string> tasks = TaskColumns(all ? shown : v.evaluated);
+  std::string task_head, task_rule;
+  for (const std::string& k : tasks) {
+    std::string name = k;
+    std::replace(name.begin(), name.end(), '/', ' ');
+    absl::StrAppend(&task_head, " ", name, " |");
+    absl::StrAppend(&task_rule, "---:|");
+  }
+  std::string s = absl::StrCat(
       "| trial | stage | state | provenance | architecture | parameters | TTFT ms (pred) | TTFT ms "
-      "(meas) | decode ms/tok | memory MB | loss | front |\n"
-      "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|:---:|\n";
+      "(meas) | decode ms/tok | memory MB | loss |",
+      task_head, " front |\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|", task_rule,
+      ":---:|\n");
   auto row = [&](const Trial& t, bool front) {
+    std::string scores;
+    for (const std::string& k : tasks) {
+      const TaskScore* ts = FindTaskScore(t, k);
+      absl::StrAppend(&scores, " ",
+                      ts == nullptr ? std::string("-")
+                                    : absl::StrFormat("%.3f ± %.3f", ts->value(), ts->std_err()),
+                      " |");
+    }
     const double decode = t.has_latency() && t.latency().summaries_size() > 0
                               ? t.latency().summaries(0).decode_median_ms_per_token()
                               : t.predicted_decode_ms();
     absl::StrAppend(
         &s, absl::StrFormat(
-                "| %d | %d | %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %s |\n", t.id(),
+                "| %d | %d | %s | %s | %s | %d | %s | %s | %s | %.1f | %s |%s %s |\n", t.id(),
                 t.stage(), absl::AsciiStrToLower(TrialState_Name(t.state())), t.provenance(),
                 ArchSummary(t.arch()), t.parameters(), Ms(t.predicted_ttft_ms()),
                 Ms(t.measured_ttft_ms()), decode > 0 ? absl::StrFormat("%.2f", decode) : "-",
                 t.memory_mb(),
                 t.stage() == 2 && t.state() == DONE ? absl::StrFormat("%.4f", t.loss()) : "-",
-                front ? "*" : ""));
+                scores, front ? "*" : ""));
   };
   if (all) {
     for (const Trial& t : trials) {
@@ -150,10 +207,22 @@ std::string ParetoTable(const CampaignRecord& record, const std::vector<Trial>& 
 
 std::string ParetoCsv(const CampaignRecord& record, const std::vector<Trial>& trials) {
   const FrontView v = ComputeFront(record, trials);
+  const std::vector<std::string> tasks = TaskColumns(v.evaluated);
   std::string s =
       "trial,provenance,layers,d_model,d_ffn,pattern,parameters,predicted_ttft_ms,"
       "measured_ttft_ms,predicted_decode_ms,memory_mb,loss,on_front,latency_precision,"
-      "loss_precision\n";
+      "loss_precision";
+  // A task column's name: TASK:METRIC and TASK:METRIC:stderr (task names
+  // are config names; a comma or quote in one is replaced).
+  for (const std::string& k : tasks) {
+    std::string name = k;
+    std::replace(name.begin(), name.end(), '/', ':');
+    for (char& ch : name) {
+      if (ch == ',' || ch == '"' || ch == '\n') ch = '_';
+    }
+    absl::StrAppend(&s, ",", name, ",", name, ":stderr");
+  }
+  s += "\n";
   const std::string latency_precision = LatencyPrecision(record.config),
                     loss_precision = LossPrecision(record.config);
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
@@ -161,11 +230,16 @@ std::string ParetoCsv(const CampaignRecord& record, const std::vector<Trial>& tr
     std::string pattern = ArchSummary(t.arch());
     pattern = pattern.substr(pattern.rfind(' ') + 1);
     absl::StrAppend(
-        &s, absl::StrFormat("%d,%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.3f,%.6f,%d,%s,%s\n", t.id(),
+        &s, absl::StrFormat("%d,%s,%d,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.3f,%.6f,%d,%s,%s", t.id(),
                             t.provenance(), t.arch().num_layers(), t.arch().d_model(),
                             t.arch().d_ffn(), pattern, t.parameters(), t.predicted_ttft_ms(),
                             t.measured_ttft_ms(), t.predicted_decode_ms(), t.memory_mb(), t.loss(),
                             v.on_front[i] ? 1 : 0, latency_precision, loss_precision));
+    for (const std::string& k : tasks) {
+      const TaskScore* ts = FindTaskScore(t, k);
+      absl::StrAppend(&s, ts == nullptr ? ",," : absl::StrFormat(",%.6f,%.6f", ts->value(), ts->std_err()));
+    }
+    s += "\n";
   }
   return s;
 }
@@ -200,7 +274,17 @@ std::string ParetoJson(const CampaignRecord& record, const std::vector<Trial>& t
                            {"memory_mb", t.memory_mb()},
                            {"loss", t.loss()},
                            {"on_front", static_cast<bool>(v.on_front[i])}});
+    nlohmann::json scores = nlohmann::json::array();
+    for (const TaskScore& ts : t.task_scores()) {
+      scores.push_back({{"task", ts.task()},
+                        {"metric", ts.metric()},
+                        {"value", ts.value()},
+                        {"stderr", ts.std_err()},
+                        {"n", ts.n()}});
+    }
+    if (!scores.empty()) j["trials"].back()["tasks"] = std::move(scores);
   }
+  if (!record.config.quality_task().empty()) j["quality_objective"] = QualityObjectiveName(record.config);
   return j.dump(2) + "\n";
 }
 
@@ -212,7 +296,8 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
     if (x > 0) x0 = std::min(x0, x), x1 = std::max(x1, x);
     if (std::isfinite(y)) y0 = std::min(y0, y), y1 = std::max(y1, y);
   };
-  for (const Trial* t : v.evaluated) extend(t->predicted_ttft_ms(), t->loss());
+  const CampaignConfig& c = record.config;
+  for (const Trial* t : v.evaluated) extend(t->predicted_ttft_ms(), QualityObjective(c, *t));
   const bool has_reference = v.reference.size() >= 2 && v.reference[1] > 0;
   if (has_reference) extend(v.reference[1], v.reference[0]);
   for (const auto& m : markers) extend(m.second, NAN);
@@ -221,7 +306,9 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
   // 5% room on each side: a factor 10^0.05 on the log axis.
   const double pad = std::pow(10, 0.05);
   const PlotAxis x("TTFT ms (predicted, log scale)", x0 / pad, x1 * pad, /*log=*/true);
-  PlotAxis y("held-out loss", y0 - 0.05 * (y1 - y0), y1 + 0.05 * (y1 - y0));
+  PlotAxis y(c.quality_task().empty() ? std::string("held-out loss")
+                                      : absl::StrCat(QualityObjectiveName(c), " (error)"),
+             y0 - 0.05 * (y1 - y0), y1 + 0.05 * (y1 - y0));
   y.tick_decimals = 3;
   SvgPlot plot(720, 480, record.config.name(), x, y, FrontSummary(record, trials));
   if (has_reference) {
@@ -240,7 +327,7 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
     if (v.on_front[i]) {
-      front.push_back({v.evaluated[i]->predicted_ttft_ms(), v.evaluated[i]->loss()});
+      front.push_back({v.evaluated[i]->predicted_ttft_ms(), QualityObjective(c, *v.evaluated[i])});
     }
   }
   std::sort(front.begin(), front.end());
@@ -249,9 +336,15 @@ std::string ParetoSvg(const CampaignRecord& record, const std::vector<Trial>& tr
   const PlotStyle front_style = Dot("#ff7f0e", 5, 0.75);
   for (size_t i = 0; i < v.evaluated.size(); ++i) {
     const Trial& t = *v.evaluated[i];
-    plot.Point(t.predicted_ttft_ms(), t.loss(), v.on_front[i] ? front_style : trial_style,
-               absl::StrFormat("trial %d: %s, loss %.4f, TTFT %.1f ms", t.id(),
-                               ArchSummary(t.arch()), t.loss(), t.predicted_ttft_ms()));
+    plot.Point(t.predicted_ttft_ms(), QualityObjective(c, t),
+               v.on_front[i] ? front_style : trial_style,
+               absl::StrFormat("trial %d: %s, loss %.4f%s, TTFT %.1f ms", t.id(),
+                               ArchSummary(t.arch()), t.loss(),
+                               c.quality_task().empty()
+                                   ? std::string()
+                                   : absl::StrFormat(", %s %.4f", QualityObjectiveName(c),
+                                                     QualityObjective(c, t)),
+                               t.predicted_ttft_ms()));
   }
   plot.Legend("Pareto front", front_style);
   plot.Legend("trial", trial_style);

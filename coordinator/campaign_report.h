@@ -18,12 +18,26 @@
 
 namespace hilnas {
 
-// The reference point's coordinates in the order of `objectives`.
-Objectives ReferenceVector(const ReferencePoint& reference,
+// The trial's score on "TASK/METRIC", or on TASK's first metric for "TASK";
+// nullptr when it has none.
+const TaskScore* FindTaskScore(const Trial& trial, const std::string& task_metric);
+
+// The quality objective (LOSS) of a finished stage-2 trial: its held-out
+// loss, or with config.quality_task the task's error, 1 - score (NaN when
+// the trial has no such score).
+double QualityObjective(const CampaignConfig& config, const Trial& trial);
+// "loss", or "1 - piqa acc_norm".
+std::string QualityObjectiveName(const CampaignConfig& config);
+
+// The reference point's coordinates in the order of `objectives`; the
+// quality bound is reference.loss, or reference.task_error with a
+// quality_task.
+Objectives ReferenceVector(const CampaignConfig& config, const ReferencePoint& reference,
                            const std::vector<Objective>& objectives);
 
 // The objective values of a finished stage-2 trial.
-Objectives TrialObjectives(const Trial& trial, const std::vector<Objective>& objectives);
+Objectives TrialObjectives(const CampaignConfig& config, const Trial& trial,
+                           const std::vector<Objective>& objectives);
 
 struct FrontView {
   std::vector<const Trial*> evaluated;  // stage-2 DONE trials, in id order
@@ -45,7 +59,8 @@ std::string EvaluationSummary(const Trial& trial);
 
 // One row per trial of either stage (`all`) or per evaluated stage-2 trial:
 // id, stage, state, provenance, architecture, parameters, TTFT predicted and
-// measured, decode, memory, loss, front.
+// measured, decode, memory, loss, a column per task metric any trial has
+// (CampaignConfig.tasks, `hilnas pareto report --task`), front.
 // "latency at q4_0 weights, 1 thread(s), TTFT at 256 tokens; loss after
 // q4_0": what a campaign's figures are for.
 std::string DeploymentSummary(const CampaignConfig& config);

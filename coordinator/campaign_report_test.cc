@@ -1,5 +1,7 @@
 #include "coordinator/campaign_report.h"
 
+#include <cmath>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -96,6 +98,62 @@ TEST(CampaignReportTest, ExportsNameTheKvCachePrecision) {
               HasSubstr(",1,q4_0 with q8_0 KV cache,q4_0 with q8_0 KV cache\n"));
   auto j = nlohmann::json::parse(ParetoJson(f.record, f.trials));
   EXPECT_EQ(j["deployment"]["latency_precision"], "q4_0 with q8_0 KV cache");
+}
+
+void AddScore(Trial& t, const std::string& task, const std::string& metric, double value) {
+  TaskScore* s = t.add_task_scores();
+  s->set_task(task);
+  s->set_metric(metric);
+  s->set_value(value);
+  s->set_std_err(0.01);
+  s->set_n(500);
+}
+
+// Task scores (CampaignConfig.tasks, `pareto report --task`) become columns
+// of every export; a trial without one shows a dash or empty field.
+TEST(CampaignReportTest, TaskScoresAreColumnsOfEveryExport) {
+  Fixture f;
+  AddScore(f.trials[0], "cloze", "acc", 0.84);
+  AddScore(f.trials[0], "cloze", "acc_norm", 0.86);
+  AddScore(f.trials[1], "cloze", "acc", 0.96);
+  const std::string table = ParetoTable(f.record, f.trials, /*all=*/false);
+  EXPECT_THAT(table, HasSubstr("| loss | cloze acc | cloze acc_norm | front |"));
+  EXPECT_THAT(table, HasSubstr("| 2.5000 | 0.840 ± 0.010 | 0.860 ± 0.010 | * |"));
+  EXPECT_THAT(table, HasSubstr("| 2.0000 | 0.960 ± 0.010 | - | * |"));
+  EXPECT_THAT(table, HasSubstr("| 2.6000 | - | - |  |"));
+  const std::string csv = ParetoCsv(f.record, f.trials);
+  EXPECT_THAT(csv, HasSubstr(
+      ",loss_precision,cloze:acc,cloze:acc:stderr,cloze:acc_norm,cloze:acc_norm:stderr\n"));
+  EXPECT_THAT(csv, HasSubstr(",as trained,0.840000,0.010000,0.860000,0.010000\n"));
+  EXPECT_THAT(csv, HasSubstr(",as trained,0.960000,0.010000,,\n"));
+  auto j = nlohmann::json::parse(ParetoJson(f.record, f.trials));
+  EXPECT_EQ(j["trials"][0]["tasks"][1]["metric"], "acc_norm");
+  EXPECT_DOUBLE_EQ(j["trials"][0]["tasks"][1]["value"].get<double>(), 0.86);
+  EXPECT_FALSE(j["trials"][2].contains("tasks"));
+}
+
+// With a quality_task the quality objective is the task's error: the front
+// is drawn in (1 - score, TTFT), against reference.task_error.
+TEST(CampaignReportTest, AQualityTaskReplacesTheLossAsObjective) {
+  Fixture f;
+  f.record.config.set_quality_task("cloze/acc");
+  f.record.reference.set_task_error(0.5);
+  // Loss would put trials 1 and 2 on the front; accuracy puts 1 and 3.
+  AddScore(f.trials[0], "cloze", "acc", 0.70);
+  AddScore(f.trials[1], "cloze", "acc", 0.60);
+  AddScore(f.trials[2], "cloze", "acc", 0.90);
+  EXPECT_DOUBLE_EQ(QualityObjective(f.record.config, f.trials[0]), 0.30000000000000004);
+  EXPECT_EQ(QualityObjectiveName(f.record.config), "1 - cloze acc");
+  const FrontView v = ComputeFront(f.record, f.trials);
+  EXPECT_EQ(v.on_front, (std::vector<bool>{true, false, true}));
+  EXPECT_DOUBLE_EQ(v.reference[0], 0.5);
+  // Box below (0.5, 100): (0.3, 10) covers 0.2 x 90 = 18; (0.1, 60) adds 0.2 x 40 = 8.
+  EXPECT_NEAR(v.hypervolume, 26, 1e-9);
+  // "TASK" alone takes the task's first metric; a trial without it has NaN.
+  f.record.config.set_quality_task("cloze");
+  EXPECT_NEAR(QualityObjective(f.record.config, f.trials[2]), 0.1, 1e-12);
+  EXPECT_TRUE(std::isnan(QualityObjective(f.record.config, f.trials[3])));
+  EXPECT_THAT(ParetoSvg(f.record, f.trials), HasSubstr("1 - cloze (error)"));
 }
 
 TEST(CampaignReportTest, PlotShowsTrialsFrontReferenceAndPublishedShapes) {

@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_report.h"
 #include "search_space/space.h"
+#include "proto/task.pb.h"
+#include "quality/evaluator.h"
 #include "util/status_macros.h"
+#include "util/textproto.h"
 
 namespace hilnas {
 
@@ -67,6 +71,30 @@ absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig&
         {"tokens", c.tokens()}}) {
     if (absl::Status s = policy_.data_roots.Check(field, path); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
+  }
+  // Task configs and the data they name: inside the roots too, checked
+  // before the data file is opened.
+  for (int i = 0; i < c.tasks_size(); ++i) {
+    const std::string field = absl::StrCat("tasks[", i, "]");
+    if (absl::Status s = TaskFlags({c.tasks(i)}, 0, "", "").status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": tasks: ", s.message()));
+    }
+    if (absl::Status s = policy_.data_roots.Check(field, c.tasks(i)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
+    TaskConfig task;
+    if (absl::Status s = ReadTextProtoFile(c.tasks(i), &task); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", s.message()));
+    }
+    for (const std::string& data : {task.data(), task.fewshot_data()}) {
+      if (data.empty()) continue;
+      const fs::path resolved = fs::path(data).is_absolute()
+                                    ? fs::path(data)
+                                    : fs::path(c.tasks(i)).parent_path() / data;
+      if (absl::Status s = policy_.data_roots.Check(field + " data", resolved.string()); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+      }
     }
   }
   HILNAS_ASSIGN_OR_RETURN(std::vector<CampaignRecord> existing, store_->List());

@@ -188,6 +188,26 @@ absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, Camp
   t.set_loss(q.loss);
   t.set_initial_loss(q.initial_loss);
   t.set_quality_seconds(q.seconds);
+  t.clear_task_scores();
+  for (const TaskScoreValue& v : q.tasks) {
+    TaskScore* s = t.add_task_scores();
+    s->set_task(v.task);
+    s->set_metric(v.metric);
+    s->set_value(v.value);
+    s->set_std_err(v.stderr_);
+    s->set_n(v.n);
+  }
+  std::string score;
+  if (!c.quality_task().empty()) {
+    const TaskScore* s = FindTaskScore(t, c.quality_task());
+    if (s == nullptr) {
+      return FailTrial(record, t, trials,
+                       absl::StrCat("the evaluator returned no score for quality_task \"",
+                                    c.quality_task(), "\" (", t.task_scores_size(),
+                                    " task scores; does its command pass {task_flags}?)"));
+    }
+    score = absl::StrFormat(", %s %s %.4f", s->task(), s->metric(), s->value());
+  }
   if (c.confirm_latency()) {
     HILNAS_RETURN_IF_ERROR(SubmitMeasurement(record, t));
   } else {
@@ -198,8 +218,8 @@ absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, Camp
   std::error_code ec;  // `hilnas export` prunes again; nothing here is needed
   fs::remove_all(fs::path(Task(ctx, t).checkpoint_dir).parent_path(), ec);
   Log(c.name(),
-      absl::StrFormat("trial %d (%s, %s): loss %.4f, predicted TTFT %.1f ms, %s params, %.1f s",
-                      t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(),
+      absl::StrFormat("trial %d (%s, %s): loss %.4f%s, predicted TTFT %.1f ms, %s params, %.1f s",
+                      t.id(), t.provenance(), ArchSummary(t.arch()), t.loss(), score,
                       t.predicted_ttft_ms(), absl::StrCat(t.parameters()), t.quality_seconds()));
   return absl::OkStatus();
 }
@@ -371,14 +391,14 @@ absl::StatusOr<SearchState> Stage2SearchState(const CampaignRecord& record,
   state.prompt_tokens = c.ttft_prompt_tokens();
   state.ttft = ctx.ttft.get();
   state.decode = ctx.decode.get();
-  state.reference = ReferenceVector(record.reference, state.objectives);
+  state.reference = ReferenceVector(c, record.reference, state.objectives);
   for (const Trial& t : trials) {
     if (t.stage() != 2) continue;
     state.seen.insert(ArchKey(t.arch()));
     HILNAS_ASSIGN_OR_RETURN(Arch a, ArchFromProto(t.arch()));
     if (t.state() == DONE || (t.state() == MEASURING && t.loss() > 0)) {
       state.observed.push_back(a);
-      state.observed_loss.push_back(t.loss());
+      state.observed_loss.push_back(QualityObjective(c, t));
     } else if (!TrialFinished(t.state())) {
       state.pending.push_back(a);
     }

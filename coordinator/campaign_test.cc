@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -16,10 +17,12 @@
 #include "coordinator/campaign_report.h"
 #include "coordinator/campaign_service.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "quality/tokens.h"
 #include "search_space/counts.h"
+#include "util/files.h"
 #include "util/status_macros.h"
 #include "util/status_matchers.h"
 #include "util/textproto.h"
@@ -143,6 +146,38 @@ class CampaignTest : public ::testing::Test {
       ++step;
     }
     return "still running";
+  }
+
+  // A 4-way cloze task over lines of the licences the campaign trains on
+  // (distractors: the line's last word with its letters reversed and
+  // shifted); returns the config's path.
+  std::string WriteClozeTask() {
+    std::ifstream in("/usr/share/common-licenses/GPL-3");
+    std::string line, jsonl;
+    int n = 0;
+    while (std::getline(in, line) && n < 12) {
+      const size_t cut = line.rfind(' ');
+      if (line.size() < 40 || cut == std::string::npos || cut + 4 > line.size()) continue;
+      const std::string context = line.substr(0, cut), word = line.substr(cut);
+      std::string reversed(word.rbegin(), word.rend() - 1);
+      reversed = " " + reversed;
+      std::string shifted = word;
+      for (size_t i = 1; i < shifted.size(); ++i) shifted[i] = shifted[i] == 'z' ? 'a' : shifted[i] + 1;
+      const nlohmann::json doc = {{"context", context},
+                                  {"endings", {word, reversed, shifted, " the"}},
+                                  {"label", 0}};
+      jsonl += doc.dump() + "\n";
+      ++n;
+    }
+    EXPECT_OK(WriteFileAtomically((dir_ / "cloze.jsonl").string(), jsonl));
+    const std::string config = (dir_ / "cloze.textproto").string();
+    EXPECT_OK(WriteFileAtomically(config, R"(name: "cloze"
+data: "cloze.jsonl"
+context: "{{context}}"
+choices_field: "endings"
+gold_field: "label"
+)"));
+    return config;
   }
 
   EvaluatorFactory make_evaluator_;  // empty: the default factory
@@ -603,8 +638,63 @@ TEST_F(CampaignTest, ConfigErrorsNameTheField) {
   ref.mutable_reference()->set_loss(-1);
   EXPECT_THAT(service_->Create(ref),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reference.loss")));
+  // Tasks: a path an evaluator's shell must not see, a missing config, a
+  // quality_task that is none of the tasks' metrics.
+  const std::string cloze = WriteClozeTask();
+  CampaignConfig shell = Config("shell");
+  shell.add_tasks(cloze + ";rm");
+  EXPECT_THAT(service_->Create(shell),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tasks: task config \"" + cloze + ";rm\"")));
+  CampaignConfig missing = Config("missing");
+  missing.add_tasks((dir_ / "absent.textproto").string());
+  EXPECT_THAT(service_->Create(missing),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tasks[0]: ")));
+  CampaignConfig unknown = Config("unknown-task");
+  unknown.add_tasks(cloze);
+  unknown.set_quality_task("cloze/exact_match");
+  EXPECT_THAT(service_->Create(unknown),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("quality_task: \"cloze/exact_match\" is none of the campaign's "
+                                 "task metrics (cloze/acc, cloze/acc_norm)")));
   ASSERT_OK_AND_ASSIGN(auto all, service_->List());
   EXPECT_TRUE(all.empty());  // nothing was stored
+}
+
+// The in-process evaluator scores the campaign's tasks on every trained
+// trial; with quality_task, the search ranks candidates by the task's error.
+TEST_F(CampaignTest, TasksAreScoredOnEveryTrialAndMayBeTheQualityObjective) {
+  CampaignConfig c = Config("tasks");
+  c.add_tasks(WriteClozeTask());
+  c.set_quality_task("cloze/acc_norm");
+  c.set_stage2_trials(4);
+  c.set_stage2_initial_points(3);
+  ASSERT_OK(service_->Create(c).status());
+  ASSERT_OK(service_->Start("tasks").status());
+  EXPECT_EQ(RunToEnd("tasks"), "done");
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, campaigns_->Trials("tasks"));
+  ASSERT_OK_AND_ASSIGN(CampaignRecord record, campaigns_->Get("tasks"));
+  EXPECT_EQ(record.reference.task_error(), 1.0);  // the default bound: any score
+  int scored = 0;
+  for (const Trial& t : trials) {
+    if (t.stage() != 2) continue;
+    EXPECT_EQ(t.state(), DONE) << t.message();
+    ASSERT_EQ(t.task_scores_size(), 2) << t.id();
+    EXPECT_EQ(t.task_scores(0).task(), "cloze");
+    EXPECT_EQ(t.task_scores(0).metric(), "acc");
+    EXPECT_EQ(t.task_scores(1).metric(), "acc_norm");
+    EXPECT_EQ(t.task_scores(1).n(), 12);
+    EXPECT_GE(t.task_scores(1).value(), 0);
+    EXPECT_LE(t.task_scores(1).value(), 1);
+    EXPECT_DOUBLE_EQ(QualityObjective(record.config, t), 1 - t.task_scores(1).value());
+    ++scored;
+  }
+  EXPECT_EQ(scored, 4);
+  ASSERT_OK_AND_ASSIGN(std::vector<LogLine> lines, campaigns_->LogLines("tasks", 1000));
+  std::vector<std::string> log;
+  for (const LogLine& l : lines) log.push_back(l.text);
+  EXPECT_THAT(log, Contains(HasSubstr(", cloze acc_norm ")));
+  EXPECT_THAT(ParetoTable(record, trials, false), HasSubstr("| cloze acc | cloze acc_norm |"));
 }
 
 TEST_F(CampaignTest, AStepThatThrowsFailsTheCampaignWithTheReasonNotTheProcess) {
@@ -731,6 +821,23 @@ TEST_F(CampaignTest, PathsOutsideTheDataRootsAreRefusedAtCreate) {
   EXPECT_THAT(service.Create(link), StatusIs(absl::StatusCode::kInvalidArgument,
                                              ::testing::AllOf(HasSubstr("backbone_checkpoint"),
                                                               HasSubstr("resolves to"))));
+  // A task config outside, and one inside whose data is outside.
+  const std::string cloze = WriteClozeTask();  // in dir_, outside the root
+  CampaignConfig task_outside = inside;
+  task_outside.set_name("task-outside");
+  task_outside.add_tasks(cloze);
+  EXPECT_THAT(service.Create(task_outside),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("tasks[0]: "), HasSubstr("outside"))));
+  ASSERT_OK(WriteFileAtomically((root / "cloze.textproto").string(),
+                                "name: \"cloze\" data: \"../cloze.jsonl\" context: \"{{context}}\" "
+                                "choices_field: \"endings\" gold_field: \"label\"\n"));
+  CampaignConfig data_outside = inside;
+  data_outside.set_name("data-outside");
+  data_outside.add_tasks((root / "cloze.textproto").string());
+  EXPECT_THAT(service.Create(data_outside),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("tasks[0] data: "), HasSubstr("\"..\""))));
   ASSERT_OK_AND_ASSIGN(auto all, service.List());
   EXPECT_EQ(all.size(), 1u);
 }

@@ -39,7 +39,11 @@ EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> defi
   return [definitions = std::move(definitions)](
              const CampaignConfig& c,
              const Backbone& backbone) -> absl::StatusOr<std::unique_ptr<TrialEvaluator>> {
+    const std::vector<std::string> task_configs(c.tasks().begin(), c.tasks().end());
     if (c.quality_evaluator() != "in-process") {
+      HILNAS_ASSIGN_OR_RETURN(const std::string task_flags,
+                              TaskFlags(task_configs, c.task_limit(),
+                                        c.train().eval_weight_dtype(), c.train().eval_kv_dtype()));
       auto it = definitions.find(c.quality_evaluator());
       if (it == definitions.end()) {
         return absl::FailedPreconditionError(
@@ -51,20 +55,27 @@ EvaluatorFactory DefaultEvaluatorFactory(std::map<std::string, std::string> defi
         HILNAS_ASSIGN_OR_RETURN(
             SlurmEvaluatorConfig slurm,
             ReadSlurmEvaluatorConfig(it->second.substr(sizeof(kSlurmPrefix) - 1)));
-        return NewSlurmEvaluator(std::move(slurm));
+        return NewSlurmEvaluator(std::move(slurm), task_flags);
       }
-      return NewConcurrentEvaluator(NewExternalCommandEvaluator(it->second, c.quality_timeout_s()),
-                                    /*capacity=*/0);
+      return NewConcurrentEvaluator(
+          NewExternalCommandEvaluator(it->second, c.quality_timeout_s(), task_flags),
+          /*capacity=*/0);
     }
     HILNAS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                             ReadTokenFile(c.tokens(), backbone.model->arch().vocab_size));
     HILNAS_ASSIGN_OR_RETURN(
         TokenSplit split,
         SplitTokens(std::move(ids), c.train().heldout_fraction(), c.train().seq_len() + 1));
+    auto tasks = std::make_shared<std::vector<Task>>();
+    for (const std::string& path : task_configs) {
+      HILNAS_ASSIGN_OR_RETURN(Task t, LoadTask(path, c.task_limit()));
+      tasks->push_back(std::move(t));
+    }
     // Training already uses every core: one at a time unless asked.
     return NewConcurrentEvaluator(
         NewInProcessEvaluator(std::make_shared<const TokenSplit>(std::move(split)),
-                              TrainOptionsFromRecipe(c.train(), c.seed())),
+                              TrainOptionsFromRecipe(c.train(), c.seed()), /*teacher_dir=*/"",
+                              std::move(tasks)),
         /*capacity=*/c.max_in_flight() > 0 ? c.max_in_flight() : 1);
   };
 }

@@ -1,5 +1,6 @@
 #include "coordinator/web_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -77,13 +78,18 @@ async function refresh(){
          ` front ${s.frontSize||0}, hypervolume ${(s.hypervolume||0).toPrecision(4)}</div>`;
       if((s.inFlight||[]).length) h+=`<div id="in-flight">evaluating: ${(s.inFlight).map(esc).join('; ')}</div>`;
       h+=`<h2>Pareto front</h2><img id="chart" src="/api/campaigns/${selected}/front.svg?t=${Date.now()}">`;
+      const tasks=d.task_columns||[];
       h+=`<h2>Trials</h2><table id="trials"><tr><th>trial</th><th>stage</th><th>state</th><th>provenance</th><th>architecture</th>`+
-         `<th>parameters</th><th>TTFT ms pred</th><th>TTFT ms meas</th><th>loss</th><th>front</th></tr>`;
+         `<th>parameters</th><th>TTFT ms pred</th><th>TTFT ms meas</th><th>loss</th>`+
+         tasks.map(k=>`<th>${esc(k.replace('/',' '))}</th>`).join('')+`<th>front</th></tr>`;
       for(const t of d.trials){
+        const sc=t.tasks||{};
         h+=`<tr class="${t.on_front?'front':''}"><td>${t.trial}</td><td>${t.stage}</td><td>${t.state}${t.evaluation?' ('+esc(t.evaluation.trim())+')':''}</td><td>${esc(t.provenance)}</td>`+
            `<td style="text-align:left">${esc(t.architecture)}</td><td>${t.parameters}</td>`+
            `<td>${t.predicted_ttft_ms>0?t.predicted_ttft_ms.toFixed(1):'-'}</td><td>${t.measured_ttft_ms>0?t.measured_ttft_ms.toFixed(1):'-'}</td>`+
-           `<td>${t.loss>0?t.loss.toFixed(4):'-'}</td><td>${t.on_front?'*':''}</td></tr>`;
+           `<td>${t.loss>0?t.loss.toFixed(4):'-'}</td>`+
+           tasks.map(k=>`<td>${sc[k]?sc[k].value.toFixed(3)+' &plusmn; '+sc[k].stderr.toFixed(3):'-'}</td>`).join('')+
+           `<td>${t.on_front?'*':''}</td></tr>`;
       }
       h+=`</table><h2>Progress log</h2><div id="log">${esc((s.log||[]).join('\n'))}</div>`;
       document.getElementById('detail').innerHTML=h;
@@ -112,6 +118,7 @@ absl::StatusOr<std::string> CampaignJson(CampaignStore& store, const std::string
   nlohmann::json j;
   j["status"] = nlohmann::json::parse(ProtoJson(status));
   j["trials"] = nlohmann::json::array();
+  j["task_columns"] = nlohmann::json::array();
   for (const Trial& t : trials) {
     bool on_front = false;
     for (size_t i = 0; i < front.evaluated.size(); ++i) {
@@ -129,6 +136,15 @@ absl::StatusOr<std::string> CampaignJson(CampaignStore& store, const std::string
                            {"message", t.message()},
                            {"evaluation", t.state() == TRAINING ? EvaluationSummary(t) : ""},
                            {"on_front", on_front}});
+    // Task scores by "task/metric" (CampaignConfig.tasks, pareto report).
+    nlohmann::json scores = nlohmann::json::object();
+    for (const TaskScore& s : t.task_scores()) {
+      const std::string key = absl::StrCat(s.task(), "/", s.metric());
+      scores[key] = {{"value", s.value()}, {"stderr", s.std_err()}, {"n", s.n()}};
+      auto& cols = j["task_columns"];
+      if (std::find(cols.begin(), cols.end(), key) == cols.end()) cols.push_back(key);
+    }
+    if (!scores.empty()) j["trials"].back()["tasks"] = std::move(scores);
   }
   return j.dump();
 }

@@ -40,6 +40,35 @@ TEST(ExternalEvaluatorTest, RunsTheUsersCommandAndReadsItsJson) {
   fs::remove_all(d);
 }
 
+// A campaign's tasks reach the user's command as `hilnas train` flags, at
+// the deployment precision; its "tasks" come back with the loss.
+TEST(ExternalEvaluatorTest, PassesTaskFlagsAndReadsTheScores) {
+  const fs::path d = Fresh("hilnas_eval_ext_tasks");
+  ASSERT_OK_AND_ASSIGN(std::string flags,
+                       TaskFlags({"/data/tasks/piqa.textproto", "/data/tasks/arc_e.textproto"}, 50,
+                                 "q4_0", "q8_0"));
+  EXPECT_EQ(flags,
+            " --task /data/tasks/piqa.textproto --task /data/tasks/arc_e.textproto --task-limit 50"
+            " --task-weight-dtype q4_0 --task-kv-dtype q8_0");
+  auto eval = NewExternalCommandEvaluator(
+      "echo x{task_flags} > " + (d / "flags").string() +
+          " && printf '{\"loss\": 2.5, \"tasks\": [{\"task\": \"piqa\", \"metric\": "
+          "\"acc\", \"value\": 0.6, \"n\": 50}]}' > {output}",
+      10, flags);
+  ASSERT_OK_AND_ASSIGN(QualityResult q, eval->Evaluate("/ckpt/trial-7", (d / "w").string()));
+  ASSERT_EQ(q.tasks.size(), 1u);
+  EXPECT_EQ(q.tasks[0].value, 0.6);
+  std::string seen;
+  ASSERT_OK(ReadFileToString((d / "flags").string(), &seen));
+  EXPECT_EQ(seen, "x" + flags + "\n");
+  // No tasks, no flags; a path a shell would read as more than a word is refused.
+  EXPECT_EQ(TaskFlags({}, 0, "q4_0", "").value_or("?"), "");
+  EXPECT_THAT(TaskFlags({"/data/x.textproto; rm -rf ~"}, 0, "", ""),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("only letters, digits and / . _ -")));
+  fs::remove_all(d);
+}
+
 TEST(ExternalEvaluatorTest, MissingOrBadResultsFailingCommandsAndTimeoutsAreErrors) {
   const fs::path d = Fresh("hilnas_eval_ext_bad");
   const std::string w = (d / "w").string();

@@ -168,7 +168,8 @@ namespace {
 
 class SlurmEvaluator : public TrialEvaluator {
  public:
-  explicit SlurmEvaluator(SlurmEvaluatorConfig c) : c_(std::move(c)) {
+  SlurmEvaluator(SlurmEvaluatorConfig c, std::string task_flags)
+      : c_(std::move(c)), task_flags_(std::move(task_flags)) {
     if (!c_.slurm_conf().empty()) env_["SLURM_CONF"] = c_.slurm_conf();
   }
 
@@ -329,7 +330,9 @@ class SlurmEvaluator : public TrialEvaluator {
                          "\", which holds characters a batch script must not see unquoted"));
       }
     }
-    return ExpandCommand(c_.script(), values);
+    std::map<std::string, std::string> all = values;
+    all["task_flags"] = task_flags_;  // checked word by word where it was made
+    return ExpandCommand(c_.script(), all);
   }
 
   // The job's state and node: squeue while slurmctld remembers the job
@@ -359,6 +362,7 @@ class SlurmEvaluator : public TrialEvaluator {
   }
 
   const SlurmEvaluatorConfig c_;
+  const std::string task_flags_;
   std::map<std::string, std::string> env_;
   absl::Mutex mu_;
   std::map<std::string, Tracked> tracked_ ABSL_GUARDED_BY(mu_);
@@ -366,8 +370,9 @@ class SlurmEvaluator : public TrialEvaluator {
 
 }  // namespace
 
-std::unique_ptr<TrialEvaluator> NewSlurmEvaluator(SlurmEvaluatorConfig config) {
-  return std::make_unique<SlurmEvaluator>(std::move(config));
+std::unique_ptr<TrialEvaluator> NewSlurmEvaluator(SlurmEvaluatorConfig config,
+                                                  std::string task_flags) {
+  return std::make_unique<SlurmEvaluator>(std::move(config), std::move(task_flags));
 }
 
 }  // namespace hilnas

@@ -41,7 +41,10 @@ absl::StatusOr<std::string> ParseSbatchOutput(const std::string& out);
 std::vector<std::string> SbatchArgs(const SlurmEvaluatorConfig& config, const EvaluationTask& task,
                                     const std::string& script_path);
 
-std::unique_ptr<TrialEvaluator> NewSlurmEvaluator(SlurmEvaluatorConfig config);
+// `task_flags` (quality/evaluator.h TaskFlags: " --task A ...", checked
+// there) is what the script's {task_flags} becomes.
+std::unique_ptr<TrialEvaluator> NewSlurmEvaluator(SlurmEvaluatorConfig config,
+                                                  std::string task_flags = "");
 
 }  // namespace hilnas
 

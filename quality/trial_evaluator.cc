@@ -36,6 +36,34 @@ absl::StatusOr<QualityResult> ReadQualityJson(const std::string& path) {
   q.initial_loss = number("initial_loss", std::numeric_limits<double>::quiet_NaN());
   q.tokens = static_cast<int64_t>(number("tokens", 0));
   q.seconds = number("seconds", 0);
+  if (j.contains("tasks")) {
+    const nlohmann::json& tasks = j["tasks"];
+    if (!tasks.is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": \"tasks\" is not an array"));
+    }
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const nlohmann::json& e = tasks[i];
+      auto bad = [&](const std::string& why) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": tasks[", i, "]: ", why, ": ", e.dump().substr(0, 200)));
+      };
+      if (!e.is_object()) return bad("not an object");
+      for (const char* key : {"task", "metric"}) {
+        if (!e.contains(key) || !e[key].is_string() || e[key].get<std::string>().empty()) {
+          return bad(absl::StrCat("\"", key, "\" is not a non-empty string"));
+        }
+      }
+      if (!e.contains("value") || !e["value"].is_number()) return bad("\"value\" is not a number");
+      TaskScoreValue v;
+      v.task = e["task"].get<std::string>();
+      v.metric = e["metric"].get<std::string>();
+      v.value = e["value"].get<double>();
+      if (!(v.value >= 0 && v.value <= 1)) return bad("\"value\" is not in [0, 1]");
+      if (e.contains("stderr") && e["stderr"].is_number()) v.stderr_ = e["stderr"].get<double>();
+      if (e.contains("n") && e["n"].is_number_integer()) v.n = e["n"].get<int64_t>();
+      q.tasks.push_back(std::move(v));
+    }
+  }
   return q;
 }
 

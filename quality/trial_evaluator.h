@@ -14,16 +14,28 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace hilnas {
+
+// One task metric of the trained candidate (quality/task_eval.h), as
+// `hilnas eval --task --json` prints it.
+struct TaskScoreValue {
+  std::string task;    // the TaskConfig's name
+  std::string metric;  // acc, acc_norm, exact_match
+  double value = 0;
+  double stderr_ = 0;
+  int64_t n = 0;
+};
 
 struct QualityResult {
   double loss = 0;          // held-out next-token loss after training, nats
   double initial_loss = 0;  // before training; NaN when the evaluator does not say
   int64_t tokens = 0;       // trained on
   double seconds = 0;
+  std::vector<TaskScoreValue> tasks;  // the tasks the evaluator was given, when any
 };
 
 class QualityEvaluator {
@@ -95,8 +107,11 @@ std::unique_ptr<TrialEvaluator> NewConcurrentEvaluator(std::shared_ptr<QualityEv
                                                        int capacity);
 
 // Reads the JSON object an external evaluation wrote to `path`:
-// {"loss": 2.31, "initial_loss": 3.1, "tokens": 1000000, "seconds": 95}
-// ("loss" required and finite). Errors name the file.
+// {"loss": 2.31, "initial_loss": 3.1, "tokens": 1000000, "seconds": 95,
+//  "tasks": [{"task": "piqa", "metric": "acc", "value": 0.61, "stderr": 0.01,
+//             "n": 1838}, ...]}
+// ("loss" required and finite; "tasks" optional, each entry with a task and
+// metric name and a finite value in [0, 1]). Errors name the file and entry.
 absl::StatusOr<QualityResult> ReadQualityJson(const std::string& path);
 
 }  // namespace hilnas

@@ -97,5 +97,32 @@ TEST(ReadQualityJsonTest, NeedsAFiniteLossAndNamesTheFile) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("absent.json")));
 }
 
+TEST(ReadQualityJsonTest, ReadsTaskScoresAsEvalJsonWritesThem) {
+  const fs::path d = fs::temp_directory_path() / "hilnas_quality_json_tasks";
+  fs::create_directories(d);
+  auto write = [&](const std::string& text) {
+    std::ofstream(d / "q.json") << text;
+    return ReadQualityJson((d / "q.json").string());
+  };
+  ASSERT_OK_AND_ASSIGN(
+      QualityResult q,
+      write(R"({"loss": 2.5, "tasks": [{"task": "piqa", "metric": "acc", "value": 0.625,
+                "stderr": 0.01, "n": 1838}, {"task": "piqa", "metric": "acc_norm", "value": 0.7}]})"));
+  ASSERT_EQ(q.tasks.size(), 2u);
+  EXPECT_EQ(q.tasks[0].task, "piqa");
+  EXPECT_EQ(q.tasks[0].metric, "acc");
+  EXPECT_EQ(q.tasks[0].value, 0.625);
+  EXPECT_EQ(q.tasks[0].stderr_, 0.01);
+  EXPECT_EQ(q.tasks[0].n, 1838);
+  EXPECT_EQ(q.tasks[1].metric, "acc_norm");
+  EXPECT_THAT(write(R"({"loss": 2.5, "tasks": {"piqa": 0.6}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"tasks\" is not an array")));
+  EXPECT_THAT(write(R"({"loss": 2.5, "tasks": [{"task": "piqa", "value": 0.6}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tasks[0]: \"metric\"")));
+  EXPECT_THAT(write(R"({"loss": 2.5, "tasks": [{"task": "a", "metric": "acc", "value": 0.5},
+                                                 {"task": "b", "metric": "acc", "value": 61}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tasks[1]: \"value\" is not in [0, 1]")));
+}
+
 }  // namespace
 }  // namespace hilnas

@@ -12,11 +12,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "coordinator/campaign_store.h"
 #include "coordinator/job_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "search_space/arch.h"
+#include "quality/trial_evaluator.h"
 #include "tests/process.h"
 #include "tests/tiny_job.h"
 #include "util/status_matchers.h"
@@ -206,6 +208,69 @@ train { steps: 4 batch_size: 4 seq_len: 64 eval_windows: 8 }
   std::tie(rc, out) =
       Run({"latency", "fit", "--campaign=crash", "--db=" + db_, "--out=" + dir_ + "/ttft.model"});
   EXPECT_EQ(rc, 0) << out;
+
+  // Downstream tasks on the front's candidates, trained again by the
+  // campaign's own (in-process) evaluator; the scores are kept with the
+  // trials and become columns of the table and the CSV.
+  const std::string cloze = dir_ + "/cloze.textproto";
+  ASSERT_OK(WriteFileAtomically(dir_ + "/cloze.jsonl", R"({"context": "This program is free", "endings": [" software", " erawtfos", " tpguxbsf"], "label": 0}
+{"context": "either version 3 of the", "endings": [" License", " esneciL", " Mjdfotf"], "label": 0}
+{"context": "WITHOUT ANY", "endings": [" WARRANTY", " YTNARRAW", " XBSSBOUZ"], "label": 0}
+{"context": "GNU General Public", "endings": [" License", " esneciL", " Mjdfotf"], "label": 0}
+{"context": "along with this", "endings": [" program", " margorp", " qsphsbn"], "label": 0}
+{"context": "Copyright (C) 2007 Free Software", "endings": [" Foundation", " noitadnuoF", " Gpvoebujpo"], "label": 0}
+)"));
+  ASSERT_OK(WriteFileAtomically(cloze, R"(name: "cloze"
+data: "cloze.jsonl"
+context: "{{context}}"
+choices_field: "endings"
+gold_field: "label"
+)"));
+  std::tie(rc, out) = Run({"pareto", "report", "crash", "--db=" + db_, "--task=" + cloze,
+                           "--work-dir=" + dir_ + "/report", "--out=" + dir_ + "/report.csv"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("| cloze acc | cloze acc_norm | front |"));
+  // The CSV: the front's rows have both scores, the others none.
+  std::string report_csv;
+  ASSERT_OK(ReadFileToString(dir_ + "/report.csv", &report_csv));
+  std::vector<std::string> rows = absl::StrSplit(report_csv, '\n', absl::SkipEmpty());
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_THAT(rows[0], HasSubstr(",on_front,"));
+  EXPECT_THAT(rows[0], HasSubstr(",cloze:acc,cloze:acc:stderr,cloze:acc_norm,"));
+  const std::vector<std::string> head = absl::StrSplit(rows[0], ',');
+  const size_t on_front = std::find(head.begin(), head.end(), "on_front") - head.begin();
+  const size_t acc = std::find(head.begin(), head.end(), "cloze:acc") - head.begin();
+  int front = 0;
+  for (size_t r = 1; r < rows.size(); ++r) {
+    const std::vector<std::string> f = absl::StrSplit(rows[r], ',');
+    ASSERT_EQ(f.size(), head.size()) << rows[r];
+    front += f[on_front] == "1";
+    EXPECT_EQ(f[on_front] == "1", !f[acc].empty()) << rows[r];
+  }
+  EXPECT_GE(front, 1);
+  for (const Trial& t : Trials()) {
+    if (t.task_scores_size() > 0) {
+      EXPECT_EQ(t.task_scores(0).n(), 6);
+    }
+  }
+  std::tie(rc, out) = Run({"pareto", "show", "crash", "--db=" + db_});
+  EXPECT_THAT(out, HasSubstr("cloze acc_norm"));
+  std::tie(rc, out) = Run({"pareto", "report", "crash", "--db=" + db_,
+                           "--task=" + dir_ + "/nope.textproto"});
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(out, HasSubstr("nope.textproto"));
+  // What an external or Slurm evaluator's {task_flags} runs: `hilnas train
+  // --task` scores the trained checkpoint into its result file.
+  std::tie(rc, out) =
+      Run({"train", "--ckpt=" + dir_ + "/export", "--tokens=" + dir_ + "/tokens.bin",
+           "--out=" + dir_ + "/trained", "--steps=2", "--batch-size=2", "--seq-len=32",
+           "--task=" + cloze, "--task-limit=4", "--task-weight-dtype=f16",
+           "--result-json=" + dir_ + "/result.json"});
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_OK_AND_ASSIGN(QualityResult q, ReadQualityJson(dir_ + "/result.json"));
+  ASSERT_EQ(q.tasks.size(), 2u);
+  EXPECT_EQ(q.tasks[0].task, "cloze");
+  EXPECT_EQ(q.tasks[0].n, 4);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "model/checkpoint.h"
 #include "quality/trainer.h"
 #include "tools/commands/commands.h"
+#include "tools/commands/eval.h"
 #include "tools/commands/corpus.h"
 #include "tools/common.h"
 #include "util/status_macros.h"
@@ -51,28 +52,58 @@ struct EvalOptions {
 // hilnas eval --ckpt DIR --task CONFIG... : a table (task, metric, value,
 // stderr, n) or --json; --samples-out writes every document's scores.
 absl::Status RunTasks(const EvalOptions& cl) {
-  HILNAS_ASSIGN_OR_RETURN(Decoder model,
-                          LoadForCommand(cl.ckpt, cl.threads, cl.max_length, cl.weight_dtype));
-  HILNAS_RETURN_IF_ERROR(model.SetKvDtype(cl.kv_dtype));
-  HILNAS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromDir(cl.ckpt));
-  if (tok.vocab_size() > model.arch().vocab_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        cl.ckpt, ": its tokenizer has ", tok.vocab_size(), " ids but the model only ",
-        model.arch().vocab_size));
-  }
+  TaskScoring ts;
+  ts.ckpt = cl.ckpt;
+  ts.limit = cl.limit;
+  ts.add_bos = cl.add_bos;
+  ts.max_length = cl.max_length;
+  ts.weight_dtype = cl.weight_dtype;
+  ts.kv_dtype = cl.kv_dtype;
+  ts.threads = cl.threads;
   // Every config and its data are read before the first is scored, so a
   // typo in the last task fails in a second, not after an hour.
+  HILNAS_ASSIGN_OR_RETURN(const std::vector<Task> tasks, LoadTasks(cl.tasks, cl.limit));
+  nlohmann::json samples = nlohmann::json::object();
+  HILNAS_ASSIGN_OR_RETURN(const nlohmann::json out,
+                          ScoreTasks(ts, tasks, cl.samples_out.empty() ? nullptr : &samples));
+  if (!cl.samples_out.empty()) {
+    HILNAS_RETURN_IF_ERROR(WriteFileAtomically(cl.samples_out, samples.dump(1) + "\n"));
+  }
+  if (cl.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return absl::OkStatus();
+  }
+  std::printf("%s (%s weights, %s KV cache)\n%s", cl.ckpt.c_str(), cl.weight_dtype.c_str(),
+              cl.kv_dtype.c_str(), TaskScoreTable(out).c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Task>> LoadTasks(const std::vector<std::string>& paths, int64_t limit) {
   std::vector<Task> tasks;
-  for (const std::string& path : cl.tasks) {
-    HILNAS_ASSIGN_OR_RETURN(Task t, LoadTask(path, cl.limit));
+  for (const std::string& path : paths) {
+    HILNAS_ASSIGN_OR_RETURN(Task t, LoadTask(path, limit));
     tasks.push_back(std::move(t));
   }
+  return tasks;
+}
+
+absl::StatusOr<nlohmann::json> ScoreTasks(const TaskScoring& ts, const std::vector<Task>& tasks,
+                                          nlohmann::json* samples) {
+  HILNAS_ASSIGN_OR_RETURN(Decoder model,
+                          LoadForCommand(ts.ckpt, ts.threads, ts.max_length, ts.weight_dtype));
+  HILNAS_RETURN_IF_ERROR(model.SetKvDtype(ts.kv_dtype));
+  HILNAS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromDir(ts.ckpt));
+  if (tok.vocab_size() > model.arch().vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ts.ckpt, ": its tokenizer has ", tok.vocab_size(), " ids but the model only ",
+        model.arch().vocab_size));
+  }
   TaskEvalOptions o;
-  o.add_bos = cl.add_bos;
-  o.max_length = cl.max_length;
+  o.add_bos = ts.add_bos;
+  o.max_length = ts.max_length;
   nlohmann::json out = nlohmann::json::array();
-  nlohmann::json samples = nlohmann::json::object();
-  std::vector<TaskResult> results;
   for (const Task& t : tasks) {
     std::fprintf(stderr, "%s: %zu documents (%s, %d-shot)\n", t.config.name().c_str(), t.items.size(),
                  t.config.kind() == TaskConfig::GENERATE_UNTIL ? "generation" : "multiple choice",
@@ -91,6 +122,7 @@ absl::Status RunTasks(const EvalOptions& cl) {
       out.push_back({{"task", r.task}, {"metric", m.name}, {"value", m.value}, {"stderr", m.stderr_},
                      {"n", r.n}, {"num_fewshot", t.config.num_fewshot()}, {"seconds", r.seconds}});
     }
+    if (samples == nullptr) continue;
     nlohmann::json list = nlohmann::json::array();
     for (const TaskSample& s : r.samples) {
       nlohmann::json j = {{"line", s.line}, {"correct", s.correct}};
@@ -104,27 +136,25 @@ absl::Status RunTasks(const EvalOptions& cl) {
       }
       list.push_back(std::move(j));
     }
-    samples[r.task] = std::move(list);
-    results.push_back(std::move(r));
+    (*samples)[r.task] = std::move(list);
   }
-  if (!cl.samples_out.empty()) {
-    HILNAS_RETURN_IF_ERROR(WriteFileAtomically(cl.samples_out, samples.dump(1) + "\n"));
-  }
-  if (cl.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-    return absl::OkStatus();
-  }
-  std::printf("%s (%s weights, %s KV cache)\n", cl.ckpt.c_str(), cl.weight_dtype.c_str(),
-              cl.kv_dtype.c_str());
-  std::printf("| %-16s | %-11s | %7s | %7s | %6s |\n", "task", "metric", "value", "stderr", "n");
-  std::printf("|------------------|-------------|---------|---------|--------|\n");
-  for (const auto& row : out) {
-    std::printf("| %-16s | %-11s | %7.4f | %7.4f | %6lld |\n", row["task"].get<std::string>().c_str(),
-                row["metric"].get<std::string>().c_str(), row["value"].get<double>(),
-                row["stderr"].get<double>(), static_cast<long long>(row["n"].get<int64_t>()));
-  }
-  return absl::OkStatus();
+  return out;
 }
+
+std::string TaskScoreTable(const nlohmann::json& rows) {
+  std::string s = absl::StrFormat("| %-16s | %-11s | %7s | %7s | %6s |\n", "task", "metric", "value",
+                                  "stderr", "n");
+  s += "|------------------|-------------|---------|---------|--------|\n";
+  for (const auto& row : rows) {
+    absl::StrAppend(&s, absl::StrFormat("| %-16s | %-11s | %7.4f | %7.4f | %6d |\n",
+                                        row["task"].get<std::string>(),
+                                        row["metric"].get<std::string>(), row["value"].get<double>(),
+                                        row["stderr"].get<double>(), row["n"].get<int64_t>()));
+  }
+  return s;
+}
+
+namespace {
 
 absl::Status RunEval(const EvalOptions& cl) {
   if (!cl.tasks.empty()) return RunTasks(cl);

@@ -1,9 +1,22 @@
-// `hilnas pareto show|export|plot`: a campaign's Pareto front, read straight
-// from the coordinator's SQLite file (so it works after it has stopped).
+// `hilnas pareto show|export|plot|report`: a campaign's Pareto front, read
+// straight from the coordinator's SQLite file (so it works after it has
+// stopped); `report --task` scores the front's candidates on downstream
+// tasks through the campaign's own evaluator and keeps the scores with the
+// trials.
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <map>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/campaign_report.h"
+#include "coordinator/evaluators.h"
+#include "pruner/prune.h"
+#include "quality/evaluator.h"
+#include "quality/tasks.h"
+#include "util/clock.h"
 #include "latency_model/latency_model.h"
 #include "search_space/shapes.h"
 #include "tools/campaign_db.h"
@@ -16,13 +29,196 @@ namespace hilnas::tools {
 namespace {
 
 struct ParetoOptions {
-  std::string verb;  // show | export | plot
+  std::string verb;  // show | export | plot | report
   std::string campaign;
   std::string db = "hilnas.db";
   bool all = false;
   std::string format = "csv";
   std::string out;
+  // report
+  std::vector<std::string> tasks;
+  int64_t limit = 0;
+  std::vector<std::string> evaluators;  // NAME=DEFINITION, as the coordinator's
+  std::string work_dir = "hilnas-report";
 };
+
+namespace fs = std::filesystem;
+
+absl::Status WriteOrPrint(const std::string& out, const std::string& text);
+
+// One front candidate's evaluation while `report` runs.
+struct ReportJob {
+  Trial* trial = nullptr;
+  EvaluationTask task;
+  std::string handle;
+  std::string state;
+  bool finished = false;
+  std::string failure;
+};
+
+// Scores the front's candidates (every evaluated trial with --all) on the
+// tasks: each is pruned from the backbone, trained and scored by the
+// campaign's evaluator (in process, a command, or Slurm jobs), as stage 2
+// evaluated it, and its scores are written into its trial.
+absl::Status RunReport(const ParetoOptions& cl) {
+  if (cl.tasks.empty()) return absl::InvalidArgumentError("pareto report needs --task CONFIG...");
+  std::map<std::string, std::string> definitions;
+  for (const std::string& e : cl.evaluators) {
+    const size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--evaluator \"", e, "\": want NAME=TEMPLATE or NAME=slurm:FILE"));
+    }
+    HILNAS_RETURN_IF_ERROR(CheckEvaluatorDefinition(e.substr(0, eq), e.substr(eq + 1)));
+    definitions[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  SystemClock clock;
+  if (!fs::exists(cl.db)) {
+    return absl::NotFoundError(
+        absl::StrCat("database ", cl.db, " does not exist; give the coordinator's --db FILE"));
+  }
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<CampaignStore> store, CampaignStore::Open(cl.db, &clock));
+  HILNAS_ASSIGN_OR_RETURN(CampaignRecord record, store->Get(cl.campaign));
+  HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, store->Trials(cl.campaign));
+  // The campaign's evaluator, asked for these tasks.
+  CampaignConfig config = record.config;
+  config.clear_tasks();
+  for (const std::string& t : cl.tasks) {
+    config.add_tasks(fs::absolute(t).lexically_normal().string());
+  }
+  config.set_task_limit(static_cast<int32_t>(std::min<int64_t>(cl.limit, INT32_MAX)));
+  {
+    // Every config and its data are read before anything trains.
+    const std::vector<std::string> paths(config.tasks().begin(), config.tasks().end());
+    HILNAS_RETURN_IF_ERROR(TaskFlags(paths, config.task_limit(), "", "").status());
+    for (const std::string& p : paths) HILNAS_RETURN_IF_ERROR(LoadTask(p, 8).status());
+  }
+  const FrontView front = ComputeFront(record, trials);
+  std::vector<ReportJob> jobs;
+  for (size_t i = 0; i < front.evaluated.size(); ++i) {
+    if (!cl.all && !front.on_front[i]) continue;
+    ReportJob j;
+    j.trial = const_cast<Trial*>(front.evaluated[i]);
+    jobs.push_back(std::move(j));
+  }
+  if (jobs.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("campaign \"", cl.campaign, "\" has no evaluated stage-2 trial yet"));
+  }
+  std::fprintf(stderr, "scoring %zu candidates of %s on %d task(s) with evaluator \"%s\"\n",
+               jobs.size(), cl.campaign.c_str(), config.tasks_size(),
+               config.quality_evaluator().c_str());
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<Backbone> backbone, DefaultBackboneLoader()(config));
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<TrialEvaluator> evaluator,
+                          DefaultEvaluatorFactory(definitions)(config, *backbone));
+  const std::string root = evaluator->work_root().empty() ? cl.work_dir : evaluator->work_root();
+  // Job names and folders of their own: "C-report" never meets the
+  // campaign's "hilnas-C-N-A" jobs.
+  const std::string tag = absl::StrCat(cl.campaign, "-report");
+  for (ReportJob& j : jobs) {
+    const fs::path dir = fs::path(root) / tag / absl::StrCat("trial-", j.trial->id());
+    j.task.campaign = tag;
+    j.task.trial = j.trial->id();
+    j.task.attempt = 1;
+    j.task.checkpoint_dir = (dir / "checkpoint").string();
+    j.task.work_dir = (dir / "attempt-1").string();
+    HILNAS_ASSIGN_OR_RETURN(Arch arch, ArchFromProto(j.trial->arch()));
+    PruneOptions po;
+    po.block_size = config.search_space().block_size();
+    HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(*backbone, arch, po, j.task.checkpoint_dir));
+  }
+  const int capacity = evaluator->capacity() > 0 ? evaluator->capacity() : static_cast<int>(jobs.size());
+  int running = 0, done = 0, failed = 0;
+  size_t next = 0;
+  using Kind = EvaluationStatus::Kind;
+  while (done + failed < static_cast<int>(jobs.size())) {
+    while (running < capacity && next < jobs.size()) {
+      ReportJob& j = jobs[next++];
+      HILNAS_ASSIGN_OR_RETURN(j.handle, evaluator->Submit(j.task));
+      ++running;
+      std::fprintf(stderr, "trial %lld (%s): evaluating as %s\n",
+                   static_cast<long long>(j.trial->id()), ArchSummary(j.trial->arch()).c_str(),
+                   j.handle.c_str());
+    }
+    bool changed = false;
+    for (ReportJob& j : jobs) {
+      if (j.handle.empty() || j.finished) continue;
+      HILNAS_ASSIGN_OR_RETURN(EvaluationStatus s, evaluator->Poll(j.task, j.handle));
+      if (s.state != j.state) {
+        j.state = s.state;
+        std::fprintf(stderr, "trial %lld: %s%s\n", static_cast<long long>(j.trial->id()),
+                     s.state.c_str(), s.node.empty() ? "" : (" on " + s.node).c_str());
+      }
+      if (s.kind == Kind::kQueued || s.kind == Kind::kRunning) continue;
+      changed = true;
+      if (s.kind == Kind::kRetry && j.task.attempt < evaluator->max_attempts()) {
+        ++j.task.attempt;
+        j.task.work_dir =
+            (fs::path(j.task.work_dir).parent_path() / absl::StrCat("attempt-", j.task.attempt))
+                .string();
+        HILNAS_ASSIGN_OR_RETURN(j.handle, evaluator->Submit(j.task));
+        std::fprintf(stderr, "trial %lld: %s; attempt %d as %s\n",
+                     static_cast<long long>(j.trial->id()), s.message.c_str(), j.task.attempt,
+                     j.handle.c_str());
+        continue;
+      }
+      j.finished = true;
+      --running;
+      if (s.kind != Kind::kDone) {
+        ++failed;
+        j.failure = s.message.empty() ? s.state : s.message;
+        std::fprintf(stderr, "trial %lld failed: %s\n", static_cast<long long>(j.trial->id()),
+                     j.failure.c_str());
+        continue;
+      }
+      if (s.result.tasks.empty()) {
+        ++failed;
+        j.failure = "the evaluator returned no task scores (does its command pass {task_flags}?)";
+        std::fprintf(stderr, "trial %lld failed: %s\n", static_cast<long long>(j.trial->id()),
+                     j.failure.c_str());
+        continue;
+      }
+      // The new scores replace the trial's old ones of the same task and
+      // metric; others stay.
+      Trial& t = *j.trial;
+      for (const TaskScoreValue& v : s.result.tasks) {
+        TaskScore* slot = nullptr;
+        for (TaskScore& old : *t.mutable_task_scores()) {
+          if (old.task() == v.task && old.metric() == v.metric) slot = &old;
+        }
+        if (slot == nullptr) slot = t.add_task_scores();
+        slot->set_task(v.task);
+        slot->set_metric(v.metric);
+        slot->set_value(v.value);
+        slot->set_std_err(v.stderr_);
+        slot->set_n(v.n);
+      }
+      HILNAS_RETURN_IF_ERROR(store->UpdateTrial(t));
+      ++done;
+      std::string line;
+      for (const TaskScoreValue& v : s.result.tasks) {
+        absl::StrAppend(&line, line.empty() ? "" : ", ", v.task, " ", v.metric, " ",
+                        absl::StrFormat("%.4f", v.value));
+      }
+      std::fprintf(stderr, "trial %lld done (%d/%zu): %s (loss after this training %.4f)\n",
+                   static_cast<long long>(t.id()), done + failed, jobs.size(), line.c_str(),
+                   s.result.loss);
+    }
+    if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::error_code ec;
+  for (const ReportJob& j : jobs) {
+    if (j.failure.empty()) fs::remove_all(fs::path(j.task.checkpoint_dir).parent_path(), ec);
+  }
+  std::printf("campaign %s: %s\n\n%s", cl.campaign.c_str(), FrontSummary(record, trials).c_str(),
+              ParetoTable(record, trials, false).c_str());
+  if (!cl.out.empty()) HILNAS_RETURN_IF_ERROR(WriteOrPrint(cl.out, ParetoCsv(record, trials)));
+  if (failed > 0) {
+    return absl::InternalError(absl::StrCat(failed, " of ", jobs.size(),
+                                            " candidates could not be scored (see above)"));
+  }
+  return absl::OkStatus();
+}
 
 // Published shapes that are members of the campaign's space, at their
 // predicted TTFT (a latency model fitted on the campaign's measurements).
@@ -59,6 +255,7 @@ absl::Status WriteOrPrint(const std::string& out, const std::string& text) {
 }
 
 int RunPareto(const ParetoOptions& cl) {
+  if (cl.verb == "report") return ExitCode(RunReport(cl));
   absl::StatusOr<LoadedCampaign> c = LoadCampaignFromDb(cl.db, cl.campaign);
   if (!c.ok()) return Fail(c.status());
   const std::string out = cl.out;
@@ -88,19 +285,34 @@ void AddParetoCommand(Cli& cli) {
   auto [app, o] = cli.Add<ParetoOptions>(
       "pareto",
       "show CAMPAIGN [--db FILE --all] | export CAMPAIGN --format csv|json [--out FILE]\n"
-      "  | plot CAMPAIGN --out front.svg",
-      "the Pareto table (loss vs predicted TTFT, decode, memory); every trial, the front,\n"
-      "the reference point and published shapes as a plot",
+      "  | plot CAMPAIGN --out front.svg\n"
+      "  | report CAMPAIGN --task CONFIG... [--limit N --all --evaluator NAME=DEF --work-dir DIR\n"
+      "      --out front.csv]",
+      "the Pareto table (loss vs predicted TTFT, decode, memory, task scores); every trial, the\n"
+      "front, the reference point and published shapes as a plot; report: the front's\n"
+      "candidates trained by the campaign's evaluator and scored on tasks (configs/tasks/)",
       RunPareto);
-  app->add_option("verb", o->verb, "show | export | plot")
+  app->add_option("verb", o->verb, "show | export | plot | report")
       ->required()
-      ->check(CLI::IsMember({"show", "export", "plot"}));
+      ->check(CLI::IsMember({"show", "export", "plot", "report"}));
   app->add_option("campaign", o->campaign, "the campaign")->required();
   app->add_option("--db", o->db, "the coordinator's SQLite file");
-  app->add_flag("--all", o->all, "show: every trial of both stages, not only the evaluated ones");
+  app->add_flag("--all", o->all,
+                "show: every trial of both stages, not only the evaluated ones; report: every "
+                "evaluated trial, not only the front");
+  app->add_option("--task", o->tasks, "report: task configs (textproto over a local JSONL)");
+  app->add_option("--limit", o->limit, "report: score only the first N documents of each task")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--evaluator", o->evaluators,
+                  "report: NAME=TEMPLATE or NAME=slurm:FILE, as the coordinator's flag, for a "
+                  "campaign whose quality_evaluator is not in-process");
+  app->add_option("--work-dir", o->work_dir,
+                  "report: where candidates are pruned and trained (a Slurm evaluator uses its "
+                  "shared_dir)");
   app->add_option("--format", o->format, "export: csv | json")
       ->check(CLI::IsMember({"csv", "json"}));
-  app->add_option("--out", o->out, "export: write here instead of stdout; plot: the SVG");
+  app->add_option("--out", o->out,
+                  "export: write here instead of stdout; plot: the SVG; report: also the CSV");
 }
 
 }  // namespace hilnas::tools

@@ -19,6 +19,7 @@
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
 #include "tools/commands/corpus.h"
+#include "tools/commands/eval.h"
 #include "util/files.h"
 #include "util/textproto.h"
 #include "util/status_macros.h"
@@ -162,6 +163,9 @@ namespace {
 
 int RunTrainCommand(const TrainCommandOptions& cl) {
   const std::string out = cl.out;
+  // Tasks are read before training, so a bad config fails in a second.
+  absl::StatusOr<std::vector<Task>> tasks = LoadTasks(cl.tasks, cl.task_limit);
+  if (!tasks.ok()) return Fail(tasks.status());
   absl::StatusOr<OutputFolder> dest =
       OutputFolder::Prepare(out, cl.overwrite, {cl.ckpt, cl.distill_from, cl.checkpoint_dir});
   if (!dest.ok()) return Fail(dest.status());
@@ -169,12 +173,25 @@ int RunTrainCommand(const TrainCommandOptions& cl) {
   if (!r.ok()) return Fail(r.status());
   if (absl::Status s = dest->Commit(); !s.ok()) return Fail(s);
   std::printf("saved to %s\n", out.c_str());
+  nlohmann::json scores = nlohmann::json::array();
+  if (!tasks->empty()) {
+    TaskScoring ts;
+    ts.ckpt = out;
+    ts.weight_dtype = cl.task_weight_dtype;
+    ts.kv_dtype = cl.task_kv_dtype;
+    absl::StatusOr<nlohmann::json> rows = ScoreTasks(ts, *tasks);
+    if (!rows.ok()) return Fail(rows.status());
+    scores = *std::move(rows);
+    std::printf("tasks (%s weights, %s KV cache):\n%s", cl.task_weight_dtype.c_str(),
+                cl.task_kv_dtype.c_str(), TaskScoreTable(scores).c_str());
+  }
   if (!cl.result_json.empty()) {
     // quality/trial_evaluator.h's ReadQualityJson reads this.
-    const nlohmann::json j = {{"loss", r->final_eval_loss},
-                              {"initial_loss", r->initial_eval_loss},
-                              {"tokens", r->tokens},
-                              {"seconds", r->seconds}};
+    nlohmann::json j = {{"loss", r->final_eval_loss},
+                        {"initial_loss", r->initial_eval_loss},
+                        {"tokens", r->tokens},
+                        {"seconds", r->seconds}};
+    if (!scores.empty()) j["tasks"] = scores;
     if (absl::Status s = WriteFileAtomically(cl.result_json, j.dump() + "\n"); !s.ok()) {
       return Fail(s);
     }
@@ -223,6 +240,15 @@ void AddTrainCommand(Cli& cli) {
       ->check(CLI::Range(0.0, 1.0));
   app->add_option("--result-json", o->result_json,
                   "also write {\"loss\": ...} here (what an external or Slurm evaluator reads)");
+  app->add_option("--task", o->tasks,
+                  "score the trained checkpoint on these task configs (hilnas eval --task) and add "
+                  "them to --result-json");
+  app->add_option("--task-limit", o->task_limit, "tasks: only the first N documents of each")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--task-weight-dtype", o->task_weight_dtype,
+                  "tasks: score with the matrices stored as f32, bf16, f16, q4_0 or q8_0");
+  app->add_option("--task-kv-dtype", o->task_kv_dtype,
+                  "tasks: score with the KV cache stored as f32, f16 or q8_0");
   app->add_option("--kvp-consistency-weight", o->kvp_consistency_weight,
                   "KV prediction: weight of the L1 consistency loss; < 0 takes 1 / n_B (Tab. 2)");
   app->add_option("--kvp-aux-weight", o->kvp_aux_weight,

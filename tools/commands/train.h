@@ -3,6 +3,7 @@
 #define HILNAS_TOOLS_COMMANDS_TRAIN_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "quality/trainer.h"
@@ -30,6 +31,12 @@ struct TrainCommandOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100;
   std::string result_json;
+  // Scored on the trained checkpoint, at this precision, into result_json
+  // (what a campaign's tasks ask of an external or Slurm evaluator).
+  std::vector<std::string> tasks;
+  int64_t task_limit = 0;
+  std::string task_weight_dtype = "f32";
+  std::string task_kv_dtype = "f32";
   double kvp_consistency_weight = -1;
   double kvp_aux_weight = 1;
   std::string dtype = "f32";
