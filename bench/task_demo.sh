@@ -6,6 +6,11 @@
 # candidate's held-out loss, each candidate pruned and trained as the demo
 # campaign trains a trial (configs/demo-campaign.textproto: 8 steps).
 #
+# Then the demo campaign's own front (`hilnas demo`): every evaluated trial
+# trained again by the campaign's in-process evaluator and scored at the
+# campaign's deployment precision (q4_0 weights, q8_0 KV cache) by
+# `hilnas pareto report --task --all`.
+#
 #   bash bench/task_demo.sh [BUILD]      # after the build; writes BUILD/task-demo/
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -113,3 +118,9 @@ print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {sys.argv[5]} | {float
       f"{a['value']:.4f} | {a['stderr']:.4f} | {n['value']:.4f} | {n['stderr']:.4f} | {a['n']} |")
 PY
 done
+
+echo
+echo "The demo campaign's front: hilnas pareto report demo --task cloze --all"
+[ -f "$W/demo/demo.db" ] || $H demo --out "$W/demo" > "$W/demo.log" 2>&1
+$H pareto report demo --db "$W/demo/demo.db" --task "$W/cloze.textproto" --all \
+    --work-dir "$W/report" --out "$W/front-tasks.csv" 2> "$W/report.log"
