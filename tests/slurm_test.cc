@@ -118,7 +118,7 @@ class SlurmTest : public ::testing::Test {
     const std::string script = absl::StrCat(
         prelude, HilnasBinary(), " train --ckpt {checkpoint} --tokens ", Dir(),
         "/tokens.bin --out {workdir}/trained --overwrite --steps 4 --batch_size 2 --seq_len 32 "
-        "--threads 1 --result_json {output}");
+        "--threads 1 --result_json {output}{task_flags}");
     std::string text =
         absl::StrCat("shared_dir: \"", dir_, "/shared\"\n", "slurm_conf: \"", SlurmDir(),
                      "/slurm.conf\"\n", "cpus_per_task: 1\n", "time_limit_minutes: ", minutes, "\n",
@@ -250,6 +250,35 @@ TEST_F(SlurmTest, TwoAtOnceAndAKilledCoordinatorEvaluatesEachTrialOnce) {
   }
   auto status = hilnas::testing::RunHilnas("campaign status onceeach " + Address());
   EXPECT_THAT(status.output, HasSubstr("stage 2: 6 of 6 trials (6 done"));
+
+  // Task scores of the front on the cluster: `pareto report` submits one
+  // job per front candidate through the same evaluator, its script gets
+  // {task_flags}, and the scores come back in the job's output file.
+  ASSERT_OK(WriteFileAtomically(dir_ + "/cloze.jsonl", R"({"context": "This program is free", "endings": [" software", " erawtfos"], "label": 0}
+{"context": "WITHOUT ANY", "endings": [" WARRANTY", " YTNARRAW"], "label": 0}
+{"context": "GNU General Public", "endings": [" License", " esneciL"], "label": 0}
+)"));
+  ASSERT_OK(WriteFileAtomically(dir_ + "/cloze.textproto",
+                                "name: \"cloze\" data: \"cloze.jsonl\" context: \"{{context}}\" "
+                                "choices_field: \"endings\" gold_field: \"label\"\n"));
+  auto report = hilnas::testing::RunHilnas(
+      absl::StrCat("pareto report onceeach --db=", db_, " --task=", dir_, "/cloze.textproto",
+                   " --evaluator=gpu=slurm:", slurm));
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_THAT(report.output, HasSubstr("| cloze acc | cloze acc_norm | front |"));
+  int front_scored = 0;
+  for (const Trial& t : Trials("onceeach")) {
+    if (t.task_scores_size() == 0) continue;
+    ++front_scored;
+    EXPECT_EQ(t.task_scores(0).n(), 3);
+  }
+  EXPECT_GE(front_scored, 1);
+  int report_jobs = 0;
+  for (const auto& [name, state] : Accounting("onceeach-report")) {
+    EXPECT_EQ(state, "COMPLETED") << name;
+    ++report_jobs;
+  }
+  EXPECT_EQ(report_jobs, front_scored);
 }
 
 TEST_F(SlurmTest, ScancelIsRetriedTimeoutFailsAndStopCancelsEverything) {

@@ -56,6 +56,106 @@ struct ReportJob {
   std::string failure;
 };
 
+// Runs `jobs` through `evaluator`, at most its capacity at once, with
+// progress on stderr; each finished one's scores go into its trial and the
+// store. A job that fails counts in `failed`; an error of the evaluator or
+// the store ends the run.
+absl::Status RunReportJobs(TrialEvaluator& evaluator, CampaignStore& store,
+                           std::vector<ReportJob>& jobs, int& done, int& failed) {
+  const int capacity = evaluator.capacity() > 0 ? evaluator.capacity() : static_cast<int>(jobs.size());
+  int running = 0;
+  size_t next = 0;
+  using Kind = EvaluationStatus::Kind;
+  auto fail = [&](ReportJob& j, const std::string& why) {
+    j.finished = true;
+    j.failure = why;
+    ++failed;
+    std::fprintf(stderr, "trial %lld failed: %s\n", static_cast<long long>(j.trial->id()),
+                 why.c_str());
+  };
+  while (done + failed < static_cast<int>(jobs.size())) {
+    while (running < capacity && next < jobs.size()) {
+      ReportJob& j = jobs[next++];
+      absl::StatusOr<std::string> handle = evaluator.Submit(j.task);
+      if (!handle.ok()) {
+        fail(j, absl::StrCat("submitting failed: ", handle.status().message()));
+        continue;
+      }
+      j.handle = *handle;
+      ++running;
+      std::fprintf(stderr, "trial %lld (%s): evaluating as %s\n",
+                   static_cast<long long>(j.trial->id()), ArchSummary(j.trial->arch()).c_str(),
+                   j.handle.c_str());
+    }
+    bool changed = false;
+    for (ReportJob& j : jobs) {
+      if (j.handle.empty() || j.finished) continue;
+      HILNAS_ASSIGN_OR_RETURN(EvaluationStatus s, evaluator.Poll(j.task, j.handle));
+      if (s.state != j.state) {
+        j.state = s.state;
+        std::fprintf(stderr, "trial %lld: %s%s\n", static_cast<long long>(j.trial->id()),
+                     s.state.c_str(), s.node.empty() ? "" : (" on " + s.node).c_str());
+      }
+      if (s.kind == Kind::kQueued || s.kind == Kind::kRunning) continue;
+      changed = true;
+      if (s.kind == Kind::kRetry && j.task.attempt < evaluator.max_attempts()) {
+        ++j.task.attempt;
+        j.task.work_dir =
+            (fs::path(j.task.work_dir).parent_path() / absl::StrCat("attempt-", j.task.attempt))
+                .string();
+        absl::StatusOr<std::string> handle = evaluator.Submit(j.task);
+        if (!handle.ok()) {
+          --running;
+          fail(j, absl::StrCat("submitting failed: ", handle.status().message()));
+          continue;
+        }
+        j.handle = *handle;
+        std::fprintf(stderr, "trial %lld: %s; attempt %d as %s\n",
+                     static_cast<long long>(j.trial->id()), s.message.c_str(), j.task.attempt,
+                     j.handle.c_str());
+        continue;
+      }
+      --running;
+      if (s.kind != Kind::kDone) {
+        fail(j, s.message.empty() ? s.state : s.message);
+        continue;
+      }
+      if (s.result.tasks.empty()) {
+        fail(j, "the evaluator returned no task scores (does its command pass {task_flags}?)");
+        continue;
+      }
+      j.finished = true;
+      // The new scores replace the trial's old ones of the same task and
+      // metric; others stay.
+      Trial& t = *j.trial;
+      for (const TaskScoreValue& v : s.result.tasks) {
+        TaskScore* slot = nullptr;
+        for (TaskScore& old : *t.mutable_task_scores()) {
+          if (old.task() == v.task && old.metric() == v.metric) slot = &old;
+        }
+        if (slot == nullptr) slot = t.add_task_scores();
+        slot->set_task(v.task);
+        slot->set_metric(v.metric);
+        slot->set_value(v.value);
+        slot->set_std_err(v.stderr_);
+        slot->set_n(v.n);
+      }
+      HILNAS_RETURN_IF_ERROR(store.UpdateTrial(t));
+      ++done;
+      std::string line;
+      for (const TaskScoreValue& v : s.result.tasks) {
+        absl::StrAppend(&line, line.empty() ? "" : ", ", v.task, " ", v.metric, " ",
+                        absl::StrFormat("%.4f", v.value));
+      }
+      std::fprintf(stderr, "trial %lld done (%d/%zu): %s (loss after this training %.4f)\n",
+                   static_cast<long long>(t.id()), done + failed, jobs.size(), line.c_str(),
+                   s.result.loss);
+    }
+    if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return absl::OkStatus();
+}
+
 // Scores the front's candidates (every evaluated trial with --all) on the
 // tasks: each is pruned from the backbone, trained and scored by the
 // campaign's evaluator (in process, a command, or Slurm jobs), as stage 2
@@ -98,7 +198,7 @@ absl::Status RunReport(const ParetoOptions& cl) {
   for (size_t i = 0; i < front.evaluated.size(); ++i) {
     if (!cl.all && !front.on_front[i]) continue;
     ReportJob j;
-    j.trial = const_cast<Trial*>(front.evaluated[i]);
+    j.trial = &trials[front.evaluated[i] - trials.data()];  // evaluated points into trials
     jobs.push_back(std::move(j));
   }
   if (jobs.empty()) {
@@ -127,84 +227,14 @@ absl::Status RunReport(const ParetoOptions& cl) {
     po.block_size = config.search_space().block_size();
     HILNAS_RETURN_IF_ERROR(PruneToCheckpoint(*backbone, arch, po, j.task.checkpoint_dir));
   }
-  const int capacity = evaluator->capacity() > 0 ? evaluator->capacity() : static_cast<int>(jobs.size());
-  int running = 0, done = 0, failed = 0;
-  size_t next = 0;
-  using Kind = EvaluationStatus::Kind;
-  while (done + failed < static_cast<int>(jobs.size())) {
-    while (running < capacity && next < jobs.size()) {
-      ReportJob& j = jobs[next++];
-      HILNAS_ASSIGN_OR_RETURN(j.handle, evaluator->Submit(j.task));
-      ++running;
-      std::fprintf(stderr, "trial %lld (%s): evaluating as %s\n",
-                   static_cast<long long>(j.trial->id()), ArchSummary(j.trial->arch()).c_str(),
-                   j.handle.c_str());
+  int done = 0, failed = 0;
+  absl::Status ran = RunReportJobs(*evaluator, *store, jobs, done, failed);
+  if (!ran.ok()) {
+    // What is still out is stopped (a Slurm job would run on unwatched).
+    for (const ReportJob& j : jobs) {
+      if (!j.handle.empty() && !j.finished) evaluator->Cancel(j.handle).IgnoreError();
     }
-    bool changed = false;
-    for (ReportJob& j : jobs) {
-      if (j.handle.empty() || j.finished) continue;
-      HILNAS_ASSIGN_OR_RETURN(EvaluationStatus s, evaluator->Poll(j.task, j.handle));
-      if (s.state != j.state) {
-        j.state = s.state;
-        std::fprintf(stderr, "trial %lld: %s%s\n", static_cast<long long>(j.trial->id()),
-                     s.state.c_str(), s.node.empty() ? "" : (" on " + s.node).c_str());
-      }
-      if (s.kind == Kind::kQueued || s.kind == Kind::kRunning) continue;
-      changed = true;
-      if (s.kind == Kind::kRetry && j.task.attempt < evaluator->max_attempts()) {
-        ++j.task.attempt;
-        j.task.work_dir =
-            (fs::path(j.task.work_dir).parent_path() / absl::StrCat("attempt-", j.task.attempt))
-                .string();
-        HILNAS_ASSIGN_OR_RETURN(j.handle, evaluator->Submit(j.task));
-        std::fprintf(stderr, "trial %lld: %s; attempt %d as %s\n",
-                     static_cast<long long>(j.trial->id()), s.message.c_str(), j.task.attempt,
-                     j.handle.c_str());
-        continue;
-      }
-      j.finished = true;
-      --running;
-      if (s.kind != Kind::kDone) {
-        ++failed;
-        j.failure = s.message.empty() ? s.state : s.message;
-        std::fprintf(stderr, "trial %lld failed: %s\n", static_cast<long long>(j.trial->id()),
-                     j.failure.c_str());
-        continue;
-      }
-      if (s.result.tasks.empty()) {
-        ++failed;
-        j.failure = "the evaluator returned no task scores (does its command pass {task_flags}?)";
-        std::fprintf(stderr, "trial %lld failed: %s\n", static_cast<long long>(j.trial->id()),
-                     j.failure.c_str());
-        continue;
-      }
-      // The new scores replace the trial's old ones of the same task and
-      // metric; others stay.
-      Trial& t = *j.trial;
-      for (const TaskScoreValue& v : s.result.tasks) {
-        TaskScore* slot = nullptr;
-        for (TaskScore& old : *t.mutable_task_scores()) {
-          if (old.task() == v.task && old.metric() == v.metric) slot = &old;
-        }
-        if (slot == nullptr) slot = t.add_task_scores();
-        slot->set_task(v.task);
-        slot->set_metric(v.metric);
-        slot->set_value(v.value);
-        slot->set_std_err(v.stderr_);
-        slot->set_n(v.n);
-      }
-      HILNAS_RETURN_IF_ERROR(store->UpdateTrial(t));
-      ++done;
-      std::string line;
-      for (const TaskScoreValue& v : s.result.tasks) {
-        absl::StrAppend(&line, line.empty() ? "" : ", ", v.task, " ", v.metric, " ",
-                        absl::StrFormat("%.4f", v.value));
-      }
-      std::fprintf(stderr, "trial %lld done (%d/%zu): %s (loss after this training %.4f)\n",
-                   static_cast<long long>(t.id()), done + failed, jobs.size(), line.c_str(),
-                   s.result.loss);
-    }
-    if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return ran;
   }
   std::error_code ec;
   for (const ReportJob& j : jobs) {
