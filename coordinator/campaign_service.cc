@@ -2,17 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/campaign_config.h"
 #include "coordinator/campaign_report.h"
 #include "search_space/space.h"
-#include "proto/task.pb.h"
 #include "quality/evaluator.h"
+#include "quality/tasks.h"
 #include "util/status_macros.h"
-#include "util/textproto.h"
 
 namespace hilnas {
 
@@ -83,16 +81,12 @@ absl::StatusOr<CampaignStatus> CampaignServiceImpl::Create(const CampaignConfig&
     if (absl::Status s = policy_.data_roots.Check(field, c.tasks(i)); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
     }
-    TaskConfig task;
-    if (absl::Status s = ReadTextProtoFile(c.tasks(i), &task); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", s.message()));
+    absl::StatusOr<std::vector<std::string>> data = TaskDataPaths(c.tasks(i));
+    if (!data.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", data.status().message()));
     }
-    for (const std::string& data : {task.data(), task.fewshot_data()}) {
-      if (data.empty()) continue;
-      const fs::path resolved = fs::path(data).is_absolute()
-                                    ? fs::path(data)
-                                    : fs::path(c.tasks(i)).parent_path() / data;
-      if (absl::Status s = policy_.data_roots.Check(field + " data", resolved.string()); !s.ok()) {
+    for (const std::string& path : *data) {
+      if (absl::Status s = policy_.data_roots.Check(field + " data", path); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
       }
     }

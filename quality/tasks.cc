@@ -353,6 +353,16 @@ absl::StatusOr<std::string> RenderTemplate(const std::string& tmpl, const std::s
   return Render(tmpl, doc);
 }
 
+absl::StatusOr<std::vector<std::string>> TaskDataPaths(const std::string& config_path) {
+  TaskConfig c;
+  HILNAS_RETURN_IF_ERROR(ReadTextProtoFile(config_path, &c));
+  std::vector<std::string> out;
+  for (const std::string& path : {c.data(), c.fewshot_data()}) {
+    if (!path.empty()) out.push_back(Resolved(config_path, path));
+  }
+  return out;
+}
+
 absl::StatusOr<Task> LoadTask(const std::string& config_path, int64_t limit) {
   Task task;
   task.config_path = config_path;

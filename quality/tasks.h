@@ -46,6 +46,11 @@ struct Task {
 // or out-of-range gold, empty choices, a template field the document lacks.
 absl::StatusOr<Task> LoadTask(const std::string& config_path, int64_t limit = 0);
 
+// The data files a task config names (data, and fewshot_data when set),
+// resolved as LoadTask resolves them (relative to the config's folder),
+// without opening them: what a caller checks before LoadTask reads them.
+absl::StatusOr<std::vector<std::string>> TaskDataPaths(const std::string& config_path);
+
 // Renders a template against one JSON document (the text of a JSONL line).
 // Exposed for tests.
 absl::StatusOr<std::string> RenderTemplate(const std::string& tmpl, const std::string& doc_json);

@@ -8,13 +8,17 @@
 
 namespace hilnas::tools {
 
-absl::StatusOr<LoadedCampaign> LoadCampaignFromDb(const std::string& db, const std::string& name) {
+absl::StatusOr<std::unique_ptr<CampaignStore>> OpenCampaignDb(const std::string& db, const Clock* clock) {
   if (!std::filesystem::exists(db)) {
     return absl::NotFoundError(
         absl::StrCat("database ", db, " does not exist; give the coordinator's --db FILE"));
   }
+  return CampaignStore::Open(db, clock);
+}
+
+absl::StatusOr<LoadedCampaign> LoadCampaignFromDb(const std::string& db, const std::string& name) {
   SystemClock clock;
-  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<CampaignStore> store, CampaignStore::Open(db, &clock));
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<CampaignStore> store, OpenCampaignDb(db, &clock));
   LoadedCampaign c;
   HILNAS_ASSIGN_OR_RETURN(c.record, store->Get(name));
   HILNAS_ASSIGN_OR_RETURN(c.trials, store->Trials(name));

@@ -4,6 +4,7 @@
 #ifndef HILNAS_TOOLS_CAMPAIGN_DB_H_
 #define HILNAS_TOOLS_CAMPAIGN_DB_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,12 @@ struct LoadedCampaign {
   std::vector<Trial> trials;
 };
 
-// NOT_FOUND naming the file when it does not exist (it is never created
-// here) or the campaign is not in it.
+// The coordinator's SQLite file, to read or update; NOT_FOUND naming the
+// file when it does not exist (it is never created here).
+absl::StatusOr<std::unique_ptr<CampaignStore>> OpenCampaignDb(const std::string& db, const Clock* clock);
+
+// NOT_FOUND naming the file when it does not exist or the campaign is not
+// in it.
 absl::StatusOr<LoadedCampaign> LoadCampaignFromDb(const std::string& db, const std::string& name);
 
 // Every measured trial's latency rows (all prompt lengths), device class

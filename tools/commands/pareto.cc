@@ -173,11 +173,7 @@ absl::Status RunReport(const ParetoOptions& cl) {
     definitions[e.substr(0, eq)] = e.substr(eq + 1);
   }
   SystemClock clock;
-  if (!fs::exists(cl.db)) {
-    return absl::NotFoundError(
-        absl::StrCat("database ", cl.db, " does not exist; give the coordinator's --db FILE"));
-  }
-  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<CampaignStore> store, CampaignStore::Open(cl.db, &clock));
+  HILNAS_ASSIGN_OR_RETURN(std::unique_ptr<CampaignStore> store, OpenCampaignDb(cl.db, &clock));
   HILNAS_ASSIGN_OR_RETURN(CampaignRecord record, store->Get(cl.campaign));
   HILNAS_ASSIGN_OR_RETURN(std::vector<Trial> trials, store->Trials(cl.campaign));
   // The campaign's evaluator, asked for these tasks.
