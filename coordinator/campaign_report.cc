@@ -33,6 +33,21 @@ const TaskScore* FindTaskScore(const Trial& t, const std::string& task_metric) {
   return nullptr;
 }
 
+void MergeTaskScores(const std::vector<TaskScoreValue>& scores, Trial& t) {
+  for (const TaskScoreValue& v : scores) {
+    TaskScore* slot = nullptr;
+    for (TaskScore& old : *t.mutable_task_scores()) {
+      if (old.task() == v.task && old.metric() == v.metric) slot = &old;
+    }
+    if (slot == nullptr) slot = t.add_task_scores();
+    slot->set_task(v.task);
+    slot->set_metric(v.metric);
+    slot->set_value(v.value);
+    slot->set_std_err(v.stderr_);
+    slot->set_n(v.n);
+  }
+}
+
 double QualityObjective(const CampaignConfig& c, const Trial& t) {
   if (c.quality_task().empty()) return t.loss();
   const TaskScore* s = FindTaskScore(t, c.quality_task());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coordinator/campaign_store.h"
+#include "quality/trial_evaluator.h"
 #include "search/pareto.h"
 
 namespace hilnas {
@@ -21,6 +22,10 @@ namespace hilnas {
 // The trial's score on "TASK/METRIC", or on TASK's first metric for "TASK";
 // nullptr when it has none.
 const TaskScore* FindTaskScore(const Trial& trial, const std::string& task_metric);
+
+// Puts an evaluator's scores into the trial: each replaces the trial's score
+// of the same task and metric, or is added after the others.
+void MergeTaskScores(const std::vector<TaskScoreValue>& scores, Trial& trial);
 
 // The quality objective (LOSS) of a finished stage-2 trial: its held-out
 // loss, or with config.quality_task the task's error, 1 - score (NaN when

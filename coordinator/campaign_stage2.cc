@@ -188,15 +188,8 @@ absl::Status CampaignRunner::FinishEvaluation(const CampaignRecord& record, Camp
   t.set_loss(q.loss);
   t.set_initial_loss(q.initial_loss);
   t.set_quality_seconds(q.seconds);
-  t.clear_task_scores();
-  for (const TaskScoreValue& v : q.tasks) {
-    TaskScore* s = t.add_task_scores();
-    s->set_task(v.task);
-    s->set_metric(v.metric);
-    s->set_value(v.value);
-    s->set_std_err(v.stderr_);
-    s->set_n(v.n);
-  }
+  t.clear_task_scores();  // this evaluation's scores only
+  MergeTaskScores(q.tasks, t);
   std::string score;
   if (!c.quality_task().empty()) {
     const TaskScore* s = FindTaskScore(t, c.quality_task());

@@ -128,18 +128,7 @@ absl::Status RunReportJobs(TrialEvaluator& evaluator, CampaignStore& store,
       // The new scores replace the trial's old ones of the same task and
       // metric; others stay.
       Trial& t = *j.trial;
-      for (const TaskScoreValue& v : s.result.tasks) {
-        TaskScore* slot = nullptr;
-        for (TaskScore& old : *t.mutable_task_scores()) {
-          if (old.task() == v.task && old.metric() == v.metric) slot = &old;
-        }
-        if (slot == nullptr) slot = t.add_task_scores();
-        slot->set_task(v.task);
-        slot->set_metric(v.metric);
-        slot->set_value(v.value);
-        slot->set_std_err(v.stderr_);
-        slot->set_n(v.n);
-      }
+      MergeTaskScores(s.result.tasks, t);
       HILNAS_RETURN_IF_ERROR(store.UpdateTrial(t));
       ++done;
       std::string line;
