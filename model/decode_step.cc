@@ -23,6 +23,12 @@ struct DecodeBuffers {
   }
 };
 
+// row += bias (an f32 decoder's bias: DecodeStep runs f32 activations only).
+void AddRow(float* row, const torch::Tensor& bias, int64_t n) {
+  const float* b = bias.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) row[i] += b[i];
+}
+
 // Row `token` of an embedding table stored in f32, bf16 or f16, as f32.
 void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
   if (std::optional<QuantType> q = QuantTypeOf(table)) {
@@ -143,13 +149,22 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
       const GemvProduct qkv[3] = {
           {&at.q_proj->weight, q}, {&at.k_proj->weight, k}, {&at.v_proj->weight, v}};
       WeightGemvsInto(qkv, 3, normed);
-      // QK-norm, then RoPE, per head (the ATen path's order).
+      if (a.qkv_bias) {  // Qwen2
+        AddRow(q, at.q_proj->bias, a.q_width());
+        AddRow(k, at.k_proj->bias, a.kv_width());
+        AddRow(v, at.v_proj->bias, a.kv_width());
+      }
+      // QK-norm, then RoPE (none in a NoPE layer), per head (the ATen path's order).
       auto rotate = [&](float* row, const RmsNorm& norm, float* dst) {
         if (a.qk_norm) {
           RmsNormRow(row, norm->weight.data_ptr<float>(), hd, norm->eps, buf.head.data());
           row = buf.head.data();
         }
-        RopeRow(row, cos, sin, hd, dst);
+        if (at.rope) {
+          RopeRow(row, cos, sin, hd, dst);
+        } else {
+          std::copy(row, row + hd, dst);
+        }
       };
       float* q_rot = buf.q_rot.data();
       for (int64_t j = 0; j < h; ++j) rotate(q + j * hd, at.q_norm, q_rot + j * hd);

@@ -250,7 +250,14 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     Decoder d(impl);
     for (auto& [name, t] : d.NamedTensors()) {
-      if (t.dim() == 1) continue;
+      if (t.dim() == 1) {
+        // Norm scales stay ones; biases (Qwen2's q/k/v) are drawn like the
+        // matrices, so a random model exercises them.
+        if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+          t.copy_(torch::empty(t.sizes(), torch::kFloat).normal_(0.0, 0.02, gen));
+        }
+        continue;
+      }
       const bool residual_out =
           name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
       const double std = 0.02 / (residual_out ? std::sqrt(2.0 * arch.num_layers) : 1.0);
@@ -453,12 +460,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(c
     const std::string p = absl::StrCat("model.layers.", i, ".");
     if (a.attention[i] != Attention::kSkip) {
       out.push_back({p + "input_layernorm.weight", {a.d_model}});
+      // Qwen2's biases follow their matrices (the modules' parameter order).
       out.push_back({p + "self_attn.q_proj.weight", {a.q_width(), a.d_model}});
+      if (a.qkv_bias) out.push_back({p + "self_attn.q_proj.bias", {a.q_width()}});
       out.push_back({p + "self_attn.k_proj.weight", {a.kv_width(), a.d_model}});
+      if (a.qkv_bias) out.push_back({p + "self_attn.k_proj.bias", {a.kv_width()}});
       if (a.kv_cache == KvLayout::kSlim) {
         out.push_back({p + "self_attn.kv_proj.weight", {a.kv_width(), a.kv_width()}});
       } else {
         out.push_back({p + "self_attn.v_proj.weight", {a.kv_width(), a.d_model}});
+        if (a.qkv_bias) out.push_back({p + "self_attn.v_proj.bias", {a.kv_width()}});
       }
       out.push_back({p + "self_attn.o_proj.weight", {a.d_model, a.q_width()}});
       if (a.qk_norm) {

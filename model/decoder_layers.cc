@@ -42,11 +42,18 @@ torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, d
 // resident until drawn, and a model stored as Q4_0 from the start never
 // holds all its f32 matrices at once (issue 36: peak RSS of a quantized
 // run).
-torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
-  torch::nn::Linear l(torch::nn::LinearOptions(1, 1).bias(false));
+torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
+  torch::nn::Linear l(torch::nn::LinearOptions(1, 1).bias(bias));
   l->options.in_features(in).out_features(out);
   l->weight.set_data(torch::empty({out, in}));
+  if (bias) l->bias.set_data(torch::zeros({out}));
   return l;
+}
+
+
+torch::Tensor WithBias(const torch::Tensor& y, const torch::nn::Linear& linear) {
+  if (!linear->bias.defined()) return y;
+  return y + linear->bias.to(y.scalar_type());
 }
 
 torch::nn::Embedding MakeEmbedding(int64_t rows, int64_t dim) {

@@ -85,13 +85,52 @@ TEST(DecoderTest, LargeWeightsSitOnHugePageBoundaries) {
 
 TEST(DecoderTest, ParameterCountEqualsStaticCount) {
   for (bool tied : {true, false}) {
-    Arch a = TinyMixedArch();
-    a.tie_embeddings = tied;
-    Decoder d = MakeDouble(a);
-    int64_t n = 0;
-    for (const auto& p : d.Parameters()) n += p.numel();
-    EXPECT_EQ(n, CountParameters(a).model()) << "tied=" << tied;
+    for (bool bias : {false, true}) {
+      Arch a = TinyMixedArch();
+      a.tie_embeddings = tied;
+      a.qkv_bias = bias;
+      a.qk_norm = !bias;  // no family has both
+      Decoder d = MakeDouble(a);
+      int64_t n = 0;
+      for (const auto& p : d.Parameters()) n += p.numel();
+      EXPECT_EQ(n, CountParameters(a).model()) << "tied=" << tied << " bias=" << bias;
+    }
   }
+}
+
+// Qwen2's biases and SmolLM3's NoPE layers change what a layer computes:
+// the same weights without them give other logits; and the biases are
+// drawn, named after their projections, in the checkpoint order.
+TEST(DecoderTest, BiasesAndNoPeLayersChangeTheOutput) {
+  Arch base = TinyMixedArch();
+  base.qk_norm = false;
+  auto tokens = Tokens(9, 50, 5);
+  torch::NoGradGuard no_grad;
+  Decoder plain = MakeDouble(base);
+  const torch::Tensor reference = plain.Forward(tokens);
+  Arch biased = base;
+  biased.qkv_bias = true;
+  Decoder qwen2 = MakeDouble(biased);
+  std::vector<std::string> names;
+  for (auto& [name, t] : qwen2.NamedTensors()) {
+    if (name.find(".bias") != std::string::npos) {
+      names.push_back(name);
+      EXPECT_GT(t.abs().max().item<double>(), 0) << name << " was not drawn";
+    }
+  }
+  EXPECT_EQ(names.front(), "model.layers.0.self_attn.q_proj.bias");
+  EXPECT_EQ(names.size(), 3u * base.num_attention_layers());
+  const torch::Tensor with_bias = qwen2.Forward(tokens);
+  for (auto& [name, t] : qwen2.NamedTensors()) {
+    if (name.find(".bias") != std::string::npos) t.zero_();
+  }
+  EXPECT_GT((with_bias - qwen2.Forward(tokens)).abs().max().item<double>(), 1e-6);
+  Arch nope = base;
+  nope.no_rope = {true, false, false, false};
+  Decoder smollm3 = MakeDouble(nope);
+  EXPECT_GT((smollm3.Forward(tokens) - reference).abs().max().item<double>(), 1e-6);
+  nope.no_rope = {false, false, true, false};  // layer 2 skips attention: nothing to rotate
+  EXPECT_LT((MakeDouble(nope).Forward(tokens) - reference).abs().max().item<double>(), 1e-12);
 }
 
 TEST(DecoderTest, ChunkedPrefillEqualsOneFullForward) {
@@ -251,7 +290,13 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   plain.head_dim = 16;
   plain.num_heads = 2;
   plain.num_kv_heads = 1;
-  for (const Arch& a : {TinyMixedArch(), plain}) {
+  Arch qwen2 = plain;  // Qwen2's q/k/v biases
+  qwen2.name = "tiny-qwen2";
+  qwen2.qkv_bias = true;
+  Arch smollm3 = plain;  // SmolLM3's NoPE layers, one of them a window layer
+  smollm3.name = "tiny-smollm3";
+  smollm3.no_rope = {false, true, false, true};
+  for (const Arch& a : {TinyMixedArch(), plain, qwen2, smollm3}) {
     // Quantized weights too: the decode step's GEMVs and the modules'
     // GEMMs quantize activations alike and share the integer kernels.
     // And a half-precision cache: both paths round the same values once.

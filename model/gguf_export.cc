@@ -58,7 +58,8 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
     if (arch.attention[i] != Attention::kFull) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer ", i, " has ", AttentionName(arch.attention[i]),
-          " attention: llama.cpp's llama and qwen3 layouts run full attention in every layer"));
+          " attention: llama.cpp's llama, qwen2, qwen3 and smollm3 layouts run full attention "
+          "in every layer"));
     }
   }
   if (arch.kv_cache != KvLayout::kStandard) {
@@ -78,14 +79,35 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
     return absl::InvalidArgumentError(
         absl::StrCat("head_dim ", arch.head_dim, ": rope needs an even head dimension"));
   }
-  if (arch.qk_norm) {
-    if (arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
-      return absl::InvalidArgumentError(
-          "rope_scaling llama3 with QK-norm: llama.cpp's qwen3 layout has no rope_freqs tensor");
+  std::string layout = "llama";
+  if (arch.qk_norm) layout = "qwen3";
+  if (arch.qkv_bias) {
+    // llama.cpp sizes qwen2's query matrix and bias n_embd x n_embd.
+    if (arch.q_width() != arch.d_model) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "qkv_bias with num_heads x head_dim ", arch.q_width(), " != d_model ", arch.d_model,
+          ": llama.cpp's qwen2 layout needs the query width to equal d_model (prune Qwen2 "
+          "candidates' d_model in whole heads, or keep it, to export them)"));
     }
-    return std::string("qwen3");
+    layout = "qwen2";
   }
-  return std::string("llama");
+  if (!arch.no_rope.empty()) {
+    // llama.cpp's smollm3 graph: layer i skips RoPE iff (i + 1) % 4 == 0.
+    for (int i = 0; i < arch.num_layers; ++i) {
+      if (arch.no_rope[i] != ((i + 1) % 4 == 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "no_rope: layer ", i, " is ", arch.no_rope[i] ? "NoPE" : "rotated",
+            ", but llama.cpp's smollm3 layout makes exactly every 4th layer NoPE (3, 7, 11, ...); "
+            "this candidate's NoPE layers (kept from the backbone) cannot be expressed"));
+      }
+    }
+    layout = "smollm3";
+  }
+  if (layout != "llama" && arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope_scaling llama3: llama.cpp's ", layout, " layout has no rope_freqs tensor"));
+  }
+  return layout;
 }
 
 namespace {
@@ -288,7 +310,10 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor k, take(hf + "self_attn.k_proj.weight"));
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor v, take(hf + "self_attn.v_proj.weight"));
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor o, take(hf + "self_attn.o_proj.weight"));
-      if (layout == "llama") {
+      // llama and smollm3 rotate adjacent pairs (LLAMA_ROPE_TYPE_NORM);
+      // qwen2 and qwen3 rotate halves, as Hugging Face does.
+      const bool interleaved = layout == "llama" || layout == "smollm3";
+      if (interleaved) {
         q = InterleaveRopeRows(q, arch.num_heads);
         k = InterleaveRopeRows(k, arch.num_kv_heads);
       }
@@ -297,6 +322,13 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
       add(gg + "attn_k.weight", k, true);
       add(gg + "attn_v.weight", v, true);
       add(gg + "attn_output.weight", o, true);
+      if (arch.qkv_bias) {  // qwen2: never interleaved, biases as they are
+        for (const char* part : {"q", "k", "v"}) {
+          HILNAS_ASSIGN_OR_RETURN(torch::Tensor bias,
+                                  take(absl::StrCat(hf, "self_attn.", part, "_proj.bias")));
+          add(absl::StrCat(gg, "attn_", part, ".bias"), bias, false);
+        }
+      }
       if (arch.qk_norm) {
         HILNAS_ASSIGN_OR_RETURN(torch::Tensor qn, take(hf + "self_attn.q_norm.weight"));
         HILNAS_ASSIGN_OR_RETURN(torch::Tensor kn, take(hf + "self_attn.k_norm.weight"));

@@ -54,8 +54,10 @@ struct GgufExportOptions {
   std::shared_ptr<const GgufVocabulary> vocabulary;
 };
 
-// "llama" or "qwen3"; INVALID_ARGUMENT naming the first layer or option
-// llama.cpp cannot express.
+// llama.cpp's architecture for the arch's family: "llama", "qwen3"
+// (QK-norm), "qwen2" (q/k/v biases; query width must equal d_model) or
+// "smollm3" (NoPE in exactly every 4th layer); INVALID_ARGUMENT naming the
+// first layer or option llama.cpp cannot express.
 absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch);
 
 // Reads the checkpoint folder (config.json + safetensors, sharded or not)

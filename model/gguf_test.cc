@@ -372,7 +372,25 @@ TEST_F(GgufTest, RefusesWhatLlamaCppCannotRunNamingTheLayerOrOption) {
   a.qk_norm = true;
   a.rope_scaling.kind = RopeScaling::Kind::kLlama3;
   EXPECT_THAT(GgufLayoutFor(a),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("llama3 with QK-norm")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("llama3: llama.cpp's qwen3 layout has no rope_freqs")));
+  // Qwen2: biases need llama.cpp's n_embd-wide query.
+  a = LlamaLike();
+  a.qkv_bias = true;
+  ASSERT_EQ(a.q_width(), a.d_model);
+  EXPECT_EQ(GgufLayoutFor(a).value_or(""), "qwen2");
+  a.d_model = a.q_width() + 32;
+  EXPECT_THAT(GgufLayoutFor(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("llama.cpp's qwen2 layout needs the query")));
+  // SmolLM3: llama.cpp's graph makes exactly every 4th layer NoPE.
+  a = LlamaLike();
+  a.num_layers = 4;
+  a.attention.assign(4, Attention::kFull);
+  a.no_rope = {false, false, false, true};
+  EXPECT_EQ(GgufLayoutFor(a).value_or(""), "smollm3");
+  a.no_rope = {false, false, true, false};
+  EXPECT_THAT(GgufLayoutFor(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("no_rope: layer 2 is NoPE")));
   a = LlamaLike();
   a.kv_cache = KvLayout::kSlim;
   EXPECT_THAT(GgufLayoutFor(a), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slim")));

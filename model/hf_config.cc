@@ -80,7 +80,8 @@ constexpr const char* kReadKeys[] = {
     "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps",
     "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings",
     "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias", "layer_types",
-    "sliding_window", "qk_norm", "kv_cache", "hilnas_name", "kv_prediction"};
+    "sliding_window", "no_rope_layers", "no_rope_layer_interval", "qk_norm", "kv_cache",
+    "hilnas_name", "kv_prediction"};
 
 // Bookkeeping, token ids and context limits the RoPE types hilnas runs do
 // not read (default, linear and llama3 ignore max_position_embeddings;
@@ -118,6 +119,20 @@ const std::vector<FamilyInfo>& Families() {
        "Qwen3ForCausalLM",
        "qwen3",
        {{"use_sliding_window", "false"}, {"max_window_layers", nullptr}}},
+      // Qwen2 / Qwen2.5: Llama with biased q/k/v projections (the class
+      // hard-codes them; the config has no switch). Window settings as Qwen3's.
+      {ConfigFamily::kQwen2,
+       "Qwen2ForCausalLM",
+       "qwen2",
+       {{"use_sliding_window", "false"}, {"max_window_layers", nullptr}}},
+      // SmolLM3: Llama with NoPE layers (no_rope_layers, else every
+      // no_rope_layer_interval-th layer); pretraining_tp as Llama's.
+      {ConfigFamily::kSmolLm3,
+       "SmolLM3ForCausalLM",
+       "smollm3",
+       {{"use_sliding_window", "false"},
+        {"max_window_layers", nullptr},
+        {"pretraining_tp", nullptr}}},
       // auto_map names the remote modelling code hilnas implements itself.
       {ConfigFamily::kMobileLlm,
        "MobileLLMForCausalLM",
@@ -425,6 +440,7 @@ absl::Status ReadDimensions(const json& j, const std::string& path, const Family
   if (family.family == ConfigFamily::kMobileLlm) {
     HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "share_embedding", true));
   }
+  a.qkv_bias = family.family == ConfigFamily::kQwen2;
   const bool qwen3 = family.family == ConfigFamily::kQwen3;
   HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", qwen3));
   if (qwen3 && !a.qk_norm) return Refuse(path, "qk_norm", "false: Qwen3 normalises queries and keys");
@@ -434,8 +450,7 @@ absl::Status ReadDimensions(const json& j, const std::string& path, const Family
   return absl::OkStatus();
 }
 
-absl::Status ReadLayerTypes(const json& j, const std::string& path, const FamilyInfo& family,
-                            Arch& a) {
+absl::Status ReadLayerKinds(const json& j, const std::string& path, Arch& a) {
   if (!Present(j, "layer_types")) {
     a.attention.assign(std::max(a.num_layers, 0), Attention::kFull);
     return absl::OkStatus();
@@ -457,10 +472,56 @@ absl::Status ReadLayerTypes(const json& j, const std::string& path, const Family
                        " is not full_attention, sliding_attention or skip_attention"));
     }
   }
-  // Qwen3 configs carry a window size they do not use (use_sliding_window false).
-  if (family.family == ConfigFamily::kQwen3 &&
+  return absl::OkStatus();
+}
+
+absl::Status ReadLayerTypes(const json& j, const std::string& path, const FamilyInfo& family,
+                            Arch& a) {
+  HILNAS_RETURN_IF_ERROR(ReadLayerKinds(j, path, a));
+  // Qwen and SmolLM3 configs carry a window size they do not use
+  // (use_sliding_window false, refused otherwise).
+  if ((family.family == ConfigFamily::kQwen3 || family.family == ConfigFamily::kQwen2 ||
+       family.family == ConfigFamily::kSmolLm3) &&
       std::count(a.attention.begin(), a.attention.end(), Attention::kSlidingWindow) == 0) {
     a.sliding_window = 0;
+  }
+  return absl::OkStatus();
+}
+
+// SmolLM3's NoPE layers: `no_rope_layers` (1 = the layer uses RoPE, 0 =
+// NoPE) when given, else every `no_rope_layer_interval`-th layer (default 4)
+// is NoPE, as SmolLM3Config derives them. Other families have neither key.
+absl::Status ReadNoRope(const json& j, const std::string& path, const FamilyInfo& family,
+                        Arch& a) {
+  const bool smollm3 = family.family == ConfigFamily::kSmolLm3;
+  for (const char* key : {"no_rope_layers", "no_rope_layer_interval"}) {
+    if (!smollm3 && Present(j, key)) {
+      return Refuse(path, absl::StrCat("field \"", key, "\""),
+                    absl::StrCat(j[key].dump(), ": NoPE layers are SmolLM3's (",
+                                 family.class_name, " rotates every layer)"));
+    }
+  }
+  if (!smollm3) return absl::OkStatus();
+  HILNAS_ASSIGN_OR_RETURN(const int interval, Field<int>(j, path, "no_rope_layer_interval", 4));
+  if (!Present(j, "no_rope_layers")) {
+    if (interval < 1) {
+      return Refuse(path, "no_rope_layer_interval", absl::StrCat(interval, " must be positive"));
+    }
+    for (int i = 0; i < a.num_layers; ++i) a.no_rope.push_back((i + 1) % interval == 0);
+    return absl::OkStatus();
+  }
+  const json& flags = j["no_rope_layers"];
+  if (!flags.is_array() || static_cast<int64_t>(flags.size()) != a.num_layers) {
+    return Refuse(path, "no_rope_layers",
+                  absl::StrCat(flags.dump().substr(0, 80), " is not a list of num_hidden_layers (",
+                               a.num_layers, ") flags"));
+  }
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0 && flags[i] != 1) {
+      return Refuse(path, absl::StrCat("no_rope_layers[", i, "]"),
+                    absl::StrCat(flags[i].dump(), " is not 1 (RoPE) or 0 (NoPE)"));
+    }
+    a.no_rope.push_back(flags[i] == 0);
   }
   return absl::OkStatus();
 }
@@ -537,6 +598,7 @@ absl::StatusOr<Arch> ParseConfigJson(const std::string& text, const std::string&
   Arch a;
   HILNAS_RETURN_IF_ERROR(ReadDimensions(j, path, *family, a));
   HILNAS_RETURN_IF_ERROR(ReadLayerTypes(j, path, *family, a));
+  HILNAS_RETURN_IF_ERROR(ReadNoRope(j, path, *family, a));
   HILNAS_RETURN_IF_ERROR(ReadRope(j, path, a));
   HILNAS_RETURN_IF_ERROR(ReadKvPrediction(j, path, a));
   absl::Status valid = ValidateArch(a);
@@ -545,11 +607,15 @@ absl::StatusOr<Arch> ParseConfigJson(const std::string& text, const std::string&
 }
 
 absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
-  // QK-norm is Qwen3's layout; everything else Llama's (docs/checkpoints.md).
-  json j = {{"architectures", {a.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
-            {"model_type", a.qk_norm ? "qwen3" : "llama"},
-            {"attention_bias", false},
-            {"mlp_bias", false},
+  // The family that computes what the arch does (ArchFamily; docs/checkpoints.md).
+  const std::string family = ArchFamily(a);
+  const FamilyInfo* info = nullptr;
+  for (const FamilyInfo& f : Families()) {
+    if (family == f.class_name) info = &f;
+  }
+  if (info == nullptr) return absl::InternalError(absl::StrCat("no config family ", family));
+  json j = {{"architectures", {family}},
+            {"model_type", info->model_type},
             {"hidden_size", a.d_model},
             {"intermediate_size", a.d_ffn},
             {"num_hidden_layers", a.num_layers},
@@ -565,9 +631,18 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
             {"sliding_window", a.sliding_window},
             {"kv_cache", a.kv_cache == KvLayout::kSlim ? "slim" : "standard"},
             {"hilnas_name", a.name}};
+  if (!a.qkv_bias) {  // Qwen2 has no switch: its q/k/v are always biased
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
   json types = json::array();
   for (Attention at : a.attention) types.push_back(LayerTypeName(at));
   j["layer_types"] = types;
+  if (!a.no_rope.empty()) {  // SmolLM3: 1 = RoPE, 0 = NoPE
+    json flags = json::array();
+    for (bool nope : a.no_rope) flags.push_back(nope ? 0 : 1);
+    j["no_rope_layers"] = flags;
+  }
   if (const RopeScaling& r = a.rope_scaling; r.kind == RopeScaling::Kind::kLinear) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
   } else if (r.kind == RopeScaling::Kind::kLlama3) {
@@ -595,9 +670,17 @@ std::string DescribeArch(const Arch& a) {
   std::vector<std::string> lines;
   lines.push_back(absl::StrFormat("  layers %d, d_model %d, d_ffn %d, vocab %d", a.num_layers,
                                   a.d_model, a.d_ffn, a.vocab_size));
-  lines.push_back(absl::StrFormat("  attention: %d heads, %d KV heads, head_dim %d, QK-norm %s",
-                                  a.num_heads, a.num_kv_heads, a.head_dim,
-                                  a.qk_norm ? "on" : "off"));
+  lines.push_back(absl::StrCat("  family: ", ArchFamily(a)));
+  lines.push_back(absl::StrFormat(
+      "  attention: %d heads, %d KV heads, head_dim %d, QK-norm %s, q/k/v biases %s", a.num_heads,
+      a.num_kv_heads, a.head_dim, a.qk_norm ? "on" : "off", a.qkv_bias ? "on" : "off"));
+  if (!a.no_rope.empty()) {
+    std::vector<int> nope;
+    for (int i = 0; i < a.num_layers; ++i) {
+      if (a.no_rope[i]) nope.push_back(i);
+    }
+    lines.push_back(absl::StrCat("  NoPE layers (no RoPE): ", absl::StrJoin(nope, ", ")));
+  }
   lines.push_back(absl::StrFormat("  RoPE: theta %g, %s", a.rope_theta,
                                   DescribeScaling(a.rope_scaling)));
   lines.push_back(absl::StrFormat("  RMSNorm epsilon %g", a.norm_eps));

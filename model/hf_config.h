@@ -19,11 +19,13 @@ namespace hilnas {
 // The families read as published. Llama covers Llama 2/3.x, SmolLM2 and
 // MobileLLM's Llama layout; Qwen3 adds QK-norm; MobileLLM (Liu et al. 2024)
 // ties its head through `share_embedding`.
-enum class ConfigFamily { kLlama, kQwen3, kMobileLlm };
+// Qwen2 (Qwen2.5) adds q/k/v biases; SmolLM3 NoPE layers.
+enum class ConfigFamily { kLlama, kQwen3, kMobileLlm, kQwen2, kSmolLm3 };
 const char* ConfigFamilyClass(ConfigFamily family);  // "LlamaForCausalLM", ...
 
-// Writes LlamaForCausalLM, or Qwen3ForCausalLM when queries and keys are
-// normalised, with `rope_theta` / `rope_scaling` (transformers 4's form,
+// Writes the family ArchFamily names (LlamaForCausalLM; Qwen3ForCausalLM
+// when queries and keys are normalised; Qwen2ForCausalLM with q/k/v biases;
+// SmolLM3ForCausalLM with NoPE layers, as `no_rope_layers`), with `rope_theta` / `rope_scaling` (transformers 4's form,
 // which transformers 5 still reads); `layer_types` ("full_attention",
 // "sliding_attention", hilnas's "skip_attention") with `sliding_window`;
 // hilnas's own extras (`kv_cache`, `kv_prediction`, `hilnas_name`) in

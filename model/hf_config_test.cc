@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "util/files.h"
 #include "util/textproto.h"
 #include "util/status_matchers.h"
 
@@ -218,6 +219,88 @@ TEST_F(HfConfigTest, WrittenConfigsReadBack) {
   ASSERT_OK_AND_ASSIGN(Arch back, ReadConfigJson(dir_ + "/config.json"));
   EXPECT_TRUE(back.rope_scaling == a.rope_scaling);
   EXPECT_EQ(back.rope_theta, a.rope_theta);
+}
+
+// Qwen2.5-0.5B's published config.json, scaled down in layers and
+// vocabulary: biased q/k/v are implied by the class, the window unused.
+json Qwen25Config() {
+  return json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+    "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+    "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 512})");
+}
+
+// SmolLM3-3B's published config.json, scaled down in layers and vocabulary:
+// NoPE layers from no_rope_layer_interval.
+json SmolLm3Config() {
+  return json::parse(R"({
+    "architectures": ["SmolLM3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": null, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 65536,
+    "model_type": "smollm3", "no_rope_layer_interval": 4, "num_attention_heads": 16,
+    "num_hidden_layers": 8, "num_key_value_heads": 4, "pad_token_id": 128004,
+    "pretraining_tp": 2, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 5000000.0,
+    "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 512})");
+}
+
+TEST_F(HfConfigTest, Qwen2ReadsItsBiasesAndWritesItselfBack) {
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(Qwen25Config()));
+  EXPECT_TRUE(a.qkv_bias);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_EQ(a.head_dim, 64);
+  EXPECT_EQ(a.sliding_window, 0);  // use_sliding_window false
+  EXPECT_STREQ(ArchFamily(a), "Qwen2ForCausalLM");
+  EXPECT_THAT(DescribeArch(a), AllOf(HasSubstr("family: Qwen2ForCausalLM"),
+                                     HasSubstr("q/k/v biases on")));
+  ASSERT_OK(WriteConfigJson(a, dir_ + "/config.json"));
+  std::string text;
+  ASSERT_OK(ReadFileToString(dir_ + "/config.json", &text));
+  EXPECT_EQ(json::parse(text)["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_FALSE(json::parse(text).contains("attention_bias"));  // Qwen2 has no switch
+  ASSERT_OK_AND_ASSIGN(Arch back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_TRUE(back.qkv_bias);
+  json wrong = Qwen25Config();
+  wrong["no_rope_layers"] = {1, 0};
+  EXPECT_THAT(Read(wrong), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("\"no_rope_layers\" [1,0]: NoPE layers are SmolLM3's")));
+  wrong = Qwen25Config();
+  wrong["use_sliding_window"] = true;
+  EXPECT_THAT(Read(wrong), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("use_sliding_window")));
+}
+
+TEST_F(HfConfigTest, SmolLm3ReadsItsNoPeLayersEitherWay) {
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(SmolLm3Config()));
+  EXPECT_EQ(a.no_rope,
+            (std::vector<bool>{false, false, false, true, false, false, false, true}));
+  EXPECT_FALSE(a.qkv_bias);
+  EXPECT_THAT(DescribeArch(a), HasSubstr("NoPE layers (no RoPE): 3, 7"));
+  json listed = SmolLm3Config();
+  listed["no_rope_layers"] = {1, 0, 1, 1, 1, 1, 0, 1};  // the list wins over the interval
+  ASSERT_OK_AND_ASSIGN(Arch b, Read(listed));
+  EXPECT_EQ(b.no_rope,
+            (std::vector<bool>{false, true, false, false, false, false, true, false}));
+  ASSERT_OK(WriteConfigJson(b, dir_ + "/config.json"));
+  ASSERT_OK_AND_ASSIGN(Arch back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_EQ(back.no_rope, b.no_rope);
+  EXPECT_STREQ(ArchFamily(back), "SmolLM3ForCausalLM");
+  listed["no_rope_layers"] = {1, 0, 1};
+  EXPECT_THAT(Read(listed), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("no_rope_layers [1,0,1] is not a list of "
+                                               "num_hidden_layers (8) flags")));
+  listed["no_rope_layers"] = {1, 0, 1, 1, 1, 1, 2, 1};
+  EXPECT_THAT(Read(listed), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("no_rope_layers[6] 2 is not 1 (RoPE) or 0")));
+  json sliding = SmolLm3Config();
+  sliding["use_sliding_window"] = true;
+  EXPECT_THAT(Read(sliding), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("use_sliding_window")));
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
   same("num_kv_heads", t.num_kv_heads, b.num_kv_heads, "heads are never split");
   same("head_dim", t.head_dim, b.head_dim, "heads are never split");
   same("qk_norm", t.qk_norm, b.qk_norm, "norm weights are inherited");
+  same("qkv_bias", t.qkv_bias, b.qkv_bias, "biases are inherited");
   if (!(t.rope_scaling == b.rope_scaling)) {
     errors.push_back(
         "rope_scaling differs from the backbone's (positions are inherited: give the search "
@@ -92,12 +93,27 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
     }
     plan.ffn.push_back(TopIndices(m.ffn[src], t.d_ffn));
   }
+  // NoPE layers keep their kind (SmolLM3): a target that states its flags
+  // must state the kept layers' own.
+  if (!t.no_rope.empty() && t.no_rope != PrunedNoRope(b, plan)) {
+    errors.push_back(absl::StrCat("no_rope of the target differs from that of the backbone layers "
+                                  "it keeps (a layer's NoPE is inherited, not chosen)"));
+  }
   if (!errors.empty()) return refuse();
   return plan;
 }
 
+std::vector<bool> PrunedNoRope(const Arch& backbone, const PrunePlan& plan) {
+  std::vector<bool> out;
+  if (backbone.no_rope.empty()) return out;
+  for (int src : plan.layers) out.push_back(backbone.no_rope[src]);
+  return out;
+}
+
 absl::StatusOr<Decoder> ApplyPrune(Decoder& backbone, const PrunePlan& plan, const Arch& target) {
-  HILNAS_ASSIGN_OR_RETURN(Decoder out, Decoder::Create(target, /*seed=*/0, backbone.dtype()));
+  Arch arch = target;
+  arch.no_rope = PrunedNoRope(backbone.arch(), plan);
+  HILNAS_ASSIGN_OR_RETURN(Decoder out, Decoder::Create(arch, /*seed=*/0, backbone.dtype()));
   const bool b_tied = backbone.arch().tie_embeddings;
   std::map<std::string, torch::Tensor> src;
   for (auto& [name, t] : backbone.NamedTensors()) src[name] = t;
@@ -120,8 +136,9 @@ absl::StatusOr<Decoder> ApplyPrune(Decoder& backbone, const PrunePlan& plan, con
         return absl::InternalError(absl::StrCat("pruning: backbone has no tensor ", from));
       }
       torch::Tensor w = it->second;
-      if (absl::EndsWith(name, "q_norm.weight") || absl::EndsWith(name, "k_norm.weight")) {
-        // head_dim wide: heads are kept whole
+      if (absl::EndsWith(name, "q_norm.weight") || absl::EndsWith(name, "k_norm.weight") ||
+          absl::EndsWith(name, "_proj.bias")) {
+        // head_dim wide, or one entry per q/k/v row (Qwen2): heads are kept whole
       } else if (absl::EndsWith(name, "layernorm.weight") || name == "model.norm.weight") {
         w = w.index_select(0, dim);
       } else if (absl::EndsWith(name, "o_proj.weight")) {
@@ -158,6 +175,8 @@ absl::StatusOr<Arch> OverrideShape(const Arch& backbone, int num_layers, int d_m
   if (d_model > 0) t.d_model = d_model;
   if (d_ffn > 0) t.d_ffn = d_ffn;
   if (sliding_window > 0) t.sliding_window = sliding_window;
+  // Which layers are NoPE follows from which are kept (ApplyPrune).
+  if (t.num_layers != backbone.num_layers) t.no_rope.clear();
   if (!pattern.empty()) {
     HILNAS_ASSIGN_OR_RETURN(t.attention, ParsePattern(pattern));
   } else if (t.num_layers != backbone.num_layers) {

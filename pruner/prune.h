@@ -42,8 +42,12 @@ struct PrunePlan {
 absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& metrics, const Arch& backbone,
                                     const Arch& target, const PruneOptions& options = {});
 
-// The target model with the backbone's weights cut by `plan`.
+// The target model with the backbone's weights cut by `plan`. Each kept
+// layer keeps its NoPE flag (Arch::no_rope), whatever `target` says.
 absl::StatusOr<Decoder> ApplyPrune(Decoder& backbone, const PrunePlan& plan, const Arch& target);
+
+// The NoPE flags of the layers `plan` keeps (empty for a backbone without).
+std::vector<bool> PrunedNoRope(const Arch& backbone, const PrunePlan& plan);
 
 // The backbone's own shape with these overrides (0 / "" = keep): depth,
 // widths and the attention pattern (one letter per target layer: F full, W

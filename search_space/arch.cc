@@ -17,6 +17,13 @@ int Arch::num_attention_layers() const {
                                         [](Attention a) { return a != Attention::kSkip; }));
 }
 
+const char* ArchFamily(const Arch& a) {
+  if (a.qkv_bias) return "Qwen2ForCausalLM";
+  if (!a.no_rope.empty()) return "SmolLM3ForCausalLM";
+  if (a.qk_norm) return "Qwen3ForCausalLM";
+  return "LlamaForCausalLM";
+}
+
 const char* AttentionName(Attention a) {
   switch (a) {
     case Attention::kFull:
@@ -203,7 +210,11 @@ absl::StatusOr<Arch> AuxiliaryArch(const Arch& base) {
       aux.kv_prediction = KvPredictionSpec{};
       aux.num_layers = static_cast<int>(kept.size());
       aux.attention.clear();
-      for (int i : kept) aux.attention.push_back(base.attention[i]);
+      aux.no_rope.clear();
+      for (int i : kept) {
+        aux.attention.push_back(base.attention[i]);
+        if (!base.no_rope.empty()) aux.no_rope.push_back(base.no_rope[i]);
+      }
       return aux;
     }
   }
@@ -308,6 +319,28 @@ void CheckRopeScaling(const RopeScaling& r, std::vector<std::string>* errors_out
   }
 }
 
+// What sets a family apart (ArchFamily), in combinations a family has and
+// the runtime computes exactly.
+void CheckFamily(const Arch& a, std::vector<std::string>* errors_out) {
+  std::vector<std::string>& errors = *errors_out;
+  if (!a.no_rope.empty() && static_cast<int>(a.no_rope.size()) != a.num_layers) {
+    errors.push_back(absl::StrCat("no_rope has ", a.no_rope.size(),
+                                  " entries, expected num_layers ", a.num_layers));
+  }
+  const int features = int{a.qk_norm} + int{a.qkv_bias} + int{!a.no_rope.empty()};
+  if (features > 1) {
+    errors.push_back(absl::StrCat(
+        "qk_norm ", a.qk_norm, ", qkv_bias ", a.qkv_bias, " and no_rope (", a.no_rope.size(),
+        " entries): at most one of them (Qwen3 normalises queries and keys, Qwen2 biases "
+        "them, SmolLM3 skips RoPE in some layers; no published family does two)"));
+  }
+  if (a.kv_cache == KvLayout::kSlim && (a.qkv_bias || !a.no_rope.empty())) {
+    errors.push_back(absl::StrCat("kv_cache SLIM with ", a.qkv_bias ? "qkv_bias" : "no_rope",
+                                  ": Slim Attention's V = K W_KV needs unbiased keys rotated in "
+                                  "every layer"));
+  }
+}
+
 // Pipelined decoding's parameters (PPD Theorem 4.1), when the arch sets any.
 void CheckPpd(const Arch& a, std::vector<std::string>* errors_out) {
   std::vector<std::string>& errors = *errors_out;
@@ -388,6 +421,7 @@ absl::Status ValidateArch(const Arch& a, const ValidateOptions& options) {
         "head_dim == d_model); got ",
         a.num_heads, "/", a.num_kv_heads, " heads of ", a.head_dim, " with d_model ", a.d_model));
   }
+  CheckFamily(a, &errors);
   CheckPpd(a, &errors);
   if (a.kv_cache == KvLayout::kSlim && a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     errors.push_back(
@@ -423,6 +457,8 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.rope_theta = p.rope_theta();
   a.norm_eps = p.norm_eps();
   a.qk_norm = p.qk_norm();
+  a.qkv_bias = p.qkv_bias();
+  a.no_rope.assign(p.no_rope().begin(), p.no_rope().end());
   a.sliding_window = p.sliding_window();
   if (p.has_rope_scaling() && p.rope_scaling().kind() != RopeScalingSpec::NONE) {
     const RopeScalingSpec& r = p.rope_scaling();
@@ -485,6 +521,8 @@ ArchSpec ArchToProto(const Arch& a) {
   p.set_rope_theta(a.rope_theta);
   p.set_norm_eps(a.norm_eps);
   p.set_qk_norm(a.qk_norm);
+  p.set_qkv_bias(a.qkv_bias);
+  for (bool n : a.no_rope) p.add_no_rope(n);
   if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
     RopeScalingSpec* s = p.mutable_rope_scaling();
     s->set_kind(r.kind == RopeScaling::Kind::kLinear ? RopeScalingSpec::LINEAR

@@ -63,7 +63,14 @@ struct Arch {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool qk_norm = false;
+  // Qwen2 / Qwen2.5: learned biases on the q, k and v projections (o has none).
+  bool qkv_bias = false;
   std::vector<Attention> attention;  // one per layer
+  // SmolLM3's NoPE layers: empty, every attention layer rotates queries and
+  // keys; else one flag per layer, true where the layer applies no RoPE
+  // (config.json `no_rope_layers` holds the opposite: 1 = RoPE). Pruning
+  // keeps each kept layer's flag; a layer's NoPE is not a search choice.
+  std::vector<bool> no_rope;
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;
   KvLayout kv_cache = KvLayout::kStandard;
@@ -73,7 +80,14 @@ struct Arch {
   int q_width() const { return num_heads * head_dim; }
   int kv_width() const { return num_kv_heads * head_dim; }
   int num_attention_layers() const;  // layers whose attention is not kSkip
+  bool rotates(int layer) const { return no_rope.empty() || !no_rope[layer]; }
 };
+
+// The Hugging Face family an architecture is written as (config.json's
+// `architectures`): a Llama layout plus what sets the family apart, QK-norm
+// (Qwen3ForCausalLM), q/k/v biases (Qwen2ForCausalLM) or NoPE layers
+// (SmolLM3ForCausalLM). ValidateArch refuses combinations no family has.
+const char* ArchFamily(const Arch& arch);
 
 struct ValidateOptions {
   // When > 0, d_model and d_ffn must be multiples of it (MobileLLM-Flash

@@ -58,6 +58,7 @@ ParameterCount CountParameters(const Arch& a) {
     c.norms += a.d_model;  // norm before the FFN
     if (at == Attention::kSkip) continue;
     c.attention += AttentionProjectionParams(a);
+    if (a.qkv_bias) c.attention += int64_t{a.q_width()} + 2 * int64_t{a.kv_width()};  // Qwen2
     c.norms += a.d_model + (a.qk_norm ? 2 * a.head_dim : 0);
   }
   if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {

@@ -296,6 +296,7 @@ Arch Space::Base(int layers) const {
   Arch a = base_;
   a.num_layers = layers;
   a.attention.assign(layers, attention_[0]);
+  a.no_rope.clear();  // NoPE layers are inherited when pruning, not chosen
   return a;
 }
 
@@ -335,6 +336,7 @@ absl::Status Space::Contains(const Arch& arch) const {
   fixed("vocab_size", arch.vocab_size, b.vocab_size);
   fixed("tie_embeddings", arch.tie_embeddings, b.tie_embeddings);
   fixed("qk_norm", arch.qk_norm, b.qk_norm);
+  fixed("qkv_bias", arch.qkv_bias, b.qkv_bias);
   fixed("rope_theta", arch.rope_theta, b.rope_theta);
   fixed("norm_eps", arch.norm_eps, b.norm_eps);
   fixed("sliding_window", arch.sliding_window, b.sliding_window);

@@ -30,10 +30,14 @@ void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* ou
 
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 
-// A bias-free projection and an embedding table, their values not yet
-// written (Decoder::Create draws them, a checkpoint fills them).
-torch::nn::Linear MakeLinear(int64_t in, int64_t out);
+// A projection (bias-free unless asked: Qwen2's q, k and v) and an
+// embedding table, their values not yet written (Decoder::Create draws
+// them, a checkpoint fills them). A bias is a vector, never stored in a
+// matrix format (StoreWeightsAs converts matrices only).
+torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias = false);
 torch::nn::Embedding MakeEmbedding(int64_t rows, int64_t dim);
+// y + the projection's bias, when it has one (y [..., out]).
+torch::Tensor WithBias(const torch::Tensor& y, const torch::nn::Linear& linear);
 
 // x @ w^T for a bias-free projection. One token (decode) is a matrix-vector
 // product: BLAS gemv streams the weights 3-4x faster than gemm with M = 1,
@@ -113,14 +117,16 @@ struct RmsNormImpl : torch::nn::Module {
 TORCH_MODULE(RmsNorm);
 
 struct AttentionBlockImpl : torch::nn::Module {
-  AttentionBlockImpl(const Arch& a, Attention type) : arch(a), type(type) {
-    q_proj = register_module("q_proj", MakeLinear(a.d_model, a.q_width()));
-    k_proj = register_module("k_proj", MakeLinear(a.d_model, a.kv_width()));
+  AttentionBlockImpl(const Arch& a, Attention type, bool rope)
+      : arch(a), type(type), rope(rope) {
+    // Qwen2: q, k and v biased, o not (ValidateArch: never with slim).
+    q_proj = register_module("q_proj", MakeLinear(a.d_model, a.q_width(), a.qkv_bias));
+    k_proj = register_module("k_proj", MakeLinear(a.d_model, a.kv_width(), a.qkv_bias));
     if (a.kv_cache == KvLayout::kSlim) {
       // Slim Attention Eq. 4: V = K W_KV, stored in place of W_V.
       kv_proj = register_module("kv_proj", MakeLinear(a.kv_width(), a.kv_width()));
     } else {
-      v_proj = register_module("v_proj", MakeLinear(a.d_model, a.kv_width()));
+      v_proj = register_module("v_proj", MakeLinear(a.d_model, a.kv_width(), a.qkv_bias));
     }
     o_proj = register_module("o_proj", MakeLinear(a.q_width(), a.d_model));
     if (a.qk_norm) {
@@ -143,19 +149,19 @@ struct AttentionBlockImpl : torch::nn::Module {
     const int64_t h = arch.num_heads, kvh = arch.num_kv_heads, hd = arch.head_dim;
     torch::Tensor q, k, v;
     if (provided != nullptr) {
-      q = Project(x, q_proj->weight);
+      q = WithBias(Project(x, q_proj->weight), q_proj);
       k = provided->keys;
       v = provided->values;
     } else {
       auto qkv = ProjectMany(x, {q_proj->weight, k_proj->weight, v_proj->weight});
-      q = qkv[0];
-      k = qkv[1].view({b, t, kvh, hd});
-      v = qkv[2].view({b, t, kvh, hd});
+      q = WithBias(qkv[0], q_proj);
+      k = WithBias(qkv[1], k_proj).view({b, t, kvh, hd});
+      v = WithBias(qkv[2], v_proj).view({b, t, kvh, hd});
     }
     q = q.view({b, t, h, hd});
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
-    q = ApplyRope(q, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd})).transpose(1, 2);
+    q = Rotated(q, cos, sin).transpose(1, 2);
     k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
     v = v.transpose(1, 2);
 
@@ -293,13 +299,22 @@ struct AttentionBlockImpl : torch::nn::Module {
   // Raw keys [B, T, KVH, hd] -> K-norm (when the model has one), RoPE at
   // the positions of cos/sin [T, hd], heads first: [B, KVH, T, hd].
   torch::Tensor RotatedKeys(torch::Tensor k, const torch::Tensor& cos, const torch::Tensor& sin) {
-    const int64_t t = k.size(1), hd = arch.head_dim;
     if (arch.qk_norm) k = k_norm(k);
-    return ApplyRope(k, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd})).transpose(1, 2);
+    return Rotated(k, cos, sin).transpose(1, 2);
+  }
+
+  // x [B, T, heads, hd] rotated at the positions of cos/sin [T, hd]; a NoPE
+  // layer (SmolLM3) leaves it as it is.
+  torch::Tensor Rotated(const torch::Tensor& x, const torch::Tensor& cos,
+                        const torch::Tensor& sin) const {
+    if (!rope) return x;
+    const int64_t t = x.size(1), hd = arch.head_dim;
+    return ApplyRope(x, cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd}));
   }
 
   Arch arch;
   Attention type;
+  bool rope = true;  // false: a NoPE layer (Arch::no_rope)
   // The decoder's RoPE tables from position 0, long enough for any cache it
   // made (slim layers rotate every cached key at each step).
   const torch::Tensor* rope_cos = nullptr;
@@ -330,10 +345,10 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 struct LayerImpl : torch::nn::Module {
-  LayerImpl(const Arch& a, Attention type) {
+  LayerImpl(const Arch& a, Attention type, bool rope) {
     if (type != Attention::kSkip) {
       input_layernorm = register_module("input_layernorm", RmsNorm(a.d_model, a.norm_eps));
-      self_attn = register_module("self_attn", AttentionBlock(a, type));
+      self_attn = register_module("self_attn", AttentionBlock(a, type, rope));
     }
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(a.d_model, a.norm_eps));
@@ -376,8 +391,8 @@ struct BackboneImpl : torch::nn::Module {
     embed_tokens = register_module("embed_tokens", MakeEmbedding(a.vocab_size, a.d_model));
     embed_tokens->to(dtype);
     layers = register_module("layers", torch::nn::ModuleList());
-    for (Attention at : a.attention) {
-      Layer l(a, at);
+    for (int i = 0; i < a.num_layers; ++i) {
+      Layer l(a, a.attention[i], a.rotates(i));
       l->to(dtype);
       layers->push_back(l);
       typed_layers.push_back(l);
