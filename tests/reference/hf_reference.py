@@ -4,11 +4,15 @@
 Writes small synthetic checkpoints in the layout Hugging Face publishes
 (config.json with its field names; safetensors, sharded with
 model.safetensors.index.json), computes their logits with a plain PyTorch
-forward written from the published equations of the Llama and Qwen3
-decoders (not hilnas's code, not transformers), and checks that
-`hilnas generate --logits-out` agrees to 1e-4 in float32 on prompts longer
-than the RoPE scaling's original context. Also checks that configs hilnas
-must refuse are refused naming the field.
+forward in float64 written from the published modelling code of the Llama,
+Qwen3, Qwen2 (q/k/v biases) and SmolLM3 (NoPE layers) decoders (not
+hilnas's code, not transformers), and checks that `hilnas generate
+--logits-out` agrees to 1e-4 on prompts longer than the RoPE scaling's
+original context. For the families of issue 40 it also checks `hilnas eval`'s
+loss (1e-4 nats), greedy ids, and that a checkpoint hilnas prunes from each
+is a valid one of its family: read back here from its config.json and
+safetensors, it computes what hilnas computes. Configs hilnas must refuse
+are refused naming the field.
 
     /usr/bin/python3 tests/reference/hf_reference.py BUILD/tools/hilnas [WORKDIR]
 
@@ -101,27 +105,46 @@ def rotate(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def rope_layers(cfg):
+    """SmolLM3Config: no_rope_layers[i] is 1 where layer i uses RoPE, 0 where
+    it is NoPE; absent, every no_rope_layer_interval-th layer (default 4)
+    is NoPE. Every other family rotates in every layer."""
+    n = cfg["num_hidden_layers"]
+    if cfg["architectures"][0] != "SmolLM3ForCausalLM":
+        return [1] * n
+    if cfg.get("no_rope_layers") is not None:
+        return list(cfg["no_rope_layers"])
+    interval = cfg.get("no_rope_layer_interval", 4)
+    return [int((i + 1) % interval != 0) for i in range(n)]
+
+
 def forward(cfg, w, ids):
+    w = {k: v.to(torch.float64) for k, v in w.items()}  # float64 throughout
     t = len(ids)
     d, hd = cfg["hidden_size"], head_dim(cfg)
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     eps = cfg["rms_norm_eps"]
-    qk_norm = cfg["architectures"][0] == "Qwen3ForCausalLM"
+    family = cfg["architectures"][0]
+    qk_norm = family == "Qwen3ForCausalLM"
+    qkv_bias = family == "Qwen2ForCausalLM"  # Qwen2Attention: bias=True on q, k, v; not on o
+    use_rope = rope_layers(cfg)
     x = w["model.embed_tokens.weight"][torch.tensor(ids)]
     freqs = torch.outer(torch.arange(t, dtype=torch.float64), inverse_frequencies(cfg))
-    cos, sin = freqs.cos().float(), freqs.sin().float()
-    mask = torch.full((t, t), float("-inf")).triu(1)
+    cos, sin = freqs.cos(), freqs.sin()
+    mask = torch.full((t, t), float("-inf"), dtype=torch.float64).triu(1)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(t, nh, hd)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(t, nkv, hd)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(t, nkv, hd)
+        q, k, v = (h @ w[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+        if qkv_bias:
+            q, k, v = (y + w[p + f"self_attn.{n}_proj.bias"] for y, n in zip((q, k, v), "qkv"))
+        q, k, v = q.view(t, nh, hd), k.view(t, nkv, hd), v.view(t, nkv, hd)
         if qk_norm:  # Qwen3: RMSNorm over each head's query and key
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = rotate(q, cos[:, None, :], sin[:, None, :])
-        k = rotate(k, cos[:, None, :], sin[:, None, :])
+        if use_rope[i]:  # SmolLM3's NoPE layers leave queries and keys unrotated
+            q = rotate(q, cos[:, None, :], sin[:, None, :])
+            k = rotate(k, cos[:, None, :], sin[:, None, :])
         group = nh // nkv  # grouped-query attention: each KV head serves `group` query heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
@@ -164,6 +187,10 @@ def make_weights(cfg, gen, fan_in_scale=False):
         if cfg["architectures"][0] == "Qwen3ForCausalLM":
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
+        if cfg["architectures"][0] == "Qwen2ForCausalLM":  # biases of a trained model's size
+            w[p + "self_attn.q_proj.bias"] = 0.5 * torch.randn(nh * hd, generator=gen)
+            w[p + "self_attn.k_proj.bias"] = 0.5 * torch.randn(nkv * hd, generator=gen)
+            w[p + "self_attn.v_proj.bias"] = 0.5 * torch.randn(nkv * hd, generator=gen)
     return w
 
 
@@ -219,12 +246,53 @@ def write_checkpoint(folder, cfg, weights, shards, dtype):
     return {k: t.to(torch.float32) for k, t in stored.items()}
 
 
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        raw = bytearray(data[a:b])
+        if e["dtype"] == "BF16":
+            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
+        elif e["dtype"] == "F16":
+            t = torch.frombuffer(raw, dtype=torch.float16)
+        else:
+            assert e["dtype"] == "F32", e["dtype"]
+            t = torch.frombuffer(raw, dtype=torch.float32)
+        out[name] = t.reshape(e["shape"]).to(torch.float64)
+    return out
+
+
+def read_checkpoint(folder):
+    """config.json and every safetensors file of a folder, as a Hugging Face
+    reader takes them."""
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    w = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            w.update(read_safetensors(os.path.join(folder, name)))
+    return cfg, w
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
 def hilnas_logits(hilnas, folder, ids, work):
     out = os.path.join(work, os.path.basename(folder) + "-logits.npy")
     r = subprocess.run([hilnas, "generate", "--ckpt", folder,
                         "--prompt_ids", ",".join(map(str, ids)), "--max_new_tokens", "1",
                         "--logits_out", out, "--threads", "1"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, errors="replace")
     if r.returncode != 0:
         raise SystemExit(f"hilnas generate failed on {folder}:\n{r.stdout}{r.stderr}")
     return torch.from_numpy(np.load(out))
@@ -337,6 +405,152 @@ def check_published(hilnas, work, gen, prompt):
     return ok
 
 
+# ---- issue 40's families: published configs, scaled down only in layer
+# count and vocabulary ----
+
+def published_qwen25_05b():
+    return {
+        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+        "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+        "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": True,
+        "use_sliding_window": False, "vocab_size": 512,
+    }
+
+
+def published_smollm3_3b():
+    # No no_rope_layers list: the NoPE layers follow from the interval.
+    return {
+        "architectures": ["SmolLM3ForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": 128001,
+        "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "intermediate_size": 11008, "max_position_embeddings": 65536, "mlp_bias": False,
+        "model_type": "smollm3", "no_rope_layer_interval": 4, "num_attention_heads": 16,
+        "num_hidden_layers": 4, "num_key_value_heads": 4, "pad_token_id": 128004,
+        "pretraining_tp": 2, "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 5000000.0, "sliding_window": None, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False,
+        "vocab_size": 512,
+    }
+
+
+def small(cfg, **changes):
+    """A family's config at test widths, for pruning."""
+    c = dict(cfg, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, vocab_size=256)
+    c.update(changes)
+    return c
+
+
+def greedy(cfg, w, ids, n):
+    out = list(ids)
+    for _ in range(n):
+        out.append(int(forward(cfg, w, out)[-1].argmax()))
+    return out[len(ids):]
+
+
+def check_family(hilnas, work, name, cfg, w, prompt, written=None):
+    """generate's logits, eval's loss and greedy ids of one checkpoint (its
+    config.json `written`, default cfg) against the float64 reference of
+    cfg. True when all agree."""
+    folder = os.path.join(work, name)
+    stored = write_checkpoint(folder, written or cfg, w, 2, torch.bfloat16)
+    with torch.no_grad():
+        ref = forward(cfg, stored, prompt)
+    got = hilnas_logits(hilnas, folder, prompt, work)
+    diff = (got.double() - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+    tokens = os.path.join(work, name + "-tokens.npy")
+    np.save(tokens, np.array(prompt, dtype=np.uint16))
+    said = run([hilnas, "eval", "--ckpt", folder, "--tokens", tokens,
+                "--seq-len", str(len(prompt) - 1), "--threads", "1"])
+    eval_loss = float(said.split("held-out loss ")[1].split()[0])
+    gap = abs(eval_loss - loss(ref, prompt))
+    ids = [int(v) for v in run([hilnas, "generate", "--ckpt", folder, "--prompt-ids",
+                                ",".join(map(str, prompt)), "--max-new-tokens", "6", "--ids",
+                                "--ignore-eos", "--threads", "1"]).strip().split(",")]
+    with torch.no_grad():
+        want = greedy(cfg, stored, prompt, 6)
+    passed = diff <= TOLERANCE and gap <= TOLERANCE and ids == want
+    print(f"{'ok  ' if passed else 'FAIL'} {name}: max logit diff {diff:.2e}, eval loss "
+          f"{eval_loss:.6f} vs reference {loss(ref, prompt):.6f} (|diff| {gap:.1e}), greedy "
+          f"{ids} {'==' if ids == want else '!='} {want}")
+    return passed
+
+
+def check_pruned(hilnas, work, gen, name, cfg, prune_args, prompt):
+    """hilnas calibrates and prunes a checkpoint of the family; the result,
+    read here as Hugging Face would read it, computes what hilnas computes."""
+    folder = os.path.join(work, name)
+    write_checkpoint(folder, cfg, make_weights(cfg, gen), 1, torch.float32)
+    calib = os.path.join(work, name + "-calib.u16")
+    np.array([(11 * i + 5) % cfg["vocab_size"] for i in range(4096)], dtype=np.uint16).tofile(calib)
+    run([hilnas, "calibrate", "--ckpt", folder, "--tokens", calib, "--seq-len", "32",
+         "--threads", "1"])
+    out = os.path.join(work, name + "-pruned")
+    run([hilnas, "prune", "--base", folder, "--out", out, "--overwrite", "--block-size", "16"]
+        + prune_args)
+    pcfg, pw = read_checkpoint(out)
+    with torch.no_grad():
+        ref = forward(pcfg, pw, prompt)
+    got = hilnas_logits(hilnas, out, prompt, work)
+    diff = (got.double() - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+    family_kept = pcfg["architectures"] == cfg["architectures"]
+    passed = diff <= TOLERANCE and family_kept
+    detail = ""
+    if cfg["architectures"][0] == "SmolLM3ForCausalLM":
+        detail = f", RoPE layers {rope_layers(cfg)} -> {rope_layers(pcfg)}"
+    if cfg["architectures"][0] == "Qwen2ForCausalLM":
+        biases = sorted(k for k in pw if k.endswith("_proj.bias"))
+        passed = passed and len(biases) == 3 * pcfg["num_hidden_layers"]
+        detail = f", {len(biases)} bias tensors"
+    print(f"{'ok  ' if passed else 'FAIL'} {name} pruned ({' '.join(prune_args)}): "
+          f"{pcfg['architectures'][0]}, {pcfg['num_hidden_layers']} layers, d_model "
+          f"{pcfg['hidden_size']}, d_ffn {pcfg['intermediate_size']}{detail}; max logit diff "
+          f"{diff:.2e}")
+    return passed
+
+
+def check_new_families(hilnas, work, gen, prompt):
+    ok = True
+    # The published dimensions (scaled in layers and vocabulary only).
+    for name, cfg in [("qwen2.5-0.5b", published_qwen25_05b()),
+                      ("smollm3-3b", published_smollm3_3b())]:
+        w = make_weights(cfg, gen, fan_in_scale=True)
+        ok &= check_family(hilnas, work, name, cfg, w, prompt)
+        ok &= check_family(hilnas, work, name + "-transformers5", cfg, w, prompt,
+                           written=transformers5(cfg))
+    # What sets the family apart matters: without it the logits move.
+    cfg = small(published_smollm3_3b())
+    w = make_weights(cfg, gen)
+    with torch.no_grad():
+        moved = (forward(cfg, w, prompt) -
+                 forward(dict(cfg, no_rope_layers=[1] * 4), w, prompt)).abs().max().item()
+    print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} smollm3: rotating the NoPE layer would move "
+          f"the logits by {moved:.3f}")
+    ok &= moved > 1e-2
+    cfg = small(published_qwen25_05b())
+    w = make_weights(cfg, gen)
+    with torch.no_grad():
+        unbiased = {k: (0 * v if k.endswith(".bias") else v) for k, v in w.items()}
+        moved = (forward(cfg, w, prompt) - forward(cfg, unbiased, prompt)).abs().max().item()
+    print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} qwen2: dropping the biases would move the "
+          f"logits by {moved:.3f}")
+    ok &= moved > 1e-2
+    # Pruned: depth and both widths; SmolLM3's kept layers keep their NoPE.
+    ok &= check_pruned(hilnas, work, gen, "qwen2-small", small(published_qwen25_05b()),
+                       ["--layers", "1", "--d-ffn", "96"], prompt)
+    ok &= check_pruned(hilnas, work, gen, "qwen2-small-width",
+                       small(published_qwen25_05b(), num_hidden_layers=3),
+                       ["--layers", "2", "--d-model", "48", "--d-ffn", "64"], prompt)
+    ok &= check_pruned(hilnas, work, gen, "smollm3-small",
+                       small(published_smollm3_3b(), num_hidden_layers=8),
+                       ["--layers", "5", "--d-model", "48", "--d-ffn", "80"], prompt)
+    return ok
+
+
 def main():
     hilnas = sys.argv[1]
     work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="hilnas-hf-ref-")
@@ -390,6 +604,7 @@ def main():
     nameless = {k: v for k, v in base.items() if k not in ("architectures", "model_type")}
     ok &= expect_refused(hilnas, work, "nameless", nameless, small, "model_type")
     ok &= check_published(hilnas, work, gen, prompt)
+    ok &= check_new_families(hilnas, work, gen, prompt)
     print("all agree" if ok else "MISMATCH")
     return 0 if ok else 1
 
