@@ -1,5 +1,7 @@
 #include "search_space/shapes.h"
 
+#include <tuple>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "search_space/counts.h"
@@ -24,6 +26,22 @@ TEST(ShapesTest, MobileLlmFlash350mHasThePublishedCount) {
   EXPECT_EQ(CountParameters(s.arch).model(), 394613632);
   EXPECT_EQ(s.arch.num_attention_layers(), 7);
   EXPECT_LE(LongestEfficientRun(s.arch.attention), 2);
+}
+
+// Issue 40's families: the counts of the published safetensors.
+TEST(ShapesTest, QwenAndSmolLm3ShapesHaveThePublishedCounts) {
+  for (const auto& [name, count, family] :
+       {std::tuple{"qwen2.5-0.5b", int64_t{494032768}, "Qwen2ForCausalLM"},
+        std::tuple{"qwen2.5-1.5b", int64_t{1543714304}, "Qwen2ForCausalLM"},
+        std::tuple{"smollm3-3b", int64_t{3075098624}, "SmolLM3ForCausalLM"}}) {
+    ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
+    EXPECT_EQ(CountParameters(s.arch).model(), count) << name;
+    EXPECT_STREQ(ArchFamily(s.arch), family) << name;
+  }
+  ASSERT_OK_AND_ASSIGN(Shape smol, FindShape("smollm3-3b"));
+  for (int i = 0; i < smol.arch.num_layers; ++i) {
+    EXPECT_EQ(smol.arch.rotates(i), (i + 1) % 4 != 0) << "layer " << i;
+  }
 }
 
 TEST(ShapesTest, FlashShapesMatchTable5) {

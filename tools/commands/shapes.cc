@@ -48,11 +48,19 @@ int List() {
 }
 
 void PrintArch(const Arch& a, const std::string& indent) {
+  std::printf("%sfamily %s\n", indent.c_str(), ArchFamily(a));
   std::printf(
-      "%slayers %d, d_model %d, d_ffn %d, heads %s (H/KV/head_dim), vocab %s, %s embeddings%s\n",
+      "%slayers %d, d_model %d, d_ffn %d, heads %s (H/KV/head_dim), vocab %s, %s embeddings%s%s\n",
       indent.c_str(), a.num_layers, a.d_model, a.d_ffn, HeadsString(a).c_str(),
       WithCommas(a.vocab_size).c_str(), a.tie_embeddings ? "tied" : "separate",
-      a.qk_norm ? ", QK-norm" : "");
+      a.qk_norm ? ", QK-norm" : "", a.qkv_bias ? ", q/k/v biases" : "");
+  if (!a.no_rope.empty()) {
+    std::vector<std::string> nope;
+    for (int i = 0; i < a.num_layers; ++i) {
+      if (!a.rotates(i)) nope.push_back(absl::StrCat(i));
+    }
+    std::printf("%sNoPE layers (no RoPE): %s\n", indent.c_str(), absl::StrJoin(nope, ", ").c_str());
+  }
   std::printf("%sattention pattern %s (F full, W SWA window %d, S skip): %d attention blocks\n",
               indent.c_str(), PatternString(a.attention).c_str(), a.sliding_window,
               a.num_attention_layers());
