@@ -14,7 +14,11 @@ absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, Stor
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  HILNAS_RETURN_IF_ERROR(WriteSafetensors(WeightsFileName(dir), decoder.NamedTensors(), dtype));
+  auto named = decoder.NamedTensors();
+  for (auto& [name, t] : named) {
+    if (HeldAsOnePlus(decoder.arch(), name)) t = t.detach().to(torch::kFloat) - 1;  // Gemma: w
+  }
+  HILNAS_RETURN_IF_ERROR(WriteSafetensors(WeightsFileName(dir), named, dtype));
   return WriteConfigJson(decoder.arch(), ConfigFileName(dir));
 }
 

@@ -225,6 +225,7 @@ absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype, absl::string_
           if (tied_head && name == "model.embed_tokens.weight") {
             embedding_bits = BitsHash(embedding_bits, rows, dtype);
           }
+          if (HeldAsOnePlus(arch, name)) rows = rows.to(torch::kFloat) + 1;  // Gemma's 1 + w
           set(params.at(name), rows, row0);
           loaded.insert(name);
           return absl::OkStatus();

@@ -134,15 +134,31 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
   float* normed = buf.normed.data();
   float* out = buf.out.data();
   EmbeddingRow(model_->embed_tokens->weight, token, x);
-  const float* cos = cos_table_.data_ptr<float>() + pos * hd;
-  const float* sin = sin_table_.data_ptr<float>() + pos * hd;
+  if (a.gemma) {
+    const float scale = static_cast<float>(EmbedScale());
+    for (int64_t j = 0; j < d; ++j) x[j] *= scale;
+  }
+  const float* global_cos = cos_table_.data_ptr<float>() + pos * hd;
+  const float* global_sin = sin_table_.data_ptr<float>() + pos * hd;
+  const bool local_rope = local_inv_freq_.defined();
+  const float* local_cos = local_rope ? local_cos_.data_ptr<float>() + pos * hd : global_cos;
+  const float* local_sin = local_rope ? local_sin_.data_ptr<float>() + pos * hd : global_sin;
   auto add_into_x = [&](const float* y) {
     for (int64_t j = 0; j < d; ++j) x[j] += y[j];
+  };
+  // Gemma's norm of a block's output before the residual, in place in `out`.
+  auto norm_out = [&](const RmsNorm& norm) -> const float* {
+    RmsNormRow(out, norm->weight.data_ptr<float>(), d, norm->eps, normed);
+    std::copy(normed, normed + d, out);
+    return out;
   };
   for (int i = 0; i < a.num_layers; ++i) {
     LayerImpl& layer = *model_->typed_layers[i];
     if (layer.self_attn) {
       AttentionBlockImpl& at = *layer.self_attn;
+      const bool local = a.attention[i] == Attention::kSlidingWindow;
+      const float* cos = local ? local_cos : global_cos;
+      const float* sin = local ? local_sin : global_sin;
       RmsNormRow(x, layer.input_layernorm->weight.data_ptr<float>(), d, layer.input_layernorm->eps,
                  normed);
       float *q = buf.q.data(), *k = buf.k.data(), *v = buf.v.data();
@@ -174,18 +190,21 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
                      buf.attn.data());
       const GemvProduct o{&at.o_proj->weight, out};
       WeightGemvsInto(&o, 1, buf.attn.data());
-      add_into_x(out);
+      add_into_x(layer.attn_out_norm ? norm_out(layer.attn_out_norm) : out);
     }
-    RmsNormRow(x, layer.post_attention_layernorm->weight.data_ptr<float>(), d,
-               layer.post_attention_layernorm->eps, normed);
+    RmsNormRow(x, layer.ffn_norm->weight.data_ptr<float>(), d, layer.ffn_norm->eps, normed);
     MlpImpl& mlp = *layer.mlp;
     float *gate = buf.gate.data(), *up = buf.up.data();
     const GemvProduct gate_up[2] = {{&mlp.gate_proj->weight, gate}, {&mlp.up_proj->weight, up}};
     WeightGemvsInto(gate_up, 2, normed);
-    SwiGluRow(gate, up, a.d_ffn, gate);
+    if (mlp.geglu) {
+      GeGluRow(gate, up, a.d_ffn, gate);
+    } else {
+      SwiGluRow(gate, up, a.d_ffn, gate);
+    }
     const GemvProduct down{&mlp.down_proj->weight, out};
     WeightGemvsInto(&down, 1, gate);
-    add_into_x(out);
+    add_into_x(layer.ffn_out_norm ? norm_out(layer.ffn_out_norm) : out);
   }
   RmsNormRow(x, model_->norm->weight.data_ptr<float>(), d, model_->norm->eps, normed);
   torch::Tensor logits = torch::empty({1, 1, a.vocab_size});

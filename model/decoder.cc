@@ -382,7 +382,7 @@ void Decoder::FillCache(KvCache& cache, const std::vector<LayerKv>& kv) {
     if (!layers[i]->self_attn) continue;
     t = kv[i].keys.size(1);
     TORCH_CHECK(t <= cache.capacity(), "FillCache: ", t, " tokens > capacity ", cache.capacity());
-    const auto [cos, sin] = impl_->Rope(0, t);
+    const auto [cos, sin] = impl_->Rope(0, t, impl_->arch_.attention[i]);
     torch::Tensor& keys = cache.keys(static_cast<int>(i));
     torch::Tensor& values = cache.values(static_cast<int>(i));
     WriteRing(
@@ -477,14 +477,29 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(c
         out.push_back({p + "self_attn.k_norm.weight", {a.head_dim}});
       }
     }
-    out.push_back({p + "post_attention_layernorm.weight", {a.d_model}});
+    // Llama: post_attention_layernorm is the MLP's input norm. Gemma: it
+    // normalises attention's output (absent without attention), and the
+    // MLP has its own norms before and after.
+    if (a.gemma && a.attention[i] != Attention::kSkip) {
+      out.push_back({p + "post_attention_layernorm.weight", {a.d_model}});
+    }
+    out.push_back(
+        {p + (a.gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
+         {a.d_model}});
     out.push_back({p + "mlp.gate_proj.weight", {a.d_ffn, a.d_model}});
     out.push_back({p + "mlp.up_proj.weight", {a.d_ffn, a.d_model}});
     out.push_back({p + "mlp.down_proj.weight", {a.d_model, a.d_ffn}});
+    if (a.gemma) out.push_back({p + "post_feedforward_layernorm.weight", {a.d_model}});
   }
   out.push_back({"model.norm.weight", {a.d_model}});
   if (!a.tie_embeddings) out.push_back({"lm_head.weight", {a.vocab_size, a.d_model}});
   return out;
+}
+
+bool HeldAsOnePlus(const Arch& arch, const std::string& name) {
+  constexpr std::string_view kSuffix = "norm.weight";
+  return arch.gemma && name.size() >= kSuffix.size() &&
+         name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
 
 }  // namespace hilnas

@@ -240,6 +240,13 @@ torch::Tensor RopeInverseFrequencies(const Arch& arch);
 // The parameter names and shapes an architecture implies, in a fixed order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(const Arch& arch);
 
+// Gemma 3 scales by (1 + w) in every RMSNorm; a Decoder holds 1 + w (its
+// norm multiplies by the scale as Llama's does) while checkpoints store w,
+// as Hugging Face does. True for the tensors so held: the loader adds 1,
+// the writer subtracts it (GGUF wants 1 + w, as llama.cpp's converter
+// writes it).
+bool HeldAsOnePlus(const Arch& arch, const std::string& name);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_DECODER_H_

@@ -166,6 +166,25 @@ torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up) {
   return out;
 }
 
+void GeGluRow(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+torch::Tensor GeGlu(torch::Tensor gate, torch::Tensor up) {
+  if (torch::GradMode::is_enabled()) return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) * up;
+  if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
+      !up.is_contiguous()) {
+    return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")).mul_(up);
+  }
+  torch::Tensor out = torch::empty_like(gate);
+  GeGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
+  return out;
+}
+
 // A sliding-window layer's cache is a ring of min(capacity, window) slots
 // along `dim`: position p lives in slot p % slots, so the layer holds what
 // KvCacheBytes counts for it (issue 22). Full layers use the same indexing

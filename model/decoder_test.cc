@@ -1,9 +1,13 @@
 #include "model/decoder.h"
 
+#include <filesystem>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/checkpoint.h"
 #include "model/generate.h"
 #include "model/quant.h"
+#include "model/safetensors.h"
 #include "model/test_archs.h"
 #include "search_space/counts.h"
 #include "util/status_matchers.h"
@@ -85,11 +89,13 @@ TEST(DecoderTest, LargeWeightsSitOnHugePageBoundaries) {
 
 TEST(DecoderTest, ParameterCountEqualsStaticCount) {
   for (bool tied : {true, false}) {
-    for (bool bias : {false, true}) {
+    for (int family : {0, 1, 2}) {  // Qwen3-like, Qwen2 (biases), Gemma 3 (four norms a layer)
+      const bool bias = family == 1;
       Arch a = TinyMixedArch();
       a.tie_embeddings = tied;
       a.qkv_bias = bias;
       a.qk_norm = !bias;  // no family has both
+      a.gemma = family == 2;
       Decoder d = MakeDouble(a);
       int64_t n = 0;
       for (const auto& p : d.Parameters()) n += p.numel();
@@ -131,6 +137,43 @@ TEST(DecoderTest, BiasesAndNoPeLayersChangeTheOutput) {
   EXPECT_GT((smollm3.Forward(tokens) - reference).abs().max().item<double>(), 1e-6);
   nope.no_rope = {false, false, true, false};  // layer 2 skips attention: nothing to rotate
   EXPECT_LT((MakeDouble(nope).Forward(tokens) - reference).abs().max().item<double>(), 1e-12);
+}
+
+// Gemma 3: its window layers' RoPE base is theirs alone, and the layout
+// (sandwich norms, GeGLU, scaled embedding) round-trips through a
+// checkpoint, whose norm tensors hold w where the model holds 1 + w.
+TEST(DecoderTest, GemmaLayoutRoundTripsAndRotatesWindowLayersWithTheLocalBase) {
+  Arch a = TinyMixedArch();
+  a.gemma = true;
+  a.local_rope_theta = 10000;  // = rope_theta: the same model as without it
+  auto tokens = Tokens(9, 50, 5);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor same_base = MakeDouble(a).Forward(tokens);
+  Arch no_local = a;
+  no_local.local_rope_theta = 0;
+  EXPECT_LT((MakeDouble(no_local).Forward(tokens) - same_base).abs().max().item<double>(), 1e-12);
+  a.local_rope_theta = 50;
+  Decoder d = MakeDouble(a);
+  EXPECT_GT((d.Forward(tokens) - same_base).abs().max().item<double>(), 1e-6);
+  // The norms move off 1 so that the (1 + w) bookkeeping is exercised.
+  for (auto& [name, t] : d.NamedTensors()) {
+    if (HeldAsOnePlus(a, name)) t.add_(0.1 * torch::randn(t.sizes(), t.options()));
+  }
+  const std::string dir = ::testing::TempDir() + "/gemma_roundtrip";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(SaveCheckpoint(d, dir, StorageDtype::kF32).ok());
+  auto stored = ReadSafetensors(dir + "/model.safetensors");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  for (auto& [name, t] : d.NamedTensors()) {
+    if (!HeldAsOnePlus(a, name)) continue;
+    EXPECT_LT((stored->at(name).to(torch::kDouble) - (t - 1)).abs().max().item<double>(), 1e-6)
+        << name << " is stored as w";
+  }
+  auto back = LoadCheckpoint(dir, torch::kDouble);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->arch().gemma);
+  EXPECT_LT((back->Forward(tokens) - d.Forward(tokens)).abs().max().item<double>(), 1e-5);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DecoderTest, ChunkedPrefillEqualsOneFullForward) {
@@ -296,7 +339,11 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   Arch smollm3 = plain;  // SmolLM3's NoPE layers, one of them a window layer
   smollm3.name = "tiny-smollm3";
   smollm3.no_rope = {false, true, false, true};
-  for (const Arch& a : {TinyMixedArch(), plain, qwen2, smollm3}) {
+  Arch gemma = TinyMixedArch();  // Gemma 3's layout, window layers on their own RoPE base
+  gemma.name = "tiny-gemma";
+  gemma.gemma = true;
+  gemma.local_rope_theta = 100;
+  for (const Arch& a : {TinyMixedArch(), plain, qwen2, smollm3, gemma}) {
     // Quantized weights too: the decode step's GEMVs and the modules'
     // GEMMs quantize activations alike and share the integer kernels.
     // And a half-precision cache: both paths round the same values once.

@@ -53,8 +53,34 @@ std::vector<std::string> PlaceholderVocabulary(int vocab_size) {
   return tokens;
 }
 
-absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
+// llama.cpp's gemma3: layer i is global iff (i + 1) % 6 == 0 (its
+// set_swa_pattern(6)), window layers rotate with base 10000, scores are
+// scaled by head_dim^-1/2 (hilnas refuses other query_pre_attn_scalar).
+absl::Status CheckGemma3Layout(const Arch& arch) {
   for (int i = 0; i < arch.num_layers; ++i) {
+    const Attention want = (i + 1) % 6 == 0 ? Attention::kFull : Attention::kSlidingWindow;
+    if (arch.attention[i] != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", i, " has ", AttentionName(arch.attention[i]),
+          " attention, but llama.cpp's gemma3 layout makes every 6th layer (5, 11, ...) full and "
+          "the rest sliding-window; this pattern cannot be expressed"));
+    }
+  }
+  const double local = arch.local_rope_theta > 0 ? arch.local_rope_theta : arch.rope_theta;
+  if (local != 10000.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local_rope_theta ", local, ": llama.cpp's gemma3 window layers rotate with base 10000"));
+  }
+  if (arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+    return absl::InvalidArgumentError(
+        "rope_scaling llama3: llama.cpp's gemma3 layout has no rope_freqs tensor");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
+  if (arch.gemma) HILNAS_RETURN_IF_ERROR(CheckGemma3Layout(arch));
+  for (int i = 0; i < arch.num_layers && !arch.gemma; ++i) {
     if (arch.attention[i] != Attention::kFull) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer ", i, " has ", AttentionName(arch.attention[i]),
@@ -79,6 +105,7 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
     return absl::InvalidArgumentError(
         absl::StrCat("head_dim ", arch.head_dim, ": rope needs an even head dimension"));
   }
+  if (arch.gemma) return std::string("gemma3");
   std::string layout = "llama";
   if (arch.qk_norm) layout = "qwen3";
   if (arch.qkv_bias) {
@@ -152,6 +179,7 @@ void AddHyperparameters(GgufWriter& w, const Arch& arch, const std::string& a,
   w.Add(a + ".rope.dimension_count", GgufValue::U32(arch.head_dim));
   w.Add(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(arch.rope_theta)));
   w.Add(a + ".vocab_size", GgufValue::U32(arch.vocab_size));
+  if (arch.gemma) w.Add(a + ".attention.sliding_window", GgufValue::U32(arch.sliding_window));
   if (arch.rope_scaling.kind == RopeScaling::Kind::kLinear) {
     w.Add(a + ".rope.scaling.type", GgufValue::Str("linear"));
     w.Add(a + ".rope.scaling.factor", GgufValue::F32(static_cast<float>(arch.rope_scaling.factor)));
@@ -335,7 +363,13 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
         add(gg + "attn_q_norm.weight", qn, false);
         add(gg + "attn_k_norm.weight", kn, false);
       }
-      HILNAS_ASSIGN_OR_RETURN(torch::Tensor ffn_norm, take(hf + "post_attention_layernorm.weight"));
+      if (arch.gemma) {  // Gemma's norm of attention's output
+        HILNAS_ASSIGN_OR_RETURN(torch::Tensor post, take(hf + "post_attention_layernorm.weight"));
+        add(gg + "post_attention_norm.weight", post, false);
+      }
+      HILNAS_ASSIGN_OR_RETURN(torch::Tensor ffn_norm,
+                              take(hf + (arch.gemma ? "pre_feedforward_layernorm.weight"
+                                                    : "post_attention_layernorm.weight")));
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor gate, take(hf + "mlp.gate_proj.weight"));
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor up, take(hf + "mlp.up_proj.weight"));
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor down, take(hf + "mlp.down_proj.weight"));
@@ -343,6 +377,10 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
       add(gg + "ffn_gate.weight", gate, true);
       add(gg + "ffn_up.weight", up, true);
       add(gg + "ffn_down.weight", down, true);
+      if (arch.gemma) {
+        HILNAS_ASSIGN_OR_RETURN(torch::Tensor post, take(hf + "post_feedforward_layernorm.weight"));
+        add(gg + "post_ffw_norm.weight", post, false);
+      }
     }
     HILNAS_ASSIGN_OR_RETURN(torch::Tensor norm, take("model.norm.weight"));
     add("output_norm.weight", norm, false);
@@ -370,6 +408,9 @@ absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& ou
   HILNAS_RETURN_IF_ERROR(GgufLayoutFor(arch).status());
   try {
     HILNAS_ASSIGN_OR_RETURN(auto weights, checkpoint->ReadTensors());
+    for (auto& [name, t] : weights) {
+      if (HeldAsOnePlus(arch, name)) t = t.to(torch::kFloat) + 1;  // llama.cpp's gemma3 wants 1 + w
+    }
     return WriteGguf(arch, std::move(weights), checkpoint_dir, out_path, options);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("GGUF export of ", checkpoint_dir, ": ", e.what()));

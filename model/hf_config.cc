@@ -81,7 +81,10 @@ constexpr const char* kReadKeys[] = {
     "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings",
     "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias", "layer_types",
     "sliding_window", "no_rope_layers", "no_rope_layer_interval", "qk_norm", "kv_cache",
-    "hilnas_name", "kv_prediction"};
+    "hilnas_name", "kv_prediction",
+    // Gemma 3's (refused for other families in ReadGemma).
+    "hidden_activation", "query_pre_attn_scalar", "rope_local_base_freq",
+    "sliding_window_pattern", "_sliding_window_pattern"};
 
 // Bookkeeping, token ids and context limits the RoPE types hilnas runs do
 // not read (default, linear and llama3 ignore max_position_embeddings;
@@ -133,6 +136,13 @@ const std::vector<FamilyInfo>& Families() {
        {{"use_sliding_window", "false"},
         {"max_window_layers", nullptr},
         {"pretraining_tp", nullptr}}},
+      // Gemma 3 text (Gemma3ForCausalLM, the 270M and 1B checkpoints):
+      // cache_implementation picks a cache class, not numbers; soft-capping
+      // keys are read only when null (skipped), else refused as unknown.
+      {ConfigFamily::kGemma3,
+       "Gemma3ForCausalLM",
+       "gemma3_text",
+       {{"cache_implementation", nullptr}, {"use_bidirectional_attention", "false"}}},
       // auto_map names the remote modelling code hilnas implements itself.
       {ConfigFamily::kMobileLlm,
        "MobileLLMForCausalLM",
@@ -324,10 +334,26 @@ bool IsPerLayerKind(const json& p) {
   return true;
 }
 
-absl::StatusOr<Rope> ReadRopeParameters(const json& j, const std::string& path,
-                                        const std::vector<Attention>& layers) {
+absl::StatusOr<Rope> ReadRopeParameters(const json& j, const std::string& path, Arch& arch) {
+  const std::vector<Attention>& layers = arch.attention;
   const json& p = j["rope_parameters"];
   if (!IsPerLayerKind(p)) return ParseRopeObject(p, "rope_parameters", j, path);
+  if (arch.gemma) {
+    // Gemma 3 rotates window layers with their own base, unscaled (the
+    // local_rope_theta hilnas runs), full layers with the global RoPE.
+    if (p.contains("sliding_attention")) {
+      HILNAS_ASSIGN_OR_RETURN(Rope local, ParseRopeObject(p["sliding_attention"],
+                                                          "rope_parameters.sliding_attention",
+                                                          j, path));
+      if (local.scaling.kind != RopeScaling::Kind::kNone) {
+        return Refuse(path, "rope_parameters.sliding_attention",
+                      "is scaled: Gemma's window layers run unscaled RoPE in hilnas");
+      }
+      if (local.theta) arch.local_rope_theta = *local.theta;
+    }
+    if (!p.contains("full_attention")) return Rope{};
+    return ParseRopeObject(p["full_attention"], "rope_parameters.full_attention", j, path);
+  }
   std::optional<Rope> chosen;
   std::string chosen_kind;
   for (auto it = p.begin(); it != p.end(); ++it) {
@@ -369,7 +395,7 @@ absl::Status ReadRope(const json& j, const std::string& path, Arch& a) {
     HILNAS_ASSIGN_OR_RETURN(old_form, ParseRopeObject(j["rope_scaling"], "rope_scaling", j, path));
   }
   if (Present(j, "rope_parameters")) {
-    HILNAS_ASSIGN_OR_RETURN(new_form, ReadRopeParameters(j, path, a.attention));
+    HILNAS_ASSIGN_OR_RETURN(new_form, ReadRopeParameters(j, path, a));
   }
   std::optional<double> theta = top_theta;
   if (new_form && new_form->theta) {
@@ -384,7 +410,8 @@ absl::Status ReadRope(const json& j, const std::string& path, Arch& a) {
     return Refuse(path, "rope_scaling.rope_theta",
                   absl::StrCat(*old_form->theta, " disagrees with rope_theta ", *theta));
   }
-  a.rope_theta = theta.value_or(10000.0);  // transformers' default for these families
+  // transformers' defaults: 10000 (Llama's family), 1e6 (Gemma3TextConfig).
+  a.rope_theta = theta.value_or(a.gemma ? 1e6 : 10000.0);
   if (old_form && new_form && !(old_form->scaling == new_form->scaling)) {
     return Refuse(path, "rope_scaling",
                   absl::StrCat("(", DescribeScaling(old_form->scaling),
@@ -405,7 +432,29 @@ absl::Status RefuseWhatHilnasDoesNotRun(const json& j, const std::string& path,
       return Refuse(path, bias, absl::StrCat(j[bias].dump(), ": biased projections are not supported"));
     }
   }
-  if (Present(j, "hidden_act") && j["hidden_act"] != "silu") {
+  if (family.family == ConfigFamily::kGemma3) {
+    if (Present(j, "hidden_act")) {
+      return Refuse(path, "hidden_act",
+                    absl::StrCat(j["hidden_act"].dump(),
+                                 ": Gemma 3 reads hidden_activation; which one holds is unknown"));
+    }
+    if (Present(j, "hidden_activation") && j["hidden_activation"] != "gelu_pytorch_tanh") {
+      return Refuse(path, "hidden_activation",
+                    absl::StrCat(j["hidden_activation"].dump(),
+                                 " is not supported (GeGLU with gelu_pytorch_tanh)"));
+    }
+  } else {
+    for (const char* key : {"hidden_activation", "query_pre_attn_scalar", "rope_local_base_freq",
+                            "sliding_window_pattern", "_sliding_window_pattern"}) {
+      if (Present(j, key)) {
+        return Refuse(path, absl::StrCat("field \"", key, "\""),
+                      absl::StrCat(j[key].dump(), " is Gemma 3's, not read for ",
+                                   family.class_name, "; refused rather than ignored"));
+      }
+    }
+  }
+  if (family.family != ConfigFamily::kGemma3 && Present(j, "hidden_act") &&
+      j["hidden_act"] != "silu") {
     return Refuse(path, "hidden_act",
                   absl::StrCat(j["hidden_act"].dump(), " is not supported (SwiGLU with silu)"));
   }
@@ -434,7 +483,9 @@ absl::Status ReadDimensions(const json& j, const std::string& path, const Family
   const int derived_head_dim = a.num_heads > 0 ? a.d_model / a.num_heads : 0;
   HILNAS_ASSIGN_OR_RETURN(a.head_dim, Field<int>(j, path, "head_dim", derived_head_dim));
   HILNAS_ASSIGN_OR_RETURN(a.norm_eps, Field<double>(j, path, "rms_norm_eps", 1e-6));
-  HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "tie_word_embeddings", false));
+  const bool gemma = family.family == ConfigFamily::kGemma3;
+  // Gemma3TextConfig ties the head unless told otherwise (1B's config omits it).
+  HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "tie_word_embeddings", gemma));
   // MobileLLM (Liu et al. 2024): `share_embedding` ties the head to the
   // embedding whatever tie_word_embeddings says.
   if (family.family == ConfigFamily::kMobileLlm) {
@@ -442,15 +493,46 @@ absl::Status ReadDimensions(const json& j, const std::string& path, const Family
   }
   a.qkv_bias = family.family == ConfigFamily::kQwen2;
   const bool qwen3 = family.family == ConfigFamily::kQwen3;
-  HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", qwen3));
-  if (qwen3 && !a.qk_norm) return Refuse(path, "qk_norm", "false: Qwen3 normalises queries and keys");
+  HILNAS_ASSIGN_OR_RETURN(a.qk_norm, Field<bool>(j, path, "qk_norm", qwen3 || gemma));
+  if ((qwen3 || gemma) && !a.qk_norm) {
+    return Refuse(path, "qk_norm",
+                  absl::StrCat("false: ", family.class_name, " normalises queries and keys"));
+  }
+  if (gemma) {
+    a.gemma = true;
+    HILNAS_ASSIGN_OR_RETURN(a.local_rope_theta,
+                            Field<double>(j, path, "rope_local_base_freq", 10000.0));
+    // Scores are scaled by query_pre_attn_scalar^-1/2; the runtime's
+    // kernels scale by head_dim^-1/2, as llama.cpp's gemma3 does for every
+    // size but 27B.
+    HILNAS_ASSIGN_OR_RETURN(const double scalar,
+                            Field<double>(j, path, "query_pre_attn_scalar", 256.0));
+    if (scalar != a.head_dim) {
+      return Refuse(path, "query_pre_attn_scalar",
+                    absl::StrCat(scalar, " differs from head_dim ", a.head_dim,
+                                 ": hilnas scales attention scores by head_dim^-1/2"));
+    }
+  }
   HILNAS_ASSIGN_OR_RETURN(a.sliding_window, Field<int>(j, path, "sliding_window", 0));
   if (Present(j, "hilnas_name") && j["hilnas_name"].is_string()) a.name = j["hilnas_name"];
   if (Present(j, "kv_cache") && j["kv_cache"] == "slim") a.kv_cache = KvLayout::kSlim;
   return absl::OkStatus();
 }
 
-absl::Status ReadLayerKinds(const json& j, const std::string& path, Arch& a) {
+absl::Status ReadLayerKinds(const json& j, const std::string& path, const FamilyInfo& family,
+                            Arch& a) {
+  if (!Present(j, "layer_types") && family.family == ConfigFamily::kGemma3) {
+    // Gemma3TextConfig: layer i is global when (i + 1) % pattern == 0.
+    const char* key = Present(j, "sliding_window_pattern") ? "sliding_window_pattern"
+                                                           : "_sliding_window_pattern";
+    HILNAS_ASSIGN_OR_RETURN(const int pattern, Field<int>(j, path, key, 6));
+    if (pattern < 1) return Refuse(path, key, absl::StrCat(pattern, " must be positive"));
+    for (int i = 0; i < a.num_layers; ++i) {
+      a.attention.push_back((i + 1) % pattern == 0 ? Attention::kFull
+                                                   : Attention::kSlidingWindow);
+    }
+    return absl::OkStatus();
+  }
   if (!Present(j, "layer_types")) {
     a.attention.assign(std::max(a.num_layers, 0), Attention::kFull);
     return absl::OkStatus();
@@ -477,7 +559,7 @@ absl::Status ReadLayerKinds(const json& j, const std::string& path, Arch& a) {
 
 absl::Status ReadLayerTypes(const json& j, const std::string& path, const FamilyInfo& family,
                             Arch& a) {
-  HILNAS_RETURN_IF_ERROR(ReadLayerKinds(j, path, a));
+  HILNAS_RETURN_IF_ERROR(ReadLayerKinds(j, path, family, a));
   // Qwen and SmolLM3 configs carry a window size they do not use
   // (use_sliding_window false, refused otherwise).
   if ((family.family == ConfigFamily::kQwen3 || family.family == ConfigFamily::kQwen2 ||
@@ -634,6 +716,13 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   if (!a.qkv_bias) {  // Qwen2 has no switch: its q/k/v are always biased
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
+  }
+  if (a.gemma) {  // Gemma3TextConfig's names
+    j.erase("hidden_act");
+    j.erase("mlp_bias");
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["query_pre_attn_scalar"] = a.head_dim;
+    j["rope_local_base_freq"] = a.local_rope_theta > 0 ? a.local_rope_theta : a.rope_theta;
   }
   json types = json::array();
   for (Attention at : a.attention) types.push_back(LayerTypeName(at));

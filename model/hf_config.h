@@ -20,7 +20,8 @@ namespace hilnas {
 // MobileLLM's Llama layout; Qwen3 adds QK-norm; MobileLLM (Liu et al. 2024)
 // ties its head through `share_embedding`.
 // Qwen2 (Qwen2.5) adds q/k/v biases; SmolLM3 NoPE layers.
-enum class ConfigFamily { kLlama, kQwen3, kMobileLlm, kQwen2, kSmolLm3 };
+// Gemma 3 text (Gemma3ForCausalLM) has its own layout (Arch::gemma).
+enum class ConfigFamily { kLlama, kQwen3, kMobileLlm, kQwen2, kSmolLm3, kGemma3 };
 const char* ConfigFamilyClass(ConfigFamily family);  // "LlamaForCausalLM", ...
 
 // Writes the family ArchFamily names (LlamaForCausalLM; Qwen3ForCausalLM

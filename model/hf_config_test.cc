@@ -1,6 +1,7 @@
 #include "model/hf_config.h"
 
 #include <filesystem>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -301,6 +302,63 @@ TEST_F(HfConfigTest, SmolLm3ReadsItsNoPeLayersEitherWay) {
   sliding["use_sliding_window"] = true;
   EXPECT_THAT(Read(sliding), StatusIs(absl::StatusCode::kInvalidArgument,
                                       HasSubstr("use_sliding_window")));
+}
+
+// Gemma 3 1B's published config.json, scaled down in layers and vocabulary:
+// no layer_types (every 6th layer full) and no tie_word_embeddings (tied).
+json Gemma3Config() {
+  return json::parse(R"({
+    "architectures": ["Gemma3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid",
+    "eos_token_id": 1, "final_logit_softcapping": null, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "initializer_range": 0.02,
+    "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+    "num_attention_heads": 4, "num_hidden_layers": 12, "num_key_value_heads": 1,
+    "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0", "use_cache": true, "vocab_size": 512})");
+}
+
+TEST_F(HfConfigTest, Gemma3ReadsItsLayoutAndRefusesWhatItCannotRun) {
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(Gemma3Config()));
+  EXPECT_TRUE(a.gemma);
+  EXPECT_TRUE(a.qk_norm);
+  EXPECT_TRUE(a.tie_embeddings);
+  EXPECT_EQ(PatternString(a.attention), "WWWWWFWWWWWF");
+  EXPECT_EQ(a.sliding_window, 512);
+  EXPECT_EQ(a.rope_theta, 1e6);
+  EXPECT_EQ(a.local_rope_theta, 1e4);
+  EXPECT_STREQ(ArchFamily(a), "Gemma3ForCausalLM");
+  ASSERT_OK(WriteConfigJson(a, dir_ + "/config.json"));
+  ASSERT_OK_AND_ASSIGN(Arch back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_TRUE(back.gemma);
+  EXPECT_EQ(back.local_rope_theta, 1e4);
+  EXPECT_EQ(back.attention, a.attention);
+  // transformers 5: one RoPE entry per layer kind, each its own base.
+  json t5 = Gemma3Config();
+  t5.erase("rope_theta");
+  t5.erase("rope_local_base_freq");
+  t5.erase("rope_scaling");
+  t5["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  ASSERT_OK_AND_ASSIGN(Arch b, Read(t5));
+  EXPECT_EQ(b.rope_theta, 1e6);
+  EXPECT_EQ(b.local_rope_theta, 1e4);
+  for (const auto& [key, value, named] :
+       {std::tuple{"query_pre_attn_scalar", json(168), "query_pre_attn_scalar 168"},
+        std::tuple{"attn_logit_softcapping", json(50.0), "attn_logit_softcapping"},
+        std::tuple{"final_logit_softcapping", json(30.0), "final_logit_softcapping"},
+        std::tuple{"hidden_activation", json("gelu"), "hidden_activation"},
+        std::tuple{"use_bidirectional_attention", json(true), "use_bidirectional_attention"}}) {
+    json c = Gemma3Config();
+    c[key] = value;
+    EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(named))) << key;
+  }
+  json llama = SmolLm2Config();
+  llama["rope_local_base_freq"] = 10000;
+  EXPECT_THAT(Read(llama), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("\"rope_local_base_freq\" 10000 is Gemma 3's")));
 }
 
 }  // namespace

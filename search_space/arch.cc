@@ -18,6 +18,7 @@ int Arch::num_attention_layers() const {
 }
 
 const char* ArchFamily(const Arch& a) {
+  if (a.gemma) return "Gemma3ForCausalLM";
   if (a.qkv_bias) return "Qwen2ForCausalLM";
   if (!a.no_rope.empty()) return "SmolLM3ForCausalLM";
   if (a.qk_norm) return "Qwen3ForCausalLM";
@@ -327,12 +328,26 @@ void CheckFamily(const Arch& a, std::vector<std::string>* errors_out) {
     errors.push_back(absl::StrCat("no_rope has ", a.no_rope.size(),
                                   " entries, expected num_layers ", a.num_layers));
   }
-  const int features = int{a.qk_norm} + int{a.qkv_bias} + int{!a.no_rope.empty()};
+  const int features =
+      int{a.qk_norm && !a.gemma} + int{a.qkv_bias} + int{!a.no_rope.empty()};
   if (features > 1) {
     errors.push_back(absl::StrCat(
         "qk_norm ", a.qk_norm, ", qkv_bias ", a.qkv_bias, " and no_rope (", a.no_rope.size(),
         " entries): at most one of them (Qwen3 normalises queries and keys, Qwen2 biases "
         "them, SmolLM3 skips RoPE in some layers; no published family does two)"));
+  }
+  if (a.gemma && !a.qk_norm) {
+    errors.push_back("gemma without qk_norm: Gemma 3 normalises queries and keys");
+  }
+  if (a.gemma && (a.qkv_bias || !a.no_rope.empty())) {
+    errors.push_back("gemma with qkv_bias or no_rope: Gemma 3 has neither");
+  }
+  if (!(a.local_rope_theta >= 0 && std::isfinite(a.local_rope_theta))) {
+    errors.push_back(absl::StrCat("local_rope_theta ", a.local_rope_theta,
+                                  " must be a finite base, or 0 for rope_theta"));
+  }
+  if (a.kv_cache == KvLayout::kSlim && a.gemma) {
+    errors.push_back("kv_cache SLIM with gemma: the runtime's slim path has no Gemma layout");
   }
   if (a.kv_cache == KvLayout::kSlim && (a.qkv_bias || !a.no_rope.empty())) {
     errors.push_back(absl::StrCat("kv_cache SLIM with ", a.qkv_bias ? "qkv_bias" : "no_rope",
@@ -459,6 +474,8 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.qk_norm = p.qk_norm();
   a.qkv_bias = p.qkv_bias();
   a.no_rope.assign(p.no_rope().begin(), p.no_rope().end());
+  a.gemma = p.gemma();
+  a.local_rope_theta = p.local_rope_theta();
   a.sliding_window = p.sliding_window();
   if (p.has_rope_scaling() && p.rope_scaling().kind() != RopeScalingSpec::NONE) {
     const RopeScalingSpec& r = p.rope_scaling();
@@ -523,6 +540,8 @@ ArchSpec ArchToProto(const Arch& a) {
   p.set_qk_norm(a.qk_norm);
   p.set_qkv_bias(a.qkv_bias);
   for (bool n : a.no_rope) p.add_no_rope(n);
+  p.set_gemma(a.gemma);
+  p.set_local_rope_theta(a.local_rope_theta);
   if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
     RopeScalingSpec* s = p.mutable_rope_scaling();
     s->set_kind(r.kind == RopeScaling::Kind::kLinear ? RopeScalingSpec::LINEAR

@@ -71,6 +71,13 @@ struct Arch {
   // (config.json `no_rope_layers` holds the opposite: 1 = RoPE). Pruning
   // keeps each kept layer's flag; a layer's NoPE is not a search choice.
   std::vector<bool> no_rope;
+  // Gemma 3's text layout (Gemma3ForCausalLM): RMSNorm scales (1 + w) (held
+  // as 1 + w, so the runtime's norm is unchanged; checkpoints store w),
+  // norms before and after both attention and MLP, GeGLU with tanh GELU,
+  // the embedding scaled by sqrt(d_model), QK-norm; window layers rotate
+  // with local_rope_theta, full ones with rope_theta (and rope_scaling).
+  bool gemma = false;
+  double local_rope_theta = 0;  // window layers' RoPE base; 0: rope_theta
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;
   KvLayout kv_cache = KvLayout::kStandard;
@@ -86,7 +93,8 @@ struct Arch {
 // The Hugging Face family an architecture is written as (config.json's
 // `architectures`): a Llama layout plus what sets the family apart, QK-norm
 // (Qwen3ForCausalLM), q/k/v biases (Qwen2ForCausalLM) or NoPE layers
-// (SmolLM3ForCausalLM). ValidateArch refuses combinations no family has.
+// (SmolLM3ForCausalLM); Gemma3ForCausalLM for the Gemma layout.
+// ValidateArch refuses combinations no family has.
 const char* ArchFamily(const Arch& arch);
 
 struct ValidateOptions {

@@ -55,11 +55,11 @@ ParameterCount CountParameters(const Arch& a) {
   c.norms = a.d_model;  // final norm
   for (Attention at : a.attention) {
     c.ffn += FfnParams(a);
-    c.norms += a.d_model;  // norm before the FFN
+    c.norms += a.d_model * (a.gemma ? 2 : 1);  // norm before the FFN (Gemma: and after)
     if (at == Attention::kSkip) continue;
     c.attention += AttentionProjectionParams(a);
     if (a.qkv_bias) c.attention += int64_t{a.q_width()} + 2 * int64_t{a.kv_width()};  // Qwen2
-    c.norms += a.d_model + (a.qk_norm ? 2 * a.head_dim : 0);
+    c.norms += a.d_model * (a.gemma ? 2 : 1) + (a.qk_norm ? 2 * a.head_dim : 0);
   }
   if (a.kv_prediction.kind != KvPredictionSpec::Kind::kNone) {
     // The auxiliary model is trained (KV Prediction Sec. 4.3), so even a

@@ -29,11 +29,13 @@ TEST(ShapesTest, MobileLlmFlash350mHasThePublishedCount) {
 }
 
 // Issue 40's families: the counts of the published safetensors.
-TEST(ShapesTest, QwenAndSmolLm3ShapesHaveThePublishedCounts) {
+TEST(ShapesTest, QwenSmolLm3AndGemma3ShapesHaveThePublishedCounts) {
   for (const auto& [name, count, family] :
        {std::tuple{"qwen2.5-0.5b", int64_t{494032768}, "Qwen2ForCausalLM"},
         std::tuple{"qwen2.5-1.5b", int64_t{1543714304}, "Qwen2ForCausalLM"},
-        std::tuple{"smollm3-3b", int64_t{3075098624}, "SmolLM3ForCausalLM"}}) {
+        std::tuple{"smollm3-3b", int64_t{3075098624}, "SmolLM3ForCausalLM"},
+        std::tuple{"gemma3-270m", int64_t{268098176}, "Gemma3ForCausalLM"},
+        std::tuple{"gemma3-1b", int64_t{999885952}, "Gemma3ForCausalLM"}}) {
     ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
     EXPECT_EQ(CountParameters(s.arch).model(), count) << name;
     EXPECT_STREQ(ArchFamily(s.arch), family) << name;

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -66,6 +67,11 @@ void SwiGluRow(const float* gate, const float* up, int64_t n, float* out);
 // prefill chunk's FFN holds two [T, d_ffn] tensors at its peak, not four.
 // Takes both by value: moved in, up is released on return.
 torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up);
+
+// Gemma 3's GeGLU: out = gelu_tanh(gate) * up (Hugging Face's
+// gelu_pytorch_tanh), the row kernel and the tensor form as for SwiGLU.
+void GeGluRow(const float* gate, const float* up, int64_t n, float* out);
+torch::Tensor GeGlu(torch::Tensor gate, torch::Tensor up);
 
 // A sliding-window layer's cache is a ring of min(capacity, window) slots
 // along `dim`: position p lives in slot p % slots, so the layer holds what
@@ -327,56 +333,65 @@ struct AttentionBlockImpl : torch::nn::Module {
 TORCH_MODULE(AttentionBlock);
 
 struct MlpImpl : torch::nn::Module {
-  explicit MlpImpl(const Arch& a) {
+  explicit MlpImpl(const Arch& a) : geglu(a.gemma) {
     gate_proj = register_module("gate_proj", MakeLinear(a.d_model, a.d_ffn));
     up_proj = register_module("up_proj", MakeLinear(a.d_model, a.d_ffn));
     down_proj = register_module("down_proj", MakeLinear(a.d_ffn, a.d_model));
   }
   torch::Tensor forward(const torch::Tensor& x, ForwardObserver* observer = nullptr,
-                        int layer = 0) {  // SwiGLU
+                        int layer = 0) {  // SwiGLU (Gemma: GeGLU)
     auto gate_up = ProjectMany(x, {gate_proj->weight, up_proj->weight});
-    auto hidden = SwiGlu(std::move(gate_up[0]), std::move(gate_up[1]));
+    auto hidden = geglu ? GeGlu(std::move(gate_up[0]), std::move(gate_up[1]))
+                        : SwiGlu(std::move(gate_up[0]), std::move(gate_up[1]));
     if (observer != nullptr) observer->OnFfnHidden(layer, hidden);
     return Project(hidden, down_proj->weight);
   }
+  bool geglu = false;
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 
 TORCH_MODULE(Mlp);
 
 struct LayerImpl : torch::nn::Module {
+  // Llama: input_layernorm before attention, post_attention_layernorm
+  // before the MLP. Gemma 3 (Gemma3DecoderLayer): input_layernorm and
+  // post_attention_layernorm around attention (the latter on its output),
+  // pre_feedforward_layernorm and post_feedforward_layernorm around the MLP.
   LayerImpl(const Arch& a, Attention type, bool rope) {
+    auto norm = [&](const char* name) {
+      return register_module(name, RmsNorm(a.d_model, a.norm_eps));
+    };
     if (type != Attention::kSkip) {
-      input_layernorm = register_module("input_layernorm", RmsNorm(a.d_model, a.norm_eps));
+      input_layernorm = norm("input_layernorm");
       self_attn = register_module("self_attn", AttentionBlock(a, type, rope));
+      if (a.gemma) attn_out_norm = norm("post_attention_layernorm");
     }
-    post_attention_layernorm =
-        register_module("post_attention_layernorm", RmsNorm(a.d_model, a.norm_eps));
+    ffn_norm = norm(a.gemma ? "pre_feedforward_layernorm" : "post_attention_layernorm");
     mlp = register_module("mlp", Mlp(a));
+    if (a.gemma) ffn_out_norm = norm("post_feedforward_layernorm");
   }
   torch::Tensor forward(torch::Tensor x, int64_t start, const torch::Tensor& cos,
                         const torch::Tensor& sin, torch::Tensor* ck, torch::Tensor* cv,
                         ForwardObserver* observer = nullptr, int layer = 0,
                         const LayerKv* provided = nullptr) {
-    if (observer == nullptr) {
-      if (self_attn) {
-        x = x + self_attn->forward(input_layernorm(x), start, cos, sin, ck, cv, provided);
-      }
-      return x + mlp(post_attention_layernorm(x));
-    }
     const torch::Tensor input = x;
     if (self_attn) {
       auto normed = input_layernorm(x);
-      observer->OnBlockNorm(layer, normed);
-      x = x + self_attn->forward(normed, start, cos, sin, ck, cv, provided, observer, layer);
+      if (observer != nullptr) observer->OnBlockNorm(layer, normed);
+      auto out = self_attn->forward(normed, start, cos, sin, ck, cv, provided, observer, layer);
+      x = x + (attn_out_norm ? attn_out_norm(out) : out);
     }
-    auto normed = post_attention_layernorm(x);
-    observer->OnBlockNorm(layer, normed);
-    x = x + mlp->forward(normed, observer, layer);
-    observer->OnLayer(layer, input, x);
+    auto normed = ffn_norm(x);
+    if (observer != nullptr) observer->OnBlockNorm(layer, normed);
+    auto out = mlp->forward(normed, observer, layer);
+    x = x + (ffn_out_norm ? ffn_out_norm(out) : out);
+    if (observer != nullptr) observer->OnLayer(layer, input, x);
     return x;
   }
-  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  // ffn_norm is post_attention_layernorm (Llama) or pre_feedforward_layernorm
+  // (Gemma); the output norms are Gemma's only.
+  RmsNorm input_layernorm{nullptr}, ffn_norm{nullptr};
+  RmsNorm attn_out_norm{nullptr}, ffn_out_norm{nullptr};
   AttentionBlock self_attn{nullptr};
   Mlp mlp{nullptr};
 };
@@ -417,6 +432,12 @@ class DecoderImpl : public torch::nn::Module {
       lm_head_->to(dtype);
     }
     inv_freq_ = RopeInverseFrequencies(a);
+    if (a.local_rope_theta > 0) {  // Gemma 3: window layers rotate with their own base, unscaled
+      Arch local = a;
+      local.rope_theta = a.local_rope_theta;
+      local.rope_scaling = RopeScaling();
+      local_inv_freq_ = RopeInverseFrequencies(local);
+    }
     for (auto& layer : model_->typed_layers) {
       if (!layer->self_attn) continue;
       layer->self_attn->rope_cos = &cos_table_;
@@ -431,22 +452,35 @@ class DecoderImpl : public torch::nn::Module {
     if (cos_table_.defined() && cos_table_.size(0) >= end) return;
     const int64_t n = std::max<int64_t>(end, cos_table_.defined() ? 2 * cos_table_.size(0) : 64);
     auto pos = torch::arange(0, n, torch::kDouble);
-    auto freqs = torch::outer(pos, inv_freq_);
-    auto emb = torch::cat({freqs, freqs}, -1);
-    cos_table_ = emb.cos().to(dtype_);
-    sin_table_ = emb.sin().to(dtype_);
+    auto table = [&](const torch::Tensor& inv, torch::Tensor& cos, torch::Tensor& sin) {
+      auto freqs = torch::outer(pos, inv);
+      auto emb = torch::cat({freqs, freqs}, -1);
+      cos = emb.cos().to(dtype_);
+      sin = emb.sin().to(dtype_);
+    };
+    table(inv_freq_, cos_table_, sin_table_);
+    if (local_inv_freq_.defined()) table(local_inv_freq_, local_cos_, local_sin_);
   }
 
-  // RoPE tables for positions start..start+t-1, [t, head_dim] each.
-  std::pair<torch::Tensor, torch::Tensor> Rope(int64_t start, int64_t t) {
+  // RoPE tables for positions start..start+t-1, [t, head_dim] each: a
+  // window layer's own when the model has local ones (local_rope_theta).
+  std::pair<torch::Tensor, torch::Tensor> Rope(int64_t start, int64_t t,
+                                               Attention kind = Attention::kFull) {
     ReserveRope(start + t);
+    if (kind == Attention::kSlidingWindow && local_inv_freq_.defined()) {
+      return {local_cos_.narrow(0, start, t), local_sin_.narrow(0, start, t)};
+    }
     return {cos_table_.narrow(0, start, t), sin_table_.narrow(0, start, t)};
   }
 
+  // Gemma 3 scales the embedding by sqrt(d_model) (Gemma3TextScaledWordEmbedding).
+  double EmbedScale() const { return arch_.gemma ? std::sqrt(double(arch_.d_model)) : 1.0; }
+
   torch::Tensor Embed(const torch::Tensor& tokens) {
     const torch::Tensor& table = model_->embed_tokens->weight;
-    if (QuantTypeOf(table)) return DequantizedRows(table, tokens).to(dtype_);
-    return model_->embed_tokens(tokens).to(dtype_);  // a no-op unless stored in half precision
+    torch::Tensor x = QuantTypeOf(table) ? DequantizedRows(table, tokens).to(dtype_)
+                                         : model_->embed_tokens(tokens).to(dtype_);
+    return arch_.gemma ? x * EmbedScale() : x;
   }
 
   // Layers [first, last) over hidden states x [B, T, d] at positions
@@ -455,10 +489,13 @@ class DecoderImpl : public torch::nn::Module {
                           ForwardObserver* observer = nullptr,
                           const std::vector<LayerKv>* provided = nullptr) {
     const auto [cos, sin] = Rope(start, x.size(1));
+    const auto [local_cos, local_sin] = Rope(start, x.size(1), Attention::kSlidingWindow);
     for (int i = first; i < last; ++i) {
       torch::Tensor* ck = cache ? &cache->keys(i) : nullptr;
       torch::Tensor* cv = cache ? &cache->values(i) : nullptr;
-      x = model_->typed_layers[i]->forward(x, start, cos, sin, ck, cv, observer, i,
+      const bool local = arch_.attention[i] == Attention::kSlidingWindow;
+      x = model_->typed_layers[i]->forward(x, start, local ? local_cos : cos,
+                                           local ? local_sin : sin, ck, cv, observer, i,
                                            provided ? &(*provided)[i] : nullptr);
     }
     return x;
@@ -501,8 +538,8 @@ class DecoderImpl : public torch::nn::Module {
   torch::Dtype dtype_;
   Backbone model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};
-  torch::Tensor inv_freq_;
-  torch::Tensor cos_table_, sin_table_;
+  torch::Tensor inv_freq_, local_inv_freq_;  // local: undefined unless local_rope_theta
+  torch::Tensor cos_table_, sin_table_, local_cos_, local_sin_;
 };
 
 }  // namespace decoder_internal

@@ -118,7 +118,69 @@ def rope_layers(cfg):
     return [int((i + 1) % interval != 0) for i in range(n)]
 
 
+def gemma_layer_types(cfg):
+    if cfg.get("layer_types"):
+        return cfg["layer_types"]
+    pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+            for i in range(cfg["num_hidden_layers"])]
+
+
+def gemma3_forward(cfg, w, ids):
+    """Gemma3ForCausalLM (transformers' modeling_gemma3), in float64: the
+    embedding times sqrt(hidden_size); RMSNorm scaling by (1 + w); per layer
+    x += post_attention_layernorm(attn(input_layernorm(x))) and x +=
+    post_feedforward_layernorm(mlp(pre_feedforward_layernorm(x))), the MLP
+    down(gelu_tanh(gate(h)) * up(h)); q_norm/k_norm before RoPE, whose base is
+    rope_local_base_freq in sliding layers and rope_theta in full ones;
+    scores scaled by query_pre_attn_scalar^-1/2; a sliding layer's query sees
+    the keys with q - k < sliding_window; the head tied to the embedding."""
+    w = {k: v.to(torch.float64) for k, v in w.items()}
+    t = len(ids)
+    hd = cfg["head_dim"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    eps = cfg["rms_norm_eps"]
+    norm = lambda x, name: rms_norm(x, 1 + w[name], eps)
+    pos = torch.arange(t, dtype=torch.float64)
+    tables = {}
+    for kind, theta in [("full_attention", cfg["rope_theta"]),
+                        ("sliding_attention", cfg.get("rope_local_base_freq", 10000.0))]:
+        inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        freqs = torch.outer(pos, inv)
+        tables[kind] = (freqs.cos(), freqs.sin())
+    q_pos, k_pos = pos[:, None], pos[None, :]
+    causal = torch.where(k_pos <= q_pos, 0.0, float("-inf")).double()
+    window = torch.where((k_pos <= q_pos) & (q_pos - k_pos < cfg["sliding_window"]), 0.0,
+                         float("-inf")).double()
+    x = w["model.embed_tokens.weight"][torch.tensor(ids)] * math.sqrt(cfg["hidden_size"])
+    for i, kind in enumerate(gemma_layer_types(cfg)):
+        p = f"model.layers.{i}."
+        h = norm(x, p + "input_layernorm.weight")
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(t, nh, hd)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(t, nkv, hd)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(t, nkv, hd)
+        q = norm(q, p + "self_attn.q_norm.weight")
+        k = norm(k, p + "self_attn.k_norm.weight")
+        cos, sin = tables[kind]
+        q = rotate(q, cos[:, None, :], sin[:, None, :])
+        k = rotate(k, cos[:, None, :], sin[:, None, :])
+        k = k.repeat_interleave(nh // nkv, dim=1)
+        v = v.repeat_interleave(nh // nkv, dim=1)
+        mask = window if kind == "sliding_attention" else causal
+        scores = torch.einsum("qhd,khd->hqk", q, k) * cfg["query_pre_attn_scalar"] ** -0.5 + mask
+        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+        x = x + norm(a @ w[p + "self_attn.o_proj.weight"].T, p + "post_attention_layernorm.weight")
+        h = norm(x, p + "pre_feedforward_layernorm.weight")
+        gate = torch.nn.functional.gelu(h @ w[p + "mlp.gate_proj.weight"].T, approximate="tanh")
+        m = (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = x + norm(m, p + "post_feedforward_layernorm.weight")
+    x = norm(x, "model.norm.weight")
+    return x @ w["model.embed_tokens.weight"].T
+
+
 def forward(cfg, w, ids):
+    if cfg["architectures"][0] == "Gemma3ForCausalLM":
+        return gemma3_forward(cfg, w, ids)
     w = {k: v.to(torch.float64) for k, v in w.items()}  # float64 throughout
     t = len(ids)
     d, hd = cfg["hidden_size"], head_dim(cfg)
@@ -162,7 +224,33 @@ def forward(cfg, w, ids):
 
 # ---- synthetic checkpoints in the published layout ----
 
+def make_gemma3_weights(cfg, gen, fan_in_scale):
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    r = lambda *shape: torch.randn(*shape, generator=gen) * (
+        shape[-1] ** -0.5 if fan_in_scale else 0.2)
+    norm = lambda n: 0.1 * torch.randn(n, generator=gen)  # stored w; the model scales by 1 + w
+    w = {"model.embed_tokens.weight": r(v, d) / math.sqrt(d), "model.norm.weight": norm(d)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                  "post_feedforward_layernorm"):
+            w[p + n + ".weight"] = norm(d)
+        w[p + "self_attn.q_proj.weight"] = r(nh * hd, d)
+        w[p + "self_attn.k_proj.weight"] = r(nkv * hd, d)
+        w[p + "self_attn.v_proj.weight"] = r(nkv * hd, d)
+        w[p + "self_attn.o_proj.weight"] = r(d, nh * hd)
+        w[p + "self_attn.q_norm.weight"] = norm(hd)
+        w[p + "self_attn.k_norm.weight"] = norm(hd)
+        w[p + "mlp.gate_proj.weight"] = r(f, d)
+        w[p + "mlp.up_proj.weight"] = r(f, d)
+        w[p + "mlp.down_proj.weight"] = r(d, f)
+    return w
+
+
 def make_weights(cfg, gen, fan_in_scale=False):
+    if cfg["architectures"][0] == "Gemma3ForCausalLM":
+        return make_gemma3_weights(cfg, gen, fan_in_scale)
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     hd, nh, nkv = head_dim(cfg), cfg["num_attention_heads"], cfg["num_key_value_heads"]
     # 0.2 for the small configs; 1/sqrt(fan in) keeps published widths'
@@ -437,6 +525,58 @@ def published_smollm3_3b():
     }
 
 
+def published_gemma3_270m():
+    # 18 layers in the published file; 6 here (5 sliding, 1 full) with its
+    # layer_types list cut to match. The window (512) matters from prompts
+    # longer than it: check_new_families uses one of 520 tokens.
+    return {
+        "_sliding_window_pattern": 6, "architectures": ["Gemma3ForCausalLM"],
+        "attention_bias": False, "attention_dropout": 0.0, "attn_logit_softcapping": None,
+        "bos_token_id": 2, "eos_token_id": 1, "final_logit_softcapping": None, "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 640, "initializer_range": 0.02,
+        "intermediate_size": 2048,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+        "max_position_embeddings": 32768, "model_type": "gemma3_text", "num_attention_heads": 4,
+        "num_hidden_layers": 6, "num_key_value_heads": 1, "pad_token_id": 0,
+        "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0,
+        "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": 512,
+        "torch_dtype": "bfloat16", "transformers_version": "4.55.0.dev0",
+        "use_bidirectional_attention": False, "use_cache": True, "vocab_size": 512,
+    }
+
+
+def published_gemma3_1b():
+    # The 1B's config names no layer_types or tie_word_embeddings: the
+    # pattern (every 6th layer full) and the tied head are defaults.
+    return {
+        "architectures": ["Gemma3ForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "attn_logit_softcapping": None, "bos_token_id": 2,
+        "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": None,
+        "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+        "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+        "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 6,
+        "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+        "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": None,
+        "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": True,
+        "vocab_size": 512,
+    }
+
+
+def transformers5_gemma(cfg):
+    """Gemma 3 as transformers 5 saves it: one RoPE entry per layer kind."""
+    c = dict(cfg)
+    c.pop("rope_scaling", None)
+    c["rope_parameters"] = {
+        "full_attention": {"rope_type": "default", "rope_theta": c.pop("rope_theta")},
+        "sliding_attention": {"rope_type": "default",
+                              "rope_theta": c.pop("rope_local_base_freq")},
+    }
+    c["dtype"] = c.pop("torch_dtype")
+    c["transformers_version"] = "5.17.0"
+    return c
+
+
 def small(cfg, **changes):
     """A family's config at test widths, for pruning."""
     c = dict(cfg, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -522,6 +662,22 @@ def check_new_families(hilnas, work, gen, prompt):
         ok &= check_family(hilnas, work, name, cfg, w, prompt)
         ok &= check_family(hilnas, work, name + "-transformers5", cfg, w, prompt,
                            written=transformers5(cfg))
+    long_prompt = [(7 * i + 3) % 509 for i in range(520)]  # past Gemma's 512-token window
+    for name, cfg in [("gemma3-270m", published_gemma3_270m()), ("gemma3-1b", published_gemma3_1b())]:
+        w = make_weights(cfg, gen, fan_in_scale=True)
+        ok &= check_family(hilnas, work, name, cfg, w, long_prompt)
+        ok &= check_family(hilnas, work, name + "-transformers5", cfg, w, long_prompt,
+                           written=transformers5_gemma(cfg))
+    cfg = published_gemma3_270m()
+    w = make_weights(cfg, gen, fan_in_scale=True)
+    with torch.no_grad():
+        ref = forward(cfg, w, long_prompt)
+        for what, other in [("a window of 1024", dict(cfg, sliding_window=1024)),
+                            ("local base 1e6", dict(cfg, rope_local_base_freq=1e6))]:
+            moved = (forward(other, w, long_prompt) - ref).abs().max().item()
+            print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} gemma3: {what} would move the logits "
+                  f"by {moved:.3f}")
+            ok &= moved > 1e-2
     # What sets the family apart matters: without it the logits move.
     cfg = small(published_smollm3_3b())
     w = make_weights(cfg, gen)
@@ -545,6 +701,12 @@ def check_new_families(hilnas, work, gen, prompt):
     ok &= check_pruned(hilnas, work, gen, "qwen2-small-width",
                        small(published_qwen25_05b(), num_hidden_layers=3),
                        ["--layers", "2", "--d-model", "48", "--d-ffn", "64"], prompt)
+    ok &= check_pruned(hilnas, work, gen, "gemma3-small",
+                       small(published_gemma3_270m(), num_hidden_layers=12,
+                             query_pre_attn_scalar=16, sliding_window=8,
+                             layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2),
+                       ["--layers", "6", "--d-model", "48", "--d-ffn", "96", "--pattern",
+                        "WWWWWF", "--window", "8"], prompt)
     ok &= check_pruned(hilnas, work, gen, "smollm3-small",
                        small(published_smollm3_3b(), num_hidden_layers=8),
                        ["--layers", "5", "--d-model", "48", "--d-ffn", "80"], prompt)
