@@ -45,6 +45,8 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
   same("head_dim", t.head_dim, b.head_dim, "heads are never split");
   same("qk_norm", t.qk_norm, b.qk_norm, "norm weights are inherited");
   same("qkv_bias", t.qkv_bias, b.qkv_bias, "biases are inherited");
+  same("gemma", t.gemma, b.gemma, "the layer layout is the backbone's");
+  same("local_rope_theta", t.local_rope_theta, b.local_rope_theta, "positions are inherited");
   if (!(t.rope_scaling == b.rope_scaling)) {
     errors.push_back(
         "rope_scaling differs from the backbone's (positions are inherited: give the search "

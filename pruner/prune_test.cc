@@ -28,15 +28,15 @@ std::vector<int32_t> RandomTokens(int64_t n, int vocab, uint64_t seed) {
 }
 
 struct Fixture {
-  Arch arch = TinyMixedArch();
-  Decoder model = *Decoder::Create(TinyMixedArch(), 7);
-  ActivationMetrics metrics;
-  Fixture() {
+  explicit Fixture(Arch a = TinyMixedArch()) : arch(a), model(*Decoder::Create(a, 7)) {
     CalibrationOptions o;
     o.seq_len = 16;
     o.batch_size = 4;
     metrics = *Calibrate(model, RandomTokens(256, arch.vocab_size, 1), o);
   }
+  Arch arch;
+  Decoder model;
+  ActivationMetrics metrics;
 };
 
 std::map<std::string, torch::Tensor> Tensors(const Decoder& d) {
@@ -52,6 +52,53 @@ TEST(PruneTest, NothingPrunedReproducesTheBackboneLogitsExactly) {
   torch::NoGradGuard g;
   auto tokens = torch::randint(0, f.arch.vocab_size, {2, 12}, torch::kLong);
   EXPECT_TRUE(torch::equal(pruned.Forward(tokens), f.model.Forward(tokens)));
+}
+
+// Issue 40's families: Qwen2's biases go whole with their heads, SmolLM3's
+// kept layers keep their NoPE flags, Gemma's four norms a layer are cut on
+// the residual axis; pruning nothing reproduces each exactly.
+TEST(PruneTest, FamiliesPruneWithTheirBiasesNoPeFlagsAndNorms) {
+  Arch qwen2 = TinyMixedArch();
+  qwen2.qk_norm = false;
+  qwen2.qkv_bias = true;
+  Arch smollm3 = TinyMixedArch();
+  smollm3.qk_norm = false;
+  smollm3.no_rope = {false, true, false, true};
+  Arch gemma = TinyMixedArch();
+  gemma.gemma = true;
+  gemma.local_rope_theta = 100;
+  for (const Arch& a : {qwen2, smollm3, gemma}) {
+    Fixture f(a);
+    ASSERT_OK_AND_ASSIGN(PrunePlan same, PlanPrune(f.metrics, f.arch, f.arch, {32}));
+    ASSERT_OK_AND_ASSIGN(Decoder whole, ApplyPrune(f.model, same, f.arch));
+    torch::NoGradGuard g;
+    auto tokens = torch::randint(0, a.vocab_size, {1, 10}, torch::kLong);
+    EXPECT_TRUE(torch::equal(whole.Forward(tokens), f.model.Forward(tokens))) << ArchFamily(a);
+    ASSERT_OK_AND_ASSIGN(Arch target, OverrideShape(f.arch, 3, 16, 32, "FWF", 3));
+    EXPECT_TRUE(target.no_rope.empty());  // the plan decides which flags are kept
+    ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, target, {16}));
+    ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, target));
+    EXPECT_STREQ(ArchFamily(pruned.arch()), ArchFamily(a));
+    if (!a.no_rope.empty()) {
+      ASSERT_EQ(pruned.arch().no_rope.size(), 3u);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(pruned.arch().no_rope[i], a.no_rope[plan.layers[i]]) << "layer " << i;
+      }
+    }
+    auto src = Tensors(f.model);
+    for (auto& [name, t] : Tensors(pruned)) {
+      if (name.find("_proj.bias") == std::string::npos) continue;
+      const std::string from =
+          "model.layers." + std::to_string(plan.layers[name[13] - '0']) + name.substr(14);
+      EXPECT_TRUE(torch::equal(t, src.at(from))) << name << " from " << from;
+    }
+    Arch wrong = target;
+    wrong.gemma = !a.gemma;
+    wrong.qk_norm = true;
+    wrong.qkv_bias = false;
+    wrong.no_rope.clear();
+    EXPECT_FALSE(PlanPrune(f.metrics, f.arch, wrong, {16}).ok()) << ArchFamily(a);
+  }
 }
 
 TEST(PruneTest, ATargetThatLosesTheBackbonesRopeScalingIsRefused) {

@@ -337,6 +337,8 @@ absl::Status Space::Contains(const Arch& arch) const {
   fixed("tie_embeddings", arch.tie_embeddings, b.tie_embeddings);
   fixed("qk_norm", arch.qk_norm, b.qk_norm);
   fixed("qkv_bias", arch.qkv_bias, b.qkv_bias);
+  fixed("gemma", arch.gemma, b.gemma);
+  fixed("local_rope_theta", arch.local_rope_theta, b.local_rope_theta);
   fixed("rope_theta", arch.rope_theta, b.rope_theta);
   fixed("norm_eps", arch.norm_eps, b.norm_eps);
   fixed("sliding_window", arch.sliding_window, b.sliding_window);
