@@ -80,11 +80,22 @@ constexpr const char* kReadKeys[] = {
     "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps",
     "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings",
     "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias", "layer_types",
-    "sliding_window", "no_rope_layers", "no_rope_layer_interval", "qk_norm", "kv_cache",
-    "hilnas_name", "kv_prediction",
-    // Gemma 3's (refused for other families in ReadGemma).
-    "hidden_activation", "query_pre_attn_scalar", "rope_local_base_freq",
-    "sliding_window_pattern", "_sliding_window_pattern"};
+    "sliding_window", "qk_norm", "kv_cache", "hilnas_name", "kv_prediction"};
+
+// Read for one family only; in another family's config they are refused.
+struct FamilyKey {
+  const char* name;
+  ConfigFamily family;
+};
+constexpr FamilyKey kFamilyKeys[] = {
+    {"no_rope_layers", ConfigFamily::kSmolLm3},
+    {"no_rope_layer_interval", ConfigFamily::kSmolLm3},
+    {"hidden_activation", ConfigFamily::kGemma3},
+    {"query_pre_attn_scalar", ConfigFamily::kGemma3},
+    {"rope_local_base_freq", ConfigFamily::kGemma3},
+    {"sliding_window_pattern", ConfigFamily::kGemma3},
+    {"_sliding_window_pattern", ConfigFamily::kGemma3},
+};
 
 // Bookkeeping, token ids and context limits the RoPE types hilnas runs do
 // not read (default, linear and llama3 ignore max_position_embeddings;
@@ -223,6 +234,15 @@ absl::Status CheckEveryKeyKnown(const json& j, const std::string& path, const Fa
     if (it.value().is_null()) continue;
     if (std::find(std::begin(kReadKeys), std::end(kReadKeys), key) != std::end(kReadKeys)) {
       continue;
+    }
+    const FamilyKey* owned = std::find_if(std::begin(kFamilyKeys), std::end(kFamilyKeys),
+                                          [&](const FamilyKey& k) { return key == k.name; });
+    if (owned != std::end(kFamilyKeys) && owned->family == family.family) continue;
+    if (owned != std::end(kFamilyKeys)) {
+      return Refuse(path, absl::StrCat("field \"", key, "\""),
+                    absl::StrCat(it.value().dump(), " is ", ConfigFamilyClass(owned->family),
+                                 "'s, not read for ", family.class_name,
+                                 "; refused rather than ignored"));
     }
     const InertKey* inert = FindInert(family, key);
     if (inert != nullptr && inert->only_value == nullptr) continue;
@@ -443,15 +463,6 @@ absl::Status RefuseWhatHilnasDoesNotRun(const json& j, const std::string& path,
                     absl::StrCat(j["hidden_activation"].dump(),
                                  " is not supported (GeGLU with gelu_pytorch_tanh)"));
     }
-  } else {
-    for (const char* key : {"hidden_activation", "query_pre_attn_scalar", "rope_local_base_freq",
-                            "sliding_window_pattern", "_sliding_window_pattern"}) {
-      if (Present(j, key)) {
-        return Refuse(path, absl::StrCat("field \"", key, "\""),
-                      absl::StrCat(j[key].dump(), " is Gemma 3's, not read for ",
-                                   family.class_name, "; refused rather than ignored"));
-      }
-    }
   }
   if (family.family != ConfigFamily::kGemma3 && Present(j, "hidden_act") &&
       j["hidden_act"] != "silu") {
@@ -575,15 +586,8 @@ absl::Status ReadLayerTypes(const json& j, const std::string& path, const Family
 // is NoPE, as SmolLM3Config derives them. Other families have neither key.
 absl::Status ReadNoRope(const json& j, const std::string& path, const FamilyInfo& family,
                         Arch& a) {
-  const bool smollm3 = family.family == ConfigFamily::kSmolLm3;
-  for (const char* key : {"no_rope_layers", "no_rope_layer_interval"}) {
-    if (!smollm3 && Present(j, key)) {
-      return Refuse(path, absl::StrCat("field \"", key, "\""),
-                    absl::StrCat(j[key].dump(), ": NoPE layers are SmolLM3's (",
-                                 family.class_name, " rotates every layer)"));
-    }
-  }
-  if (!smollm3) return absl::OkStatus();
+  // Other families' configs with these keys were refused (kFamilyKeys).
+  if (family.family != ConfigFamily::kSmolLm3) return absl::OkStatus();
   HILNAS_ASSIGN_OR_RETURN(const int interval, Field<int>(j, path, "no_rope_layer_interval", 4));
   if (!Present(j, "no_rope_layers")) {
     if (interval < 1) {

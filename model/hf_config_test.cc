@@ -269,7 +269,8 @@ TEST_F(HfConfigTest, Qwen2ReadsItsBiasesAndWritesItselfBack) {
   json wrong = Qwen25Config();
   wrong["no_rope_layers"] = {1, 0};
   EXPECT_THAT(Read(wrong), StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("\"no_rope_layers\" [1,0]: NoPE layers are SmolLM3's")));
+                                    HasSubstr("\"no_rope_layers\" [1,0] is SmolLM3ForCausalLM's, not read for "
+                                              "Qwen2ForCausalLM")));
   wrong = Qwen25Config();
   wrong["use_sliding_window"] = true;
   EXPECT_THAT(Read(wrong), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -358,7 +359,8 @@ TEST_F(HfConfigTest, Gemma3ReadsItsLayoutAndRefusesWhatItCannotRun) {
   json llama = SmolLm2Config();
   llama["rope_local_base_freq"] = 10000;
   EXPECT_THAT(Read(llama), StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("\"rope_local_base_freq\" 10000 is Gemma 3's")));
+                                    HasSubstr("\"rope_local_base_freq\" 10000 is Gemma3ForCausalLM's, not read "
+                                              "for LlamaForCausalLM")));
 }
 
 }  // namespace
