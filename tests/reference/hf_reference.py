@@ -458,6 +458,14 @@ def transformers5(cfg):
     return c
 
 
+def moved(what, logits, other):
+    """Prints and returns whether `other` differs from `logits` by more than
+    1e-2 anywhere: a feature the reference checks must matter."""
+    by = (other - logits).abs().max().item()
+    print(f"{'ok  ' if by > 1e-2 else 'FAIL'} {what} {by:.3f}")
+    return by > 1e-2
+
+
 def loss(logits, ids):
     # Mean next-token negative log-likelihood over the prompt, in nats.
     lp = torch.log_softmax(logits.double(), dim=-1)
@@ -486,10 +494,7 @@ def check_published(hilnas, work, gen, prompt):
             # The RoPE fields matter here: read with transformers' default
             # theta instead, the logits move by far more than the tolerance.
             wrong = forward(dict(cfg, rope_theta=10000.0, rope_scaling=None), stored, prompt)
-            moved = (wrong - ref).abs().max().item()
-        print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} {name}: theta 10000 would move the logits "
-              f"by {moved:.3f}")
-        ok = ok and moved > 1e-2
+        ok = moved(f"{name}: theta 10000 would move the logits by", ref, wrong) and ok
     return ok
 
 
@@ -680,27 +685,20 @@ def check_new_families(hilnas, work, gen, prompt):
         ref = forward(cfg, w, long_prompt)
         for what, other in [("a window of 1024", dict(cfg, sliding_window=1024)),
                             ("local base 1e6", dict(cfg, rope_local_base_freq=1e6))]:
-            moved = (forward(other, w, long_prompt) - ref).abs().max().item()
-            print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} gemma3: {what} would move the logits "
-                  f"by {moved:.3f}")
-            ok &= moved > 1e-2
+            ok &= moved(f"gemma3: {what} would move the logits by", ref,
+                        forward(other, w, long_prompt))
     # What sets the family apart matters: without it the logits move.
     cfg = small(published_smollm3_3b())
     w = make_weights(cfg, gen)
     with torch.no_grad():
-        moved = (forward(cfg, w, prompt) -
-                 forward(dict(cfg, no_rope_layers=[1] * 4), w, prompt)).abs().max().item()
-    print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} smollm3: rotating the NoPE layer would move "
-          f"the logits by {moved:.3f}")
-    ok &= moved > 1e-2
+        ok &= moved("smollm3: rotating the NoPE layer would move the logits by",
+                    forward(cfg, w, prompt), forward(dict(cfg, no_rope_layers=[1] * 4), w, prompt))
     cfg = small(published_qwen25_05b())
     w = make_weights(cfg, gen)
     with torch.no_grad():
         unbiased = {k: (0 * v if k.endswith(".bias") else v) for k, v in w.items()}
-        moved = (forward(cfg, w, prompt) - forward(cfg, unbiased, prompt)).abs().max().item()
-    print(f"{'ok  ' if moved > 1e-2 else 'FAIL'} qwen2: dropping the biases would move the "
-          f"logits by {moved:.3f}")
-    ok &= moved > 1e-2
+        ok &= moved("qwen2: dropping the biases would move the logits by",
+                    forward(cfg, w, prompt), forward(cfg, unbiased, prompt))
     # Pruned: depth and both widths; SmolLM3's kept layers keep their NoPE.
     ok &= check_pruned(hilnas, work, gen, "qwen2-small", small(published_qwen25_05b()),
                        ["--layers", "1", "--d-ffn", "96"], prompt)
@@ -750,9 +748,8 @@ def main():
     plain = dict(cfg, rope_scaling=None)
     w = make_weights(cfg, gen)
     with torch.no_grad():
-        gap = (forward(cfg, w, prompt) - forward(plain, w, prompt)).abs().max().item()
-    print(f"{'ok  ' if gap > 1e-2 else 'FAIL'} llama3 scaling changes the logits by {gap:.3f}")
-    ok = ok and gap > 1e-2
+        ok = moved("llama3 scaling changes the logits by", forward(cfg, w, prompt),
+                   forward(plain, w, prompt)) and ok
 
     base = llama3_config()
     small = make_weights(base, gen)
