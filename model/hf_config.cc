@@ -768,11 +768,8 @@ std::string DescribeArch(const Arch& a) {
       "  attention: %d heads, %d KV heads, head_dim %d, QK-norm %s, q/k/v biases %s", a.num_heads,
       a.num_kv_heads, a.head_dim, a.qk_norm ? "on" : "off", a.qkv_bias ? "on" : "off"));
   if (!a.no_rope.empty()) {
-    std::vector<int> nope;
-    for (int i = 0; i < a.num_layers; ++i) {
-      if (a.no_rope[i]) nope.push_back(i);
-    }
-    lines.push_back(absl::StrCat("  NoPE layers (no RoPE): ", absl::StrJoin(nope, ", ")));
+    lines.push_back(
+        absl::StrCat("  NoPE layers (no RoPE): ", absl::StrJoin(NoRopeLayers(a), ", ")));
   }
   lines.push_back(absl::StrFormat("  RoPE: theta %g, %s", a.rope_theta,
                                   DescribeScaling(a.rope_scaling)));

@@ -25,6 +25,14 @@ const char* ArchFamily(const Arch& a) {
   return "LlamaForCausalLM";
 }
 
+std::vector<int> NoRopeLayers(const Arch& a) {
+  std::vector<int> out;
+  for (int i = 0; i < static_cast<int>(a.no_rope.size()); ++i) {
+    if (a.no_rope[i]) out.push_back(i);
+  }
+  return out;
+}
+
 const char* AttentionName(Attention a) {
   switch (a) {
     case Attention::kFull:

@@ -97,6 +97,9 @@ struct Arch {
 // ValidateArch refuses combinations no family has.
 const char* ArchFamily(const Arch& arch);
 
+// The NoPE layers of an arch, ascending (empty when every layer rotates).
+std::vector<int> NoRopeLayers(const Arch& arch);
+
 struct ValidateOptions {
   // When > 0, d_model and d_ffn must be multiples of it (MobileLLM-Flash
   // Sec. 3.3 prunes widths in blocks of 128).

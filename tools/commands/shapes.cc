@@ -55,11 +55,8 @@ void PrintArch(const Arch& a, const std::string& indent) {
       WithCommas(a.vocab_size).c_str(), a.tie_embeddings ? "tied" : "separate",
       a.qk_norm ? ", QK-norm" : "", a.qkv_bias ? ", q/k/v biases" : "");
   if (!a.no_rope.empty()) {
-    std::vector<std::string> nope;
-    for (int i = 0; i < a.num_layers; ++i) {
-      if (!a.rotates(i)) nope.push_back(absl::StrCat(i));
-    }
-    std::printf("%sNoPE layers (no RoPE): %s\n", indent.c_str(), absl::StrJoin(nope, ", ").c_str());
+    std::printf("%sNoPE layers (no RoPE): %s\n", indent.c_str(),
+                absl::StrJoin(NoRopeLayers(a), ", ").c_str());
   }
   std::printf("%sattention pattern %s (F full, W SWA window %d, S skip): %d attention blocks\n",
               indent.c_str(), PatternString(a.attention).c_str(), a.sliding_window,
