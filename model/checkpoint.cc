@@ -14,9 +14,15 @@ absl::Status SaveCheckpoint(const Decoder& decoder, const std::string& dir, Stor
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  auto named = decoder.NamedTensors();
-  for (auto& [name, t] : named) {
-    if (HeldAsOnePlus(decoder.arch(), name)) t = t.detach().to(torch::kFloat) - 1;  // Gemma: w
+  // In the file form of the arch's family (decoder.h: HeldAsOnePlus,
+  // FileTensorName).
+  const Arch& arch = decoder.arch();
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (auto& [name, tensor] : decoder.NamedTensors()) {
+    torch::Tensor t = tensor;
+    if (HeldAsOnePlus(arch, name)) t = t.detach().to(torch::kFloat) - 1;  // Gemma: w
+    if (RopeRowsInterleavedInFile(arch, name)) t = InterleaveRopeRows(t.detach(), arch.head_dim);
+    named.emplace_back(FileTensorName(arch, name), t);
   }
   HILNAS_RETURN_IF_ERROR(WriteSafetensors(WeightsFileName(dir), named, dtype));
   return WriteConfigJson(decoder.arch(), ConfigFileName(dir));

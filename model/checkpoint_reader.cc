@@ -141,7 +141,27 @@ absl::Status CheckpointReader::ForEachTensor(const TensorSink& sink) {
 
 absl::Status CheckpointReader::ForEachTensorRows(const RowBlockSink& sink, int64_t block_bytes) {
   uint64_t h = MetadataHash();
-  for (SafetensorsFile& f : files_) HILNAS_RETURN_IF_ERROR(f.ForEachRows(sink, block_bytes, &h));
+  // Tensors leave in the decoder's form (decoder.h, FileTensorName): a
+  // Llama 4 file's names mapped, and its q/k rows, gathered whole (one
+  // projection matrix), reordered per head.
+  std::map<std::string, std::vector<torch::Tensor>> gathering;
+  const RowBlockSink to_decoder = [&](const std::string& file_name,
+                                      const std::vector<int64_t>& shape, int64_t row0,
+                                      torch::Tensor rows) -> absl::Status {
+    const std::string name = DecoderTensorName(arch_, file_name);
+    const bool reorder = RopeRowsInterleavedInFile(arch_, name) && shape.size() == 2 &&
+                         arch_.head_dim > 0 && shape[0] % arch_.head_dim == 0;
+    if (!reorder) return sink(name, shape, row0, std::move(rows));
+    std::vector<torch::Tensor>& parts = gathering[name];
+    parts.push_back(std::move(rows));
+    if (row0 + parts.back().size(0) < shape[0]) return absl::OkStatus();
+    torch::Tensor whole = torch::cat(parts, 0);
+    gathering.erase(name);
+    return sink(name, shape, 0, HalfSplitRopeRows(whole, arch_.head_dim));
+  };
+  for (SafetensorsFile& f : files_) {
+    HILNAS_RETURN_IF_ERROR(f.ForEachRows(to_decoder, block_bytes, &h));
+  }
   fingerprint_ = absl::StrFormat("%016x", h);  // every byte was read, in order
   return absl::OkStatus();
 }

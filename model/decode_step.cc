@@ -176,6 +176,10 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
           RmsNormRow(row, norm->weight.data_ptr<float>(), hd, norm->eps, buf.head.data());
           row = buf.head.data();
         }
+        if (a.qk_l2_norm && at.rope) {  // Llama 4: RMS 1, no weight
+          UnitRmsRow(row, hd, a.norm_eps, buf.head.data());
+          row = buf.head.data();
+        }
         if (at.rope) {
           RopeRow(row, cos, sin, hd, dst);
         } else {

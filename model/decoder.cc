@@ -496,6 +496,46 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(c
   return out;
 }
 
+namespace {
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "model.layers.N.<from>..." -> "model.layers.N.<to>..."; others unchanged.
+std::string ReplaceLayerPart(const std::string& name, std::string_view from, std::string_view to) {
+  constexpr std::string_view kLayers = "model.layers.";
+  if (name.compare(0, kLayers.size(), kLayers) != 0) return name;
+  const size_t dot = name.find('.', kLayers.size());
+  if (dot == std::string::npos || name.compare(dot + 1, from.size(), from) != 0) return name;
+  return name.substr(0, dot + 1) + std::string(to) + name.substr(dot + 1 + from.size());
+}
+
+}  // namespace
+
+std::string FileTensorName(const Arch& arch, const std::string& name) {
+  return arch.llama4 ? ReplaceLayerPart(name, "mlp.", "feed_forward.") : name;
+}
+
+std::string DecoderTensorName(const Arch& arch, const std::string& name) {
+  return arch.llama4 ? ReplaceLayerPart(name, "feed_forward.", "mlp.") : name;
+}
+
+bool RopeRowsInterleavedInFile(const Arch& arch, const std::string& name) {
+  return arch.llama4 &&
+         (EndsWith(name, "self_attn.q_proj.weight") || EndsWith(name, "self_attn.k_proj.weight"));
+}
+
+torch::Tensor InterleaveRopeRows(const torch::Tensor& w, int64_t head_dim) {
+  const int64_t rows = w.size(0), cols = w.size(1);
+  return w.reshape({rows / head_dim, 2, head_dim / 2, cols}).transpose(1, 2).reshape({rows, cols});
+}
+
+torch::Tensor HalfSplitRopeRows(const torch::Tensor& w, int64_t head_dim) {
+  const int64_t rows = w.size(0), cols = w.size(1);
+  return w.reshape({rows / head_dim, head_dim / 2, 2, cols}).transpose(1, 2).reshape({rows, cols});
+}
+
 bool HeldAsOnePlus(const Arch& arch, const std::string& name) {
   constexpr std::string_view kSuffix = "norm.weight";
   return arch.gemma && name.size() >= kSuffix.size() &&

@@ -247,6 +247,22 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(c
 // writes it).
 bool HeldAsOnePlus(const Arch& arch, const std::string& name);
 
+// Llama 4 text's files (Llama4ForCausalLM) name each layer's MLP
+// `feed_forward` and rotate queries and keys in adjacent pairs (2i, 2i+1)
+// of a head (its apply_rotary_emb, complex multiplication); a Decoder keeps
+// Llama's names and rotates the pairs (i, i + d/2), with each head's q/k
+// rows reordered to match, which computes the same scores (QK-norm, a
+// per-head RMS, does not see the order). Every file boundary converts:
+// the checkpoint reader, SaveCheckpoint, GGUF export from a folder.
+std::string FileTensorName(const Arch& arch, const std::string& name);     // decoder -> file
+std::string DecoderTensorName(const Arch& arch, const std::string& name);  // file -> decoder
+// True for the decoder's tensors whose rows the file holds interleaved.
+bool RopeRowsInterleavedInFile(const Arch& arch, const std::string& name);
+// A q/k projection's rows per head of `head_dim`: (i, i + d/2) -> (2i, 2i+1)
+// (what llama.cpp's "normal" RoPE and Llama 4's files want), and back.
+torch::Tensor InterleaveRopeRows(const torch::Tensor& w, int64_t head_dim);
+torch::Tensor HalfSplitRopeRows(const torch::Tensor& w, int64_t head_dim);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_DECODER_H_

@@ -23,6 +23,13 @@ void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* ou
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * w[i];
 }
 
+void UnitRmsRow(const float* x, int64_t d, double eps, float* out) {
+  float sum = 0;
+  for (int64_t i = 0; i < d; ++i) sum += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+  for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale;
+}
+
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   RECORD_FUNCTION("hilnas::rms_norm", {});
   const int64_t d = x.size(-1), rows = x.numel() / d;

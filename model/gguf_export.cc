@@ -24,14 +24,6 @@ std::string Bytes(const torch::Tensor& t) {
   return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
 }
 
-// llama.cpp's "normal" rope rotates dimension pairs (2i, 2i+1) of a head;
-// Hugging Face's rotate-half pairs (i, i + d/2). Reordering each head's
-// rows (i, i + d/2) -> (2i, 2i+1) makes the two compute the same.
-torch::Tensor InterleaveRopeRows(const torch::Tensor& w, int64_t heads) {
-  const int64_t rows = w.size(0), cols = w.size(1), hd = rows / heads;
-  return w.reshape({heads, 2, hd / 2, cols}).transpose(1, 2).reshape({rows, cols});
-}
-
 }  // namespace
 
 std::vector<std::string> PlaceholderVocabulary(int vocab_size) {
@@ -106,6 +98,28 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
         absl::StrCat("head_dim ", arch.head_dim, ": rope needs an even head dimension"));
   }
   if (arch.gemma) return std::string("gemma3");
+  if (arch.llama4) {
+    // llama.cpp's llama4 without experts (its MobileLLM-R1 case): every
+    // layer rotated and full when attention.sliding_window is 0, and the
+    // weightless QK-norm on for every model but the 128-expert one.
+    if (!NoRopeLayers(arch).empty()) {
+      return absl::InvalidArgumentError(
+          "llama4 with NoPE layers: llama.cpp runs them only with its chunked-attention graph "
+          "for mixture-of-experts models (every 4th layer NoPE, chunks of 8192), which hilnas "
+          "does not write");
+    }
+    if (arch.attention_chunk != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "llama4 with attention_chunk ", arch.attention_chunk,
+          ": llama.cpp chunks attention only in its mixture-of-experts llama4 graph"));
+    }
+    if (!arch.qk_l2_norm) {
+      return absl::InvalidArgumentError(
+          "llama4 without use_qk_norm: llama.cpp normalises queries and keys of every llama4 "
+          "model without experts");
+    }
+    return std::string("llama4");
+  }
   std::string layout = "llama";
   if (arch.qk_norm) layout = "qwen3";
   if (arch.qkv_bias) {
@@ -130,7 +144,8 @@ absl::StatusOr<std::string> GgufLayoutFor(const Arch& arch) {
     }
     layout = "smollm3";
   }
-  if (layout != "llama" && arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+  if (layout != "llama" && layout != "llama4" &&
+      arch.rope_scaling.kind == RopeScaling::Kind::kLlama3) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rope_scaling llama3: llama.cpp's ", layout, " layout has no rope_freqs tensor"));
   }
@@ -180,6 +195,11 @@ void AddHyperparameters(GgufWriter& w, const Arch& arch, const std::string& a,
   w.Add(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(arch.rope_theta)));
   w.Add(a + ".vocab_size", GgufValue::U32(arch.vocab_size));
   if (arch.gemma) w.Add(a + ".attention.sliding_window", GgufValue::U32(arch.sliding_window));
+  if (arch.llama4) {  // dense (no expert layers), every layer full
+    w.Add(a + ".interleave_moe_layer_step", GgufValue::U32(0));
+    w.Add(a + ".expert_feed_forward_length", GgufValue::U32(arch.d_ffn));
+    w.Add(a + ".attention.sliding_window", GgufValue::U32(0));
+  }
   if (arch.rope_scaling.kind == RopeScaling::Kind::kLinear) {
     w.Add(a + ".rope.scaling.type", GgufValue::Str("linear"));
     w.Add(a + ".rope.scaling.factor", GgufValue::F32(static_cast<float>(arch.rope_scaling.factor)));
@@ -340,10 +360,10 @@ absl::Status WriteGguf(const Arch& arch, std::map<std::string, torch::Tensor> we
       HILNAS_ASSIGN_OR_RETURN(torch::Tensor o, take(hf + "self_attn.o_proj.weight"));
       // llama and smollm3 rotate adjacent pairs (LLAMA_ROPE_TYPE_NORM);
       // qwen2 and qwen3 rotate halves, as Hugging Face does.
-      const bool interleaved = layout == "llama" || layout == "smollm3";
+      const bool interleaved = layout == "llama" || layout == "smollm3" || layout == "llama4";
       if (interleaved) {
-        q = InterleaveRopeRows(q, arch.num_heads);
-        k = InterleaveRopeRows(k, arch.num_kv_heads);
+        q = InterleaveRopeRows(q, arch.head_dim);
+        k = InterleaveRopeRows(k, arch.head_dim);
       }
       add(gg + "attn_norm.weight", attn_norm, false);
       add(gg + "attn_q.weight", q, true);
@@ -407,7 +427,7 @@ absl::Status ExportGguf(const std::string& checkpoint_dir, const std::string& ou
   // Refused before the weights are read.
   HILNAS_RETURN_IF_ERROR(GgufLayoutFor(arch).status());
   try {
-    HILNAS_ASSIGN_OR_RETURN(auto weights, checkpoint->ReadTensors());
+    HILNAS_ASSIGN_OR_RETURN(auto weights, checkpoint->ReadTensors());  // in the decoder's form
     for (auto& [name, t] : weights) {
       if (HeldAsOnePlus(arch, name)) t = t.to(torch::kFloat) + 1;  // llama.cpp's gemma3 wants 1 + w
     }

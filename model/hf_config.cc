@@ -87,9 +87,22 @@ struct FamilyKey {
   const char* name;
   ConfigFamily family;
 };
+// A key two families read has an entry for each.
 constexpr FamilyKey kFamilyKeys[] = {
     {"no_rope_layers", ConfigFamily::kSmolLm3},
     {"no_rope_layer_interval", ConfigFamily::kSmolLm3},
+    {"no_rope_layers", ConfigFamily::kLlama4},
+    {"no_rope_layer_interval", ConfigFamily::kLlama4},
+    {"use_qk_norm", ConfigFamily::kLlama4},
+    {"intermediate_size_mlp", ConfigFamily::kLlama4},
+    {"attention_chunk_size", ConfigFamily::kLlama4},
+    {"attn_temperature_tuning", ConfigFamily::kLlama4},
+    {"floor_scale", ConfigFamily::kLlama4},
+    {"attn_scale", ConfigFamily::kLlama4},
+    {"moe_layers", ConfigFamily::kLlama4},
+    {"interleave_moe_layer_step", ConfigFamily::kLlama4},
+    {"num_local_experts", ConfigFamily::kLlama4},
+    {"num_experts_per_tok", ConfigFamily::kLlama4},
     {"hidden_activation", ConfigFamily::kGemma3},
     {"query_pre_attn_scalar", ConfigFamily::kGemma3},
     {"rope_local_base_freq", ConfigFamily::kGemma3},
@@ -154,6 +167,18 @@ const std::vector<FamilyInfo>& Families() {
        "Gemma3ForCausalLM",
        "gemma3_text",
        {{"cache_implementation", nullptr}, {"use_bidirectional_attention", "false"}}},
+      // Llama 4 text (Llama4ForCausalLM; MobileLLM-R1 ships as it), dense
+      // layers only: the expert width `intermediate_size` is unused without
+      // expert layers (ReadLlama4 refuses them); the router's settings are
+      // training-time; for_llm_compressor marks a quantisation recipe.
+      {ConfigFamily::kLlama4,
+       "Llama4ForCausalLM",
+       "llama4_text",
+       {{"cache_implementation", nullptr},
+        {"for_llm_compressor", nullptr},
+        {"router_aux_loss_coef", nullptr},
+        {"router_jitter_noise", nullptr},
+        {"output_router_logits", nullptr}}},
       // auto_map names the remote modelling code hilnas implements itself.
       {ConfigFamily::kMobileLlm,
        "MobileLLMForCausalLM",
@@ -235,9 +260,13 @@ absl::Status CheckEveryKeyKnown(const json& j, const std::string& path, const Fa
     if (std::find(std::begin(kReadKeys), std::end(kReadKeys), key) != std::end(kReadKeys)) {
       continue;
     }
+    const bool read_here =
+        std::any_of(std::begin(kFamilyKeys), std::end(kFamilyKeys), [&](const FamilyKey& k) {
+          return key == k.name && k.family == family.family;
+        });
+    if (read_here) continue;
     const FamilyKey* owned = std::find_if(std::begin(kFamilyKeys), std::end(kFamilyKeys),
                                           [&](const FamilyKey& k) { return key == k.name; });
-    if (owned != std::end(kFamilyKeys) && owned->family == family.family) continue;
     if (owned != std::end(kFamilyKeys)) {
       return Refuse(path, absl::StrCat("field \"", key, "\""),
                     absl::StrCat(it.value().dump(), " is ", ConfigFamilyClass(owned->family),
@@ -430,8 +459,9 @@ absl::Status ReadRope(const json& j, const std::string& path, Arch& a) {
     return Refuse(path, "rope_scaling.rope_theta",
                   absl::StrCat(*old_form->theta, " disagrees with rope_theta ", *theta));
   }
-  // transformers' defaults: 10000 (Llama's family), 1e6 (Gemma3TextConfig).
-  a.rope_theta = theta.value_or(a.gemma ? 1e6 : 10000.0);
+  // transformers' defaults: 10000 (Llama's family), 1e6 (Gemma3TextConfig),
+  // 500000 (Llama4TextConfig).
+  a.rope_theta = theta.value_or(a.gemma ? 1e6 : a.llama4 ? 500000.0 : 10000.0);
   if (old_form && new_form && !(old_form->scaling == new_form->scaling)) {
     return Refuse(path, "rope_scaling",
                   absl::StrCat("(", DescribeScaling(old_form->scaling),
@@ -485,15 +515,23 @@ absl::Status RefuseWhatHilnasDoesNotRun(const json& j, const std::string& path,
 
 absl::Status ReadDimensions(const json& j, const std::string& path, const FamilyInfo& family,
                             Arch& a) {
+  const bool llama4 = family.family == ConfigFamily::kLlama4;
   HILNAS_ASSIGN_OR_RETURN(a.d_model, Field<int>(j, path, "hidden_size", std::nullopt));
-  HILNAS_ASSIGN_OR_RETURN(a.d_ffn, Field<int>(j, path, "intermediate_size", std::nullopt));
+  if (llama4) {
+    // Llama4TextConfig: dense layers are intermediate_size_mlp wide
+    // (default 16384); intermediate_size is the experts'.
+    HILNAS_ASSIGN_OR_RETURN(a.d_ffn, Field<int>(j, path, "intermediate_size_mlp", 16384));
+  } else {
+    HILNAS_ASSIGN_OR_RETURN(a.d_ffn, Field<int>(j, path, "intermediate_size", std::nullopt));
+  }
   HILNAS_ASSIGN_OR_RETURN(a.num_layers, Field<int>(j, path, "num_hidden_layers", std::nullopt));
   HILNAS_ASSIGN_OR_RETURN(a.num_heads, Field<int>(j, path, "num_attention_heads", std::nullopt));
   HILNAS_ASSIGN_OR_RETURN(a.vocab_size, Field<int>(j, path, "vocab_size", std::nullopt));
   HILNAS_ASSIGN_OR_RETURN(a.num_kv_heads, Field<int>(j, path, "num_key_value_heads", a.num_heads));
-  const int derived_head_dim = a.num_heads > 0 ? a.d_model / a.num_heads : 0;
+  // Llama4TextConfig's head_dim defaults to 128, not hidden / heads.
+  const int derived_head_dim = llama4 ? 128 : a.num_heads > 0 ? a.d_model / a.num_heads : 0;
   HILNAS_ASSIGN_OR_RETURN(a.head_dim, Field<int>(j, path, "head_dim", derived_head_dim));
-  HILNAS_ASSIGN_OR_RETURN(a.norm_eps, Field<double>(j, path, "rms_norm_eps", 1e-6));
+  HILNAS_ASSIGN_OR_RETURN(a.norm_eps, Field<double>(j, path, "rms_norm_eps", llama4 ? 1e-5 : 1e-6));
   const bool gemma = family.family == ConfigFamily::kGemma3;
   // Gemma3TextConfig ties the head unless told otherwise (1B's config omits it).
   HILNAS_ASSIGN_OR_RETURN(a.tie_embeddings, Field<bool>(j, path, "tie_word_embeddings", gemma));
@@ -523,6 +561,10 @@ absl::Status ReadDimensions(const json& j, const std::string& path, const Family
                     absl::StrCat(scalar, " differs from head_dim ", a.head_dim,
                                  ": hilnas scales attention scores by head_dim^-1/2"));
     }
+  }
+  if (llama4) {
+    a.llama4 = true;
+    HILNAS_ASSIGN_OR_RETURN(a.qk_l2_norm, Field<bool>(j, path, "use_qk_norm", true));
   }
   HILNAS_ASSIGN_OR_RETURN(a.sliding_window, Field<int>(j, path, "sliding_window", 0));
   if (Present(j, "hilnas_name") && j["hilnas_name"].is_string()) a.name = j["hilnas_name"];
@@ -568,8 +610,134 @@ absl::Status ReadLayerKinds(const json& j, const std::string& path, const Family
   return absl::OkStatus();
 }
 
+// Llama 4 text (Llama4TextConfig and Llama4TextAttention): NoPE layers from
+// no_rope_layers (1 = RoPE, as SmolLM3's) or every no_rope_layer_interval-th
+// (default 4); layer_types full_attention or chunked_attention (default:
+// chunked where the layer rotates) with attention_chunk_size (default
+// 8192); attention temperature tuning (default on) scales NoPE layers'
+// queries by position; expert layers from moe_layers, else every
+// interleave_moe_layer_step-th (default 1: all).
+absl::Status ReadLlama4(const json& j, const std::string& path, Arch& a) {
+  const int n = a.num_layers;
+  HILNAS_ASSIGN_OR_RETURN(const int interval, Field<int>(j, path, "no_rope_layer_interval", 4));
+  const bool listed = Present(j, "no_rope_layers") && !j["no_rope_layers"].empty();
+  if (!listed) {
+    if (interval < 1) {
+      return Refuse(path, "no_rope_layer_interval", absl::StrCat(interval, " must be positive"));
+    }
+    for (int i = 0; i < n; ++i) a.no_rope.push_back((i + 1) % interval == 0);
+  } else {
+    // Llama4TextAttention reads entry i for layer i: a longer list's tail is unread.
+    const json& flags = j["no_rope_layers"];
+    if (!flags.is_array() || static_cast<int64_t>(flags.size()) < n) {
+      return Refuse(path, "no_rope_layers",
+                    absl::StrCat(flags.dump().substr(0, 80), " has no flag for each of the ", n,
+                                 " layers"));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (flags[i] != 0 && flags[i] != 1) {
+        return Refuse(path, absl::StrCat("no_rope_layers[", i, "]"),
+                      absl::StrCat(flags[i].dump(), " is not 1 (RoPE) or 0 (NoPE)"));
+      }
+      a.no_rope.push_back(flags[i] == 0);
+    }
+  }
+  const bool any_nope = std::find(a.no_rope.begin(), a.no_rope.end(), true) != a.no_rope.end();
+  if (!any_nope) a.no_rope.clear();  // every layer rotates: hilnas's empty list
+
+  // Expert layers.
+  if (Present(j, "moe_layers")) {
+    if (!j["moe_layers"].is_array() || !j["moe_layers"].empty()) {
+      return Refuse(path, "moe_layers",
+                    absl::StrCat(j["moe_layers"].dump().substr(0, 80),
+                                 ": mixture-of-experts layers are not supported (dense Llama 4 "
+                                 "text, as MobileLLM-R1, has moe_layers [])"));
+    }
+  } else {
+    HILNAS_ASSIGN_OR_RETURN(const int step, Field<int>(j, path, "interleave_moe_layer_step", 1));
+    // list(range(step - 1, n, step)): empty for step > n (or negative); 0 raises.
+    if (step == 0 || (step >= 1 && step <= n)) {
+      return Refuse(path, "moe_layers",
+                    absl::StrCat("is absent, so Llama4TextConfig derives expert layers from "
+                                 "interleave_moe_layer_step ", step,
+                                 "; mixture-of-experts layers are not supported (give "
+                                 "\"moe_layers\": [] for a dense model)"));
+    }
+  }
+
+  // Attention temperature tuning: NoPE layers' queries times
+  // log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1.
+  if (Present(j, "attn_temperature_tuning")) {
+    const json& t = j["attn_temperature_tuning"];
+    if (!t.is_boolean() && !t.is_number()) {
+      return Refuse(path, "attn_temperature_tuning", absl::StrCat(t.dump(), " is not a flag"));
+    }
+  }
+  const bool tuning = !Present(j, "attn_temperature_tuning") ||
+                      (j["attn_temperature_tuning"].is_boolean()
+                           ? j["attn_temperature_tuning"].get<bool>()
+                           : j["attn_temperature_tuning"].get<double>() != 0);
+  if (tuning && any_nope) {
+    return Refuse(path, "attn_temperature_tuning",
+                  absl::StrCat(Present(j, "attn_temperature_tuning")
+                                   ? j["attn_temperature_tuning"].dump()
+                                   : std::string("(default true)"),
+                               " with NoPE layers ", absl::StrJoin(NoRopeLayers(a), ", "),
+                               ": hilnas does not scale NoPE queries by position"));
+  }
+  for (const char* key : {"floor_scale", "attn_scale"}) {
+    if (Present(j, key)) HILNAS_RETURN_IF_ERROR(Field<double>(j, path, key, std::nullopt).status());
+  }
+
+  // Chunked layers.
+  std::optional<int> chunk;
+  if (Present(j, "attention_chunk_size")) {
+    HILNAS_ASSIGN_OR_RETURN(chunk, Field<int>(j, path, "attention_chunk_size", std::nullopt));
+    if (*chunk < 1) {
+      return Refuse(path, "attention_chunk_size", absl::StrCat(*chunk, " must be positive"));
+    }
+  } else if (!Present(j, "layer_types")) {
+    chunk = 8192;  // Llama4TextConfig's default, used by the derived layer_types
+  }
+  std::vector<bool> chunked;
+  for (int i = 0; i < n; ++i) chunked.push_back(a.rotates(i));
+  if (Present(j, "layer_types")) {
+    const json& types = j["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != n) {
+      return Refuse(path, "layer_types",
+                    absl::StrCat(types.dump().substr(0, 80), " is not one kind per layer (", n,
+                                 ")"));
+    }
+    bool all_full = true, derived = true;
+    for (int i = 0; i < n; ++i) {
+      if (types[i] != "full_attention" && types[i] != "chunked_attention") {
+        return Refuse(path, absl::StrCat("layer_types[", i, "]"),
+                      absl::StrCat(types[i].dump(),
+                                   " is not full_attention or chunked_attention"));
+      }
+      all_full &= types[i] == "full_attention";
+      derived &= (types[i] == "chunked_attention") == chunked[i];
+    }
+    if (!all_full && !derived) {
+      return Refuse(path, "layer_types",
+                    "chunks layers other than the RoPE layers: hilnas runs Llama 4 with every "
+                    "layer full, or with exactly its RoPE layers chunked");
+    }
+    if (all_full) chunked.assign(n, false);
+  }
+  const bool any_chunked = std::find(chunked.begin(), chunked.end(), true) != chunked.end();
+  if (any_chunked && !chunk) {
+    return Refuse(path, "attention_chunk_size", "is missing, and layers are chunked_attention");
+  }
+  a.attention_chunk = any_chunked ? *chunk : 0;
+  a.attention.assign(std::max(n, 0), Attention::kFull);
+  a.sliding_window = 0;
+  return absl::OkStatus();
+}
+
 absl::Status ReadLayerTypes(const json& j, const std::string& path, const FamilyInfo& family,
                             Arch& a) {
+  if (family.family == ConfigFamily::kLlama4) return ReadLlama4(j, path, a);
   HILNAS_RETURN_IF_ERROR(ReadLayerKinds(j, path, family, a));
   // Qwen and SmolLM3 configs carry a window size they do not use
   // (use_sliding_window false, refused otherwise).
@@ -731,7 +899,29 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
   json types = json::array();
   for (Attention at : a.attention) types.push_back(LayerTypeName(at));
   j["layer_types"] = types;
-  if (!a.no_rope.empty()) {  // SmolLM3: 1 = RoPE, 0 = NoPE
+  if (a.llama4) {
+    // Llama4TextConfig's names; every default that would change the model
+    // written out (its defaults make every 4th layer NoPE and every layer
+    // an expert layer).
+    j.erase("qk_norm");
+    j.erase("sliding_window");
+    j["intermediate_size_mlp"] = a.d_ffn;
+    j["use_qk_norm"] = a.qk_l2_norm;
+    json flags = json::array(), kinds = json::array();
+    for (int i = 0; i < a.num_layers; ++i) {
+      flags.push_back(a.rotates(i) ? 1 : 0);
+      kinds.push_back(a.attention_chunk > 0 && a.rotates(i) ? "chunked_attention"
+                                                           : "full_attention");
+    }
+    j["no_rope_layers"] = flags;
+    j["layer_types"] = kinds;
+    j["attention_chunk_size"] = a.attention_chunk > 0 ? a.attention_chunk : 8192;
+    j["attn_temperature_tuning"] = false;  // ReadLlama4 refuses it with NoPE layers
+    j["moe_layers"] = json::array();
+    j["num_local_experts"] = 0;
+    j["num_experts_per_tok"] = 0;
+    j["interleave_moe_layer_step"] = 0;
+  } else if (!a.no_rope.empty()) {  // SmolLM3: 1 = RoPE, 0 = NoPE
     json flags = json::array();
     for (bool nope : a.no_rope) flags.push_back(nope ? 0 : 1);
     j["no_rope_layers"] = flags;
@@ -770,6 +960,14 @@ std::string DescribeArch(const Arch& a) {
   if (!a.no_rope.empty()) {
     lines.push_back(
         absl::StrCat("  NoPE layers (no RoPE): ", absl::StrJoin(NoRopeLayers(a), ", ")));
+  }
+  if (a.llama4) {
+    lines.push_back(absl::StrCat(
+        "  Llama 4: QK L2-norm ", a.qk_l2_norm ? "on" : "off", " (RoPE layers), ",
+        a.attention_chunk > 0
+            ? absl::StrCat("RoPE layers chunked by ", a.attention_chunk,
+                           " (run within the first chunk)")
+            : std::string("every layer full")));
   }
   lines.push_back(absl::StrFormat("  RoPE: theta %g, %s", a.rope_theta,
                                   DescribeScaling(a.rope_scaling)));

@@ -21,12 +21,13 @@ namespace hilnas {
 // ties its head through `share_embedding`.
 // Qwen2 (Qwen2.5) adds q/k/v biases; SmolLM3 NoPE layers.
 // Gemma 3 text (Gemma3ForCausalLM) has its own layout (Arch::gemma).
-enum class ConfigFamily { kLlama, kQwen3, kMobileLlm, kQwen2, kSmolLm3, kGemma3 };
+enum class ConfigFamily { kLlama, kQwen3, kMobileLlm, kQwen2, kSmolLm3, kGemma3, kLlama4 };
 const char* ConfigFamilyClass(ConfigFamily family);  // "LlamaForCausalLM", ...
 
 // Writes the family ArchFamily names (LlamaForCausalLM; Qwen3ForCausalLM
 // when queries and keys are normalised; Qwen2ForCausalLM with q/k/v biases;
-// SmolLM3ForCausalLM with NoPE layers, as `no_rope_layers`), with `rope_theta` / `rope_scaling` (transformers 4's form,
+// SmolLM3ForCausalLM with NoPE layers, as `no_rope_layers`; Gemma3ForCausalLM
+// and Llama4ForCausalLM in their own keys), with `rope_theta` / `rope_scaling` (transformers 4's form,
 // which transformers 5 still reads); `layer_types` ("full_attention",
 // "sliding_attention", hilnas's "skip_attention") with `sliding_window`;
 // hilnas's own extras (`kv_cache`, `kv_prediction`, `hilnas_name`) in

@@ -46,6 +46,9 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
   same("qk_norm", t.qk_norm, b.qk_norm, "norm weights are inherited");
   same("qkv_bias", t.qkv_bias, b.qkv_bias, "biases are inherited");
   same("gemma", t.gemma, b.gemma, "the layer layout is the backbone's");
+  same("llama4", t.llama4, b.llama4, "the layer layout is the backbone's");
+  same("qk_l2_norm", t.qk_l2_norm, b.qk_l2_norm, "the QK-norm is the backbone's");
+  same("attention_chunk", t.attention_chunk, b.attention_chunk, "positions are inherited");
   same("local_rope_theta", t.local_rope_theta, b.local_rope_theta, "positions are inherited");
   if (!(t.rope_scaling == b.rope_scaling)) {
     errors.push_back(

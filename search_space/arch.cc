@@ -19,6 +19,7 @@ int Arch::num_attention_layers() const {
 
 const char* ArchFamily(const Arch& a) {
   if (a.gemma) return "Gemma3ForCausalLM";
+  if (a.llama4) return "Llama4ForCausalLM";
   if (a.qkv_bias) return "Qwen2ForCausalLM";
   if (!a.no_rope.empty()) return "SmolLM3ForCausalLM";
   if (a.qk_norm) return "Qwen3ForCausalLM";
@@ -336,8 +337,9 @@ void CheckFamily(const Arch& a, std::vector<std::string>* errors_out) {
     errors.push_back(absl::StrCat("no_rope has ", a.no_rope.size(),
                                   " entries, expected num_layers ", a.num_layers));
   }
-  const int features =
-      int{a.qk_norm && !a.gemma} + int{a.qkv_bias} + int{!a.no_rope.empty()};
+  // Llama 4 has NoPE layers and its own QK-norm; the count is of the rest.
+  const int features = int{a.qk_norm && !a.gemma} + int{a.qkv_bias} +
+                       int{!a.no_rope.empty() && !a.llama4};
   if (features > 1) {
     errors.push_back(absl::StrCat(
         "qk_norm ", a.qk_norm, ", qkv_bias ", a.qkv_bias, " and no_rope (", a.no_rope.size(),
@@ -353,6 +355,36 @@ void CheckFamily(const Arch& a, std::vector<std::string>* errors_out) {
   if (!(a.local_rope_theta >= 0 && std::isfinite(a.local_rope_theta))) {
     errors.push_back(absl::StrCat("local_rope_theta ", a.local_rope_theta,
                                   " must be a finite base, or 0 for rope_theta"));
+  }
+  if (a.qk_l2_norm && !a.llama4) {
+    errors.push_back("qk_l2_norm without llama4: only Llama 4 text divides queries and keys by "
+                     "their RMS without a weight");
+  }
+  if (a.attention_chunk != 0 && !a.llama4) {
+    errors.push_back(absl::StrCat("attention_chunk ", a.attention_chunk,
+                                  " without llama4: only Llama 4 text chunks attention"));
+  }
+  if (a.attention_chunk < 0) {
+    errors.push_back(absl::StrCat("attention_chunk ", a.attention_chunk,
+                                  " must be a positive chunk size, or 0 for none"));
+  }
+  if (a.llama4 && (a.gemma || a.qkv_bias || a.qk_norm)) {
+    errors.push_back("llama4 with gemma, qkv_bias or qk_norm: Llama 4 text has none of them (its "
+                     "QK-norm is qk_l2_norm, without weights)");
+  }
+  if (a.llama4) {
+    for (int i = 0; i < static_cast<int>(a.attention.size()); ++i) {
+      if (a.attention[i] != Attention::kFull) {
+        errors.push_back(absl::StrCat(
+            "llama4 layer ", i, " is ", AttentionName(a.attention[i]),
+            ": Llama4ForCausalLM has full (and chunked) attention layers only; search a Llama 4 "
+            "backbone with attention_choices FULL"));
+        break;
+      }
+    }
+  }
+  if (a.kv_cache == KvLayout::kSlim && a.llama4) {
+    errors.push_back("kv_cache SLIM with llama4: the runtime's slim path has no Llama 4 layout");
   }
   if (a.kv_cache == KvLayout::kSlim && a.gemma) {
     errors.push_back("kv_cache SLIM with gemma: the runtime's slim path has no Gemma layout");
@@ -484,6 +516,9 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.no_rope.assign(p.no_rope().begin(), p.no_rope().end());
   a.gemma = p.gemma();
   a.local_rope_theta = p.local_rope_theta();
+  a.llama4 = p.llama4();
+  a.qk_l2_norm = p.qk_l2_norm();
+  a.attention_chunk = p.attention_chunk();
   a.sliding_window = p.sliding_window();
   if (p.has_rope_scaling() && p.rope_scaling().kind() != RopeScalingSpec::NONE) {
     const RopeScalingSpec& r = p.rope_scaling();
@@ -550,6 +585,9 @@ ArchSpec ArchToProto(const Arch& a) {
   for (bool n : a.no_rope) p.add_no_rope(n);
   p.set_gemma(a.gemma);
   p.set_local_rope_theta(a.local_rope_theta);
+  p.set_llama4(a.llama4);
+  p.set_qk_l2_norm(a.qk_l2_norm);
+  p.set_attention_chunk(a.attention_chunk);
   if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
     RopeScalingSpec* s = p.mutable_rope_scaling();
     s->set_kind(r.kind == RopeScaling::Kind::kLinear ? RopeScalingSpec::LINEAR

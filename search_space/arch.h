@@ -78,6 +78,19 @@ struct Arch {
   // with local_rope_theta, full ones with rope_theta (and rope_scaling).
   bool gemma = false;
   double local_rope_theta = 0;  // window layers' RoPE base; 0: rope_theta
+  // Llama 4 text (Llama4ForCausalLM; MobileLLM-R1): the Llama layout written
+  // in Hugging Face's Llama 4 file form (MLP named feed_forward, q/k rows
+  // in interleaved RoPE pairs; held half-split, like every other family,
+  // and converted at the file boundary: LlamaFourFileForm, decoder.h).
+  bool llama4 = false;
+  // Llama 4's use_qk_norm: queries and keys of every RoPE layer divided by
+  // their RMS, without a weight (Llama4TextL2Norm); NoPE layers are not.
+  bool qk_l2_norm = false;
+  // Llama 4's attention_chunk_size when its RoPE layers are chunked; 0: all
+  // layers full. Within the first chunk chunked attention is causal
+  // attention; the runtime refuses positions past it rather than compute
+  // anything else.
+  int attention_chunk = 0;
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;
   KvLayout kv_cache = KvLayout::kStandard;
@@ -93,7 +106,8 @@ struct Arch {
 // The Hugging Face family an architecture is written as (config.json's
 // `architectures`): a Llama layout plus what sets the family apart, QK-norm
 // (Qwen3ForCausalLM), q/k/v biases (Qwen2ForCausalLM) or NoPE layers
-// (SmolLM3ForCausalLM); Gemma3ForCausalLM for the Gemma layout.
+// (SmolLM3ForCausalLM); Gemma3ForCausalLM for the Gemma layout,
+// Llama4ForCausalLM for Llama 4 text's.
 // ValidateArch refuses combinations no family has.
 const char* ArchFamily(const Arch& arch);
 

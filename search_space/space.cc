@@ -338,6 +338,9 @@ absl::Status Space::Contains(const Arch& arch) const {
   fixed("qk_norm", arch.qk_norm, b.qk_norm);
   fixed("qkv_bias", arch.qkv_bias, b.qkv_bias);
   fixed("gemma", arch.gemma, b.gemma);
+  fixed("llama4", arch.llama4, b.llama4);
+  fixed("qk_l2_norm", arch.qk_l2_norm, b.qk_l2_norm);
+  fixed("attention_chunk", arch.attention_chunk, b.attention_chunk);
   fixed("local_rope_theta", arch.local_rope_theta, b.local_rope_theta);
   fixed("rope_theta", arch.rope_theta, b.rope_theta);
   fixed("norm_eps", arch.norm_eps, b.norm_eps);

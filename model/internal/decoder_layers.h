@@ -28,6 +28,8 @@ namespace decoder_internal {
 // ops, each a dispatch and a temporary: a fifth of a small model's decode
 // step went to per-op cost). Same formula, float accumulation.
 void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* out);
+// RmsNormRow without a weight (Llama 4's QK-norm); `out` may be `x`.
+void UnitRmsRow(const float* x, int64_t d, double eps, float* out);
 
 torch::Tensor InferenceRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps);
 
@@ -167,7 +169,7 @@ struct AttentionBlockImpl : torch::nn::Module {
     q = q.view({b, t, h, hd});
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
-    q = Rotated(q, cos, sin).transpose(1, 2);
+    q = Rotated(UnitRms(q), cos, sin).transpose(1, 2);
     k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
     v = v.transpose(1, 2);
 
@@ -306,7 +308,16 @@ struct AttentionBlockImpl : torch::nn::Module {
   // the positions of cos/sin [T, hd], heads first: [B, KVH, T, hd].
   torch::Tensor RotatedKeys(torch::Tensor k, const torch::Tensor& cos, const torch::Tensor& sin) {
     if (arch.qk_norm) k = k_norm(k);
-    return Rotated(k, cos, sin).transpose(1, 2);
+    return Rotated(UnitRms(k), cos, sin).transpose(1, 2);
+  }
+
+  // Llama 4's QK-norm (Llama4TextL2Norm) in a RoPE layer: each head divided
+  // by its RMS, no weight, in float as Hugging Face computes it. Applied
+  // before the rotation here, after it there: a rotation keeps the RMS.
+  torch::Tensor UnitRms(const torch::Tensor& x) const {
+    if (!arch.qk_l2_norm || !rope) return x;
+    const torch::Tensor f = x.scalar_type() == torch::kDouble ? x : x.to(torch::kFloat);
+    return (f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + arch.norm_eps)).to(x.scalar_type());
   }
 
   // x [B, T, heads, hd] rotated at the positions of cos/sin [T, hd]; a NoPE
@@ -449,6 +460,11 @@ class DecoderImpl : public torch::nn::Module {
   // decode loop recomputes them O(log n) times). Values do not depend on the
   // table's length: each entry is cos/sin(pos * inv_freq) in double, cast.
   void ReserveRope(int64_t end) {
+    // Llama 4's chunked layers attend within chunks; up to the first chunk's
+    // end that is causal attention, which is what the kernels compute.
+    TORCH_CHECK(arch_.attention_chunk == 0 || end <= arch_.attention_chunk, "position ", end - 1,
+                " is past Llama 4's attention_chunk_size ", arch_.attention_chunk,
+                ": hilnas runs chunked attention layers within their first chunk only");
     if (cos_table_.defined() && cos_table_.size(0) >= end) return;
     const int64_t n = std::max<int64_t>(end, cos_table_.defined() ? 2 * cos_table_.size(0) : 64);
     auto pos = torch::arange(0, n, torch::kDouble);
