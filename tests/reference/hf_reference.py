@@ -178,9 +178,83 @@ def gemma3_forward(cfg, w, ids):
     return x @ w["model.embed_tokens.weight"].T
 
 
+def llama4_rope_layers(cfg):
+    # Llama4TextConfig: no_rope_layers (1 = RoPE) when non-empty, else every
+    # no_rope_layer_interval-th layer (default 4) is NoPE.
+    n = cfg["num_hidden_layers"]
+    if cfg.get("no_rope_layers"):
+        return list(cfg["no_rope_layers"])[:n]
+    interval = cfg.get("no_rope_layer_interval", 4)
+    return [int((i + 1) % interval != 0) for i in range(n)]
+
+
+def llama4_forward(cfg, w, ids):
+    """Llama4ForCausalLM's text model (transformers' modeling_llama4), dense
+    layers, in float64: RoPE by complex multiplication of adjacent pairs
+    (2i, 2i+1) (apply_rotary_emb), then Llama4TextL2Norm (RMS, no weight) of
+    queries and keys in RoPE layers when use_qk_norm; NoPE layers' queries
+    scaled by the attention temperature when attn_temperature_tuning;
+    chunked_attention layers see keys of their own chunk only; the MLP is
+    `feed_forward`, intermediate_size_mlp wide."""
+    w = {k: v.to(torch.float64) for k, v in w.items()}
+    t = len(ids)
+    hd, nh, nkv = cfg.get("head_dim", 128), cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    eps = cfg.get("rms_norm_eps", 1e-5)
+    use_rope = llama4_rope_layers(cfg)
+    kinds = cfg.get("layer_types") or ["chunked_attention" if r else "full_attention"
+                                       for r in use_rope]
+    chunk = cfg.get("attention_chunk_size", 8192)
+    pos = torch.arange(t)
+    causal = pos[None, :] <= pos[:, None]
+    same_chunk = (pos[None, :] // chunk) == (pos[:, None] // chunk) if chunk else causal
+    masks = {
+        "full_attention": torch.where(causal, 0.0, float("-inf")).double(),
+        "chunked_attention": torch.where(causal & same_chunk, 0.0, float("-inf")).double(),
+    }
+    c = dict(cfg, head_dim=hd, rope_theta=cfg.get("rope_theta", 500000.0))
+    freqs = torch.outer(pos.double(), inverse_frequencies(c))
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)  # [t, hd/2]
+
+    def rope(x):  # x [t, heads, hd]: pairs (2i, 2i+1) as complex numbers
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * freqs_cis[:, None, :]).flatten(-2)
+
+    tuning = cfg.get("attn_temperature_tuning", True)
+    x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q, k, v = (h @ w[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+        q, k, v = q.view(t, nh, hd), k.view(t, nkv, hd), v.view(t, nkv, hd)
+        if use_rope[i]:
+            q, k = rope(q), rope(k)
+            if cfg.get("use_qk_norm", True):
+                q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps)
+                k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps)
+        elif tuning:
+            scale = torch.log(torch.floor((pos.double() + 1) / cfg.get("floor_scale", 8192)) + 1)
+            q = q * (scale * cfg.get("attn_scale", 0.1) + 1)[:, None, None]
+        group = nh // nkv
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + masks[kinds[i]]
+        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+        x = x + a @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ w[p + "feed_forward.gate_proj.weight"].T
+        up = h @ w[p + "feed_forward.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "feed_forward.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = (w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", False)
+            else w["lm_head.weight"])
+    return x @ head.T
+
+
 def forward(cfg, w, ids):
     if cfg["architectures"][0] == "Gemma3ForCausalLM":
         return gemma3_forward(cfg, w, ids)
+    if cfg["architectures"][0] == "Llama4ForCausalLM":
+        return llama4_forward(cfg, w, ids)
     w = {k: v.to(torch.float64) for k, v in w.items()}  # float64 throughout
     t = len(ids)
     d, hd = cfg["hidden_size"], head_dim(cfg)
@@ -251,8 +325,11 @@ def make_gemma3_weights(cfg, gen, fan_in_scale):
 def make_weights(cfg, gen, fan_in_scale=False):
     if cfg["architectures"][0] == "Gemma3ForCausalLM":
         return make_gemma3_weights(cfg, gen, fan_in_scale)
-    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    llama4 = cfg["architectures"][0] == "Llama4ForCausalLM"
+    d, v = cfg["hidden_size"], cfg["vocab_size"]
+    f = cfg["intermediate_size_mlp"] if llama4 else cfg["intermediate_size"]
     hd, nh, nkv = head_dim(cfg), cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    mlp = "feed_forward" if llama4 else "mlp"
     # 0.2 for the small configs; 1/sqrt(fan in) keeps published widths'
     # activations at unit scale.
     r = lambda *shape: torch.randn(*shape, generator=gen) * (
@@ -269,9 +346,9 @@ def make_weights(cfg, gen, fan_in_scale=False):
         w[p + "self_attn.k_proj.weight"] = r(nkv * hd, d)
         w[p + "self_attn.v_proj.weight"] = r(nkv * hd, d)
         w[p + "self_attn.o_proj.weight"] = r(d, nh * hd)
-        w[p + "mlp.gate_proj.weight"] = r(f, d)
-        w[p + "mlp.up_proj.weight"] = r(f, d)
-        w[p + "mlp.down_proj.weight"] = r(d, f)
+        w[p + mlp + ".gate_proj.weight"] = r(f, d)
+        w[p + mlp + ".up_proj.weight"] = r(f, d)
+        w[p + mlp + ".down_proj.weight"] = r(d, f)
         if cfg["architectures"][0] == "Qwen3ForCausalLM":
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
@@ -568,6 +645,54 @@ def published_gemma3_1b():
     }
 
 
+def published_mobilellm_r1_950m():
+    """MobileLLM-R1-950M's config.json (Llama4ForCausalLM, llama4_text) with
+    22 layers cut to 4 and the 128,256-token vocabulary to 512. The file is
+    behind Hugging Face's gate, unreachable here: these fields are its
+    published dimensions (model card: 22 layers, d 1536, 24/6 heads x 64,
+    SwiGLU 6144, tied embedding) and what its public readers report of it
+    (llama.cpp's converter: every layer_types entry full_attention, so no
+    chunking; the MLX port: every no_rope_layers entry 1, use_qk_norm true,
+    attn_scale 0.1, both intermediate sizes 6144). Keys whose values could
+    not be confirmed are the class's defaults."""
+    n = 4
+    return {
+        "architectures": ["Llama4ForCausalLM"], "attention_bias": False,
+        "attention_chunk_size": 32768, "attention_dropout": 0.0, "attn_scale": 0.1,
+        "attn_temperature_tuning": False, "bos_token_id": 128000,
+        "eos_token_id": [128001, 128008, 128009], "floor_scale": 8192,
+        "for_llm_compressor": False, "head_dim": 64, "hidden_act": "silu",
+        "hidden_size": 1536, "initializer_range": 0.02, "interleave_moe_layer_step": 0,
+        "intermediate_size": 6144, "intermediate_size_mlp": 6144,
+        "layer_types": ["full_attention"] * n, "max_position_embeddings": 32768,
+        "model_type": "llama4_text", "moe_layers": [], "no_rope_layers": [1] * n,
+        "num_attention_heads": 24, "num_experts_per_tok": 0, "num_hidden_layers": n,
+        "num_key_value_heads": 6, "num_local_experts": 0, "output_router_logits": False,
+        "pad_token_id": None, "rms_norm_eps": 1e-05, "rope_scaling": None,
+        "rope_theta": 8000000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+        "use_qk_norm": True, "vocab_size": 512,
+    }
+
+
+def llama4_nope_chunked():
+    """Llama4TextConfig's defaults where a dense model keeps them: every 4th
+    layer NoPE (no no_rope_layers list), no layer_types (so the RoPE layers
+    are chunked_attention), temperature tuning off, a 64-token chunk (the
+    prompts here stay inside it), untied head, llama3 RoPE scaling."""
+    return {
+        "architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text",
+        "hidden_size": 64, "intermediate_size": 96, "intermediate_size_mlp": 160,
+        "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 300, "moe_layers": [], "num_local_experts": 0,
+        "attention_chunk_size": 64, "attn_temperature_tuning": False,
+        "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+        "tie_word_embeddings": False,
+    }
+
+
 def transformers5_gemma(cfg):
     """Gemma 3 as transformers 5 saves it: one RoPE entry per layer kind."""
     c = dict(cfg)
@@ -652,13 +777,17 @@ def check_pruned(hilnas, work, gen, name, cfg, prune_args, prompt):
     detail = ""
     if cfg["architectures"][0] == "SmolLM3ForCausalLM":
         detail = f", RoPE layers {rope_layers(cfg)} -> {rope_layers(pcfg)}"
+    if cfg["architectures"][0] == "Llama4ForCausalLM":
+        detail = (f", RoPE layers {llama4_rope_layers(cfg)} -> {llama4_rope_layers(pcfg)}, "
+                  f"{pcfg['layer_types']}")
     if cfg["architectures"][0] == "Qwen2ForCausalLM":
         biases = sorted(k for k in pw if k.endswith("_proj.bias"))
         passed = passed and len(biases) == 3 * pcfg["num_hidden_layers"]
         detail = f", {len(biases)} bias tensors"
     print(f"{'ok  ' if passed else 'FAIL'} {name} pruned ({' '.join(prune_args)}): "
           f"{pcfg['architectures'][0]}, {pcfg['num_hidden_layers']} layers, d_model "
-          f"{pcfg['hidden_size']}, d_ffn {pcfg['intermediate_size']}{detail}; max logit diff "
+          f"{pcfg['hidden_size']}, d_ffn {pcfg.get('intermediate_size_mlp', pcfg['intermediate_size'])}"
+          f"{detail}; max logit diff "
           f"{diff:.2e}")
     return passed
 
@@ -717,6 +846,50 @@ def check_new_families(hilnas, work, gen, prompt):
     return ok
 
 
+def check_llama4(hilnas, work, gen, prompt):
+    ok = True
+    cfg = published_mobilellm_r1_950m()
+    w = make_weights(cfg, gen, fan_in_scale=True)
+    ok &= check_family(hilnas, work, "mobilellm-r1-950m", cfg, w, prompt)
+    cfg = llama4_nope_chunked()
+    w = make_weights(cfg, gen)
+    ok &= check_family(hilnas, work, "llama4-nope-chunked", cfg, w, prompt)
+    with torch.no_grad():
+        ref = forward(cfg, w, prompt)
+        half_split = dict(w)  # the same rows read as Llama's (i, i + d/2) pairs
+        for name in list(w):
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                rows, cols = w[name].shape
+                half_split[name] = (w[name].view(rows // 16, 8, 2, cols).transpose(1, 2)
+                                    .reshape(rows, cols))
+        ok &= moved("llama4: pairing (i, i + d/2) instead of (2i, 2i+1) would move the logits by",
+                    ref, forward(cfg, half_split, prompt))
+        ok &= moved("llama4: without the QK L2-norm the logits would move by", ref,
+                    forward(dict(cfg, use_qk_norm=False), w, prompt))
+        ok &= moved("llama4: rotating the NoPE layer would move the logits by", ref,
+                    forward(dict(cfg, no_rope_layers=[1] * 5), w, prompt))
+        ok &= moved("llama4: 16-token chunks would move the logits by", ref,
+                    forward(dict(cfg, attention_chunk_size=16), w, prompt))
+    # Past the first chunk hilnas refuses rather than compute causal attention.
+    folder = os.path.join(work, "llama4-short-chunk")
+    write_checkpoint(folder, dict(cfg, attention_chunk_size=16), w, 1, torch.float32)
+    r = subprocess.run([hilnas, "generate", "--ckpt", folder, "--prompt-ids",
+                        ",".join(map(str, prompt)), "--max-new-tokens", "1", "--threads", "1"],
+                       capture_output=True, text=True)
+    said = (r.stdout + r.stderr).strip()
+    refused = r.returncode != 0 and "attention_chunk_size" in said
+    print(f"{'ok  ' if refused else 'FAIL'} llama4 chunk 16, 48-token prompt: refused: "
+          f"{said.splitlines()[-1][:160] if said else ''}")
+    ok &= refused
+    ok &= expect_refused(hilnas, work, "llama4-moe", dict(cfg, moe_layers=[1]), w, "moe_layers")
+    ok &= expect_refused(hilnas, work, "llama4-temperature",
+                         dict(cfg, attn_temperature_tuning=True), w, "attn_temperature_tuning")
+    ok &= check_pruned(hilnas, work, gen, "llama4-small",
+                       dict(llama4_nope_chunked(), num_hidden_layers=8),
+                       ["--layers", "5", "--d-model", "48", "--d-ffn", "96"], prompt)
+    return ok
+
+
 def main():
     hilnas = sys.argv[1]
     work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="hilnas-hf-ref-")
@@ -770,6 +943,7 @@ def main():
     ok &= expect_refused(hilnas, work, "nameless", nameless, small, "model_type")
     ok &= check_published(hilnas, work, gen, prompt)
     ok &= check_new_families(hilnas, work, gen, prompt)
+    ok &= check_llama4(hilnas, work, gen, prompt)
     print("all agree" if ok else "MISMATCH")
     return 0 if ok else 1
 
