@@ -176,6 +176,54 @@ TEST(DecoderTest, GemmaLayoutRoundTripsAndRotatesWindowLayersWithTheLocalBase) {
   std::filesystem::remove_all(dir);
 }
 
+// Llama 4: the QK-norm of RoPE layers matters; the file holds the MLP as
+// feed_forward and q/k rows in interleaved pairs, and reads back to the
+// same model; positions past attention_chunk are refused, not computed.
+TEST(DecoderTest, Llama4FileFormRoundTripsAndTheChunkIsALimit) {
+  Arch a = TinyLlama4Arch();
+  auto tokens = Tokens(9, 50, 5);
+  torch::NoGradGuard no_grad;
+  Decoder d = MakeDouble(a);
+  Arch unnormed = a;
+  unnormed.qk_l2_norm = false;
+  EXPECT_GT((MakeDouble(unnormed).Forward(tokens) - d.Forward(tokens)).abs().max().item<double>(),
+            1e-3);
+  const std::string dir = ::testing::TempDir() + "/llama4_roundtrip";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(SaveCheckpoint(d, dir, StorageDtype::kF32).ok());
+  auto stored = ReadSafetensors(dir + "/model.safetensors");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->count("model.layers.0.feed_forward.gate_proj.weight"));
+  EXPECT_FALSE(stored->count("model.layers.0.mlp.gate_proj.weight"));
+  std::map<std::string, torch::Tensor> params;
+  for (auto& [name, t] : d.NamedTensors()) params.emplace(name, t);
+  const torch::Tensor q = params.at("model.layers.1.self_attn.q_proj.weight");
+  const torch::Tensor file_q = stored->at("model.layers.1.self_attn.q_proj.weight").to(torch::kDouble);
+  // Row 2i of a head in the file is the decoder's row i, row 2i+1 its i + d/2.
+  for (int64_t i = 0; i < a.head_dim / 2; ++i) {
+    EXPECT_TRUE(torch::allclose(file_q[8 + 2 * i], q[8 + i], 1e-6, 1e-6)) << i;
+    EXPECT_TRUE(torch::allclose(file_q[8 + 2 * i + 1], q[8 + a.head_dim / 2 + i], 1e-6, 1e-6));
+  }
+  EXPECT_TRUE(torch::equal(HalfSplitRopeRows(InterleaveRopeRows(q, 8), 8), q));
+  auto back = LoadCheckpoint(dir, torch::kDouble);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->arch().llama4);
+  EXPECT_LT((back->Forward(tokens) - d.Forward(tokens)).abs().max().item<double>(), 1e-5);
+  std::filesystem::remove_all(dir);
+
+  Arch chunked = a;
+  chunked.attention_chunk = 8;
+  Decoder c = MakeDouble(chunked);
+  EXPECT_LT((c.Forward(Tokens(8, 50, 5)) - d.Forward(Tokens(8, 50, 5))).abs().max().item<double>(),
+            1e-12);  // within the chunk: causal attention
+  try {
+    c.Forward(tokens);
+    ADD_FAILURE() << "9 tokens with an 8-token chunk ran";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("attention_chunk_size 8"));
+  }
+}
+
 TEST(DecoderTest, ChunkedPrefillEqualsOneFullForward) {
   Decoder d = MakeDouble(TinyMixedArch());
   torch::NoGradGuard no_grad;
@@ -343,7 +391,7 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   gemma.name = "tiny-gemma";
   gemma.gemma = true;
   gemma.local_rope_theta = 100;
-  for (const Arch& a : {TinyMixedArch(), plain, qwen2, smollm3, gemma}) {
+  for (const Arch& a : {TinyMixedArch(), plain, qwen2, smollm3, gemma, TinyLlama4Arch()}) {
     // Quantized weights too: the decode step's GEMVs and the modules'
     // GEMMs quantize activations alike and share the integer kernels.
     // And a half-precision cache: both paths round the same values once.

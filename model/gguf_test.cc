@@ -246,6 +246,35 @@ TEST_F(GgufTest, QkNormMapsToQwen3LayoutInF16WithoutPermutation) {
                   .equal(w.at("model.layers.1.self_attn.k_norm.weight")));
 }
 
+// Llama 4 text without NoPE layers or chunks (MobileLLM-R1): llama.cpp's
+// dense llama4, q/k rows in its adjacent pairs, as the Llama 4 file holds them.
+TEST_F(GgufTest, Llama4WritesLlamaCppsDenseLlama4WithTheFilesRowOrder) {
+  Arch arch = TinyLlama4Arch();
+  arch.no_rope.clear();
+  arch.tie_embeddings = true;
+  const std::string ckpt = Checkpoint(arch);
+  const std::string out = dir_ + "/l4.gguf";
+  ASSERT_OK(ExportGguf(ckpt, out));
+  ASSERT_OK_AND_ASSIGN(GgufFile f, ReadGguf(out));
+  EXPECT_EQ(*f.Find("general.architecture"), GgufValue::Str("llama4"));
+  EXPECT_EQ(*f.Find("llama4.interleave_moe_layer_step"), GgufValue::U32(0));
+  EXPECT_EQ(*f.Find("llama4.attention.sliding_window"), GgufValue::U32(0));
+  EXPECT_EQ(*f.Find("llama4.feed_forward_length"), GgufValue::U32(arch.d_ffn));
+  EXPECT_EQ(f.FindTensor("blk.0.attn_q_norm.weight"), nullptr);  // the norm has no weight
+  ASSERT_OK_AND_ASSIGN(auto file, ReadSafetensors(ckpt + "/model.safetensors"));
+  EXPECT_TRUE(torch::allclose(Tensor(out, f, "blk.2.attn_k.weight"),
+                              file.at("model.layers.2.self_attn.k_proj.weight"), 0, 1e-6));
+  EXPECT_TRUE(torch::allclose(Tensor(out, f, "blk.2.ffn_up.weight"),
+                              file.at("model.layers.2.feed_forward.up_proj.weight"), 0, 1e-6));
+  arch.no_rope = {false, false, false, true};
+  EXPECT_THAT(GgufLayoutFor(arch),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("llama4 with NoPE layers")));
+  arch.no_rope.clear();
+  arch.attention_chunk = 8192;
+  EXPECT_THAT(GgufLayoutFor(arch), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("llama4 with attention_chunk 8192")));
+}
+
 TEST_F(GgufTest, Llama3ScalingBecomesRopeFreqFactors) {
   Arch arch = LlamaLike();
   arch.rope_scaling.kind = RopeScaling::Kind::kLlama3;

@@ -321,6 +321,90 @@ json Gemma3Config() {
     "transformers_version": "4.50.0.dev0", "use_cache": true, "vocab_size": 512})");
 }
 
+// MobileLLM-R1-950M's config.json (Llama4ForCausalLM) as far as its public
+// readers report it (tests/reference/hf_reference.py says which), 22 layers
+// cut to 4, the vocabulary to 512.
+json MobileLlmR1Config() {
+  return json::parse(R"({
+    "architectures": ["Llama4ForCausalLM"], "attention_bias": false,
+    "attention_chunk_size": 32768, "attention_dropout": 0.0, "attn_scale": 0.1,
+    "attn_temperature_tuning": false, "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009], "floor_scale": 8192, "for_llm_compressor": false,
+    "head_dim": 64, "hidden_act": "silu", "hidden_size": 1536, "initializer_range": 0.02,
+    "interleave_moe_layer_step": 0, "intermediate_size": 6144, "intermediate_size_mlp": 6144,
+    "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention"],
+    "max_position_embeddings": 32768, "model_type": "llama4_text", "moe_layers": [],
+    "no_rope_layers": [1, 1, 1, 1], "num_attention_heads": 24, "num_experts_per_tok": 0,
+    "num_hidden_layers": 4, "num_key_value_heads": 6, "num_local_experts": 0,
+    "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 8000000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+    "use_qk_norm": true, "vocab_size": 512})");
+}
+
+TEST_F(HfConfigTest, Llama4ReadsItsDefaultsAndRefusesExpertsAndTemperature) {
+  ASSERT_OK_AND_ASSIGN(Arch a, Read(MobileLlmR1Config()));
+  EXPECT_TRUE(a.llama4);
+  EXPECT_TRUE(a.qk_l2_norm);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_TRUE(a.no_rope.empty());  // every layer rotates
+  EXPECT_EQ(a.attention_chunk, 0);  // every layer full
+  EXPECT_EQ(a.d_ffn, 6144);
+  EXPECT_EQ(a.head_dim, 64);
+  EXPECT_EQ(a.rope_theta, 8e6);
+  EXPECT_STREQ(ArchFamily(a), "Llama4ForCausalLM");
+  EXPECT_THAT(DescribeArch(a), HasSubstr("Llama 4: QK L2-norm on (RoPE layers), every layer full"));
+  ASSERT_OK(WriteConfigJson(a, dir_ + "/config.json"));
+  ASSERT_OK_AND_ASSIGN(Arch back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_EQ(ArchToProto(back).DebugString(), ArchToProto(a).DebugString());
+
+  // The class's defaults: every 4th layer NoPE, the RoPE layers chunked by
+  // 8192, head_dim 128, dense only when moe_layers says so.
+  json defaults = {{"architectures", {"Llama4ForCausalLM"}}, {"hidden_size", 256},
+                   {"intermediate_size_mlp", 512},           {"num_hidden_layers", 8},
+                   {"num_attention_heads", 2},               {"num_key_value_heads", 1},
+                   {"vocab_size", 64},                       {"moe_layers", json::array()},
+                   {"attn_temperature_tuning", false}};
+  ASSERT_OK_AND_ASSIGN(Arch d, Read(defaults));
+  EXPECT_EQ(d.no_rope, (std::vector<bool>{false, false, false, true, false, false, false, true}));
+  EXPECT_EQ(d.attention_chunk, 8192);
+  EXPECT_EQ(d.head_dim, 128);
+  EXPECT_EQ(d.norm_eps, 1e-5);
+  EXPECT_EQ(d.rope_theta, 500000.0);
+  EXPECT_FALSE(d.tie_embeddings);
+  ASSERT_OK(WriteConfigJson(d, dir_ + "/config.json"));
+  ASSERT_OK_AND_ASSIGN(Arch d_back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_EQ(ArchToProto(d_back).DebugString(), ArchToProto(d).DebugString());
+
+  json c = defaults;
+  c.erase("moe_layers");
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("moe_layers is absent, so Llama4TextConfig derives "
+                                          "expert layers from interleave_moe_layer_step 1")));
+  c = defaults;
+  c["moe_layers"] = {1, 3};
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("mixture-of-experts layers are not supported")));
+  c = defaults;
+  c.erase("attn_temperature_tuning");
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("attn_temperature_tuning (default true) with NoPE "
+                                          "layers 3, 7")));
+  c = defaults;
+  c["layer_types"] = json::array();
+  for (int i = 0; i < 8; ++i) c["layer_types"].push_back(i == 0 ? "chunked_attention" : "full_attention");
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("chunks layers other than the RoPE layers")));
+  c = MobileLlmR1Config();
+  c["no_rope_layers"] = {1, 1};
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("has no flag for each of the 4 layers")));
+  c = SmolLm3Config();
+  c["use_qk_norm"] = true;  // Llama 4's key in another family's config
+  EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("\"use_qk_norm\" true is Llama4ForCausalLM's")));
+}
+
 TEST_F(HfConfigTest, Gemma3ReadsItsLayoutAndRefusesWhatItCannotRun) {
   ASSERT_OK_AND_ASSIGN(Arch a, Read(Gemma3Config()));
   EXPECT_TRUE(a.gemma);

@@ -27,6 +27,20 @@ inline Arch TinyMixedArch() {
   return a;
 }
 
+// Llama 4 text's layout (dense): every layer full, the weightless QK-norm,
+// layer 3 NoPE.
+inline Arch TinyLlama4Arch() {
+  Arch a = TinyMixedArch();
+  a.name = "tiny-llama4";
+  a.qk_norm = false;
+  a.llama4 = true;
+  a.qk_l2_norm = true;
+  a.attention.assign(4, Attention::kFull);
+  a.sliding_window = 0;
+  a.no_rope = {false, false, false, true};
+  return a;
+}
+
 // TinyMixedArch with multi-head attention (4 heads x 8 = d_model 32), the
 // shape slim attention applies to.
 inline Arch TinyMhaArch() {

@@ -56,7 +56,8 @@ TEST(PruneTest, NothingPrunedReproducesTheBackboneLogitsExactly) {
 
 // Issue 40's families: Qwen2's biases go whole with their heads, SmolLM3's
 // kept layers keep their NoPE flags, Gemma's four norms a layer are cut on
-// the residual axis; pruning nothing reproduces each exactly.
+// the residual axis, Llama 4's file form is the backbone's; pruning nothing
+// reproduces each exactly.
 TEST(PruneTest, FamiliesPruneWithTheirBiasesNoPeFlagsAndNorms) {
   Arch qwen2 = TinyMixedArch();
   qwen2.qk_norm = false;
@@ -67,14 +68,16 @@ TEST(PruneTest, FamiliesPruneWithTheirBiasesNoPeFlagsAndNorms) {
   Arch gemma = TinyMixedArch();
   gemma.gemma = true;
   gemma.local_rope_theta = 100;
-  for (const Arch& a : {qwen2, smollm3, gemma}) {
+  for (const Arch& a : {qwen2, smollm3, gemma, TinyLlama4Arch()}) {
     Fixture f(a);
     ASSERT_OK_AND_ASSIGN(PrunePlan same, PlanPrune(f.metrics, f.arch, f.arch, {32}));
     ASSERT_OK_AND_ASSIGN(Decoder whole, ApplyPrune(f.model, same, f.arch));
     torch::NoGradGuard g;
     auto tokens = torch::randint(0, a.vocab_size, {1, 10}, torch::kLong);
     EXPECT_TRUE(torch::equal(whole.Forward(tokens), f.model.Forward(tokens))) << ArchFamily(a);
-    ASSERT_OK_AND_ASSIGN(Arch target, OverrideShape(f.arch, 3, 16, 32, "FWF", 3));
+    // Llama 4 has full layers only.
+    ASSERT_OK_AND_ASSIGN(Arch target,
+                         OverrideShape(f.arch, 3, 16, 32, a.llama4 ? "FFF" : "FWF", a.llama4 ? 0 : 3));
     EXPECT_TRUE(target.no_rope.empty());  // the plan decides which flags are kept
     ASSERT_OK_AND_ASSIGN(PrunePlan plan, PlanPrune(f.metrics, f.arch, target, {16}));
     ASSERT_OK_AND_ASSIGN(Decoder pruned, ApplyPrune(f.model, plan, target));

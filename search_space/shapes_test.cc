@@ -35,7 +35,10 @@ TEST(ShapesTest, QwenSmolLm3AndGemma3ShapesHaveThePublishedCounts) {
         std::tuple{"qwen2.5-1.5b", int64_t{1543714304}, "Qwen2ForCausalLM"},
         std::tuple{"smollm3-3b", int64_t{3075098624}, "SmolLM3ForCausalLM"},
         std::tuple{"gemma3-270m", int64_t{268098176}, "Gemma3ForCausalLM"},
-        std::tuple{"gemma3-1b", int64_t{999885952}, "Gemma3ForCausalLM"}}) {
+        std::tuple{"gemma3-1b", int64_t{999885952}, "Gemma3ForCausalLM"},
+        // Counted from the model card's dimensions (the files are gated).
+        std::tuple{"mobilellm-r1-950m", int64_t{949685760}, "Llama4ForCausalLM"},
+        std::tuple{"mobilellm-r1-360m", int64_t{359431168}, "Llama4ForCausalLM"}}) {
     ASSERT_OK_AND_ASSIGN(Shape s, FindShape(name));
     EXPECT_EQ(CountParameters(s.arch).model(), count) << name;
     EXPECT_STREQ(ArchFamily(s.arch), family) << name;
