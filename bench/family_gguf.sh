@@ -3,7 +3,8 @@
 # Qwen3: tests/reference/hf_reference.py writes random-weight checkpoints
 # with the published configs' dimensions (Qwen2.5-0.5B, SmolLM3-3B, scaled
 # in layers and vocabulary only) and checkpoints hilnas pruned from small
-# ones; each is exported to GGUF (qwen2, smollm3) and bench/eval_exact.sh
+# ones; each is exported to GGUF (qwen2, smollm3, gemma3, llama4 for
+# MobileLLM-R1's dense layout) and bench/eval_exact.sh
 # compares `hilnas eval` with llama.cpp's mean NLL on the same windows of a
 # token stream (f32 K/V caches, flash attention off).
 #
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 TYPES="${1:-f32,q8_0}"
 W="$(mktemp -d /tmp/hilnas-family-gguf.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
-/usr/bin/python3 tests/reference/hf_reference.py build/tools/hilnas "$W" | grep -E "qwen2|smollm3|gemma3|agree"
+/usr/bin/python3 tests/reference/hf_reference.py build/tools/hilnas "$W" | grep -E "qwen2|smollm3|gemma3|llama4|mobilellm-r1|agree"
 # A random walk over the ids: 60,000 tokens, below each vocabulary.
 /usr/bin/python3 - "$W" <<'PY'
 import sys
@@ -28,7 +29,8 @@ PY
 # name:vocabulary:window length (Gemma 3's 512-token window needs longer
 # windows than 128 to matter; the pruned Gemma's window is 8).
 for c in qwen2.5-0.5b:512:128 smollm3-3b:512:128 gemma3-270m:512:640 qwen2-small-pruned:256:128 \
-         smollm3-small-pruned:256:128 gemma3-small-pruned:256:128; do
+         smollm3-small-pruned:256:128 gemma3-small-pruned:256:128 mobilellm-r1-950m:512:128 \
+         mobilellm-r1-small-pruned:256:128; do
   IFS=: read -r name vocab seq <<<"$c"
   echo
   echo "### $name ($(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['architectures'][0])" "$W/$name/config.json"))"

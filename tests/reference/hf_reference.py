@@ -887,6 +887,12 @@ def check_llama4(hilnas, work, gen, prompt):
     ok &= check_pruned(hilnas, work, gen, "llama4-small",
                        dict(llama4_nope_chunked(), num_hidden_layers=8),
                        ["--layers", "5", "--d-model", "48", "--d-ffn", "96"], prompt)
+    r1 = dict(published_mobilellm_r1_950m(), num_hidden_layers=6, hidden_size=64,
+              intermediate_size_mlp=128, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, vocab_size=256, layer_types=["full_attention"] * 6,
+              no_rope_layers=[1] * 6)
+    ok &= check_pruned(hilnas, work, gen, "mobilellm-r1-small", r1,
+                       ["--layers", "4", "--d-model", "48", "--d-ffn", "96"], prompt)
     return ok
 
 
