@@ -202,7 +202,7 @@ TEST_P(ReferenceTest, OneMegabyteOfProseMatchesRust) {
   ExpectSameAsReference(GetParam(), prose);
 }
 
-INSTANTIATE_TEST_SUITE_P(Published, ReferenceTest, testing::Values("llama3", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Published, ReferenceTest, testing::Values("llama3", "qwen3", "qwen2_5", "gemma3"));
 
 }  // namespace
 }  // namespace hilnas::tokenizer
