@@ -75,8 +75,9 @@ absl::StatusOr<Generation> GenerateAfterPrefill(
     s.generated_tokens = static_cast<int64_t>(g.tokens.size());
     return g;
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("generating with ", decoder.arch().name, ": ", e.what_without_backtrace()));
+    const std::string& name = decoder.arch().name;
+    return absl::InternalError(absl::StrCat("generating with ", name.empty() ? "the model" : name,
+                                            ": ", e.what_without_backtrace()));
   }
 }
 
