@@ -11,7 +11,6 @@
 #   bash bench/gemma_demo.sh [OUT]     # OUT default /tmp/hilnas-gemma-demo
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B="$PWD/build/tools/hilnas"
 OUT="${1:-/tmp/hilnas-gemma-demo}"
 rm -rf "$OUT" && mkdir -p "$OUT"
 cat > "$OUT/config.json" <<'JSON'
@@ -24,18 +23,5 @@ cat > "$OUT/config.json" <<'JSON'
  "attn_logit_softcapping": null, "final_logit_softcapping": null,
  "attention_bias": false, "attention_dropout": 0.0, "hilnas_name": "gemma3-demo-backbone"}
 JSON
-"$B" checkpoint init --arch "$OUT/config.json" --out "$OUT/backbone" --seed 3
-cp data/demo-backbone/tokenizer.json "$OUT/backbone/"
-"$B" corpus --out "$OUT/corpus.bin" >/dev/null
-"$B" calibrate --ckpt "$OUT/backbone" --tokens "$OUT/corpus.bin" --seq-len 64 --threads 2
-"$B" checkpoint check "$OUT/backbone"
-sed -e "s|backbone_checkpoint: \"data/demo-backbone\"|backbone_checkpoint: \"$OUT/backbone\"|" \
-    -e 's|rope_theta: 10000 norm_eps: 1e-05 sliding_window: 32|rope_theta: 1000000 norm_eps: 1e-06 sliding_window: 32 qk_norm: true gemma: true local_rope_theta: 10000|' \
-    -e 's|^  attention_choices: SKIP$||' \
-    -e 's|stage1_latency_points: 24|stage1_latency_points: 8|' \
-    -e 's|stage1_sobol_points: 16|stage1_sobol_points: 6|' \
-    -e 's|stage2_trials: 24|stage2_trials: 6|' \
-    -e 's|stage2_initial_points: 8|stage2_initial_points: 4|' \
-    -e 's|^name: "demo"|name: "gemma-demo"|' \
-    configs/demo-campaign.textproto > "$OUT/campaign.textproto"
-"$B" demo --config "$OUT/campaign.textproto" --out "$OUT/demo"
+bash bench/family_demo.sh "$OUT" gemma-demo \
+    's|rope_theta: 10000 norm_eps: 1e-05 sliding_window: 32|rope_theta: 1000000 norm_eps: 1e-06 sliding_window: 32 qk_norm: true gemma: true local_rope_theta: 10000|'

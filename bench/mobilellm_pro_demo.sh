@@ -16,7 +16,6 @@
 #   bash bench/mobilellm_pro_demo.sh [OUT]   # OUT default /tmp/hilnas-mobilellm-pro-demo
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B="$PWD/build/tools/hilnas"
 OUT="${1:-/tmp/hilnas-mobilellm-pro-demo}"
 rm -rf "$OUT" && mkdir -p "$OUT"
 cat > "$OUT/config.json" <<'JSON'
@@ -31,17 +30,4 @@ cat > "$OUT/config.json" <<'JSON'
  "hidden_act": "silu", "attention_bias": false, "mlp_bias": false,
  "hilnas_name": "mobilellm-pro-layout-demo-backbone"}
 JSON
-"$B" checkpoint init --arch "$OUT/config.json" --out "$OUT/backbone" --seed 3
-cp data/demo-backbone/tokenizer.json "$OUT/backbone/"
-"$B" corpus --out "$OUT/corpus.bin" >/dev/null
-"$B" calibrate --ckpt "$OUT/backbone" --tokens "$OUT/corpus.bin" --seq-len 64 --threads 2
-"$B" checkpoint check "$OUT/backbone"
-sed -e "s|backbone_checkpoint: \"data/demo-backbone\"|backbone_checkpoint: \"$OUT/backbone\"|" \
-    -e 's|^  attention_choices: SKIP$||' \
-    -e 's|stage1_latency_points: 24|stage1_latency_points: 8|' \
-    -e 's|stage1_sobol_points: 16|stage1_sobol_points: 6|' \
-    -e 's|stage2_trials: 24|stage2_trials: 6|' \
-    -e 's|stage2_initial_points: 8|stage2_initial_points: 4|' \
-    -e 's|^name: "demo"|name: "mobilellm-pro-demo"|' \
-    configs/demo-campaign.textproto > "$OUT/campaign.textproto"
-"$B" demo --config "$OUT/campaign.textproto" --out "$OUT/demo"
+bash bench/family_demo.sh "$OUT" mobilellm-pro-demo

@@ -105,6 +105,18 @@ def rotate(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def grouped_attention(q, k, v, mask, scale):
+    """Grouped-query attention (each KV head serves nh / nkv query heads) of
+    q [t, nh, hd] over k, v [t, nkv, hd]: softmax(q k^T * scale + mask) v,
+    heads concatenated, [t, nh * hd]."""
+    t, nh, hd = q.shape
+    group = nh // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale + mask
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+
+
 def rope_layers(cfg):
     """SmolLM3Config: no_rope_layers[i] is 1 where layer i uses RoPE, 0 where
     it is NoPE; absent, every no_rope_layer_interval-th layer (default 4)
@@ -164,11 +176,8 @@ def gemma3_forward(cfg, w, ids):
         cos, sin = tables[kind]
         q = rotate(q, cos[:, None, :], sin[:, None, :])
         k = rotate(k, cos[:, None, :], sin[:, None, :])
-        k = k.repeat_interleave(nh // nkv, dim=1)
-        v = v.repeat_interleave(nh // nkv, dim=1)
         mask = window if kind == "sliding_attention" else causal
-        scores = torch.einsum("qhd,khd->hqk", q, k) * cfg["query_pre_attn_scalar"] ** -0.5 + mask
-        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+        a = grouped_attention(q, k, v, mask, cfg["query_pre_attn_scalar"] ** -0.5)
         x = x + norm(a @ w[p + "self_attn.o_proj.weight"].T, p + "post_attention_layernorm.weight")
         h = norm(x, p + "pre_feedforward_layernorm.weight")
         gate = torch.nn.functional.gelu(h @ w[p + "mlp.gate_proj.weight"].T, approximate="tanh")
@@ -234,11 +243,7 @@ def llama4_forward(cfg, w, ids):
         elif tuning:
             scale = torch.log(torch.floor((pos.double() + 1) / cfg.get("floor_scale", 8192)) + 1)
             q = q * (scale * cfg.get("attn_scale", 0.1) + 1)[:, None, None]
-        group = nh // nkv
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + masks[kinds[i]]
-        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+        a = grouped_attention(q, k, v, masks[kinds[i]], 1 / math.sqrt(hd))
         x = x + a @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = h @ w[p + "feed_forward.gate_proj.weight"].T
@@ -257,7 +262,7 @@ def forward(cfg, w, ids):
         return llama4_forward(cfg, w, ids)
     w = {k: v.to(torch.float64) for k, v in w.items()}  # float64 throughout
     t = len(ids)
-    d, hd = cfg["hidden_size"], head_dim(cfg)
+    hd = head_dim(cfg)
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     eps = cfg["rms_norm_eps"]
     family = cfg["architectures"][0]
@@ -281,11 +286,7 @@ def forward(cfg, w, ids):
         if use_rope[i]:  # SmolLM3's NoPE layers leave queries and keys unrotated
             q = rotate(q, cos[:, None, :], sin[:, None, :])
             k = rotate(k, cos[:, None, :], sin[:, None, :])
-        group = nh // nkv  # grouped-query attention: each KV head serves `group` query heads
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
-        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+        a = grouped_attention(q, k, v, mask, 1 / math.sqrt(hd))
         x = x + a @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = h @ w[p + "mlp.gate_proj.weight"].T
