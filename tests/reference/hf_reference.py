@@ -117,6 +117,17 @@ def grouped_attention(q, k, v, mask, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
 
 
+def attention_out_and_swiglu(x, a, w, p, eps, mlp):
+    """The rest of a Llama-layout layer (Llama, Qwen, SmolLM3, Llama 4): the
+    heads `a` through o_proj onto the residual, then the SwiGLU MLP (named
+    `mlp`: "mlp", Llama 4's "feed_forward") on post_attention_layernorm."""
+    x = x + a @ w[p + "self_attn.o_proj.weight"].T
+    h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+    gate = h @ w[p + mlp + ".gate_proj.weight"].T
+    up = h @ w[p + mlp + ".up_proj.weight"].T
+    return x + (torch.nn.functional.silu(gate) * up) @ w[p + mlp + ".down_proj.weight"].T
+
+
 def rope_layers(cfg):
     """SmolLM3Config: no_rope_layers[i] is 1 where layer i uses RoPE, 0 where
     it is NoPE; absent, every no_rope_layer_interval-th layer (default 4)
@@ -244,11 +255,7 @@ def llama4_forward(cfg, w, ids):
             scale = torch.log(torch.floor((pos.double() + 1) / cfg.get("floor_scale", 8192)) + 1)
             q = q * (scale * cfg.get("attn_scale", 0.1) + 1)[:, None, None]
         a = grouped_attention(q, k, v, masks[kinds[i]], 1 / math.sqrt(hd))
-        x = x + a @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ w[p + "feed_forward.gate_proj.weight"].T
-        up = h @ w[p + "feed_forward.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "feed_forward.down_proj.weight"].T
+        x = attention_out_and_swiglu(x, a, w, p, eps, "feed_forward")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = (w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", False)
             else w["lm_head.weight"])
@@ -287,11 +294,7 @@ def forward(cfg, w, ids):
             q = rotate(q, cos[:, None, :], sin[:, None, :])
             k = rotate(k, cos[:, None, :], sin[:, None, :])
         a = grouped_attention(q, k, v, mask, 1 / math.sqrt(hd))
-        x = x + a @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+        x = attention_out_and_swiglu(x, a, w, p, eps, "mlp")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return x @ head.T
