@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "model/blas_core.h"
 #include "model/attention.h"
 #include "util/subprocess.h"
 
@@ -56,6 +57,7 @@ double Seconds(F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   hilnas::ReexecWithTimingThreads(argv, 0);  // OpenMP as agents run it
   const auto prompts = Ints(Arg(argc, argv, "--prompts", "256,1024,2048"));
   const auto threads = Ints(Arg(argc, argv, "--threads", "1,2"));

@@ -20,10 +20,12 @@
 #include "device_agent/environment.h"
 #include "device_agent/libtorch_runtime.h"
 #include "device_agent/protocol.h"
+#include "model/blas_core.h"
 #include "search_space/arch.h"
 #include "util/subprocess.h"
 
 int main(int argc, char** argv) {
+  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   using hilnas::bench::Arg;
   const int jobs = std::stoi(Arg(argc, argv, "--jobs", "1"));
   const int threads = std::stoi(Arg(argc, argv, "--threads", "1"));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "model/blas_core.h"
 #include "model/decoder.h"
 #include "model/generate.h"
 #include "search_space/counts.h"
@@ -40,6 +41,7 @@ double MatmulFlops(int64_t n, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   std::string shape = "mobilellm-flash-350m";
   int64_t prompt = 512;
   int threads = 2, repeats = 3;

@@ -18,11 +18,13 @@
 #include "device_agent/libtorch_runtime.h"
 #include "device_agent/protocol.h"
 #include "latency_model/analytic.h"
+#include "model/blas_core.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
 
 int main(int argc, char** argv) {
+  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   std::string shape = "mobilellm-flash-350m", precision = "fp32";
   int prompt = 256, decode = 16, threads = 2;
   for (int i = 1; i + 1 < argc; i += 2) {

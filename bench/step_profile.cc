@@ -30,6 +30,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "model/blas_core.h"
 #include "model/decoder.h"
 #include "proto/arch.pb.h"
 #include "search_space/arch.h"
@@ -147,6 +148,7 @@ hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype,
 }  // namespace
 
 int main(int argc, char** argv) {
+  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   const int64_t threads = IntArg(argc, argv, "--threads", "1");
   hilnas::ReexecWithTimingThreads(argv, static_cast<int>(threads));  // as agents time
   at::set_num_threads(static_cast<int>(threads));

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/attention.h"
+#include "model/blas_core.h"
 #include "model/gemv.h"
 #include "model/quant.h"
 
@@ -179,8 +180,9 @@ std::string KernelCheck::Report() const {
   }
   absl::StrAppendFormat(&out,
                         "kernels: %s (gemv path %s, quantized path %s, %d threads, tolerance %.0e "
-                        "relative)\n",
-                        ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance);
+                        "relative; prompt matrix products %s)\n",
+                        ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance,
+                        BlasCoreDescription());
   return out;
 }
 

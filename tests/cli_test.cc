@@ -73,6 +73,37 @@ TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
   EXPECT_EQ(StatsLine(r.output).value("generated_tokens", 0), 4);
 }
 
+// OpenBLAS loaded with a core below the CPU's (as Debian 12's does on an
+// Emerald Rapids host, where it falls back to Prescott) is pinned to the
+// CPU's own by one re-execution (model/blas_core.h). OPENBLAS_CORETYPE=
+// Prescott stands in for the fallback; HILNAS_BLAS_CORE=auto lets hilnas
+// override it as it would OpenBLAS's own choice.
+TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
+  const std::string run = "run --arch " + SourceDir() +
+                          "/configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 "
+                          "--threads 1";
+  ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  Result kept = Hilnas(run);
+  ::setenv("HILNAS_BLAS_CORE", "auto", 1);
+  Result pinned = Hilnas(run);
+  ::unsetenv("HILNAS_BLAS_CORE");
+  ::unsetenv("OPENBLAS_CORETYPE");
+  Result plain = Hilnas(run);
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_THAT(plain.output, HasSubstr("kernels: prompt matrix products OpenBLAS "));
+  EXPECT_THAT(plain.output, Not(HasSubstr("below this CPU's")));
+  EXPECT_EQ(StatsLine(pinned.output).value("generated_tokens", 0), 2);
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    GTEST_SKIP() << "no AVX2+FMA: Prescott is as good as OpenBLAS gets here";
+  }
+  // The user's choice is kept and reported as below the CPU's.
+  EXPECT_THAT(kept.output, HasSubstr("prompt matrix products OpenBLAS Prescott (below this CPU's"));
+  EXPECT_THAT(pinned.output, HasSubstr("(pinned by hilnas: OpenBLAS chose Prescott)"));
+  EXPECT_THAT(pinned.output, Not(HasSubstr("OpenBLAS Prescott")));
+}
+
 TEST(CliTest, MalformedArchFileNamesFileLineAndField) {
   const std::string path = ::testing::TempDir() + "/bad-arch.textproto";
   ASSERT_OK(WriteFileAtomically(path, "num_layers: 2\nd_modle: 64\n"));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "model/blas_core.h"
 #include "util/subprocess.h"
 
 namespace hilnas::tools {
@@ -84,6 +85,7 @@ std::string Cli::Usage() const {
 }
 
 int Cli::Main(int argc, char** argv, const std::string& implied_command) {
+  PinBlasCoreToCpu(argv);  // may re-execute this program once (model/blas_core.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   NormaliseFlagNames(args);
   if (!implied_command.empty()) args.insert(args.begin(), implied_command);

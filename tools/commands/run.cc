@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
+#include "model/blas_core.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
+#include "model/gemv.h"
 #include "model/generate.h"
 #include "model/kv_prediction.h"
 #include "search_space/counts.h"
@@ -109,6 +111,8 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
               PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
   std::printf("built in %.0f ms (%s, dtype %s, %d threads)\n", build_ms, how.c_str(),
               cl.dtype.c_str(), at::get_num_threads());
+  std::printf("kernels: prompt matrix products %s; decode %s\n", BlasCoreDescription().c_str(),
+              GemvKernelName());
   GenerateOptions o;
   o.max_new_tokens = cl.max_new_tokens;
   o.prefill_chunk = cl.prefill_chunk;

@@ -1,0 +1,50 @@
+// OpenBLAS picks its kernels from the CPU it runs on; hilnas makes sure that
+// pick matches what the CPU can do (issue 35: the runtime costs what it costs
+// on every CPU it meets).
+//
+// The prompt's matrix products go to OpenBLAS through libtorch (aten::mm,
+// 80-95% of a prefill). Debian 12's OpenBLAS (0.3.21, built DYNAMIC_ARCH)
+// chooses its kernels once, when it is loaded, from a table of CPU models,
+// and a model newer than the table gets "Prescott" (SSE3) kernels: on an
+// Emerald Rapids host (Intel family 6, model 207, AVX-512; a lent device
+// machine) a 4-layer d 512 model's f32 prefill of 256 tokens took 246 ms
+// against 61 ms with OPENBLAS_CORETYPE=SkylakeX, and llama.cpp's 110 ms
+// (bench/data/runtime-compare.md). hilnas's own kernels pick their path from
+// the CPU's features at run time; PinBlasCoreToCpu makes OpenBLAS do the same.
+#ifndef HILNAS_MODEL_BLAS_CORE_H_
+#define HILNAS_MODEL_BLAS_CORE_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace hilnas {
+
+// The OpenBLAS core a CPU's features call for: "SkylakeX" with AVX-512
+// F/CD/BW/DQ/VL (its SGEMM kernels need no more), "Haswell" with AVX2 and
+// FMA, "" otherwise (nothing worth pinning).
+std::string BlasCoreForFeatures(bool avx512, bool avx2_fma);
+
+// Whether the core OpenBLAS loaded (openblas_get_corename, any case) runs
+// kernels at least as wide as `wanted`'s: Cooperlake and SapphireRapids
+// cover SkylakeX; those, SkylakeX and Zen cover Haswell.
+bool BlasCoreCovers(absl::string_view loaded, absl::string_view wanted);
+
+// Called first in a main(). When the BLAS is OpenBLAS and its core falls
+// short of what BlasCoreForFeatures asks for this CPU, sets
+// OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same
+// arguments and environment): OpenBLAS reads that variable only when it is
+// loaded. Does nothing when OPENBLAS_CORETYPE is already set (the user's
+// choice; HILNAS_BLAS_CORE=auto overrides it), when HILNAS_BLAS_CORE=keep,
+// after one re-execution, or when execv fails (the program then goes on with
+// the slow core and BlasCoreDescription says so).
+void PinBlasCoreToCpu(char** argv);
+
+// For reports: "OpenBLAS SkylakeX (pinned by hilnas: OpenBLAS chose
+// Prescott)", "OpenBLAS Cooperlake", "OpenBLAS Prescott (below this CPU's
+// SkylakeX: OPENBLAS_CORETYPE ...)", or "not OpenBLAS".
+std::string BlasCoreDescription();
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_BLAS_CORE_H_
