@@ -57,8 +57,8 @@ double Seconds(F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
-  hilnas::ReexecWithTimingThreads(argv, 0);  // OpenMP as agents run it
+  // OpenMP as agents run it, OpenBLAS's kernels from this CPU's features.
+  hilnas::ReexecWithTimingThreads(argv, 0, hilnas::SetBlasCoreForCpu());
   const auto prompts = Ints(Arg(argc, argv, "--prompts", "256,1024,2048"));
   const auto threads = Ints(Arg(argc, argv, "--threads", "1,2"));
   const int64_t window = Ints(Arg(argc, argv, "--window", "128"))[0];

@@ -25,11 +25,10 @@
 #include "util/subprocess.h"
 
 int main(int argc, char** argv) {
-  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   using hilnas::bench::Arg;
   const int jobs = std::stoi(Arg(argc, argv, "--jobs", "1"));
   const int threads = std::stoi(Arg(argc, argv, "--threads", "1"));
-  hilnas::ReexecWithTimingThreads(argv, threads);  // as agents time
+  hilnas::ReexecWithTimingThreads(argv, threads, hilnas::SetBlasCoreForCpu());  // as agents time
   hilnas::BenchmarkRequest req;
   hilnas::ArchSpec* a = req.mutable_arch();
   a->set_name("retest");

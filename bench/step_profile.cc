@@ -148,9 +148,9 @@ hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype,
 }  // namespace
 
 int main(int argc, char** argv) {
-  hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   const int64_t threads = IntArg(argc, argv, "--threads", "1");
-  hilnas::ReexecWithTimingThreads(argv, static_cast<int>(threads));  // as agents time
+  // As agents time, with OpenBLAS's kernels from this CPU's features.
+  hilnas::ReexecWithTimingThreads(argv, static_cast<int>(threads), hilnas::SetBlasCoreForCpu());
   at::set_num_threads(static_cast<int>(threads));
   const hilnas::Arch arch = LoadArch(argc, argv);
   const int64_t decode_tokens = IntArg(argc, argv, "--decode-tokens", "64");

@@ -54,21 +54,29 @@ bool BlasCoreCovers(absl::string_view loaded, absl::string_view wanted) {
   return false;
 }
 
-void PinBlasCoreToCpu(char** argv) {
+bool SetBlasCoreForCpu() {
   const char* mode = std::getenv("HILNAS_BLAS_CORE");
   const std::string how = mode == nullptr ? "" : mode;
-  if (how == "keep" || std::getenv(kPinnedFrom) != nullptr) return;
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr && how != "auto") return;
+  if (how == "keep" || std::getenv(kPinnedFrom) != nullptr) return false;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr && how != "auto") return false;
   const std::string loaded = LoadedCore();
   const std::string wanted = WantedCore();
-  if (loaded.empty() || BlasCoreCovers(loaded, wanted)) return;
+  if (loaded.empty() || BlasCoreCovers(loaded, wanted)) return false;
   setenv(kPinnedFrom, loaded.c_str(), 1);
   setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
+  return true;
+}
+
+void PinBlasCoreToCpu(char** argv) {
+  if (SetBlasCoreForCpu()) ReexecForBlasCore(argv);
+}
+
+void ReexecForBlasCore(char** argv) {
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);
   std::fprintf(stderr, "hilnas: could not re-execute with OPENBLAS_CORETYPE=%s; matrix products use "
                        "OpenBLAS's %s kernels\n",
-               wanted.c_str(), loaded.c_str());
+               std::getenv("OPENBLAS_CORETYPE"), std::getenv(kPinnedFrom));
 }
 
 std::string BlasCoreDescription() {

@@ -30,15 +30,23 @@ std::string BlasCoreForFeatures(bool avx512, bool avx2_fma);
 // cover SkylakeX; those, SkylakeX and Zen cover Haswell.
 bool BlasCoreCovers(absl::string_view loaded, absl::string_view wanted);
 
-// Called first in a main(). When the BLAS is OpenBLAS and its core falls
-// short of what BlasCoreForFeatures asks for this CPU, sets
-// OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe, same
-// arguments and environment): OpenBLAS reads that variable only when it is
-// loaded. Does nothing when OPENBLAS_CORETYPE is already set (the user's
-// choice; HILNAS_BLAS_CORE=auto overrides it), when HILNAS_BLAS_CORE=keep,
-// after one re-execution, or when execv fails (the program then goes on with
-// the slow core and BlasCoreDescription says so).
+// When the BLAS is OpenBLAS and its core falls short of what
+// BlasCoreForFeatures asks for this CPU, sets OPENBLAS_CORETYPE to that and
+// returns true: the program must re-execute itself for it to count, since
+// OpenBLAS reads the variable only when it is loaded (ReexecWithTimingThreads
+// takes that as a reason to re-execute; PinBlasCoreToCpu does it alone).
+// Returns false and sets nothing when OPENBLAS_CORETYPE is already set (the
+// user's choice; HILNAS_BLAS_CORE=auto overrides it), when
+// HILNAS_BLAS_CORE=keep, or after one re-execution.
+bool SetBlasCoreForCpu();
+
+// SetBlasCoreForCpu, then the re-execution (/proc/self/exe, same arguments
+// and environment) when it asks for one; if execv fails the program goes on
+// with the slow core, and BlasCoreDescription says so.
 void PinBlasCoreToCpu(char** argv);
+
+// The re-execution alone, for a caller that ran SetBlasCoreForCpu itself.
+void ReexecForBlasCore(char** argv);
 
 // For reports: "OpenBLAS SkylakeX (pinned by hilnas: OpenBLAS chose
 // Prescott)", "OpenBLAS Cooperlake", "OpenBLAS Prescott (below this CPU's

@@ -85,7 +85,9 @@ std::string Cli::Usage() const {
 }
 
 int Cli::Main(int argc, char** argv, const std::string& implied_command) {
-  PinBlasCoreToCpu(argv);  // may re-execute this program once (model/blas_core.h)
+  // OpenBLAS's kernels from this CPU's features (model/blas_core.h): the
+  // one re-execution below makes it count.
+  const bool blas_core_set = SetBlasCoreForCpu();
   std::vector<std::string> args(argv + 1, argv + argc);
   NormaliseFlagNames(args);
   if (!implied_command.empty()) args.insert(args.begin(), implied_command);
@@ -120,7 +122,10 @@ int Cli::Main(int argc, char** argv, const std::string& implied_command) {
     return 1;
   }
   if (chosen->stable_timing) {
-    ReexecWithTimingThreads(argv, chosen->timing_threads ? *chosen->timing_threads : 0);
+    ReexecWithTimingThreads(argv, chosen->timing_threads ? *chosen->timing_threads : 0,
+                            blas_core_set);
+  } else if (blas_core_set) {
+    ReexecForBlasCore(argv);
   }
   return chosen->run();
 }

@@ -248,14 +248,15 @@ pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& ar
   return pid;
 }
 
-void ReexecWithTimingThreads(char** argv, int threads) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr && !reexec_anyway) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   setenv("GOMP_SPINCOUNT", "10000", 0);
   setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && threads > 0) {
     setenv("OPENBLAS_NUM_THREADS", absl::StrCat(threads).c_str(), 1);
   }
+  std::fflush(nullptr);
   execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
 }
 

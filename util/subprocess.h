@@ -65,8 +65,11 @@ pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& ar
 //   for ~0.1 s after a prefill, under the decode that follows, and full4's
 //   decode on 2 threads swung between 1.45 and 2.1 ms/token.
 // - OPENBLAS_NUM_THREADS = `threads` when set (> 0).
+// `reexec_anyway`: the caller changed a variable read at start-up too
+// (SetBlasCoreForCpu), so re-execute even when OMP_WAIT_POLICY is set (the
+// thread settings already present are kept).
 // Returns only if it did not re-execute (already set, or execv failed).
-void ReexecWithTimingThreads(char** argv, int threads);
+void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway = false);
 
 }  // namespace hilnas
 
