@@ -18,6 +18,13 @@
 # cache is (default f32); KV_DTYPE=q8_0 stores both runtimes' caches as
 # Q8_0 blocks (llama.cpp then needs flash attention, -fa 1).
 #
+# WARMUPS (default 1): untimed generations of the same lengths before each
+# timed hilnas process's timed one (`hilnas run --warmups`), as llama-bench
+# runs a warm-up prompt of the same length before its timed ones and the
+# agents' protocol warms up too; WARMUPS=0 times each process's first,
+# cold prompt (page faults, BLAS and OpenMP thread start-up), as tables
+# before 2026-11-26's Xeon section did.
+#
 # TTFT is the prompt on an empty cache (llama-bench's pp test at depth 0);
 # decode is ms/token of 64 tokens after the prompt (hilnas decodes after
 # its prompt; llama-bench's tg test at depth = prompt, `-d`). No flash
@@ -70,7 +77,7 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
   local t d
   for _ in $(seq "$REPEATS"); do
     "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 65 --threads "$3" \
-        --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f32}" 2>&1 |
+        --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f32}" --warmups "${WARMUPS:-1}" 2>&1 |
       sed -n 's/^stats: //p' |
       /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
   done >"$W/h.txt"

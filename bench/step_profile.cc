@@ -1,7 +1,8 @@
 // Where a prefill and a decode step of the built-in runtime spend their time
 // (issue 22, item 2): self time per operation, from libtorch's
 // RecordFunction hooks, which see every ATen op and hilnas's own kernels
-// (hilnas::gemv, hilnas::attention, hilnas::rms_norm, hilnas::rope).
+// (hilnas::gemv, hilnas::attention and hilnas::attention_window for window
+// layers, hilnas::rms_norm, hilnas::rope).
 // "(between ops)" is wall time no op accounts for: hilnas's C++ between
 // calls, view bookkeeping, the hooks themselves.
 //

@@ -8,11 +8,13 @@
 #
 # Two figures per variant, both from whole-model runs:
 #  - attention: the model's own attention kernel time per prefill and per
-#    decode step (hilnas::attention in bench/step_profile, which times every
+#    decode step (hilnas::attention, and hilnas::attention_window for window
+#    layers, in bench/step_profile, which times every
 #    op of a real prefill and decode of the model); window / full is
 #    all-window's over all-full's, the price of the window itself.
 #  - layer: TTFT and decode ms/token of `hilnas run` (medians of REPEATS
-#    processes); (all-window - all-skip) / (all-full - all-skip) prices the
+#    processes, each after WARMUPS untimed ones, default 1, as
+#    bench/runtime_compare.sh); (all-window - all-skip) / (all-full - all-skip) prices the
 #    whole layer, Q/K/V/O projections and norms included, which a window
 #    does not shrink: at d 512 and 2048 tokens the projections alone are
 #    about a third of a full layer's time, so this ratio cannot fall to a
@@ -55,28 +57,34 @@ for v in all-full mixed all-window all-skip; do
   # step_profile prints the prefill table, then the decode table.
   "$P" --arch "$W/$v.textproto" --prompt "$PROMPT" --threads "$THREADS" --decode-tokens 64 \
       --repeats "$REPEATS" >"$W/$v.profile" 2>&1
-  read -r ap ad <<<"$(awk -F'|' '/^\| hilnas::attention /{gsub(/ /, "", $4); a[++n] = $4}
-      END {printf "%s %s\n", (n >= 1 ? a[1] : 0), (n >= 2 ? a[2] : 0)}' "$W/$v.profile")"
+  # Full layers' attention is hilnas::attention, window layers'
+  # hilnas::attention_window (model/attention.h): per phase, "full window".
+  read -r fp wp fd wd <<<"$(awk -F'|' '/^## /{next} /^prefill:/{ph = 1} /^decode:/{ph = 2}
+      /^\| hilnas::attention /{gsub(/ /, "", $4); f[ph] = $4}
+      /^\| hilnas::attention_window /{gsub(/ /, "", $4); w[ph] = $4}
+      END {printf "%s %s %s %s\n", f[1] + 0, w[1] + 0, f[2] + 0, w[2] + 0}' "$W/$v.profile")"
+  ap=$(awk -v a="$fp" -v b="$wp" 'BEGIN {print a + b}')
+  ad=$(awk -v a="$fd" -v b="$wd" 'BEGIN {print a + b}')
   for _ in $(seq "$REPEATS"); do
-    "$B" run --ckpt "$W/$v" --prompt-tokens "$PROMPT" --max-new-tokens 65 --threads "$THREADS" 2>&1 |
+    "$B" run --ckpt "$W/$v" --prompt-tokens "$PROMPT" --max-new-tokens 65 --threads "$THREADS" \
+        --warmups "${WARMUPS:-1}" 2>&1 |
       sed -n 's/^stats: //p' |
       /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
   done >"$W/$v.run"
   t=$(cut -d' ' -f1 "$W/$v.run" | median)
   d=$(cut -d' ' -f2 "$W/$v.run" | median)
   printf '| %s | %.2f | %.4f | %.1f | %.3f |\n' "$v" "$ap" "$ad" "$t" "$d"
-  echo "$v $ap $ad $t $d" >>"$W/all.txt"
+  echo "$v $ap $ad $t $d $fp $wp $fd $wd" >>"$W/all.txt"
 done
 echo
-awk '{ap[$1] = $2; ad[$1] = $3; t[$1] = $4; d[$1] = $5}
+awk '{ap[$1] = $2; ad[$1] = $3; t[$1] = $4; d[$1] = $5; fp[$1] = $6; wp[$1] = $7; fd[$1] = $8; wd[$1] = $9}
   END {
     print "| window layer / full layer | prefill | decode |"
     print "|---|---:|---:|"
     printf "| attention kernel in the model (all-window / all-full) | %.3f | %.3f |\n",
       ap["all-window"] / ap["all-full"], ad["all-window"] / ad["all-full"]
-    printf "| attention kernel, mixed F W W F (2 window layers against 2 full) | %.3f | %.3f |\n",
-      (ap["mixed"] - ap["all-full"] / 2) / (ap["all-full"] / 2),
-      (ad["mixed"] - ad["all-full"] / 2) / (ad["all-full"] / 2)
+    printf "| attention kernel, mixed F W W F (its 2 window layers / its 2 full, one process) | %.3f | %.3f |\n",
+      wp["mixed"] / fp["mixed"], wd["mixed"] / fd["mixed"]
     printf "| whole layer, projections included ((W - K) / (F - K)) | %.3f | %.3f |\n",
       (t["all-window"] - t["all-skip"]) / (t["all-full"] - t["all-skip"]),
       (d["all-window"] - d["all-skip"]) / (d["all-full"] - d["all-skip"])

@@ -735,11 +735,17 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
 
 namespace {
 
+// Profiler names (bench/step_profile): a window layer's attention is its own
+// row, so bench/window_pricing.sh prices it against a full layer's in one
+// process.
+constexpr char kRecord[] = "hilnas::attention";
+constexpr char kWindowRecord[] = "hilnas::attention_window";
+
 template <typename KV>
 void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const KV* keys,
                        const KV* values, int64_t head_stride, int64_t n, int64_t key_start,
-                       int64_t position, float* out) {
-  RECORD_FUNCTION("hilnas::attention", {});
+                       int64_t position, float* out, bool window_layer) {
+  RECORD_FUNCTION(window_layer ? kWindowRecord : kRecord, {});
   const int64_t g = h / kvh;
   const Shape shape{hd,
                     key_start,
@@ -774,26 +780,27 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
 
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
                      const float* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out) {
-  DecodeAttentionAs(q, h, kvh, hd, keys, values, head_stride, n, key_start, position, out);
+                     int64_t position, float* out, bool window_layer) {
+  DecodeAttentionAs(q, h, kvh, hd, keys, values, head_stride, n, key_start, position, out,
+                    window_layer);
 }
 
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint16_t* keys,
                      const uint16_t* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out) {
+                     int64_t position, float* out, bool window_layer) {
   DecodeAttentionAs(q, h, kvh, hd, reinterpret_cast<const NativeHalf*>(keys),
                     reinterpret_cast<const NativeHalf*>(values), head_stride, n, key_start,
-                    position, out);
+                    position, out, window_layer);
 }
 
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint8_t* keys,
                      const uint8_t* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out) {
+                     int64_t position, float* out, bool window_layer) {
   TORCH_CHECK(hd % kQuantBlock == 0 && head_stride % kQ8BlockBytes == 0,
               "a Q8_0 cache needs whole blocks: head_dim ", hd, ", head stride ", head_stride);
   DecodeAttentionAs(q, h, kvh, hd, reinterpret_cast<const Q8Block*>(keys),
                     reinterpret_cast<const Q8Block*>(values), head_stride / kQ8BlockBytes, n,
-                    key_start, position, out);
+                    key_start, position, out, window_layer);
 }
 
 torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
@@ -802,7 +809,7 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
   torch::NoGradGuard no_grad;
   if (q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat &&
       v.scalar_type() == torch::kFloat) {
-    RECORD_FUNCTION("hilnas::attention", {});
+    RECORD_FUNCTION(window > 0 ? kWindowRecord : kRecord, {});
     return FloatAttention(q, k, v, q_start, k_start, window, block);
   }
   return AtenAttention(q, k, v, q_start, k_start, window, block);

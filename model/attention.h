@@ -30,14 +30,17 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
 // window layer's ring holds its last n positions: any order does for one
 // query, so pass key_start = position + 1 - n). Writes out [H, hd]. The
 // same kernel as BlockedAttention's, so the same numbers.
+// `window_layer` names the profiler record hilnas::attention_window instead
+// of hilnas::attention (bench/window_pricing.sh prices a window layer against
+// a full one inside one process); it changes nothing else.
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const float* keys,
                      const float* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out);
+                     int64_t position, float* out, bool window_layer = false);
 // The same over a half-precision cache (IEEE f16 bits, `--kv-dtype f16`):
 // keys and values widened to f32 as they are read.
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint16_t* keys,
                      const uint16_t* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out);
+                     int64_t position, float* out, bool window_layer = false);
 // The same over a Q8_0 cache (`--kv-dtype q8_0`): each row of hd values is
 // hd / 32 blocks of 34 bytes (f16 scale, 32 int8), head_stride in bytes.
 // As llama.cpp's CPU attention over a q8_0 cache: scores are integer dot
@@ -45,7 +48,7 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const u
 // are dequantized as they are summed. REQUIRES hd % 32 == 0.
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint8_t* keys,
                      const uint8_t* values, int64_t head_stride, int64_t n, int64_t key_start,
-                     int64_t position, float* out);
+                     int64_t position, float* out, bool window_layer = false);
 
 // [T, S] bool: true where the query at q_start + i may not see the key at
 // k_start + j (a later key, or with `window` > 0 one window or more back).

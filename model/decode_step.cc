@@ -64,7 +64,8 @@ void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
 // stored) or Q8_0 blocks (--kv-dtype q8_0: each row quantized as the ATen
 // path's ToCacheForm does).
 void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float* k, const float* v,
-                    const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out) {
+                    const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out,
+                    bool window_layer) {
   const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
   const int64_t slot = (pos % slots) * cache_k.size(3);  // the row's offset in each head
   const int64_t n = std::min(pos + 1, slots);            // a ring's slots hold the last n positions
@@ -75,7 +76,7 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
       QuantizeActivationsFast(k + j * hd, hd, kp + j * head_stride + slot);
       QuantizeActivationsFast(v + j * hd, hd, vp + j * head_stride + slot);
     }
-    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out);
+    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out, window_layer);
     return;
   }
   if (cache_k.scalar_type() == torch::kHalf) {
@@ -87,7 +88,7 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
         vp[j * head_stride + slot + e] = c10::Half(v[j * hd + e]).x;
       }
     }
-    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out);
+    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out, window_layer);
     return;
   }
   float* kp = cache_k.data_ptr<float>();
@@ -96,7 +97,7 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
     std::copy(k + j * hd, k + (j + 1) * hd, kp + j * head_stride + slot);
     std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot);
   }
-  DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out);
+  DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out, window_layer);
 }
 
 }  // namespace
@@ -191,7 +192,7 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
       float* k_rot = buf.k_rot.data();
       for (int64_t j = 0; j < kvh; ++j) rotate(k + j * hd, at.k_norm, k_rot + j * hd);
       StoreAndAttend(cache.keys(i), cache.values(i), k_rot, v, q_rot, h, kvh, hd, pos,
-                     buf.attn.data());
+                     buf.attn.data(), a.attention[i] == Attention::kSlidingWindow);
       const GemvProduct o{&at.o_proj->weight, out};
       WeightGemvsInto(&o, 1, buf.attn.data());
       add_into_x(layer.attn_out_norm ? norm_out(layer.attn_out_norm) : out);

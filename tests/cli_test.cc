@@ -104,6 +104,24 @@ TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
   EXPECT_THAT(pinned.output, Not(HasSubstr("OpenBLAS Prescott")));
 }
 
+TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {
+  const std::string run = "run --arch " + SourceDir() +
+                          "/configs/tiny-arch.textproto --prompt-tokens 24 --max-new-tokens 3 "
+                          "--threads 1";
+  Result r = Hilnas(run + " --warmups 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("warm-up 1/2: TTFT"));
+  EXPECT_THAT(r.output, HasSubstr("warm-up 2/2: TTFT"));
+  // The timed generation is still the one the stats describe.
+  const size_t timed = r.output.find("prompt 24 tokens");
+  ASSERT_NE(timed, std::string::npos) << r.output;
+  EXPECT_GT(timed, r.output.find("warm-up 2/2"));
+  EXPECT_EQ(StatsLine(r.output).value("generated_tokens", 0), 3);
+  Result bad = Hilnas(run + " --warmups 101");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("--warmups"));
+}
+
 TEST(CliTest, MalformedArchFileNamesFileLineAndField) {
   const std::string path = ::testing::TempDir() + "/bad-arch.textproto";
   ASSERT_OK(WriteFileAtomically(path, "num_layers: 2\nd_modle: 64\n"));

@@ -34,6 +34,7 @@ struct RunOptions {
   std::string weight_dtype = "f32";
   std::string kv_dtype = "f32";
   uint64_t seed = 0;
+  int32_t warmups = 0;
 };
 
 absl::StatusOr<torch::Dtype> ComputeDtype(const std::string& name) {
@@ -120,6 +121,16 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
   if (n <= 0)
     return Fail(
         absl::InvalidArgumentError(absl::StrCat("--prompt-tokens ", n, " must be positive")));
+  // Untimed generations first, as the agents' protocol and llama-bench run
+  // them: the first prefill in a process pays for page faults, OpenBLAS's
+  // and OpenMP's thread start-up and its buffers.
+  for (int32_t w = 0; w < cl.warmups; ++w) {
+    const std::vector<int64_t> other = RandomPrompt(n, a.vocab_size, cl.seed + 1000 + w);
+    auto warm = kvp != nullptr ? kvp->Generate(other, o) : GreedyGenerate(decoder, other, o);
+    if (!warm.ok()) return Fail(warm.status());
+    std::printf("warm-up %d/%d: TTFT %.1f ms, decode %.2f ms/token\n", w + 1, cl.warmups,
+                warm->stats.ttft_ms(), warm->stats.decode_ms_per_token());
+  }
   const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, cl.seed);
   auto g = kvp != nullptr ? kvp->Generate(prompt, o) : GreedyGenerate(decoder, prompt, o);
   if (!g.ok()) return Fail(g.status());
@@ -176,7 +187,7 @@ void AddRunCommand(Cli& cli) {
       "run",
       "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
       "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16|q4_0|q8_0 "
-      "--kv-dtype f32|f16|q8_0 --seed S]",
+      "--kv-dtype f32|f16|q8_0 --seed S --warmups W]",
       "build, prefill and decode once; print TTFT and decode speed", RunRun);
   auto [shape, arch] = AddArchFlags(app, &o->model);
   app->add_option("--ckpt", o->ckpt, "checkpoint folder (config.json + model.safetensors)")
@@ -197,6 +208,10 @@ void AddRunCommand(Cli& cli) {
                   "KV cache storage: f32 | f16 (half the bytes, llama.cpp's default cache) | "
                   "q8_0 (Q8_0 blocks per head row, MobileLLM-Flash's quantized cache)");
   app->add_option("--seed", o->seed, "random seed of the weights and the prompt");
+  app->add_option("--warmups", o->warmups,
+                  "untimed generations of the same lengths (other prompts) before the timed "
+                  "one, as agents and llama-bench run them")
+      ->check(CLI::Range(0, 100));
   cli.StableTiming(app, &o->threads);
 }
 
