@@ -63,12 +63,21 @@ void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
 // filled. The cache holds f32, f16 (--kv-dtype f16: rounded once, as
 // stored) or Q8_0 blocks (--kv-dtype q8_0: each row quantized as the ATen
 // path's ToCacheForm does).
+//
+// `chunk` > 0 (Llama 4's chunked layers, full caches): the query attends to
+// the keys of its own chunk only, positions pos / chunk * chunk .. pos.
 void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float* k, const float* v,
                     const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out,
-                    bool window_layer) {
+                    bool window_layer, int64_t chunk) {
   const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
-  const int64_t slot = (pos % slots) * cache_k.size(3);  // the row's offset in each head
-  const int64_t n = std::min(pos + 1, slots);            // a ring's slots hold the last n positions
+  const int64_t row = cache_k.size(3);  // a row's length in the cache's elements
+  const int64_t slot = (pos % slots) * row;  // the row's offset in each head
+  int64_t n = std::min(pos + 1, slots);      // a ring's slots hold the last n positions
+  int64_t first = 0;                         // offset of the first key read in each head
+  if (chunk > 0) {
+    n = pos - pos / chunk * chunk + 1;
+    first = (pos + 1 - n) * row;
+  }
   if (cache_k.scalar_type() == torch::kByte) {
     uint8_t* kp = cache_k.data_ptr<uint8_t>();
     uint8_t* vp = cache_v.data_ptr<uint8_t>();
@@ -76,7 +85,8 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
       QuantizeActivationsFast(k + j * hd, hd, kp + j * head_stride + slot);
       QuantizeActivationsFast(v + j * hd, hd, vp + j * head_stride + slot);
     }
-    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out, window_layer);
+    DecodeAttention(q, h, kvh, hd, kp + first, vp + first, head_stride, n, pos + 1 - n, pos, out,
+                    window_layer);
     return;
   }
   if (cache_k.scalar_type() == torch::kHalf) {
@@ -88,7 +98,8 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
         vp[j * head_stride + slot + e] = c10::Half(v[j * hd + e]).x;
       }
     }
-    DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out, window_layer);
+    DecodeAttention(q, h, kvh, hd, kp + first, vp + first, head_stride, n, pos + 1 - n, pos, out,
+                    window_layer);
     return;
   }
   float* kp = cache_k.data_ptr<float>();
@@ -97,7 +108,8 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
     std::copy(k + j * hd, k + (j + 1) * hd, kp + j * head_stride + slot);
     std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot);
   }
-  DecodeAttention(q, h, kvh, hd, kp, vp, head_stride, n, pos + 1 - n, pos, out, window_layer);
+  DecodeAttention(q, h, kvh, hd, kp + first, vp + first, head_stride, n, pos + 1 - n, pos, out,
+                    window_layer);
 }
 
 }  // namespace
@@ -192,7 +204,8 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
       float* k_rot = buf.k_rot.data();
       for (int64_t j = 0; j < kvh; ++j) rotate(k + j * hd, at.k_norm, k_rot + j * hd);
       StoreAndAttend(cache.keys(i), cache.values(i), k_rot, v, q_rot, h, kvh, hd, pos,
-                     buf.attn.data(), a.attention[i] == Attention::kSlidingWindow);
+                     buf.attn.data(), a.attention[i] == Attention::kSlidingWindow,
+                     a.rotates(i) ? a.attention_chunk : 0);
       const GemvProduct o{&at.o_proj->weight, out};
       WeightGemvsInto(&o, 1, buf.attn.data());
       add_into_x(layer.attn_out_norm ? norm_out(layer.attn_out_norm) : out);

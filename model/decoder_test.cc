@@ -178,8 +178,9 @@ TEST(DecoderTest, GemmaLayoutRoundTripsAndRotatesWindowLayersWithTheLocalBase) {
 
 // Llama 4: the QK-norm of RoPE layers matters; the file holds the MLP as
 // feed_forward and q/k rows in interleaved pairs, and reads back to the
-// same model; positions past attention_chunk are refused, not computed.
-TEST(DecoderTest, Llama4FileFormRoundTripsAndTheChunkIsALimit) {
+// same model; chunked layers attend within their chunk of attention_chunk
+// positions, past the first chunk too.
+TEST(DecoderTest, Llama4FileFormRoundTripsAndChunksStartAfresh) {
   Arch a = TinyLlama4Arch();
   auto tokens = Tokens(9, 50, 5);
   torch::NoGradGuard no_grad;
@@ -216,12 +217,26 @@ TEST(DecoderTest, Llama4FileFormRoundTripsAndTheChunkIsALimit) {
   Decoder c = MakeDouble(chunked);
   EXPECT_LT((c.Forward(Tokens(8, 50, 5)) - d.Forward(Tokens(8, 50, 5))).abs().max().item<double>(),
             1e-12);  // within the chunk: causal attention
-  try {
-    c.Forward(tokens);
-    ADD_FAILURE() << "9 tokens with an 8-token chunk ran";
-  } catch (const c10::Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("attention_chunk_size 8"));
+  const torch::Tensor long_tokens = Tokens(19, 50, 6);
+  const torch::Tensor whole = c.Forward(long_tokens);
+  // Past it the chunk matters (the NoPE layer still sees every token).
+  EXPECT_GT((whole - d.Forward(long_tokens)).abs().narrow(1, 8, 11).max().item<double>(), 1e-3);
+  // A prompt fed in pieces that straddle chunk boundaries, through the
+  // cache, computes what one forward does.
+  KvCache cache = c.NewCache(1, 19);
+  std::vector<torch::Tensor> parts;
+  for (int64_t p = 0; p < 19; p += 5) {
+    parts.push_back(c.ForwardCached(long_tokens.narrow(1, p, std::min<int64_t>(5, 19 - p)), cache,
+                                    /*last_only=*/false));
   }
+  EXPECT_LT((torch::cat(parts, 1) - whole).abs().max().item<double>(), 1e-12);
+  // With every layer chunked, a chunk starts afresh: RoPE is relative, so
+  // positions 8..15 give what the same tokens give at 0..7 on their own.
+  Arch all_chunked = chunked;
+  all_chunked.no_rope.clear();
+  Decoder e = MakeDouble(all_chunked);
+  const torch::Tensor second = e.Forward(long_tokens).narrow(1, 8, 8);
+  EXPECT_LT((second - e.Forward(long_tokens.narrow(1, 8, 8))).abs().max().item<double>(), 1e-9);
 }
 
 TEST(DecoderTest, ChunkedPrefillEqualsOneFullForward) {
@@ -391,7 +406,11 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   gemma.name = "tiny-gemma";
   gemma.gemma = true;
   gemma.local_rope_theta = 100;
-  for (const Arch& a : {TinyMixedArch(), plain, qwen2, smollm3, gemma, TinyLlama4Arch()}) {
+  Arch llama4_chunked = TinyLlama4Arch();  // 45 positions: 6 chunks of 8
+  llama4_chunked.name = "tiny-llama4-chunked";
+  llama4_chunked.attention_chunk = 8;
+  for (const Arch& a :
+       {TinyMixedArch(), plain, qwen2, smollm3, gemma, TinyLlama4Arch(), llama4_chunked}) {
     // Quantized weights too: the decode step's GEMVs and the modules'
     // GEMMs quantize activations alike and share the integer kernels.
     // And a half-precision cache: both paths round the same values once.

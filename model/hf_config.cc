@@ -966,7 +966,7 @@ std::string DescribeArch(const Arch& a) {
         "  Llama 4: QK L2-norm ", a.qk_l2_norm ? "on" : "off", " (RoPE layers), ",
         a.attention_chunk > 0
             ? absl::StrCat("RoPE layers chunked by ", a.attention_chunk,
-                           " (run within the first chunk)")
+                           " (attention within each chunk)")
             : std::string("every layer full")));
   }
   lines.push_back(absl::StrFormat("  RoPE: theta %g, %s", a.rope_theta,

@@ -87,9 +87,8 @@ struct Arch {
   // their RMS, without a weight (Llama4TextL2Norm); NoPE layers are not.
   bool qk_l2_norm = false;
   // Llama 4's attention_chunk_size when its RoPE layers are chunked; 0: all
-  // layers full. Within the first chunk chunked attention is causal
-  // attention; the runtime refuses positions past it rather than compute
-  // anything else.
+  // layers full. A chunked layer's query attends to the keys of its own
+  // chunk of attention_chunk positions (causal within it).
   int attention_chunk = 0;
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;

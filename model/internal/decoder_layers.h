@@ -214,12 +214,38 @@ struct AttentionBlockImpl : torch::nn::Module {
       keys = FromCacheForm(keys, hd);
       values = FromCacheForm(values, hd);
     }
+    const bool plain = torch::GradMode::is_enabled();  // training: the form autograd differentiates
+    // Queries start..end-1 over keys from key_start; [B, H or (KVH, G), T', hd].
+    auto attend = [&](int64_t q_first, int64_t q_end, int64_t k_first) {
+      const torch::Tensor qs = q.narrow(2, q_first - start, q_end - q_first);
+      const torch::Tensor ks = keys.narrow(2, k_first - key_start, q_end - k_first);
+      const torch::Tensor vs = values.narrow(2, k_first - key_start, q_end - k_first);
+      if (plain) {
+        auto probs = Probabilities(qs, ks, q_first, k_first);  // [B, KVH, G, T', S]
+        return torch::matmul(probs, vs.unsqueeze(2));          // [B, KVH, G, T', hd]
+      }
+      // Inference: tiled, online softmax, only the blocks causality and the window allow.
+      return BlockedAttention(qs, ks, vs, q_first, k_first, Window());  // [B, H, T', hd]
+    };
     torch::Tensor out;
-    if (torch::GradMode::is_enabled()) {  // training: the plain form autograd differentiates
-      auto probs = Probabilities(q, keys, start, key_start);  // [B, KVH, G, T, S]
-      out = torch::matmul(probs, values.unsqueeze(2));        // [B, KVH, G, T, hd]
-    } else {  // inference: tiled, online softmax, only the blocks causality and the window allow
-      out = BlockedAttention(q, keys, values, start, key_start, Window());  // [B, H, T, hd]
+    const int64_t chunk = Chunk();
+    if (chunk > 0 && end > chunk) {
+      // Llama 4's chunked_attention: each query sees the keys of its own
+      // chunk of `chunk` positions (modeling_llama4's chunked causal mask),
+      // so the queries are taken a chunk at a time over that chunk's keys.
+      TORCH_CHECK(start / chunk * chunk >= key_start, "chunked attention at position ", start,
+                  " needs the keys from its chunk's start ", start / chunk * chunk,
+                  " (keys held from ", key_start, ")");
+      std::vector<torch::Tensor> parts;
+      for (int64_t first = start; first < end;) {
+        const int64_t chunk_start = first / chunk * chunk;
+        const int64_t last = std::min(end, chunk_start + chunk);
+        parts.push_back(attend(first, last, chunk_start));
+        first = last;
+      }
+      out = torch::cat(parts, plain ? 3 : 2);
+    } else {
+      out = attend(start, end, key_start);
     }
     out = out.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, h * hd});
     return Project(out, o_proj->weight);
@@ -235,6 +261,10 @@ struct AttentionBlockImpl : torch::nn::Module {
 
   // Tokens a query may look back (itself included); 0: no limit.
   int64_t Window() const { return type == Attention::kSlidingWindow ? arch.sliding_window : 0; }
+
+  // Llama 4's chunk (Arch::attention_chunk) where this layer is chunked (its
+  // rotating layers, ReadLlama4), else 0.
+  int64_t Chunk() const { return rope ? arch.attention_chunk : 0; }
 
   // Slim attention (Slim Attention Sec. 2): the cache holds each token's raw
   // keys K = x W_K (before K-norm and RoPE), [B, capacity, d]; values are
@@ -460,11 +490,6 @@ class DecoderImpl : public torch::nn::Module {
   // decode loop recomputes them O(log n) times). Values do not depend on the
   // table's length: each entry is cos/sin(pos * inv_freq) in double, cast.
   void ReserveRope(int64_t end) {
-    // Llama 4's chunked layers attend within chunks; up to the first chunk's
-    // end that is causal attention, which is what the kernels compute.
-    TORCH_CHECK(arch_.attention_chunk == 0 || end <= arch_.attention_chunk, "position ", end - 1,
-                " is past Llama 4's attention_chunk_size ", arch_.attention_chunk,
-                ": hilnas runs chunked attention layers within their first chunk only");
     if (cos_table_.defined() && cos_table_.size(0) >= end) return;
     const int64_t n = std::max<int64_t>(end, cos_table_.defined() ? 2 * cos_table_.size(0) : 64);
     auto pos = torch::arange(0, n, torch::kDouble);
