@@ -58,13 +58,13 @@ for v in all-full mixed all-window all-skip; do
   "$P" --arch "$W/$v.textproto" --prompt "$PROMPT" --threads "$THREADS" --decode-tokens 64 \
       --repeats "$REPEATS" >"$W/$v.profile" 2>&1
   # Full layers' attention is hilnas::attention, window layers'
-  # hilnas::attention_window (model/attention.h): per phase, "full window".
-  read -r fp wp fd wd <<<"$(awk -F'|' '/^## /{next} /^prefill:/{ph = 1} /^decode:/{ph = 2}
+  # hilnas::attention_window (model/attention.h): per phase "full window",
+  # then the layers' total per phase.
+  read -r fp wp fd wd ap ad <<<"$(awk -F'|' '/^prefill:/{ph = 1} /^decode:/{ph = 2}
       /^\| hilnas::attention /{gsub(/ /, "", $4); f[ph] = $4}
       /^\| hilnas::attention_window /{gsub(/ /, "", $4); w[ph] = $4}
-      END {printf "%s %s %s %s\n", f[1] + 0, w[1] + 0, f[2] + 0, w[2] + 0}' "$W/$v.profile")"
-  ap=$(awk -v a="$fp" -v b="$wp" 'BEGIN {print a + b}')
-  ad=$(awk -v a="$fd" -v b="$wd" 'BEGIN {print a + b}')
+      END {printf "%s %s %s %s %s %s\n", f[1] + 0, w[1] + 0, f[2] + 0, w[2] + 0,
+                  f[1] + w[1], f[2] + w[2]}' "$W/$v.profile")"
   for _ in $(seq "$REPEATS"); do
     "$B" run --ckpt "$W/$v" --prompt-tokens "$PROMPT" --max-new-tokens 65 --threads "$THREADS" \
         --warmups "${WARMUPS:-1}" 2>&1 |

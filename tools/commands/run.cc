@@ -124,15 +124,17 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
   // Untimed generations first, as the agents' protocol and llama-bench run
   // them: the first prefill in a process pays for page faults, OpenBLAS's
   // and OpenMP's thread start-up and its buffers.
+  auto generate = [&](const std::vector<int64_t>& tokens) {
+    return kvp != nullptr ? kvp->Generate(tokens, o) : GreedyGenerate(decoder, tokens, o);
+  };
   for (int32_t w = 0; w < cl.warmups; ++w) {
-    const std::vector<int64_t> other = RandomPrompt(n, a.vocab_size, cl.seed + 1000 + w);
-    auto warm = kvp != nullptr ? kvp->Generate(other, o) : GreedyGenerate(decoder, other, o);
+    auto warm = generate(RandomPrompt(n, a.vocab_size, cl.seed + 1000 + w));
     if (!warm.ok()) return Fail(warm.status());
     std::printf("warm-up %d/%d: TTFT %.1f ms, decode %.2f ms/token\n", w + 1, cl.warmups,
                 warm->stats.ttft_ms(), warm->stats.decode_ms_per_token());
   }
   const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, cl.seed);
-  auto g = kvp != nullptr ? kvp->Generate(prompt, o) : GreedyGenerate(decoder, prompt, o);
+  auto g = generate(prompt);
   if (!g.ok()) return Fail(g.status());
   const Stats& s = g->stats;
   std::printf("prompt %lld tokens (prefill chunk %lld): TTFT %.1f ms\n",
