@@ -201,6 +201,10 @@ torch::Tensor DecoderImpl::DecodeStep(int64_t token, KvCache& cache) {
       };
       float* q_rot = buf.q_rot.data();
       for (int64_t j = 0; j < h; ++j) rotate(q + j * hd, at.q_norm, q_rot + j * hd);
+      if (!at.rope && a.temperature_floor_scale > 0) {  // Llama 4's temperature tuning
+        const float factor = static_cast<float>(QueryTemperature(a, pos));
+        for (int64_t j = 0; j < h * hd; ++j) q_rot[j] *= factor;
+      }
       float* k_rot = buf.k_rot.data();
       for (int64_t j = 0; j < kvh; ++j) rotate(k + j * hd, at.k_norm, k_rot + j * hd);
       StoreAndAttend(cache.keys(i), cache.values(i), k_rot, v, q_rot, h, kvh, hd, pos,

@@ -237,6 +237,31 @@ TEST(DecoderTest, Llama4FileFormRoundTripsAndChunksStartAfresh) {
   Decoder e = MakeDouble(all_chunked);
   const torch::Tensor second = e.Forward(long_tokens).narrow(1, 8, 8);
   EXPECT_LT((second - e.Forward(long_tokens.narrow(1, 8, 8))).abs().max().item<double>(), 1e-9);
+
+  // Temperature tuning: the NoPE layer's queries at position p times
+  // log(floor((p + 1) / 4) + 1) * 0.5 + 1, so positions 0..2 are as
+  // before and later ones are not; a prompt in pieces through the cache
+  // still computes one forward; the checkpoint carries it.
+  Arch tuned = chunked;
+  tuned.temperature_floor_scale = 4;
+  tuned.temperature_attn_scale = 0.5;
+  Decoder t = MakeDouble(tuned);
+  const torch::Tensor tuned_whole = t.Forward(long_tokens);
+  EXPECT_LT((tuned_whole - whole).abs().narrow(1, 0, 3).max().item<double>(), 1e-12);
+  EXPECT_GT((tuned_whole - whole).abs().narrow(1, 3, 16).max().item<double>(), 1e-4);
+  KvCache tuned_cache = t.NewCache(1, 19);
+  parts.clear();
+  for (int64_t p = 0; p < 19; p += 5) {
+    parts.push_back(t.ForwardCached(long_tokens.narrow(1, p, std::min<int64_t>(5, 19 - p)),
+                                    tuned_cache, /*last_only=*/false));
+  }
+  EXPECT_LT((torch::cat(parts, 1) - tuned_whole).abs().max().item<double>(), 1e-12);
+  ASSERT_TRUE(SaveCheckpoint(t, dir, StorageDtype::kF32).ok());
+  auto tuned_back = LoadCheckpoint(dir, torch::kDouble);
+  ASSERT_TRUE(tuned_back.ok()) << tuned_back.status();
+  EXPECT_EQ(tuned_back->arch().temperature_floor_scale, 4);
+  EXPECT_LT((tuned_back->Forward(long_tokens) - tuned_whole).abs().max().item<double>(), 1e-5);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DecoderTest, ChunkedPrefillEqualsOneFullForward) {
@@ -409,6 +434,8 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   Arch llama4_chunked = TinyLlama4Arch();  // 45 positions: 6 chunks of 8
   llama4_chunked.name = "tiny-llama4-chunked";
   llama4_chunked.attention_chunk = 8;
+  llama4_chunked.temperature_floor_scale = 4;  // and the NoPE layer's queries scaled by position
+  llama4_chunked.temperature_attn_scale = 0.5;
   for (const Arch& a :
        {TinyMixedArch(), plain, qwen2, smollm3, gemma, TinyLlama4Arch(), llama4_chunked}) {
     // Quantized weights too: the decode step's GEMVs and the modules'

@@ -677,16 +677,20 @@ absl::Status ReadLlama4(const json& j, const std::string& path, Arch& a) {
                       (j["attn_temperature_tuning"].is_boolean()
                            ? j["attn_temperature_tuning"].get<bool>()
                            : j["attn_temperature_tuning"].get<double>() != 0);
-  if (tuning && any_nope) {
-    return Refuse(path, "attn_temperature_tuning",
-                  absl::StrCat(Present(j, "attn_temperature_tuning")
-                                   ? j["attn_temperature_tuning"].dump()
-                                   : std::string("(default true)"),
-                               " with NoPE layers ", absl::StrJoin(NoRopeLayers(a), ", "),
-                               ": hilnas does not scale NoPE queries by position"));
-  }
-  for (const char* key : {"floor_scale", "attn_scale"}) {
-    if (Present(j, key)) HILNAS_RETURN_IF_ERROR(Field<double>(j, path, key, std::nullopt).status());
+  HILNAS_ASSIGN_OR_RETURN(const double floor_scale, Field<double>(j, path, "floor_scale", 8192.0));
+  HILNAS_ASSIGN_OR_RETURN(const double attn_scale, Field<double>(j, path, "attn_scale", 0.1));
+  if (tuning) {
+    // The class divides by floor_scale: zero or negative would give
+    // infinities or a log of a non-positive number.
+    if (!(floor_scale > 0 && std::isfinite(floor_scale))) {
+      return Refuse(path, "floor_scale",
+                    absl::StrCat(floor_scale, " must be positive (attn_temperature_tuning is on)"));
+    }
+    if (!std::isfinite(attn_scale)) {
+      return Refuse(path, "attn_scale", absl::StrCat(attn_scale, " must be finite"));
+    }
+    a.temperature_floor_scale = floor_scale;
+    a.temperature_attn_scale = attn_scale;
   }
 
   // Chunked layers.
@@ -916,7 +920,11 @@ absl::Status WriteConfigJson(const Arch& a, const std::string& path) {
     j["no_rope_layers"] = flags;
     j["layer_types"] = kinds;
     j["attention_chunk_size"] = a.attention_chunk > 0 ? a.attention_chunk : 8192;
-    j["attn_temperature_tuning"] = false;  // ReadLlama4 refuses it with NoPE layers
+    j["attn_temperature_tuning"] = a.temperature_floor_scale > 0;
+    if (a.temperature_floor_scale > 0) {
+      j["floor_scale"] = a.temperature_floor_scale;
+      j["attn_scale"] = a.temperature_attn_scale;
+    }
     j["moe_layers"] = json::array();
     j["num_local_experts"] = 0;
     j["num_experts_per_tok"] = 0;
@@ -968,6 +976,11 @@ std::string DescribeArch(const Arch& a) {
             ? absl::StrCat("RoPE layers chunked by ", a.attention_chunk,
                            " (attention within each chunk)")
             : std::string("every layer full")));
+    if (a.temperature_floor_scale > 0) {
+      lines.push_back(absl::StrFormat(
+          "  attention temperature: NoPE queries x log(floor((pos + 1) / %g) + 1) * %g + 1",
+          a.temperature_floor_scale, a.temperature_attn_scale));
+    }
   }
   lines.push_back(absl::StrFormat("  RoPE: theta %g, %s", a.rope_theta,
                                   DescribeScaling(a.rope_scaling)));

@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <tuple>
 
@@ -342,7 +343,7 @@ json MobileLlmR1Config() {
     "use_qk_norm": true, "vocab_size": 512})");
 }
 
-TEST_F(HfConfigTest, Llama4ReadsItsDefaultsAndRefusesExpertsAndTemperature) {
+TEST_F(HfConfigTest, Llama4ReadsItsDefaultsAndTemperatureAndRefusesExperts) {
   ASSERT_OK_AND_ASSIGN(Arch a, Read(MobileLlmR1Config()));
   EXPECT_TRUE(a.llama4);
   EXPECT_TRUE(a.qk_l2_norm);
@@ -385,11 +386,28 @@ TEST_F(HfConfigTest, Llama4ReadsItsDefaultsAndRefusesExpertsAndTemperature) {
   c["moe_layers"] = {1, 3};
   EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr("mixture-of-experts layers are not supported")));
+  EXPECT_EQ(d.temperature_floor_scale, 0);  // tuning off
+  // Temperature tuning, on by default: the class's floor_scale 8192 and
+  // attn_scale 0.1, written back as they were read.
   c = defaults;
   c.erase("attn_temperature_tuning");
+  ASSERT_OK_AND_ASSIGN(Arch tuned, Read(c));
+  EXPECT_EQ(tuned.temperature_floor_scale, 8192);
+  EXPECT_EQ(tuned.temperature_attn_scale, 0.1);
+  EXPECT_EQ(QueryTemperature(tuned, 8190), 1.0);  // floor(8191 / 8192) = 0
+  EXPECT_DOUBLE_EQ(QueryTemperature(tuned, 8191), std::log(2.0) * 0.1 + 1);
+  EXPECT_EQ(QueryTemperature(d, 8191), 1.0);  // tuning off
+  EXPECT_THAT(DescribeArch(tuned), HasSubstr("NoPE queries x log(floor((pos + 1) / 8192) + 1)"));
+  c["floor_scale"] = 16;
+  c["attn_scale"] = 0.5;
+  ASSERT_OK_AND_ASSIGN(tuned, Read(c));
+  ASSERT_OK(WriteConfigJson(tuned, dir_ + "/config.json"));
+  ASSERT_OK_AND_ASSIGN(Arch tuned_back, ReadConfigJson(dir_ + "/config.json"));
+  EXPECT_EQ(tuned_back.temperature_floor_scale, 16);
+  EXPECT_EQ(tuned_back.temperature_attn_scale, 0.5);
+  c["floor_scale"] = 0;
   EXPECT_THAT(Read(c), StatusIs(absl::StatusCode::kInvalidArgument,
-                                HasSubstr("attn_temperature_tuning (default true) with NoPE "
-                                          "layers 3, 7")));
+                                HasSubstr("floor_scale 0 must be positive")));
   c = defaults;
   c["layer_types"] = json::array();
   for (int i = 0; i < 8; ++i) c["layer_types"].push_back(i == 0 ? "chunked_attention" : "full_attention");

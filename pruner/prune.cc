@@ -49,6 +49,10 @@ absl::StatusOr<PrunePlan> PlanPrune(const ActivationMetrics& m, const Arch& b, c
   same("llama4", t.llama4, b.llama4, "the layer layout is the backbone's");
   same("qk_l2_norm", t.qk_l2_norm, b.qk_l2_norm, "the QK-norm is the backbone's");
   same("attention_chunk", t.attention_chunk, b.attention_chunk, "positions are inherited");
+  same("temperature_floor_scale", t.temperature_floor_scale, b.temperature_floor_scale,
+       "positions are inherited");
+  same("temperature_attn_scale", t.temperature_attn_scale, b.temperature_attn_scale,
+       "positions are inherited");
   same("local_rope_theta", t.local_rope_theta, b.local_rope_theta, "positions are inherited");
   if (!(t.rope_scaling == b.rope_scaling)) {
     errors.push_back(

@@ -34,6 +34,17 @@ std::vector<int> NoRopeLayers(const Arch& a) {
   return out;
 }
 
+// Llama4TextAttention (attn_temperature_tuning, after arXiv:2501.19399):
+// log(floor((cache_position + 1) / floor_scale) + 1) * attn_scale + 1, on
+// NoPE layers only.
+double QueryTemperature(const Arch& a, int64_t position) {
+  if (a.temperature_floor_scale <= 0) return 1.0;
+  return std::log(std::floor((static_cast<double>(position) + 1.0) / a.temperature_floor_scale) +
+                  1.0) *
+             a.temperature_attn_scale +
+         1.0;
+}
+
 const char* AttentionName(Attention a) {
   switch (a) {
     case Attention::kFull:
@@ -368,6 +379,18 @@ void CheckFamily(const Arch& a, std::vector<std::string>* errors_out) {
     errors.push_back(absl::StrCat("attention_chunk ", a.attention_chunk,
                                   " must be a positive chunk size, or 0 for none"));
   }
+  if (a.temperature_floor_scale != 0 && !a.llama4) {
+    errors.push_back(absl::StrCat("temperature_floor_scale ", a.temperature_floor_scale,
+                                  " without llama4: only Llama 4 text scales queries by position"));
+  }
+  if (!(a.temperature_floor_scale >= 0 && std::isfinite(a.temperature_floor_scale))) {
+    errors.push_back(absl::StrCat("temperature_floor_scale ", a.temperature_floor_scale,
+                                  " must be a positive finite scale, or 0 for no tuning"));
+  }
+  if (!std::isfinite(a.temperature_attn_scale)) {
+    errors.push_back(
+        absl::StrCat("temperature_attn_scale ", a.temperature_attn_scale, " must be finite"));
+  }
   if (a.llama4 && (a.gemma || a.qkv_bias || a.qk_norm)) {
     errors.push_back("llama4 with gemma, qkv_bias or qk_norm: Llama 4 text has none of them (its "
                      "QK-norm is qk_l2_norm, without weights)");
@@ -519,6 +542,8 @@ absl::StatusOr<Arch> ConvertArch(const ArchSpec& p) {
   a.llama4 = p.llama4();
   a.qk_l2_norm = p.qk_l2_norm();
   a.attention_chunk = p.attention_chunk();
+  a.temperature_floor_scale = p.temperature_floor_scale();
+  a.temperature_attn_scale = p.temperature_attn_scale();
   a.sliding_window = p.sliding_window();
   if (p.has_rope_scaling() && p.rope_scaling().kind() != RopeScalingSpec::NONE) {
     const RopeScalingSpec& r = p.rope_scaling();
@@ -588,6 +613,8 @@ ArchSpec ArchToProto(const Arch& a) {
   p.set_llama4(a.llama4);
   p.set_qk_l2_norm(a.qk_l2_norm);
   p.set_attention_chunk(a.attention_chunk);
+  p.set_temperature_floor_scale(a.temperature_floor_scale);
+  p.set_temperature_attn_scale(a.temperature_attn_scale);
   if (const RopeScaling& r = a.rope_scaling; r.kind != RopeScaling::Kind::kNone) {
     RopeScalingSpec* s = p.mutable_rope_scaling();
     s->set_kind(r.kind == RopeScaling::Kind::kLinear ? RopeScalingSpec::LINEAR

@@ -90,6 +90,13 @@ struct Arch {
   // layers full. A chunked layer's query attends to the keys of its own
   // chunk of attention_chunk positions (causal within it).
   int attention_chunk = 0;
+  // Llama 4's attention temperature tuning (attn_temperature_tuning): a
+  // NoPE layer's queries at absolute position p are multiplied by
+  // log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1
+  // (Llama4TextAttention; QueryTemperature). floor_scale 0: off; RoPE
+  // layers are never scaled.
+  double temperature_floor_scale = 0;
+  double temperature_attn_scale = 0;
   int sliding_window = 0;            // tokens
   KvPredictionSpec kv_prediction;
   KvLayout kv_cache = KvLayout::kStandard;
@@ -112,6 +119,11 @@ const char* ArchFamily(const Arch& arch);
 
 // The NoPE layers of an arch, ascending (empty when every layer rotates).
 std::vector<int> NoRopeLayers(const Arch& arch);
+
+// The factor Llama 4's temperature tuning multiplies a NoPE layer's queries
+// at absolute position `position` by (RoPE layers are never scaled); 1
+// with tuning off (Arch::temperature_floor_scale 0).
+double QueryTemperature(const Arch& arch, int64_t position);
 
 struct ValidateOptions {
   // When > 0, d_model and d_ffn must be multiples of it (MobileLLM-Flash

@@ -341,6 +341,8 @@ absl::Status Space::Contains(const Arch& arch) const {
   fixed("llama4", arch.llama4, b.llama4);
   fixed("qk_l2_norm", arch.qk_l2_norm, b.qk_l2_norm);
   fixed("attention_chunk", arch.attention_chunk, b.attention_chunk);
+  fixed("temperature_floor_scale", arch.temperature_floor_scale, b.temperature_floor_scale);
+  fixed("temperature_attn_scale", arch.temperature_attn_scale, b.temperature_attn_scale);
   fixed("local_rope_theta", arch.local_rope_theta, b.local_rope_theta);
   fixed("rope_theta", arch.rope_theta, b.rope_theta);
   fixed("norm_eps", arch.norm_eps, b.norm_eps);

@@ -169,7 +169,7 @@ struct AttentionBlockImpl : torch::nn::Module {
     q = q.view({b, t, h, hd});
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
     if (arch.qk_norm) q = q_norm(q);
-    q = Rotated(UnitRms(q), cos, sin).transpose(1, 2);
+    q = Tempered(Rotated(UnitRms(q), cos, sin).transpose(1, 2), start);
     k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
     v = v.transpose(1, 2);
 
@@ -348,6 +348,19 @@ struct AttentionBlockImpl : torch::nn::Module {
     if (!arch.qk_l2_norm || !rope) return x;
     const torch::Tensor f = x.scalar_type() == torch::kDouble ? x : x.to(torch::kFloat);
     return (f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + arch.norm_eps)).to(x.scalar_type());
+  }
+
+  // Llama 4's attention temperature tuning: a NoPE layer's queries q
+  // [B, H, T, hd] at positions start..start+T-1 times QueryTemperature,
+  // multiplied in float and rounded back, as Llama4TextAttention does.
+  torch::Tensor Tempered(const torch::Tensor& q, int64_t start) const {
+    if (rope || arch.temperature_floor_scale <= 0) return q;
+    const int64_t t = q.size(2);
+    std::vector<double> factors(t);
+    for (int64_t i = 0; i < t; ++i) factors[i] = QueryTemperature(arch, start + i);
+    const auto wide = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+    const torch::Tensor scales = torch::tensor(factors, torch::kDouble).to(wide).view({1, 1, t, 1});
+    return (q.to(wide) * scales).to(q.scalar_type());
   }
 
   // x [B, T, heads, hd] rotated at the positions of cos/sin [T, hd]; a NoPE

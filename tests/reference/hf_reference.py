@@ -679,6 +679,11 @@ def published_mobilellm_r1_950m():
     }
 
 
+# Llama 4's attention temperature tuning at a floor_scale short prompts
+# reach (the class's default 8192 leaves every scale 1 below 8191 tokens).
+TEMPERATURE = {"attn_temperature_tuning": True, "floor_scale": 8, "attn_scale": 0.5}
+
+
 def llama4_nope_chunked():
     """Llama4TextConfig's defaults where a dense model keeps them: every 4th
     layer NoPE (no no_rope_layers list), no layer_types (so the RoPE layers
@@ -874,16 +879,21 @@ def check_llama4(hilnas, work, gen, prompt):
                     forward(dict(cfg, no_rope_layers=[1] * 5), w, prompt))
         ok &= moved("llama4: 16-token chunks would move the logits by", ref,
                     forward(dict(cfg, attention_chunk_size=16), w, prompt))
+        ok &= moved("llama4: temperature tuning with floor_scale 8 would move the logits by",
+                    ref, forward(dict(cfg, **TEMPERATURE), w, prompt))
     # Past the first chunk: a 48-token prompt in three 16-token chunks, and
     # greedy decoding into a fourth (prefill, eval's windows and the decode
     # step each attend within the query's chunk).
     ok &= check_family(hilnas, work, "llama4-chunk16", dict(cfg, attention_chunk_size=16), w,
                        prompt)
     ok &= expect_refused(hilnas, work, "llama4-moe", dict(cfg, moe_layers=[1]), w, "moe_layers")
-    ok &= expect_refused(hilnas, work, "llama4-temperature",
-                         dict(cfg, attn_temperature_tuning=True), w, "attn_temperature_tuning")
+    # Temperature tuning (the class's default, here with floor_scale 8 so
+    # that the NoPE layer's queries are scaled 1.0 .. 1.97 over the prompt
+    # and the greedy tokens), with 16-token chunks.
+    ok &= check_family(hilnas, work, "llama4-temperature",
+                       dict(cfg, attention_chunk_size=16, **TEMPERATURE), w, prompt)
     ok &= check_pruned(hilnas, work, gen, "llama4-small",
-                       dict(llama4_nope_chunked(), num_hidden_layers=8),
+                       dict(llama4_nope_chunked(), num_hidden_layers=8, **TEMPERATURE),
                        ["--layers", "5", "--d-model", "48", "--d-ffn", "96"], prompt)
     r1 = dict(published_mobilellm_r1_950m(), num_hidden_layers=6, hidden_size=64,
               intermediate_size_mlp=128, num_attention_heads=4, num_key_value_heads=2,
