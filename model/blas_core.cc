@@ -1,8 +1,10 @@
 #include "model/blas_core.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -94,6 +96,56 @@ std::string BlasCoreDescription() {
                         : ")");
   }
   return out;
+}
+
+namespace {
+
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                       float, float*, int);
+using GetThreads = int (*)();
+using SetThreads = void (*)(int);
+
+struct OpenBlasCalls {
+  Sgemm sgemm = nullptr;
+  GetThreads get_threads = nullptr;
+  SetThreads set_threads = nullptr;
+};
+
+const OpenBlasCalls& OpenBlas() {
+  static const OpenBlasCalls calls = [] {
+    OpenBlasCalls c;
+    // Only OpenBLAS: another BLAS's cblas_sgemm may thread on its own.
+    if (dlsym(RTLD_DEFAULT, "openblas_get_corename") == nullptr) return c;
+    c.sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+    c.get_threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    c.set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    if (c.get_threads == nullptr || c.set_threads == nullptr) c.sgemm = nullptr;
+    return c;
+  }();
+  return calls;
+}
+
+}  // namespace
+
+bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out) {
+  const OpenBlasCalls& blas = OpenBlas();
+  constexpr int64_t kMaxDim = int64_t{1} << 30;  // cblas takes int sizes
+  if (blas.sgemm == nullptr || m > kMaxDim || n > kMaxDim || k > kMaxDim) return false;
+  const int saved = blas.get_threads();
+  if (saved != 1) blas.set_threads(1);
+  // Blocks of 16 columns (the widest SGEMM micro-tile's), a contiguous run
+  // of them per thread: one call each.
+  constexpr int64_t kBlock = 16;
+  at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
+    const int64_t n0 = b0 * kBlock, n1 = std::min(n, b1 * kBlock);
+    // Row-major C[:, n0:n1] = X W[n0:n1]^T: CblasRowMajor (101), NoTrans
+    // (111), Trans (112).
+    blas.sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(n1 - n0), static_cast<int>(k),
+               1.0f, x, static_cast<int>(k), w + n0 * k, static_cast<int>(k), 0.0f, out + n0,
+               static_cast<int>(n));
+  });
+  if (saved != 1) blas.set_threads(saved);
+  return true;
 }
 
 }  // namespace hilnas

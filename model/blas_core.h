@@ -53,6 +53,19 @@ void ReexecForBlasCore(char** argv);
 // SkylakeX: OPENBLAS_CORETYPE ...)", or "not OpenBLAS".
 std::string BlasCoreDescription();
 
+// out [m, n] = x [m, k] @ w [n, k]^T (row-major, contiguous f32) with the
+// output columns split over ATen's thread pool, one single-threaded OpenBLAS
+// call per thread; OpenBLAS's own workers sit the product out. One pool runs
+// every op of a prompt, as llama.cpp's does: with OpenBLAS threading its own
+// products, its workers spin between them while ATen's pool runs the
+// attention, norms and activations, and a 2-thread prompt scaled 1.75x where
+// llama.cpp's scales 1.9x (bench/gemm_threads: one full4 layer's products
+// 1.80x with OpenBLAS's workers, 1.93x pooled, on an AMD EPYC). The result
+// equals OpenBLAS's single-threaded product bit for bit (the same call on
+// column blocks; no block splits a dot product). Returns false, computing
+// nothing, when the BLAS is not OpenBLAS.
+bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_MODEL_BLAS_CORE_H_

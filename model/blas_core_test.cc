@@ -1,5 +1,8 @@
 #include "model/blas_core.h"
 
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -30,6 +33,30 @@ TEST(BlasCoreTest, DescriptionNamesTheLoadedCore) {
   // Test binaries link OpenBLAS through libtorch (scripts/setup installs
   // libopenblas0-pthread as libblas.so.3).
   EXPECT_THAT(BlasCoreDescription(), ::testing::StartsWith("OpenBLAS "));
+}
+
+// The pooled product computes libtorch's x @ w^T at every shape a prompt
+// meets: one row, column counts off the 16-column blocks, more threads than
+// blocks; and leaves OpenBLAS's thread count as it found it.
+TEST(BlasCoreTest, PooledProductEqualsLibtorchs) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::manual_seed(3);
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 5},
+                                {3, 16, 64},
+                                {17, 50, 33},
+                                {256, 1000, 512},
+                                {5, 1, 9}}) {
+    const torch::Tensor x = torch::randn({m, k}), w = torch::randn({n, k});
+    torch::Tensor out = torch::full({m, n}, std::nanf(""));
+    ASSERT_TRUE(PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), m, n, k,
+                            out.data_ptr<float>()))
+        << "libtorch did not load OpenBLAS";
+    const torch::Tensor want = torch::matmul(x, w.t());
+    EXPECT_LT((out - want).abs().max().item<float>(), 1e-4 * std::sqrt(static_cast<float>(k)))
+        << m << "x" << n << "x" << k;
+  }
+  at::set_num_threads(saved);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "model/blas_core.h"
 #include "model/internal/decoder_layers.h"
 #include "model/quant.h"
 
@@ -103,6 +104,25 @@ torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
   return out;
 }
 
+// x @ w^T for a prompt: without autograd, f32, through PooledSgemm (one
+// thread pool for the prompt's every op); else libtorch's matmul.
+torch::Tensor PromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
+  if (!torch::GradMode::is_enabled() && x.scalar_type() == torch::kFloat &&
+      w.scalar_type() == torch::kFloat && w.dim() == 2 && w.is_contiguous()) {
+    RECORD_FUNCTION("hilnas::prompt_mm", {});
+    const int64_t n = w.size(0), k = w.size(1);
+    const torch::Tensor rows = x.reshape({-1, k}).contiguous();
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = n;
+    torch::Tensor out = torch::empty(shape, x.options());
+    if (PooledSgemm(rows.data_ptr<float>(), w.data_ptr<float>(), rows.size(0), n, k,
+                    out.data_ptr<float>())) {
+      return out;
+    }
+  }
+  return torch::matmul(x, w.t());
+}
+
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
   if (QuantTypeOf(w)) return QuantMatmul(x, w);
   if (w.scalar_type() != x.scalar_type()) {
@@ -111,7 +131,7 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
       shape.back() = w.size(0);
       return WeightGemv(w, x).view(shape);
     }
-    return torch::matmul(x, Widened(w, x.scalar_type()).t());
+    return PromptProduct(x, Widened(w, x.scalar_type()));
   }
   if (x.numel() == w.size(1)) {
     std::vector<int64_t> shape = x.sizes().vec();
@@ -119,7 +139,7 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
     if (x.scalar_type() == torch::kFloat) return WeightGemv(w, x).view(shape);
     return torch::mv(w, x.reshape({-1})).view(shape);
   }
-  return torch::matmul(x, w.t());
+  return PromptProduct(x, w);
 }
 
 // x through several matrices of the same width, as Project would: one

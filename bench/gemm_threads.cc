@@ -1,0 +1,163 @@
+// How a prompt's matrix products scale with threads (issue 35, item 3):
+// one layer's prefill products (q, k, v, o, gate, up, down at T prompt
+// tokens, with the residual add and SwiGLU between them, as the decoder
+// runs them) timed on 1 thread and on --threads, three ways:
+//
+//   openblas   libtorch's matmul, OpenBLAS's own worker threads (hilnas's
+//              path today);
+//   pool       the output columns split in blocks of 64 over ATen's thread
+//              pool, each block one single-threaded OpenBLAS call: one pool
+//              for every op, as llama.cpp has;
+//   pool+fuse  as pool, with q/k/v and gate/up each one product.
+//
+// Each figure is the minimum over --rounds of the mean of 32 layers
+// (--layers distinct ones in turn, 4: full4's 48 MB of f32 weights), so
+// the ratios (1 thread / N threads) are what to read; run beside
+// llama-bench's 1- and 2-thread pp rows (bench/runtime_compare.sh) to see
+// how much of the prompt's scaling gap the products are.
+//
+// usage: gemm_threads [--threads 2] [--tokens 256] [--d-model 512]
+//                     [--kv-width 128] [--d-ffn 1536] [--layers 4] [--rounds 9]
+#include <dlfcn.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "model/blas_core.h"
+#include "util/subprocess.h"
+
+namespace {
+
+using hilnas::bench::Arg;
+
+// cblas_sgemm and openblas_set_num_threads, looked up at run time (hilnas
+// links libtorch, which loads OpenBLAS; model/blas_core.cc does the same).
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                       float, float*, int);
+using SetThreads = void (*)(int);
+
+struct Layer {
+  torch::Tensor q, k, v, o, gate, up, down, qkv, gate_up;
+};
+
+struct Runner {
+  Sgemm sgemm;
+  bool pool;
+  // x [T, K] @ w[N, K]^T.
+  torch::Tensor Product(const torch::Tensor& x, const torch::Tensor& w) const {
+    if (!pool) return torch::matmul(x, w.t());
+    const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+    torch::Tensor out = torch::empty({m, n});
+    const float* a = x.data_ptr<float>();
+    const float* b = w.data_ptr<float>();
+    float* c = out.data_ptr<float>();
+    constexpr int64_t kBlock = 64;
+    at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t n0 = b0 * kBlock, n1 = std::min(n, b1 * kBlock);
+      // Row-major C[:, n0:n1] = A B[n0:n1]^T (CblasRowMajor, NoTrans, Trans).
+      sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(n1 - n0), static_cast<int>(k),
+            1.f, a, static_cast<int>(k), b + n0 * k, static_cast<int>(k), 0.f, c + n0,
+            static_cast<int>(n));
+    });
+    return out;
+  }
+  torch::Tensor Forward(const Layer& l, const torch::Tensor& x, bool fuse) const {
+    torch::Tensor q;
+    if (fuse) {
+      const torch::Tensor qkv = Product(x, l.qkv);
+      q = qkv.narrow(1, 0, l.q.size(0)).contiguous();
+    } else {
+      q = Product(x, l.q);
+      Product(x, l.k);
+      Product(x, l.v);
+    }
+    const torch::Tensor y = x + Product(q, l.o);
+    if (fuse) {
+      const torch::Tensor gu = Product(y, l.gate_up);
+      const int64_t f = l.gate.size(0);
+      return Product(torch::silu(gu.narrow(1, 0, f)).mul_(gu.narrow(1, f, f)), l.down);
+    }
+    torch::Tensor gate = Product(y, l.gate);
+    return Product(torch::silu_(gate).mul_(Product(y, l.up)), l.down);
+  }
+};
+
+// Layers taken in turn, so their weights come from memory as a model's
+// do when they outgrow the caches.
+double MsPerLayer(const Runner& r, const std::vector<Layer>& layers, const torch::Tensor& x,
+                  bool fuse, int rounds) {
+  double best = 1e30;
+  const size_t n = layers.size();
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < n; ++i) r.Forward(layers[i], x, fuse);
+    const auto t0 = std::chrono::steady_clock::now();
+    constexpr int kLayers = 32;
+    for (int i = 0; i < kLayers; ++i) r.Forward(layers[i % n], x, fuse);
+    best = std::min(best, std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - t0)
+                                  .count() /
+                              kLayers);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = std::stoi(Arg(argc, argv, "--threads", "2"));
+  // As agents time: passive OpenMP waits, OPENBLAS_NUM_THREADS, the CPU's kernels.
+  hilnas::ReexecWithTimingThreads(argv, threads, hilnas::SetBlasCoreForCpu());
+  const int64_t tokens = std::stoll(Arg(argc, argv, "--tokens", "256"));
+  const int64_t d = std::stoll(Arg(argc, argv, "--d-model", "512"));
+  const int64_t kv = std::stoll(Arg(argc, argv, "--kv-width", "128"));
+  const int64_t ffn = std::stoll(Arg(argc, argv, "--d-ffn", "1536"));
+  const int rounds = std::stoi(Arg(argc, argv, "--rounds", "9"));
+  const auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+  const auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (sgemm == nullptr || set_threads == nullptr) {
+    std::fprintf(stderr, "gemm_threads: libtorch did not load OpenBLAS (no cblas_sgemm)\n");
+    return 1;
+  }
+  const int num_layers = std::stoi(Arg(argc, argv, "--layers", "4"));
+  torch::NoGradGuard no_grad;
+  std::vector<Layer> layers(num_layers);
+  for (Layer& l : layers) {
+    l.q = torch::randn({d, d}) * 0.05;
+    l.k = torch::randn({kv, d}) * 0.05;
+    l.v = torch::randn({kv, d}) * 0.05;
+    l.o = torch::randn({d, d}) * 0.05;
+    l.gate = torch::randn({ffn, d}) * 0.05;
+    l.up = torch::randn({ffn, d}) * 0.05;
+    l.down = torch::randn({d, ffn}) * 0.05;
+    l.qkv = torch::cat({l.q, l.k, l.v});
+    l.gate_up = torch::cat({l.gate, l.up});
+  }
+  const torch::Tensor x = torch::randn({tokens, d});
+  std::printf("%s; %d layers, %lld tokens, d_model %lld, k/v width %lld, d_ffn %lld\n",
+              hilnas::BlasCoreDescription().c_str(), num_layers, static_cast<long long>(tokens),
+              static_cast<long long>(d), static_cast<long long>(kv), static_cast<long long>(ffn));
+  std::printf("| products | ms/layer 1 thread | ms/layer %d threads | scaling |\n|---|---:|---:|---:|\n",
+              threads);
+  struct Way {
+    const char* name;
+    bool pool, fuse;
+  };
+  for (const Way& way : {Way{"openblas", false, false}, Way{"pool", true, false},
+                         Way{"pool+fuse", true, true}}) {
+    const Runner r{sgemm, way.pool};
+    double ms[2];
+    for (int i = 0; i < 2; ++i) {
+      const int n = i == 0 ? 1 : threads;
+      at::set_num_threads(n);
+      set_threads(way.pool ? 1 : n);
+      ms[i] = MsPerLayer(r, layers, x, way.fuse, rounds);
+    }
+    std::printf("| %s | %.3f | %.3f | %.2fx |\n", way.name, ms[0], ms[1], ms[0] / ms[1]);
+  }
+  return 0;
+}
