@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -130,7 +131,14 @@ const OpenBlasCalls& OpenBlas() {
 bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out) {
   const OpenBlasCalls& blas = OpenBlas();
   constexpr int64_t kMaxDim = int64_t{1} << 30;  // cblas takes int sizes
-  if (blas.sgemm == nullptr || m > kMaxDim || n > kMaxDim || k > kMaxDim) return false;
+  if (blas.sgemm == nullptr || m < 1 || n < 1 || k < 1 || m > kMaxDim || n > kMaxDim ||
+      k > kMaxDim) {
+    return false;  // empty products (lda 0 is not a valid call) go to libtorch
+  }
+  // OpenBLAS's thread count is the process's: products from two threads at
+  // once take turns, so neither restores the other's 1.
+  static std::mutex toggle;
+  std::lock_guard<std::mutex> lock(toggle);
   const int saved = blas.get_threads();
   if (saved != 1) blas.set_threads(1);
   // Blocks of 16 columns (the widest SGEMM micro-tile's), a contiguous run
