@@ -5,9 +5,10 @@
 //
 //   openblas   libtorch's matmul, OpenBLAS's own worker threads (hilnas's
 //              path today);
-//   pool       the output columns split in blocks of 64 over ATen's thread
-//              pool, each block one single-threaded OpenBLAS call: one pool
-//              for every op, as llama.cpp has;
+//   pool       PooledSgemm (model/blas_core.h, what the runtime calls): the
+//              output columns split over ATen's thread pool, one
+//              single-threaded OpenBLAS call per thread: one pool for every
+//              op, as llama.cpp has;
 //   pool+fuse  as pool, with q/k/v and gate/up each one product.
 //
 // Each figure is the minimum over --rounds of the mean of 32 layers
@@ -35,10 +36,8 @@ namespace {
 
 using hilnas::bench::Arg;
 
-// cblas_sgemm and openblas_set_num_threads, looked up at run time (hilnas
-// links libtorch, which loads OpenBLAS; model/blas_core.cc does the same).
-using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
-                       float, float*, int);
+// openblas_set_num_threads, looked up at run time (hilnas links libtorch,
+// which loads OpenBLAS).
 using SetThreads = void (*)(int);
 
 struct Layer {
@@ -46,24 +45,13 @@ struct Layer {
 };
 
 struct Runner {
-  Sgemm sgemm;
   bool pool;
   // x [T, K] @ w[N, K]^T.
   torch::Tensor Product(const torch::Tensor& x, const torch::Tensor& w) const {
     if (!pool) return torch::matmul(x, w.t());
-    const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-    torch::Tensor out = torch::empty({m, n});
-    const float* a = x.data_ptr<float>();
-    const float* b = w.data_ptr<float>();
-    float* c = out.data_ptr<float>();
-    constexpr int64_t kBlock = 64;
-    at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
-      const int64_t n0 = b0 * kBlock, n1 = std::min(n, b1 * kBlock);
-      // Row-major C[:, n0:n1] = A B[n0:n1]^T (CblasRowMajor, NoTrans, Trans).
-      sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(n1 - n0), static_cast<int>(k),
-            1.f, a, static_cast<int>(k), b + n0 * k, static_cast<int>(k), 0.f, c + n0,
-            static_cast<int>(n));
-    });
+    torch::Tensor out = torch::empty({x.size(0), w.size(0)});
+    hilnas::PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), x.size(0), w.size(0), x.size(1),
+                        out.data_ptr<float>());
     return out;
   }
   torch::Tensor Forward(const Layer& l, const torch::Tensor& x, bool fuse) const {
@@ -117,10 +105,9 @@ int main(int argc, char** argv) {
   const int64_t kv = std::stoll(Arg(argc, argv, "--kv-width", "128"));
   const int64_t ffn = std::stoll(Arg(argc, argv, "--d-ffn", "1536"));
   const int rounds = std::stoi(Arg(argc, argv, "--rounds", "9"));
-  const auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
   const auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (sgemm == nullptr || set_threads == nullptr) {
-    std::fprintf(stderr, "gemm_threads: libtorch did not load OpenBLAS (no cblas_sgemm)\n");
+  if (set_threads == nullptr) {
+    std::fprintf(stderr, "gemm_threads: libtorch did not load OpenBLAS\n");
     return 1;
   }
   const int num_layers = std::stoi(Arg(argc, argv, "--layers", "4"));
@@ -149,12 +136,12 @@ int main(int argc, char** argv) {
   };
   for (const Way& way : {Way{"openblas", false, false}, Way{"pool", true, false},
                          Way{"pool+fuse", true, true}}) {
-    const Runner r{sgemm, way.pool};
+    const Runner r{way.pool};
     double ms[2];
     for (int i = 0; i < 2; ++i) {
       const int n = i == 0 ? 1 : threads;
       at::set_num_threads(n);
-      set_threads(way.pool ? 1 : n);
+      set_threads(n);  // PooledSgemm sets 1 for its products itself
       ms[i] = MsPerLayer(r, layers, x, way.fuse, rounds);
     }
     std::printf("| %s | %.3f | %.3f | %.2fx |\n", way.name, ms[0], ms[1], ms[0] / ms[1]);

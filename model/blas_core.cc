@@ -126,7 +126,30 @@ const OpenBlasCalls& OpenBlas() {
   return calls;
 }
 
+// OpenBLAS's thread count is the process's: PooledSgemm sets it to 1 and
+// leaves it there (setting it back after every product made one product in
+// four or so wait: a layer's products 8.4 ms or 10.3 ms on 2 threads,
+// bench/gemm_threads, instead of 8.4 always), remembering what it was for
+// OpenBlasThreadsScope.
+std::mutex blas_threads_mutex;
+int blas_threads_before_pool = 0;  // 0: not changed
+int open_scopes = 0;
+
 }  // namespace
+
+OpenBlasThreadsScope::OpenBlasThreadsScope() {
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  ++open_scopes;
+  const OpenBlasCalls& blas = OpenBlas();
+  if (blas.sgemm != nullptr && blas_threads_before_pool > 1 && blas.get_threads() == 1) {
+    blas.set_threads(blas_threads_before_pool);
+  }
+}
+
+OpenBlasThreadsScope::~OpenBlasThreadsScope() {
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  --open_scopes;
+}
 
 bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out) {
   const OpenBlasCalls& blas = OpenBlas();
@@ -135,12 +158,13 @@ bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k
       k > kMaxDim) {
     return false;  // empty products (lda 0 is not a valid call) go to libtorch
   }
-  // OpenBLAS's thread count is the process's: products from two threads at
-  // once take turns, so neither restores the other's 1.
-  static std::mutex toggle;
-  std::lock_guard<std::mutex> lock(toggle);
-  const int saved = blas.get_threads();
-  if (saved != 1) blas.set_threads(1);
+  // Products from two threads at once take turns (one pool serves both).
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  if (open_scopes > 0) return false;  // OpenBLAS's own threads, as training wants
+  if (const int now = blas.get_threads(); now != 1) {
+    blas_threads_before_pool = now;
+    blas.set_threads(1);
+  }
   // Blocks of 16 columns (the widest SGEMM micro-tile's), a contiguous run
   // of them per thread: one call each.
   constexpr int64_t kBlock = 16;
@@ -152,7 +176,6 @@ bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k
                1.0f, x, static_cast<int>(k), w + n0 * k, static_cast<int>(k), 0.0f, out + n0,
                static_cast<int>(n));
   });
-  if (saved != 1) blas.set_threads(saved);
   return true;
 }
 

@@ -55,7 +55,8 @@ std::string BlasCoreDescription();
 
 // out [m, n] = x [m, k] @ w [n, k]^T (row-major, contiguous f32) with the
 // output columns split over ATen's thread pool, one single-threaded OpenBLAS
-// call per thread; OpenBLAS's own workers sit the product out. One pool runs
+// call per thread; OpenBLAS's own workers sit the product out (its thread
+// count is left at 1 afterwards; OpenBlasThreadsScope gives them back). One pool runs
 // every op of a prompt, as llama.cpp's does: with OpenBLAS threading its own
 // products, its workers spin between them while ATen's pool runs the
 // attention, norms and activations, and a 2-thread prompt scaled 1.75x where
@@ -66,6 +67,19 @@ std::string BlasCoreDescription();
 // backbone's held-out loss is unchanged. Returns false, computing nothing,
 // when the BLAS is not OpenBLAS or the product is empty.
 bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out);
+
+// While one lives, PooledSgemm declines (returns false) and OpenBLAS has the
+// threads it had before PooledSgemm set it to one: for training, whose
+// backward products go to OpenBLAS through autograd, and whose evaluations
+// and teacher forwards between steps would otherwise switch it back and
+// forth.
+class OpenBlasThreadsScope {
+ public:
+  OpenBlasThreadsScope();
+  ~OpenBlasThreadsScope();
+  OpenBlasThreadsScope(const OpenBlasThreadsScope&) = delete;
+  OpenBlasThreadsScope& operator=(const OpenBlasThreadsScope&) = delete;
+};
 
 }  // namespace hilnas
 

@@ -1,6 +1,7 @@
 #include "model/blas_core.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include "gmock/gmock.h"
@@ -62,6 +63,30 @@ TEST(BlasCoreTest, PooledProductEqualsLibtorchs) {
         << m << "x" << n << "x" << k;
   }
   at::set_num_threads(saved);
+}
+
+// PooledSgemm leaves OpenBLAS at one thread; a scope gives it back what it
+// had and makes PooledSgemm decline, for training.
+TEST(BlasCoreTest, ThreadsScopeGivesOpenBlasItsThreadsBack) {
+  using GetThreads = int (*)();
+  using SetThreads = void (*)(int);
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  ASSERT_TRUE(get != nullptr && set != nullptr) << "libtorch did not load OpenBLAS";
+  set(2);
+  const torch::Tensor x = torch::randn({4, 8}), w = torch::randn({32, 8});
+  torch::Tensor out = torch::empty({4, 32});
+  ASSERT_TRUE(PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), 4, 32, 8, out.data_ptr<float>()));
+  EXPECT_EQ(get(), 1);
+  {
+    const OpenBlasThreadsScope scope;
+    EXPECT_EQ(get(), 2);
+    EXPECT_FALSE(
+        PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), 4, 32, 8, out.data_ptr<float>()));
+    EXPECT_EQ(get(), 2);
+  }
+  EXPECT_TRUE(PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), 4, 32, 8, out.data_ptr<float>()));
+  EXPECT_EQ(get(), 1);
 }
 
 }  // namespace

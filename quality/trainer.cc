@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "model/blas_core.h"
 #include "model/checkpoint.h"
 #include "model/quant.h"
 #include "nlohmann/json.hpp"
@@ -313,6 +314,9 @@ absl::StatusOr<TrainResult> Train(Decoder& student, Decoder* teacher, const Toke
         "distillation needs a teacher with the student's vocabulary (distill_weight > 0)");
   }
   TrainResult r;
+  // Training multiplies through autograd and OpenBLAS's own threads, before
+  // and after each step's evaluations: no switching to the pooled products.
+  const OpenBlasThreadsScope blas_threads;
   try {
     std::vector<torch::Tensor> params;
     for (auto& [name, t] : student.NamedTensors()) params.push_back(t);
