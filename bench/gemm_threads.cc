@@ -19,7 +19,6 @@
 //
 // usage: gemm_threads [--threads 2] [--tokens 256] [--d-model 512]
 //                     [--kv-width 128] [--d-ffn 1536] [--layers 4] [--rounds 9]
-#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -35,10 +34,6 @@
 namespace {
 
 using hilnas::bench::Arg;
-
-// openblas_set_num_threads, looked up at run time (hilnas links libtorch,
-// which loads OpenBLAS).
-using SetThreads = void (*)(int);
 
 struct Layer {
   torch::Tensor q, k, v, o, gate, up, down, qkv, gate_up;
@@ -105,8 +100,7 @@ int main(int argc, char** argv) {
   const int64_t kv = std::stoll(Arg(argc, argv, "--kv-width", "128"));
   const int64_t ffn = std::stoll(Arg(argc, argv, "--d-ffn", "1536"));
   const int rounds = std::stoi(Arg(argc, argv, "--rounds", "9"));
-  const auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (set_threads == nullptr) {
+  if (hilnas::OpenBlasThreads() == 0) {
     std::fprintf(stderr, "gemm_threads: libtorch did not load OpenBLAS\n");
     return 1;
   }
@@ -141,7 +135,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 2; ++i) {
       const int n = i == 0 ? 1 : threads;
       at::set_num_threads(n);
-      set_threads(n);  // PooledSgemm sets 1 for its products itself
+      hilnas::SetOpenBlasThreads(n);  // PooledSgemm sets 1 for its products itself
       ms[i] = MsPerLayer(r, layers, x, way.fuse, rounds);
     }
     std::printf("| %s | %.3f | %.3f | %.2fx |\n", way.name, ms[0], ms[1], ms[0] / ms[1]);

@@ -137,6 +137,17 @@ int open_scopes = 0;
 
 }  // namespace
 
+int OpenBlasThreads() {
+  const OpenBlasCalls& blas = OpenBlas();
+  return blas.get_threads != nullptr ? blas.get_threads() : 0;
+}
+
+void SetOpenBlasThreads(int threads) {
+  const OpenBlasCalls& blas = OpenBlas();
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);  // not under a pooled product
+  if (blas.set_threads != nullptr) blas.set_threads(threads);
+}
+
 OpenBlasThreadsScope::OpenBlasThreadsScope() {
   std::lock_guard<std::mutex> lock(blas_threads_mutex);
   ++open_scopes;

@@ -68,6 +68,12 @@ std::string BlasCoreDescription();
 // when the BLAS is not OpenBLAS or the product is empty.
 bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out);
 
+// OpenBLAS's own thread count (openblas_get_num_threads /
+// openblas_set_num_threads, looked up at run time): 0, and setting does
+// nothing, when the BLAS is not OpenBLAS.
+int OpenBlasThreads();
+void SetOpenBlasThreads(int threads);
+
 // While one lives, PooledSgemm declines (returns false) and OpenBLAS has the
 // threads it had before PooledSgemm set it to one: for training, whose
 // backward products go to OpenBLAS through autograd, and whose evaluations

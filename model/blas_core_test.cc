@@ -1,7 +1,6 @@
 #include "model/blas_core.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include "gmock/gmock.h"
@@ -38,7 +37,7 @@ TEST(BlasCoreTest, DescriptionNamesTheLoadedCore) {
 
 // The pooled product computes libtorch's x @ w^T at every shape a prompt
 // meets: one row, column counts off the 16-column blocks, more threads than
-// blocks; and leaves OpenBLAS's thread count as it found it.
+// blocks.
 TEST(BlasCoreTest, PooledProductEqualsLibtorchs) {
   const int saved = at::get_num_threads();
   at::set_num_threads(2);
@@ -68,25 +67,21 @@ TEST(BlasCoreTest, PooledProductEqualsLibtorchs) {
 // PooledSgemm leaves OpenBLAS at one thread; a scope gives it back what it
 // had and makes PooledSgemm decline, for training.
 TEST(BlasCoreTest, ThreadsScopeGivesOpenBlasItsThreadsBack) {
-  using GetThreads = int (*)();
-  using SetThreads = void (*)(int);
-  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  ASSERT_TRUE(get != nullptr && set != nullptr) << "libtorch did not load OpenBLAS";
-  set(2);
+  ASSERT_GT(OpenBlasThreads(), 0) << "libtorch did not load OpenBLAS";
+  SetOpenBlasThreads(2);
   const torch::Tensor x = torch::randn({4, 8}), w = torch::randn({32, 8});
   torch::Tensor out = torch::empty({4, 32});
   ASSERT_TRUE(PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), 4, 32, 8, out.data_ptr<float>()));
-  EXPECT_EQ(get(), 1);
+  EXPECT_EQ(OpenBlasThreads(), 1);
   {
     const OpenBlasThreadsScope scope;
-    EXPECT_EQ(get(), 2);
+    EXPECT_EQ(OpenBlasThreads(), 2);
     EXPECT_FALSE(
         PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), 4, 32, 8, out.data_ptr<float>()));
-    EXPECT_EQ(get(), 2);
+    EXPECT_EQ(OpenBlasThreads(), 2);
   }
   EXPECT_TRUE(PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), 4, 32, 8, out.data_ptr<float>()));
-  EXPECT_EQ(get(), 1);
+  EXPECT_EQ(OpenBlasThreads(), 1);
 }
 
 }  // namespace

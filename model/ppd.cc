@@ -1,6 +1,5 @@
 #include "model/ppd.h"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/blas_core.h"
 #include "absl/synchronization/mutex.h"
 #include "util/median.h"
 
@@ -97,11 +97,7 @@ std::vector<int64_t> TopK(const torch::Tensor& logits, int k) {
 
 void UseOneThreadPerUnit() {
   at::set_num_threads(1);
-  // libtorch does not size OpenBLAS's own pool; ask it directly.
-  using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    f(1);
-  }
+  SetOpenBlasThreads(1);  // libtorch does not size OpenBLAS's own pool
 }
 
 PpdPrediction PredictPpd(int d, int d_bar, int k, int64_t l, double p) {
