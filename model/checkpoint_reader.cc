@@ -211,7 +211,7 @@ absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype, absl::string_
   // Tensors stream from the file(s) into the model a block of rows at a
   // time: the peak is the model in `dtype` (or as `weight_dtype` stores
   // it) plus one block, not the file and the model side by side.
-  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::CreateForLoading(arch, dtype));
+  HILNAS_ASSIGN_OR_RETURN(Decoder decoder, Decoder::CreateForLoading(arch, dtype, weight_dtype));
   HILNAS_ASSIGN_OR_RETURN(const Decoder::ParameterSetter set, decoder.SetterFor(weight_dtype));
   std::map<std::string, torch::Tensor> params;
   for (auto& [name, param] : decoder.NamedTensors()) params.emplace(name, param);

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <unordered_set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/internal/decoder_layers.h"
@@ -23,7 +26,7 @@ using decoder_internal::WriteRing;
 
 namespace {
 
-// Parameters of 2 MiB and more move to 2 MiB-aligned buffers that Linux is
+// A decoder's parameters live in one 2 MiB-aligned buffer that Linux is
 // asked to back with transparent huge pages (madvise; Debian's default THP
 // mode is "madvise", so nothing is huge unless asked). A decode step streams
 // every weight once: with 4 KiB pages a one-thread GEMV over 56 MiB read
@@ -34,35 +37,44 @@ namespace {
 // no THP (most Android kernels) the advice is ignored and nothing changes.
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// An uninitialised tensor, in a 2 MiB-aligned buffer whose whole huge
-// pages are advised MADV_HUGEPAGE when it is 2 MiB or more (else, or when
-// that fails, libtorch's own). The buffer is not rounded up to a huge page:
-// its tail stays in small pages, so a Q4_0 matrix of 9.4 MB does not cost
-// 10 MB (112 such matrices in a 1B model: 70 MB of rounding).
-torch::Tensor HugePageEmpty(at::IntArrayRef sizes, const torch::TensorOptions& options) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  const size_t bytes = static_cast<size_t>(n) * options.dtype().itemsize();
-  void* buf = nullptr;
-  if (bytes < kHugePage || posix_memalign(&buf, kHugePage, bytes) != 0) {
-    return torch::empty(sizes, options);
-  }
-#ifdef MADV_HUGEPAGE
-  madvise(buf, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
-#endif
-  return torch::from_blob(
-      buf, sizes, [](void* q) { std::free(q); }, options);
-}
-
-bool OnHugePageBoundary(const torch::Tensor& p) {
-  return reinterpret_cast<uintptr_t>(p.data_ptr()) % kHugePage == 0;
-}
-
-void BackWithHugePages(torch::nn::Module& module, bool copy) {
+// Every parameter of `module` moves into one buffer, 2 MiB-aligned, advised
+// MADV_HUGEPAGE as a whole and rounded up to whole huge pages once, each
+// parameter at a 64-byte boundary in the order the module lists them (the
+// order a decode step reads them). Matrices under 2 MiB (a full4 layer's q,
+// k, v and o; the 1 MiB tails of its MLP matrices) sat in small pages when
+// each large one had a buffer of its own: 22 of full4's 57 MB, and a
+// one-thread f32 GEMV over its 57 MB read 1.9-2.8 ms; over one buffer of
+// huge pages 1.4-1.6 ms (AMD EPYC; bench/data/runtime-compare.md). A tied
+// head is the embedding's own tensor: moved once. With `copy`, values move
+// too, one parameter at a time, so the old buffers go as the new one fills
+// (the peak is the model once plus its largest parameter); without, the
+// buffer is uninitialised (a loader fills it). Below one huge page, or when
+// the buffer cannot be had, parameters stay in libtorch's buffers.
+void PackParameters(torch::nn::Module& module, bool copy) {
+  constexpr size_t kAlign = 64;
+  std::vector<torch::Tensor> params;
+  std::vector<size_t> offsets;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  size_t total = 0;
   for (torch::Tensor& p : module.parameters()) {
-    if (p.nbytes() < kHugePage || !p.is_contiguous() || OnHugePageBoundary(p)) continue;
-    torch::Tensor moved = HugePageEmpty(p.sizes(), p.options());
-    if (!OnHugePageBoundary(moved)) continue;  // keep libtorch's buffer
+    if (!p.is_contiguous() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    total = (total + kAlign - 1) / kAlign * kAlign;
+    offsets.push_back(total);
+    total += p.nbytes();
+    params.push_back(p);
+  }
+  if (total < kHugePage) return;
+  const size_t bytes = (total + kHugePage - 1) / kHugePage * kHugePage;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, kHugePage, bytes) != 0) return;
+#ifdef MADV_HUGEPAGE
+  madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+  const std::shared_ptr<void> arena(buf, std::free);
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor& p = params[i];
+    torch::Tensor moved = torch::from_blob(
+        static_cast<char*>(buf) + offsets[i], p.sizes(), [arena](void*) {}, p.options());
     if (copy) moved.copy_(p);
     p.set_data(moved);
   }
@@ -142,9 +154,12 @@ using MatrixStore = std::function<torch::Tensor(const torch::Tensor&)>;
 
 // The storage `name` (f32, bf16, f16, q4_0, q8_0) for every matrix of
 // `impl`, checked against all of them before any is changed: an f32
-// decoder, no slim cache, matrices still f32, and for the block formats
-// rows of whole blocks (INVALID_ARGUMENT naming the first matrix off it).
-absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_view name) {
+// decoder, no slim cache, matrices still f32 (or, when `loading`, already
+// of the stored type: CreateForLoading shaped them so), and for the block
+// formats rows of whole blocks (INVALID_ARGUMENT naming the first matrix
+// off it).
+absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_view name,
+                                       bool loading = false) {
   if (name == "f32") return MatrixStore();
   const std::optional<QuantType> quant = ParseQuantType(name);
   if (name != "f16" && name != "bf16" && !quant) {
@@ -159,9 +174,13 @@ absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_vie
     return absl::UnimplementedError(
         "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
   }
+  const torch::Dtype stored = quant           ? torch::kByte
+                             : name == "f16" ? torch::kHalf
+                                             : torch::kBFloat16;
   for (const auto& item : impl.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (p.dim() < 2) continue;  // norm scales stay f32; quantized matrices are 3-D
+    if (loading && p.scalar_type() == stored) continue;
     if (p.scalar_type() != torch::kFloat) {
       return absl::FailedPreconditionError(
           absl::StrCat(item.key(), " is already stored as ", c10::toString(p.scalar_type())));
@@ -206,10 +225,10 @@ torch::Tensor DrawStored(int64_t rows, int64_t cols, double std, at::Generator& 
     torch::Tensor part = drawn.narrow(0, 0, n);
     part.normal_(0.0, std, gen);
     const torch::Tensor stored = store(part);
-    if (!out.defined()) {  // where the decoder keeps it (not copied again)
+    if (!out.defined()) {  // the whole stored matrix (PackParameters moves it once)
       std::vector<int64_t> shape = stored.sizes().vec();
       shape[0] = rows;
-      out = HugePageEmpty(shape, stored.options());
+      out = torch::empty(shape, stored.options());
     }
     out.narrow(0, r0, n).copy_(stored);
   }
@@ -223,8 +242,9 @@ absl::StatusOr<Decoder> Decoder::Create(const Arch& arch, uint64_t seed, torch::
   return CreateImpl(arch, seed, dtype, /*initialize=*/true, weight_dtype);
 }
 
-absl::StatusOr<Decoder> Decoder::CreateForLoading(const Arch& arch, torch::Dtype dtype) {
-  return CreateImpl(arch, 0, dtype, /*initialize=*/false, "f32");
+absl::StatusOr<Decoder> Decoder::CreateForLoading(const Arch& arch, torch::Dtype dtype,
+                                                  absl::string_view weight_dtype) {
+  return CreateImpl(arch, 0, dtype, /*initialize=*/false, weight_dtype);
 }
 
 absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, torch::Dtype dtype,
@@ -238,7 +258,20 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
     if (!initialize) {
       impl->to(dtype);
       impl->eval();
-      BackWithHugePages(*impl, /*copy=*/false);  // the loader fills them
+      HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
+      if (store) {
+        // Each matrix takes its stored form's shape and type (those of one
+        // stored row), so the loader writes stored rows into the packed
+        // buffer and no matrix is allocated twice.
+        for (torch::Tensor& p : impl->parameters()) {
+          if (p.dim() != 2 || p.scalar_type() != torch::kFloat) continue;
+          const torch::Tensor row = store(torch::zeros({1, p.size(1)}));
+          std::vector<int64_t> shape = row.sizes().vec();
+          shape[0] = p.size(0);
+          SetStored(p, torch::empty(shape, row.options()));
+        }
+      }
+      PackParameters(*impl, /*copy=*/false);  // the loader fills them
       return Decoder(impl);
     }
     HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
@@ -271,7 +304,7 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
     }
     if (!store) impl->to(dtype);  // stored matrices are not converted back
     impl->eval();
-    BackWithHugePages(*impl, /*copy=*/true);
+    PackParameters(*impl, /*copy=*/true);
     return d;
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(
@@ -294,7 +327,8 @@ absl::Status Decoder::QuantizeWeights(QuantType type) {
 }
 
 absl::StatusOr<Decoder::ParameterSetter> Decoder::SetterFor(absl::string_view weight_dtype) const {
-  HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, weight_dtype));
+  HILNAS_ASSIGN_OR_RETURN(const MatrixStore store,
+                          StorageFor(*impl_, weight_dtype, /*loading=*/true));
   return ParameterSetter([store](torch::Tensor& param, const torch::Tensor& rows, int64_t row0) {
     if (param.dim() < 2) {
       param.copy_(rows);  // a norm scale, whole
@@ -305,10 +339,12 @@ absl::StatusOr<Decoder::ParameterSetter> Decoder::SetterFor(absl::string_view we
       return;
     }
     const torch::Tensor stored = store(rows.to(torch::kFloat).contiguous());
-    if (row0 == 0) {  // the matrix's stored form, where Create's would be
+    if (row0 == 0 && (param.scalar_type() != stored.scalar_type() || param.dim() != stored.dim())) {
+      // A decoder not created for this storage (CreateForLoading's
+      // weight_dtype): the stored matrix in a buffer of its own.
       std::vector<int64_t> shape = stored.sizes().vec();
       shape[0] = param.size(0);
-      SetStored(param, HugePageEmpty(shape, stored.options()));
+      SetStored(param, torch::empty(shape, stored.options()));
     }
     param.narrow(0, row0, rows.size(0)).copy_(stored);
   });
@@ -325,7 +361,7 @@ absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
     // The stored matrices are new buffers: back them with huge pages as
     // Create's are (a loaded big12 at Q4_0 decoded at 22.8 ms/token from
     // small pages, 17.4 from huge ones).
-    BackWithHugePages(*impl_, /*copy=*/true);
+    PackParameters(*impl_, /*copy=*/true);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("storing ", impl_->arch_.name, " as ", name, ": ",
                                             e.what_without_backtrace()));

@@ -127,8 +127,12 @@ class Decoder {
                                         torch::Dtype dtype = torch::kFloat,
                                         absl::string_view weight_dtype = "f32");
   // The architecture with weights that are about to be overwritten (by
-  // LoadCheckpoint): no random initialisation.
-  static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype);
+  // LoadCheckpoint): no random initialisation. Matrices already have the
+  // shape and type `weight_dtype` stores them in (SetterFor of the same
+  // name then writes stored rows in place); errors are StoreWeightsAs's.
+  // Every decoder's parameters share one buffer advised as huge pages.
+  static absl::StatusOr<Decoder> CreateForLoading(const Arch& arch, torch::Dtype dtype,
+                                                  absl::string_view weight_dtype = "f32");
   // How a loader sets a parameter of this decoder (one of NamedTensors())
   // from `rows` read from a file: rows [row0, row0 + rows.size(0)) of it
   // (any float dtype; blocks of a matrix in order, from row 0; a 1-D

@@ -1,10 +1,13 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_reader.h"
 #include "model/generate.h"
 #include "model/quant.h"
 #include "model/safetensors.h"
@@ -65,26 +68,88 @@ TEST(DecoderTest, Llama3RopeScalingStretchesOnlyTheLowFrequencies) {
   EXPECT_TRUE(torch::allclose(RopeInverseFrequencies(a), plain / 8));
 }
 
-// Weights of 2 MiB and more sit in 2 MiB-aligned buffers (advised as huge
-// pages) and keep their values (loaded decoders take the same path before
-// the loader fills them: CheckpointTest's round trips).
-TEST(DecoderTest, LargeWeightsSitOnHugePageBoundaries) {
-  Arch a = TinyMixedArch();
-  a.vocab_size = 8192;  // embedding 8192 x 64 f32 = 2 MiB
-  a.d_model = 64;
-  a.head_dim = 16;
-  auto created = Decoder::Create(a, 3);
-  ASSERT_TRUE(created.ok()) << created.status();
-  int large = 0;
-  for (const auto& [name, t] : created->NamedTensors()) {
-    const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
-    if (t.nbytes() >= (size_t{2} << 20)) {
-      ++large;
-      EXPECT_EQ(address % (uintptr_t{2} << 20), 0u) << name;
-      EXPECT_GT(t.abs().sum().item<double>(), 0) << name << " lost its initial values";
-    }
+// Every parameter in one buffer (PackParameters): in address order each
+// starts at most 64 bytes after the one before ends, the first on a 2 MiB
+// boundary; a tied head counts once.
+void ExpectOneHugePageBuffer(const Decoder& d, const std::string& what) {
+  std::vector<std::pair<uintptr_t, size_t>> spans;
+  for (const torch::Tensor& t : d.Parameters()) {
+    spans.push_back({reinterpret_cast<uintptr_t>(t.data_ptr()), t.nbytes()});
   }
-  EXPECT_GE(large, 1);
+  std::sort(spans.begin(), spans.end());
+  spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+  ASSERT_FALSE(spans.empty()) << what;
+  ASSERT_GE(spans.back().first + spans.back().second - spans[0].first, size_t{2} << 20)
+      << what << ": under one huge page, parameters stay in libtorch's buffers";
+  EXPECT_EQ(spans[0].first % (uintptr_t{2} << 20), 0u) << what;
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
+    EXPECT_GE(spans[i].first, end) << what << ": parameters " << i - 1 << " and " << i << " overlap";
+    EXPECT_LT(spans[i].first, end + 64) << what << ": parameter " << i << " is not in the buffer";
+  }
+}
+
+// A decode step streams every weight once, so all of them, small matrices
+// and norms too, share one buffer advised as huge pages, whichever way the
+// decoder was made: drawn (f32 or stored as drawn), stored afterwards,
+// loaded (f32 or stored as read). Values survive every move.
+TEST(DecoderTest, ParametersShareOneHugePageBuffer) {
+  Arch a = TinyMixedArch();
+  a.vocab_size = 16384;  // embedding 16384 x 256: 16 MiB in f32, 2.25 MiB as Q4_0
+  a.d_model = 256;
+  a.head_dim = 16;
+  for (bool tied : {false, true}) {
+    a.tie_embeddings = tied;
+    const std::string form = tied ? "tied" : "untied";
+    ASSERT_OK_AND_ASSIGN(Decoder drawn, Decoder::Create(a, 3));
+    ExpectOneHugePageBuffer(drawn, form + " f32");
+    std::map<std::string, torch::Tensor> before;
+    for (const auto& [name, t] : drawn.NamedTensors()) {
+      if (t.dim() == 2) {
+        EXPECT_GT(t.abs().sum().item<double>(), 0) << name << " lost its values";
+      }
+      before[name] = t.clone();
+    }
+    ASSERT_OK(drawn.StoreWeightsAs("f16"));
+    ExpectOneHugePageBuffer(drawn, form + " stored as f16");
+    for (const auto& [name, t] : drawn.NamedTensors()) {
+      EXPECT_TRUE(torch::equal(t, before.at(name).to(t.scalar_type()))) << name;
+    }
+    ASSERT_OK_AND_ASSIGN(Decoder q4, Decoder::Create(a, 3, torch::kFloat, "q4_0"));
+    ExpectOneHugePageBuffer(q4, form + " drawn as q4_0");
+
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("hilnas_pack_" + form)).string();
+    std::filesystem::remove_all(dir);
+    ASSERT_OK_AND_ASSIGN(Decoder saved, Decoder::Create(a, 3));
+    ASSERT_OK(SaveCheckpoint(saved, dir, StorageDtype::kF32));
+    for (const char* type : {"f32", "q8_0"}) {
+      ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(dir));
+      ASSERT_OK_AND_ASSIGN(Decoder loaded, reader->Load(torch::kFloat, type));
+      ExpectOneHugePageBuffer(loaded, form + " loaded as " + type);
+    }
+    // Made for f32 and set as f16: still right, the matrix in a buffer of
+    // its own. Made for q8_0, no other storage is taken.
+    ASSERT_OK_AND_ASSIGN(Decoder as_q8, Decoder::CreateForLoading(a, torch::kFloat, "q8_0"));
+    EXPECT_THAT(as_q8.SetterFor("f16").status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already stored")));
+    ASSERT_OK_AND_ASSIGN(Decoder made, Decoder::CreateForLoading(a, torch::kFloat));
+    ASSERT_OK_AND_ASSIGN(const Decoder::ParameterSetter set, made.SetterFor("f16"));
+    torch::Tensor embedding;
+    for (const auto& [name, t] : made.NamedTensors()) {
+      if (name == "model.embed_tokens.weight") embedding = t;
+    }
+    ASSERT_TRUE(embedding.defined());
+    EXPECT_EQ(embedding.scalar_type(), torch::kFloat);
+    const torch::Tensor rows = before.at("model.embed_tokens.weight").to(torch::kBFloat16);
+    {
+      torch::NoGradGuard no_grad;  // as the loader sets parameters
+      set(embedding, rows, 0);
+    }
+    EXPECT_EQ(embedding.scalar_type(), torch::kHalf);
+    EXPECT_TRUE(torch::equal(embedding, rows.to(torch::kHalf)));
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(DecoderTest, ParameterCountEqualsStaticCount) {
