@@ -37,49 +37,6 @@ namespace {
 // no THP (most Android kernels) the advice is ignored and nothing changes.
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// Every parameter of `module` moves into one buffer, 2 MiB-aligned, advised
-// MADV_HUGEPAGE as a whole and rounded up to whole huge pages once, each
-// parameter at a 64-byte boundary in the order the module lists them (the
-// order a decode step reads them). Matrices under 2 MiB (a full4 layer's q,
-// k, v and o; the 1 MiB tails of its MLP matrices) sat in small pages when
-// each large one had a buffer of its own: 22 of full4's 57 MB, and a
-// one-thread f32 GEMV over its 57 MB read 1.9-2.8 ms; over one buffer of
-// huge pages 1.4-1.6 ms (AMD EPYC; bench/data/runtime-compare.md). A tied
-// head is the embedding's own tensor: moved once. With `copy`, values move
-// too, one parameter at a time, so the old buffers go as the new one fills
-// (the peak is the model once plus its largest parameter); without, the
-// buffer is uninitialised (a loader fills it). Below one huge page, or when
-// the buffer cannot be had, parameters stay in libtorch's buffers.
-void PackParameters(torch::nn::Module& module, bool copy) {
-  constexpr size_t kAlign = 64;
-  std::vector<torch::Tensor> params;
-  std::vector<size_t> offsets;
-  std::unordered_set<const c10::TensorImpl*> seen;
-  size_t total = 0;
-  for (torch::Tensor& p : module.parameters()) {
-    if (!p.is_contiguous() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    total = (total + kAlign - 1) / kAlign * kAlign;
-    offsets.push_back(total);
-    total += p.nbytes();
-    params.push_back(p);
-  }
-  if (total < kHugePage) return;
-  const size_t bytes = (total + kHugePage - 1) / kHugePage * kHugePage;
-  void* buf = nullptr;
-  if (posix_memalign(&buf, kHugePage, bytes) != 0) return;
-#ifdef MADV_HUGEPAGE
-  madvise(buf, bytes, MADV_HUGEPAGE);
-#endif
-  const std::shared_ptr<void> arena(buf, std::free);
-  for (size_t i = 0; i < params.size(); ++i) {
-    torch::Tensor& p = params[i];
-    torch::Tensor moved = torch::from_blob(
-        static_cast<char*>(buf) + offsets[i], p.sizes(), [arena](void*) {}, p.options());
-    if (copy) moved.copy_(p);
-    p.set_data(moved);
-  }
-}
-
 }  // namespace
 
 // RoPE inverse frequencies theta^(-2i/hd), i < hd/2, in double, scaled as
@@ -206,6 +163,75 @@ void SetStored(torch::Tensor& p, const torch::Tensor& stored) {
   p.set_data(stored);
 }
 
+// Every parameter of `module` moves into one buffer, 2 MiB-aligned, advised
+// MADV_HUGEPAGE as a whole and rounded up to whole huge pages once, each
+// parameter at a 64-byte boundary in the order the module lists them (the
+// order a decode step reads them). Matrices under 2 MiB (a full4 layer's q,
+// k, v and o; the 1 MiB tails of its MLP matrices) sat in small pages when
+// each large one had a buffer of its own: 22 of full4's 57 MB, and a
+// one-thread f32 GEMV over its 57 MB read 1.9-2.8 ms; over one buffer of
+// huge pages 1.4-1.6 ms (AMD EPYC; bench/data/runtime-compare.md). A tied
+// head is the embedding's own tensor: moved once.
+//
+// With `store`, each f32 matrix takes its stored form (the shape and type
+// of one stored row's) in the buffer. With `copy`, values move (stored
+// matrices stored), one parameter at a time, so the peak is the old
+// buffers and the new one plus one stored matrix; without, the buffer is
+// uninitialised (a loader fills it). Below one huge page, or when the
+// buffer cannot be had, each parameter keeps (or gets) a buffer of its own.
+void PackParameters(torch::nn::Module& module, bool copy, const MatrixStore& store = nullptr) {
+  constexpr size_t kAlign = 64;
+  struct Slot {
+    torch::Tensor param;
+    std::vector<int64_t> shape;
+    torch::TensorOptions options;
+    bool stored;
+    size_t offset;
+  };
+  std::vector<Slot> slots;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  size_t total = 0;
+  for (torch::Tensor& p : module.parameters()) {
+    if (!p.is_contiguous() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    Slot s{p, p.sizes().vec(), p.options(), false, 0};
+    if (store && p.dim() == 2 && p.scalar_type() == torch::kFloat) {
+      const torch::Tensor row = store(torch::zeros({1, p.size(1)}));
+      s.shape = row.sizes().vec();
+      s.shape[0] = p.size(0);
+      s.options = row.options();
+      s.stored = true;
+    }
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    total = (total + kAlign - 1) / kAlign * kAlign;
+    s.offset = total;
+    total += static_cast<size_t>(n) * s.options.dtype().itemsize();
+    slots.push_back(std::move(s));
+  }
+  const size_t bytes = (total + kHugePage - 1) / kHugePage * kHugePage;
+  void* buf = nullptr;
+  if (total < kHugePage || posix_memalign(&buf, kHugePage, bytes) != 0) {
+    for (Slot& s : slots) {
+      if (s.stored) SetStored(s.param, copy ? store(s.param) : torch::empty(s.shape, s.options));
+    }
+    return;
+  }
+#ifdef MADV_HUGEPAGE
+  madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+  const std::shared_ptr<void> arena(buf, std::free);
+  for (Slot& s : slots) {
+    torch::Tensor moved = torch::from_blob(
+        static_cast<char*>(buf) + s.offset, s.shape, [arena](void*) {}, s.options);
+    if (copy) moved.copy_(s.stored ? store(s.param) : s.param);
+    if (s.stored) {
+      SetStored(s.param, moved);
+    } else {
+      s.param.set_data(moved);
+    }
+  }
+}
+
 // A rows x cols matrix of N(0, std) draws from `gen`, handed to `store` a
 // block of rows at a time (at most 16 MiB of f32), so the f32 matrix is
 // never whole: a 128K-token embedding is 1 GB of f32 at d 2048, 0.14 GB
@@ -259,19 +285,9 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
       impl->to(dtype);
       impl->eval();
       HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
-      if (store) {
-        // Each matrix takes its stored form's shape and type (those of one
-        // stored row), so the loader writes stored rows into the packed
-        // buffer and no matrix is allocated twice.
-        for (torch::Tensor& p : impl->parameters()) {
-          if (p.dim() != 2 || p.scalar_type() != torch::kFloat) continue;
-          const torch::Tensor row = store(torch::zeros({1, p.size(1)}));
-          std::vector<int64_t> shape = row.sizes().vec();
-          shape[0] = p.size(0);
-          SetStored(p, torch::empty(shape, row.options()));
-        }
-      }
-      PackParameters(*impl, /*copy=*/false);  // the loader fills them
+      // Matrices in their stored form already, so the loader writes stored
+      // rows into the one buffer and no matrix is allocated twice.
+      PackParameters(*impl, /*copy=*/false, store);  // the loader fills them
       return Decoder(impl);
     }
     HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
@@ -355,13 +371,10 @@ absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
   if (!store) return absl::OkStatus();
   torch::NoGradGuard no_grad;
   try {
-    for (torch::Tensor& p : impl_->parameters()) {
-      if (p.dim() == 2) SetStored(p, store(p));
-    }
-    // The stored matrices are new buffers: back them with huge pages as
-    // Create's are (a loaded big12 at Q4_0 decoded at 22.8 ms/token from
-    // small pages, 17.4 from huge ones).
-    PackParameters(*impl_, /*copy=*/true);
+    // Stored straight into a new buffer of huge pages, as Create's are (a
+    // loaded big12 at Q4_0 decoded at 22.8 ms/token from small pages, 17.4
+    // from huge ones).
+    PackParameters(*impl_, /*copy=*/true, store);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("storing ", impl_->arch_.name, " as ", name, ": ",
                                             e.what_without_backtrace()));
