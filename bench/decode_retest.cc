@@ -1,8 +1,8 @@
 // Decode test-retest (issue 33): the agent's own path (NewLibtorchRuntime +
 // MeasureBenchmark) timing one candidate `--jobs` times in this process,
 // each job building its model afresh as an agent does. Prints one line per
-// job (TTFT and decode medians, and where the model's weights lie: the
-// share backed by transparent huge pages) and the spread (max/min).
+// job (TTFT and decode medians, each run's decode, the memory probe) and
+// the spread (max/min).
 // bench/decode_retest.sh runs it as many fresh processes, which is what a
 // fleet of freshly started agents does.
 //
