@@ -174,12 +174,18 @@ void SetStored(torch::Tensor& p, const torch::Tensor& stored) {
 // head is the embedding's own tensor: moved once.
 //
 // With `store`, each f32 matrix takes its stored form (the shape and type
-// of one stored row's) in the buffer. With `copy`, values move (stored
-// matrices stored), one parameter at a time, so the peak is the old
-// buffers and the new one plus one stored matrix; without, the buffer is
-// uninitialised (a loader fills it). Below one huge page, or when the
+// of one stored row's) in the buffer. What moves with them:
+enum class PackValues {
+  kNone,      // nothing: the buffer is uninitialised (a loader fills it)
+  kUnstored,  // every parameter's values but the matrices taking a stored
+              // form, which are left uninitialised (Create draws them)
+  kAll,       // every value, stored matrices stored
+};
+// Values move one parameter at a time, so the peak is the old buffers and
+// the new one plus one stored matrix. Below one huge page, or when the
 // buffer cannot be had, each parameter keeps (or gets) a buffer of its own.
-void PackParameters(torch::nn::Module& module, bool copy, const MatrixStore& store = nullptr) {
+void PackParameters(torch::nn::Module& module, PackValues values,
+                    const MatrixStore& store = nullptr) {
   constexpr size_t kAlign = 64;
   struct Slot {
     torch::Tensor param;
@@ -212,7 +218,9 @@ void PackParameters(torch::nn::Module& module, bool copy, const MatrixStore& sto
   void* buf = nullptr;
   if (total < kHugePage || posix_memalign(&buf, kHugePage, bytes) != 0) {
     for (Slot& s : slots) {
-      if (s.stored) SetStored(s.param, copy ? store(s.param) : torch::empty(s.shape, s.options));
+      if (!s.stored) continue;
+      SetStored(s.param, values == PackValues::kAll ? store(s.param)
+                                                    : torch::empty(s.shape, s.options));
     }
     return;
   }
@@ -223,7 +231,11 @@ void PackParameters(torch::nn::Module& module, bool copy, const MatrixStore& sto
   for (Slot& s : slots) {
     torch::Tensor moved = torch::from_blob(
         static_cast<char*>(buf) + s.offset, s.shape, [arena](void*) {}, s.options);
-    if (copy) moved.copy_(s.stored ? store(s.param) : s.param);
+    if (values == PackValues::kAll) {
+      moved.copy_(s.stored ? store(s.param) : s.param);
+    } else if (values == PackValues::kUnstored && !s.stored) {
+      moved.copy_(s.param);
+    }
     if (s.stored) {
       SetStored(s.param, moved);
     } else {
@@ -233,32 +245,25 @@ void PackParameters(torch::nn::Module& module, bool copy, const MatrixStore& sto
 }
 
 // A rows x cols matrix of N(0, std) draws from `gen`, handed to `store` a
-// block of rows at a time (at most 16 MiB of f32), so the f32 matrix is
-// never whole: a 128K-token embedding is 1 GB of f32 at d 2048, 0.14 GB
+// block of rows at a time (at most 16 MiB of f32) and written into `out`
+// (the matrix's stored form, where the decoder keeps it), so the f32 matrix
+// is never whole: a 128K-token embedding is 1 GB of f32 at d 2048, 0.14 GB
 // as Q4_0. The draws are those of one normal_ over the whole matrix:
 // libtorch fills uniforms in order and transforms them 16 at a time, so
 // blocks of a multiple of 16 values continue the same sequence (a row
 // width that is not one is drawn whole).
-torch::Tensor DrawStored(int64_t rows, int64_t cols, double std, at::Generator& gen,
-                         const MatrixStore& store) {
+void DrawStored(int64_t rows, int64_t cols, double std, at::Generator& gen,
+                const MatrixStore& store, torch::Tensor& out) {
   constexpr int64_t kBlockBytes = int64_t{16} << 20;
   const int64_t step =
       cols % 16 == 0 ? std::clamp<int64_t>(kBlockBytes / (cols * 4), 1, rows) : rows;
   torch::Tensor drawn = torch::empty({step, cols});
-  torch::Tensor out;
   for (int64_t r0 = 0; r0 < rows; r0 += step) {
     const int64_t n = std::min(step, rows - r0);
     torch::Tensor part = drawn.narrow(0, 0, n);
     part.normal_(0.0, std, gen);
-    const torch::Tensor stored = store(part);
-    if (!out.defined()) {  // the whole stored matrix (PackParameters moves it once)
-      std::vector<int64_t> shape = stored.sizes().vec();
-      shape[0] = rows;
-      out = torch::empty(shape, stored.options());
-    }
-    out.narrow(0, r0, n).copy_(stored);
+    out.narrow(0, r0, n).copy_(store(part));
   }
-  return out;
 }
 
 }  // namespace
@@ -287,10 +292,13 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
       HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
       // Matrices in their stored form already, so the loader writes stored
       // rows into the one buffer and no matrix is allocated twice.
-      PackParameters(*impl, /*copy=*/false, store);  // the loader fills them
+      PackParameters(*impl, PackValues::kNone, store);  // the loader fills them
       return Decoder(impl);
     }
     HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl, weight_dtype));
+    // Stored matrices are drawn straight into the packed buffer (below);
+    // f32 ones are drawn where they are and packed after.
+    if (store) PackParameters(*impl, PackValues::kUnstored, store);
     // Deterministic initialisation in the fixed ExpectedTensorShapes order:
     // N(0, 0.02) for matrices, output projections scaled by 1/sqrt(2 L)
     // (GPT-2), ones for norm scales. Each matrix goes to its storage as
@@ -311,16 +319,18 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
           name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
       const double std = 0.02 / (residual_out ? std::sqrt(2.0 * arch.num_layers) : 1.0);
       if (store) {  // f32 (StorageFor checked): drawn and stored a block of rows at a time
-        SetStored(t, DrawStored(t.size(0), t.size(1), std, gen, store));
+        DrawStored(t.size(0), QuantTypeOf(t) ? QuantColumns(t) : t.size(1), std, gen, store, t);
       } else if (t.scalar_type() == torch::kFloat) {
         t.normal_(0.0, std, gen);
       } else {  // drawn in f32 and rounded, as before parts were built in dtype
         t.copy_(torch::empty(t.sizes(), torch::kFloat).normal_(0.0, std, gen));
       }
     }
-    if (!store) impl->to(dtype);  // stored matrices are not converted back
     impl->eval();
-    PackParameters(*impl, /*copy=*/true);
+    if (!store) {  // stored matrices are not converted back, and are packed
+      impl->to(dtype);
+      PackParameters(*impl, PackValues::kAll);
+    }
     return d;
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(
@@ -374,7 +384,7 @@ absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
     // Stored straight into a new buffer of huge pages, as Create's are (a
     // loaded big12 at Q4_0 decoded at 22.8 ms/token from small pages, 17.4
     // from huge ones).
-    PackParameters(*impl_, /*copy=*/true, store);
+    PackParameters(*impl_, PackValues::kAll, store);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("storing ", impl_->arch_.name, " as ", name, ": ",
                                             e.what_without_backtrace()));
