@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 35's measurements on a host whose CPU is another model, in one
+# command, from the bundle bench/portable_bundle.sh writes (hilnas,
+# step_profile and llama-bench with every library they load), for a lent
+# machine without Debian 12's libraries. Run in a checkout of the bundle's
+# commit; results go to $OUT (default /tmp/device-rerun).
+#
+#   bash bench/portable_bundle.sh /tmp/hilnas-portable /path/to/llama.cpp/build/bin
+#   cp build/portable/hilnas-x86_64.tar.xz SOMEWHERE   # carried to the host
+#   bash bench/device_rerun.sh SOMEWHERE/hilnas-x86_64.tar.xz [PHASE]
+#     PHASE 1  lscpu, the bundle's check (held-out losses equal the build
+#              machine's), f32/f16 at 1 and 2 threads, window pricing at 1
+#              and 2 threads (about 5 minutes on a 2-core EPYC)
+#     PHASE 2  f32/f16 at 4 threads, Q4_0/Q8_0 at 1 and 2 threads
+#     all      both (the default)
+#
+# The bundle must be unpacked at the PREFIX it was written for (its
+# binaries' ELF interpreter and RPATH point there): /tmp/hilnas-portable
+# unless HILNAS_PORTABLE says otherwise. Do not set LD_LIBRARY_PATH: the
+# host's own programs (python3, awk) keep the host's libraries.
+set -u
+cd "$(dirname "$0")/.."
+BUNDLE="${1:?the bundle: build/portable/hilnas-x86_64.tar.xz from bench/portable_bundle.sh}"
+PHASE="${2:-all}"
+O="${OUT:-/tmp/device-rerun}"
+P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
+mkdir -p "$O" "$P"
+case "$PHASE" in 1 | 2 | all) ;; *) echo "PHASE is 1, 2 or all, not $PHASE" >&2; exit 2 ;; esac
+tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
+[ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
+mkdir -p build/tools build/bench
+cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" build/bench/
+export LLAMA_BENCH="$P/llama/llama-bench"
+[ -x "$LLAMA_BENCH" ] || { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
+
+if [ "$PHASE" != 2 ]; then
+  { lscpu; echo; uname -a; head -3 /proc/meminfo;
+    echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"; } >"$O/lscpu.txt" 2>&1
+  "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }
+  build/tools/hilnas run --arch configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 \
+      --threads 1 2>&1 | grep kernels | tee "$O/kernels.txt"
+  KV_DTYPE=f16 REPEATS=3 bash bench/runtime_compare.sh full4 256,2048 1,2 f32,f16 2>&1 |
+    grep -v placeholder | tee "$O/compare.md"
+  bash bench/window_pricing.sh 2048 1 3 2>&1 | tee "$O/window.md"
+  bash bench/window_pricing.sh 2048 2 3 2>&1 | tee -a "$O/window.md"
+fi
+if [ "$PHASE" != 1 ]; then
+  KV_DTYPE=f16 REPEATS=3 bash bench/runtime_compare.sh full4 256,2048 4 f32,f16 2>&1 |
+    grep -v placeholder | tee "$O/compare4.md"
+  KV_DTYPE=f16 REPEATS=2 bash bench/runtime_compare.sh full4 512,2048 1,2 q4_0,q8_0 2>&1 |
+    grep -v placeholder | tee "$O/quant.md"
+fi
+echo "finished phase $PHASE" | tee "$O/finished.txt"
