@@ -152,6 +152,32 @@ TEST(DecoderTest, ParametersShareOneHugePageBuffer) {
   }
 }
 
+// A cache of 2 MiB and more is one zeroed buffer of huge pages, layers in
+// order (HugePageZeros); a smaller one is libtorch's zeros. Either way every
+// attention layer has its storage and it starts zero.
+TEST(DecoderTest, CachesOfAHugePageAndMoreShareOneBuffer) {
+  const Arch a = TinyMixedArch();  // 2 KV heads x 8: 64 B a token a tensor (f32)
+  for (int64_t capacity : {int64_t{64}, int64_t{8192}}) {
+    KvCache cache(a, 1, capacity, torch::kFloat);
+    std::vector<std::pair<uintptr_t, size_t>> spans;
+    for (int l = 0; l < a.num_layers; ++l) {
+      ASSERT_EQ(cache.keys(l).defined(), a.attention[l] != Attention::kSkip) << l;
+      if (!cache.keys(l).defined()) continue;
+      for (const torch::Tensor* t : {&cache.keys(l), &cache.values(l)}) {
+        EXPECT_EQ(t->abs().sum().item<double>(), 0) << "layer " << l << " does not start zero";
+        spans.push_back({reinterpret_cast<uintptr_t>(t->data_ptr()), t->nbytes()});
+      }
+    }
+    if (cache.bytes() < (int64_t{2} << 20)) continue;
+    EXPECT_EQ(spans[0].first % (uintptr_t{2} << 20), 0u) << capacity;
+    for (size_t i = 1; i < spans.size(); ++i) {
+      const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
+      EXPECT_GE(spans[i].first, end) << capacity;
+      EXPECT_LT(spans[i].first, end + 64) << capacity << ": tensor " << i << " is not in the buffer";
+    }
+  }
+}
+
 TEST(DecoderTest, ParameterCountEqualsStaticCount) {
   for (bool tied : {true, false}) {
     for (int family : {0, 1, 2}) {  // Qwen3-like, Qwen2 (biases), Gemma 3 (four norms a layer)
