@@ -19,8 +19,8 @@
 // usage: weight_pages [--passes 60] [--file /tmp/hilnas-weight-pages.bin]
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
   }
   std::printf("full4's matrices, %.1f MB of f32, one thread, %d passes (kernel %s)\n\n",
               bytes / 1e6, passes, hilnas::GemvKernelName());
-  std::printf("| weights' pages | min ms | median ms | GB/s at the median |\n|---|---:|---:|---:|\n");
+  std::printf(
+      "| weights' pages | min ms | median ms | GB/s at the median |\n|---|---:|---:|---:|\n");
   for (size_t l = 0; l < layouts.size(); ++l) {
     const double median = hilnas::bench::Median(ms[l]);
     std::printf("| %s | %.3f | %.3f | %.1f |\n", names[l],

@@ -185,8 +185,8 @@ absl::StatusOr<MatrixStore> StorageFor(const DecoderImpl& impl, absl::string_vie
         "kv_cache slim multiplies by W_KV outside the projections: its weights stay f32");
   }
   const torch::Dtype stored = quant           ? torch::kByte
-                             : name == "f16" ? torch::kHalf
-                                             : torch::kBFloat16;
+                              : name == "f16" ? torch::kHalf
+                                              : torch::kBFloat16;
   for (const auto& item : impl.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (p.dim() < 2) continue;  // norm scales stay f32; quantized matrices are 3-D
@@ -272,8 +272,8 @@ void PackParameters(torch::nn::Module& module, PackValues values,
   if (total < kHugePage || posix_memalign(&buf, kHugePage, bytes) != 0) {
     for (Slot& s : slots) {
       if (!s.stored) continue;
-      SetStored(s.param, values == PackValues::kAll ? store(s.param)
-                                                    : torch::empty(s.shape, s.options));
+      SetStored(s.param,
+                values == PackValues::kAll ? store(s.param) : torch::empty(s.shape, s.options));
     }
     return;
   }
@@ -611,7 +611,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(c
 namespace {
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "model.layers.N.<from>..." -> "model.layers.N.<to>..."; others unchanged.

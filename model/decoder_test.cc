@@ -84,7 +84,8 @@ void ExpectOneHugePageBuffer(const Decoder& d, const std::string& what) {
   EXPECT_EQ(spans[0].first % (uintptr_t{2} << 20), 0u) << what;
   for (size_t i = 1; i < spans.size(); ++i) {
     const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
-    EXPECT_GE(spans[i].first, end) << what << ": parameters " << i - 1 << " and " << i << " overlap";
+    EXPECT_GE(spans[i].first, end)
+        << what << ": parameters " << i - 1 << " and " << i << " overlap";
     EXPECT_LT(spans[i].first, end + 64) << what << ": parameter " << i << " is not in the buffer";
   }
 }
@@ -173,7 +174,8 @@ TEST(DecoderTest, CachesOfAHugePageAndMoreShareOneBuffer) {
     for (size_t i = 1; i < spans.size(); ++i) {
       const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
       EXPECT_GE(spans[i].first, end) << capacity;
-      EXPECT_LT(spans[i].first, end + 64) << capacity << ": tensor " << i << " is not in the buffer";
+      EXPECT_LT(spans[i].first, end + 64)
+          << capacity << ": tensor " << i << " is not in the buffer";
     }
   }
 }
@@ -290,7 +292,8 @@ TEST(DecoderTest, Llama4FileFormRoundTripsAndChunksStartAfresh) {
   std::map<std::string, torch::Tensor> params;
   for (auto& [name, t] : d.NamedTensors()) params.emplace(name, t);
   const torch::Tensor q = params.at("model.layers.1.self_attn.q_proj.weight");
-  const torch::Tensor file_q = stored->at("model.layers.1.self_attn.q_proj.weight").to(torch::kDouble);
+  const torch::Tensor file_q =
+      stored->at("model.layers.1.self_attn.q_proj.weight").to(torch::kDouble);
   // Row 2i of a head in the file is the decoder's row i, row 2i+1 its i + d/2.
   for (int64_t i = 0; i < a.head_dim / 2; ++i) {
     EXPECT_TRUE(torch::allclose(file_q[8 + 2 * i], q[8 + i], 1e-6, 1e-6)) << i;
