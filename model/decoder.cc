@@ -37,46 +37,56 @@ namespace {
 // no THP (most Android kernels) the advice is ignored and nothing changes.
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// Zeroed tensors of `shapes` in `dtype`, one after another (64-byte
-// boundaries) in one anonymous mapping, 2 MiB-aligned and advised
-// MADV_HUGEPAGE: the kernel's zero-filled pages, so nothing is written
+// Where a tensor of `bytes` goes after those laid out before it (`total`
+// bytes): at the next 64-byte boundary; `total` moves past it.
+size_t PlaceNext(size_t& total, size_t bytes) {
+  total = (total + 63) / 64 * 64;
+  const size_t at = total;
+  total += bytes;
+  return at;
+}
+
+// At least `bytes` of zero-filled anonymous memory, 2 MiB-aligned and
+// advised MADV_HUGEPAGE, unmapped when its last owner lets go; null under
+// one huge page or when no mapping is to be had (callers then keep
+// libtorch's allocations).
+std::shared_ptr<char> HugePageBuffer(size_t bytes) {
+  if (bytes < kHugePage) return nullptr;
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t span = rounded + kHugePage;  // room to align the start
+  void* mapped = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(mapped);
+  char* base = reinterpret_cast<char*>((start + kHugePage - 1) / kHugePage * kHugePage);
+#ifdef MADV_HUGEPAGE
+  madvise(base, rounded, MADV_HUGEPAGE);
+#endif
+  return std::shared_ptr<char>(base, [mapped, span](char*) { munmap(mapped, span); });
+}
+
+// Zeroed tensors of `shapes` in `dtype`, one after another in one
+// HugePageBuffer: the kernel's zero-filled pages, so nothing is written
 // here. A KV cache is read whole by every decode step, as the weights are:
 // full4's shape with 8 KV heads, f16 cache at 4096 tokens (32 MiB), one
 // thread, attention 4.99 -> 4.54 ms a step; full4 at 2048 (4 MiB) 0.72 ->
-// 0.68 (medians of 4 alternated pairs, AMD EPYC). Under one huge page in
-// all, or when no mapping is to be had, torch::zeros each.
+// 0.68 (medians of 4 alternated pairs, AMD EPYC). Without a buffer,
+// torch::zeros each.
 std::vector<torch::Tensor> HugePageZeros(const std::vector<std::vector<int64_t>>& shapes,
                                          torch::Dtype dtype) {
-  constexpr size_t kAlign = 64;
-  const size_t item = c10::elementSize(dtype);
   std::vector<size_t> offsets;
   size_t total = 0;
   for (const auto& shape : shapes) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    total = (total + kAlign - 1) / kAlign * kAlign;
-    offsets.push_back(total);
-    total += static_cast<size_t>(n) * item;
+    offsets.push_back(PlaceNext(total, static_cast<size_t>(n) * c10::elementSize(dtype)));
   }
+  const std::shared_ptr<char> buf = HugePageBuffer(total);
   std::vector<torch::Tensor> out;
-  void* mapped = MAP_FAILED;
-  const size_t bytes = (total + kHugePage - 1) / kHugePage * kHugePage, span = bytes + kHugePage;
-  if (total >= kHugePage) {
-    mapped = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  }
-  if (mapped == MAP_FAILED) {
-    for (const auto& shape : shapes) out.push_back(torch::zeros(shape, dtype));
-    return out;
-  }
-  const std::shared_ptr<void> region(mapped, [span](void* p) { munmap(p, span); });
-  const uintptr_t start = reinterpret_cast<uintptr_t>(mapped);
-  char* base = reinterpret_cast<char*>((start + kHugePage - 1) / kHugePage * kHugePage);
-#ifdef MADV_HUGEPAGE
-  madvise(base, bytes, MADV_HUGEPAGE);
-#endif
   for (size_t i = 0; i < shapes.size(); ++i) {
-    out.push_back(torch::from_blob(
-        base + offsets[i], shapes[i], [region](void*) {}, torch::TensorOptions().dtype(dtype)));
+    out.push_back(buf ? torch::from_blob(
+                            buf.get() + offsets[i], shapes[i], [buf](void*) {},
+                            torch::TensorOptions().dtype(dtype))
+                      : torch::zeros(shapes[i], dtype));
   }
   return out;
 }
@@ -216,10 +226,9 @@ void SetStored(torch::Tensor& p, const torch::Tensor& stored) {
   p.set_data(stored);
 }
 
-// Every parameter of `module` moves into one buffer, 2 MiB-aligned, advised
-// MADV_HUGEPAGE as a whole and rounded up to whole huge pages once, each
-// parameter at a 64-byte boundary in the order the module lists them (the
-// order a decode step reads them). Matrices under 2 MiB (a full4 layer's q,
+// Every parameter of `module` moves into one HugePageBuffer, each at a
+// 64-byte boundary in the order the module lists them (the order a decode
+// step reads them). Matrices under 2 MiB (a full4 layer's q,
 // k, v and o; the 1 MiB tails of its MLP matrices) sat in small pages when
 // each large one had a buffer of its own: 22 of full4's 57 MB, and a
 // one-thread f32 GEMV over its 57 MB read 1.9-2.8 ms; over one buffer of
@@ -239,7 +248,6 @@ enum class PackValues {
 // buffer cannot be had, each parameter keeps (or gets) a buffer of its own.
 void PackParameters(torch::nn::Module& module, PackValues values,
                     const MatrixStore& store = nullptr) {
-  constexpr size_t kAlign = 64;
   struct Slot {
     torch::Tensor param;
     std::vector<int64_t> shape;
@@ -262,14 +270,11 @@ void PackParameters(torch::nn::Module& module, PackValues values,
     }
     int64_t n = 1;
     for (int64_t d : s.shape) n *= d;
-    total = (total + kAlign - 1) / kAlign * kAlign;
-    s.offset = total;
-    total += static_cast<size_t>(n) * s.options.dtype().itemsize();
+    s.offset = PlaceNext(total, static_cast<size_t>(n) * s.options.dtype().itemsize());
     slots.push_back(std::move(s));
   }
-  const size_t bytes = (total + kHugePage - 1) / kHugePage * kHugePage;
-  void* buf = nullptr;
-  if (total < kHugePage || posix_memalign(&buf, kHugePage, bytes) != 0) {
+  const std::shared_ptr<char> buf = HugePageBuffer(total);
+  if (!buf) {
     for (Slot& s : slots) {
       if (!s.stored) continue;
       SetStored(s.param,
@@ -277,13 +282,9 @@ void PackParameters(torch::nn::Module& module, PackValues values,
     }
     return;
   }
-#ifdef MADV_HUGEPAGE
-  madvise(buf, bytes, MADV_HUGEPAGE);
-#endif
-  const std::shared_ptr<void> arena(buf, std::free);
   for (Slot& s : slots) {
     torch::Tensor moved = torch::from_blob(
-        static_cast<char*>(buf) + s.offset, s.shape, [arena](void*) {}, s.options);
+        buf.get() + s.offset, s.shape, [buf](void*) {}, s.options);
     if (values == PackValues::kAll) {
       moved.copy_(s.stored ? store(s.param) : s.param);
     } else if (values == PackValues::kUnstored && !s.stored) {
