@@ -68,9 +68,23 @@ TEST(DecoderTest, Llama3RopeScalingStretchesOnlyTheLowFrequencies) {
   EXPECT_TRUE(torch::allclose(RopeInverseFrequencies(a), plain / 8));
 }
 
-// Every parameter in one buffer (PackParameters): in address order each
-// starts at most 64 bytes after the one before ends, the first on a 2 MiB
-// boundary; a tied head counts once.
+// Tensors (address, bytes) back to back in one buffer: each starts at
+// most 64 bytes after the one before ends, the first on a 2 MiB boundary.
+void ExpectBackToBackFromAHugePage(const std::vector<std::pair<uintptr_t, size_t>>& spans,
+                                   const std::string& what) {
+  ASSERT_FALSE(spans.empty()) << what;
+  ASSERT_GE(spans.back().first + spans.back().second - spans[0].first, size_t{2} << 20)
+      << what << ": under one huge page, tensors stay in libtorch's buffers";
+  EXPECT_EQ(spans[0].first % (uintptr_t{2} << 20), 0u) << what;
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
+    EXPECT_GE(spans[i].first, end) << what << ": tensors " << i - 1 << " and " << i << " overlap";
+    EXPECT_LT(spans[i].first, end + 64) << what << ": tensor " << i << " is not in the buffer";
+  }
+}
+
+// Every parameter in one buffer (PackParameters), in address order; a tied
+// head counts once.
 void ExpectOneHugePageBuffer(const Decoder& d, const std::string& what) {
   std::vector<std::pair<uintptr_t, size_t>> spans;
   for (const torch::Tensor& t : d.Parameters()) {
@@ -78,16 +92,7 @@ void ExpectOneHugePageBuffer(const Decoder& d, const std::string& what) {
   }
   std::sort(spans.begin(), spans.end());
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
-  ASSERT_FALSE(spans.empty()) << what;
-  ASSERT_GE(spans.back().first + spans.back().second - spans[0].first, size_t{2} << 20)
-      << what << ": under one huge page, parameters stay in libtorch's buffers";
-  EXPECT_EQ(spans[0].first % (uintptr_t{2} << 20), 0u) << what;
-  for (size_t i = 1; i < spans.size(); ++i) {
-    const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
-    EXPECT_GE(spans[i].first, end)
-        << what << ": parameters " << i - 1 << " and " << i << " overlap";
-    EXPECT_LT(spans[i].first, end + 64) << what << ": parameter " << i << " is not in the buffer";
-  }
+  ExpectBackToBackFromAHugePage(spans, what);
 }
 
 // A decode step streams every weight once, so all of them, small matrices
@@ -169,14 +174,8 @@ TEST(DecoderTest, CachesOfAHugePageAndMoreShareOneBuffer) {
         spans.push_back({reinterpret_cast<uintptr_t>(t->data_ptr()), t->nbytes()});
       }
     }
-    if (cache.bytes() < (int64_t{2} << 20)) continue;
-    EXPECT_EQ(spans[0].first % (uintptr_t{2} << 20), 0u) << capacity;
-    for (size_t i = 1; i < spans.size(); ++i) {
-      const uintptr_t end = spans[i - 1].first + spans[i - 1].second;
-      EXPECT_GE(spans[i].first, end) << capacity;
-      EXPECT_LT(spans[i].first, end + 64)
-          << capacity << ": tensor " << i << " is not in the buffer";
-    }
+    // Layer order: keys, values, next layer.
+    if (cache.bytes() >= (int64_t{2} << 20)) ExpectBackToBackFromAHugePage(spans, "cache");
   }
 }
 
