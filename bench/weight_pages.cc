@@ -35,6 +35,7 @@
 namespace {
 
 using hilnas::bench::Arg;
+using hilnas::bench::Die;
 
 struct Shape {
   int64_t rows, cols;
@@ -52,26 +53,25 @@ std::vector<Shape> Full4() {
   return m;
 }
 
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "weight_pages: %s\n", what.c_str());
-  std::exit(1);
+// Where each matrix starts in a buffer holding all of them, each at a
+// 64-byte boundary; the last entry is the buffer's size.
+std::vector<size_t> Offsets(const std::vector<Shape>& shapes) {
+  std::vector<size_t> at = {0};
+  for (Shape s : shapes) {
+    at.push_back(at.back() + (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64);
+  }
+  return at;
 }
 
-// The matrices as views of one buffer at `base`, each at a 64-byte boundary.
-std::vector<torch::Tensor> Views(char* base, const std::vector<Shape>& shapes) {
+// The matrices as views of one buffer at `base` laid out as Offsets says.
+std::vector<torch::Tensor> Views(char* base, const std::vector<Shape>& shapes,
+                                 const std::vector<size_t>& offsets) {
   std::vector<torch::Tensor> out;
-  size_t offset = 0;
-  for (Shape s : shapes) {
-    out.push_back(torch::from_blob(base + offset, {s.rows, s.cols}, torch::kFloat));
-    offset += (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    out.push_back(
+        torch::from_blob(base + offsets[i], {shapes[i].rows, shapes[i].cols}, torch::kFloat));
   }
   return out;
-}
-
-size_t Bytes(const std::vector<Shape>& shapes) {
-  size_t n = 0;
-  for (Shape s : shapes) n += (static_cast<size_t>(s.rows * s.cols) * 4 + 63) / 64 * 64;
-  return n;
 }
 
 }  // namespace
@@ -81,25 +81,28 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   const int passes = std::atoi(Arg(argc, argv, "--passes", "60").c_str());
   const std::string file = Arg(argc, argv, "--file", "/tmp/hilnas-weight-pages.bin");
-  if (passes < 1) Fail("--passes must be at least 1");
+  if (passes < 1) Die(absl::InvalidArgumentError("--passes must be at least 1"));
   const std::vector<Shape> shapes = Full4();
-  const size_t bytes = Bytes(shapes);
+  const std::vector<size_t> offsets = Offsets(shapes);
+  const size_t bytes = offsets.back();
   constexpr size_t kHuge = size_t{2} << 20;
 
   std::vector<torch::Tensor> separate;
   for (Shape s : shapes) separate.push_back(torch::randn({s.rows, s.cols}));
 
   const int fd = open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) Fail("cannot write " + file);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    Die(absl::UnavailableError("cannot write " + file));
   void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (mapped == MAP_FAILED) Fail("cannot map " + file);
-  std::vector<torch::Tensor> in_file = Views(static_cast<char*>(mapped), shapes);
+  if (mapped == MAP_FAILED) Die(absl::UnavailableError("cannot map " + file));
+  std::vector<torch::Tensor> in_file = Views(static_cast<char*>(mapped), shapes, offsets);
 
   void* buf = nullptr;
   const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  if (posix_memalign(&buf, kHuge, rounded) != 0) Fail("no 2 MiB-aligned buffer");
+  if (posix_memalign(&buf, kHuge, rounded) != 0)
+    Die(absl::ResourceExhaustedError("no 2 MiB-aligned buffer"));
   madvise(buf, rounded, MADV_HUGEPAGE);
-  std::vector<torch::Tensor> huge = Views(static_cast<char*>(buf), shapes);
+  std::vector<torch::Tensor> huge = Views(static_cast<char*>(buf), shapes, offsets);
   for (size_t i = 0; i < shapes.size(); ++i) {
     in_file[i].copy_(separate[i]);
     huge[i].copy_(separate[i]);

@@ -1,6 +1,5 @@
 #include "model/ppd.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,8 +11,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "model/blas_core.h"
 #include "absl/synchronization/mutex.h"
+#include "model/blas_core.h"
 #include "util/median.h"
 
 namespace hilnas {
