@@ -169,11 +169,12 @@ __attribute__((always_inline)) inline void Store8(float* p, V8 v) { std::memcpy(
 
 __attribute__((always_inline)) inline float ToFloat(float x) { return x; }
 
-// A half-precision KV cache's elements (IEEE f16 bits). Rows are widened
-// by model/gemv.h's WidenHalves (F16C's VCVTPH2PS, NEON's FCVTL): GCC 12
-// converts a vector of _Float16 one lane at a time (VPINSRW and a scalar
-// VCVTPH2PS each), which made decode over an f16 cache 1.3x slower than
-// over an f32 one. ToFloat widens one value (a Q8_0 block's scale).
+// A half-precision KV cache's elements (IEEE f16 bits). Decode widens
+// them eight at a time in registers (Load8Of: F16C's VCVTPH2PS, NEON's
+// FCVTL); GCC 12 converts a vector of _Float16 one lane at a time (VPINSRW
+// and a scalar VCVTPH2PS each), which made decode over an f16 cache 1.3x
+// slower than over an f32 one. ToFloat widens one value (a Q8_0 block's
+// scale, a row's tail).
 struct NativeHalf {
   uint16_t bits;
 };
@@ -188,6 +189,40 @@ __attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
   return static_cast<float>(f);
 }
 #endif
+
+// Eight consecutive cache values as f32. kF16c: the AVX2 copy, whose CPU
+// has F16C: VCVTPH2PS straight from memory, written as inline assembly
+// because the intrinsic may only be inlined through functions compiled
+// for F16C, and the body that calls this is also compiled for the baseline
+// (GCC 12's vector conversion goes one lane at a time, see NativeHalf).
+// arm64: two FCVTLs. Widening in registers lets decode read an f16 cache
+// once, instead of widening each block into scratch and reading it back.
+template <bool kF16c>
+__attribute__((always_inline)) inline V8 Load8Of(const float* p) {
+  return Load8(p);
+}
+
+template <bool kF16c>
+__attribute__((always_inline)) inline V8 Load8Of(const NativeHalf* p) {
+  V8 v;
+#if defined(__x86_64__)
+  if constexpr (kF16c) {
+    struct Eight {
+      uint16_t bits[8];
+    };
+    asm("vcvtph2ps %1, %0" : "=x"(v) : "m"(*reinterpret_cast<const Eight*>(p)));
+    return v;
+  }
+#elif defined(__aarch64__)
+  const float32x4_t lo = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(&p[0].bits)));
+  const float32x4_t hi = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(&p[4].bits)));
+  std::memcpy(&v, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
+  return v;
+#endif
+  for (int i = 0; i < 8; ++i) v[i] = ToFloat(p[i]);
+  return v;
+}
 
 // A Q8_0 cache's row element (--kv-dtype q8_0): one block of 32 values,
 // an f16 scale d and 32 int8 q (value j = d * q[j]), ggml's block_q8_0. A
@@ -277,8 +312,10 @@ __attribute__((always_inline)) inline V8 Exp8(V8 x) {
 // o[i][0..16) = (accumulate ? o[i][0..16) : 0) + sum over k in [k0, k1) of
 // x[i * xs + k] * y[k * ys + 0..16). Scores: x = queries (k over head
 // dims), y = transposed keys. Values: x = probabilities (k over keys), y =
-// value rows. Eight accumulators stay in registers.
-__attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, const float* y,
+// value rows (f32, or f16 widened as they are read). Eight accumulators
+// stay in registers.
+template <bool kF16c = false, typename Y = float>
+__attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, const Y* y,
                                                     int64_t ys, int64_t k0, int64_t k1, float* o,
                                                     int64_t os, bool accumulate) {
   V8 a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
@@ -293,7 +330,7 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
     a31 = Load8(o + 3 * os + 8);
   }
   for (int64_t k = k0; k < k1; ++k) {
-    const V8 y0 = Load8(y + k * ys), y1 = Load8(y + k * ys + 8);
+    const V8 y0 = Load8Of<kF16c>(y + k * ys), y1 = Load8Of<kF16c>(y + k * ys + 8);
     const float x0 = x[k], x1 = x[xs + k], x2 = x[2 * xs + k], x3 = x[3 * xs + k];
     a00 += x0 * y0;
     a01 += x0 * y1;
@@ -325,7 +362,6 @@ constexpr double kParallelWork = 1e5;
 struct Scratch {
   std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
   std::vector<float> vb;    // [bk, hd_pad] value block, when hd is not a tile multiple
-  std::vector<float> kf;    // [bk, hd] key block widened from a half-precision cache
   std::vector<uint8_t> qq;  // [R, hd / 32] scaled queries as Q8_0 blocks (a Q8_0 cache)
   std::vector<float> s;     // [R_pad, bk_pad] scores, then probabilities
   std::vector<float> acc;   // [R_pad, hd_pad] unnormalised outputs
@@ -411,33 +447,38 @@ struct KeyBlock {
   }
 };
 
-// Decode scores: a handful of rows, dot products straight off the cache, no
-// transpose. Eight keys at a time, so one load of q serves eight products
-// and their eight sums fold into one vector.
-HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const float* kb, int64_t hdp, const Scratch& w,
+// Decode scores: a handful of rows, dot products straight off the cache (f32,
+// or f16 widened in registers), no transpose. Eight keys at a time, so one
+// load of q serves eight products and their eight sums fold into one
+// vector.
+template <bool kF16c, typename K>
+HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, int64_t hdp, const Scratch& w,
                                 float* s) {
   const int64_t hd = blk.sh.hd, cols = blk.cols, cp = blk.cp;
   int64_t c = 0;
   if (hd % 8 == 0) {
     for (; c + 8 <= cols; c += 8) {
-      const float* key = kb + c * hd;
+      const K* key = kb + c * hd;
       for (int64_t r = 0; r < blk.r_all; ++r) {
         const float* qr = w.qs.data() + r * hdp;
         V8 a[8] = {};
         for (int64_t d = 0; d < hd; d += 8) {
           const V8 qd = Load8(qr + d);
-          for (int j = 0; j < 8; ++j) a[j] += qd * Load8(key + j * hd + d);
+          for (int j = 0; j < 8; ++j) a[j] += qd * Load8Of<kF16c>(key + j * hd + d);
         }
         Store8(s + r * cp + c, HorizontalSums(a));
       }
     }
   }
   for (; c < cols; ++c) {
-    const float* key = kb + c * hd;
+    const K* key = kb + c * hd;
     for (int64_t r = 0; r < blk.r_all; ++r) {
       const float* qr = w.qs.data() + r * hdp;
+      // One rounding a term for every cache type: GCC turns the f32 loop
+      // into vector products and in-order sums (two roundings a term)
+      // unless the multiply-add is spelled out.
       float sum = 0;
-      for (int64_t d = 0; d < hd; ++d) sum += qr[d] * ToFloat(key[d]);
+      for (int64_t d = 0; d < hd; ++d) sum = std::fma(qr[d], ToFloat(key[d]), sum);
       s[r * cp + c] = sum;
     }
   }
@@ -536,39 +577,24 @@ HILNAS_INLINE void SoftmaxBlock(const KeyBlock& blk, int64_t hdp, int64_t rp, Sc
 // row read once across its dims, NV independent accumulators. Tile4x16
 // with one live row spends three quarters of its multiply-adds on padding
 // and chains each accumulator through every key.
-template <int NV>
-HILNAS_INLINE void OneRowValues(const float* p, const float* v, int64_t vs, int64_t k0, int64_t k1,
+template <int NV, bool kF16c, typename V>
+HILNAS_INLINE void OneRowValues(const float* p, const V* v, int64_t vs, int64_t k0, int64_t k1,
                                 float* o) {
   V8 a[NV];
   for (int j = 0; j < NV; ++j) a[j] = Load8(o + 8 * j);
   for (int64_t k = k0; k < k1; ++k) {
     const float pk = p[k];
-    for (int j = 0; j < NV; ++j) a[j] += pk * Load8(v + k * vs + 8 * j);
+    for (int j = 0; j < NV; ++j) a[j] += pk * Load8Of<kF16c>(v + k * vs + 8 * j);
   }
   for (int j = 0; j < NV; ++j) Store8(o + 8 * j, a[j]);
 }
 
-// O += P V, 4 rows x 16 dims per register tile; value rows copied into a
-// padded block when hd is not a tile multiple.
-template <typename KV>
-HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t hdp, int64_t rp,
-                                    Scratch& w, const float* s) {
-  const int64_t hd = blk.sh.hd;
-  const float* vrows = nullptr;
-  int64_t vstride = hd;
-  if constexpr (std::is_same_v<KV, float>) vrows = vb;
-  if (hd != hdp || !std::is_same_v<KV, float>) {
-    // Padded to the tile (zeros past hd), or widened from a
-    // reduced-precision cache.
-    if (hd != hdp) {
-      w.vb.assign(blk.cols * hdp, 0.0f);
-    } else {
-      w.vb.resize(blk.cols * hdp);
-    }
-    WidenRows(vb, blk.cols, hd, w.vb.data(), hdp);
-    vrows = w.vb.data();
-    vstride = hdp;
-  }
+// O += P V over value rows of type V (f32, or f16 widened as they are
+// read), row k at v + k * vs, 4 rows x 16 dims per register tile, or one
+// row across its dims (OneRowValues).
+template <bool kF16c, typename V>
+HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, int64_t hdp,
+                                 int64_t rp, Scratch& w, const float* s) {
   if (blk.r_all == 1) {
     int64_t a, b;
     blk.RowRange(0, a, b);
@@ -576,16 +602,16 @@ HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t h
       float* o = w.acc.data() + d;
       switch (std::min<int64_t>(64, hdp - d) / 8) {
         case 2:
-          OneRowValues<2>(s, vrows + d, vstride, a, b, o);
+          OneRowValues<2, kF16c>(s, v + d, vs, a, b, o);
           break;
         case 4:
-          OneRowValues<4>(s, vrows + d, vstride, a, b, o);
+          OneRowValues<4, kF16c>(s, v + d, vs, a, b, o);
           break;
         case 6:
-          OneRowValues<6>(s, vrows + d, vstride, a, b, o);
+          OneRowValues<6, kF16c>(s, v + d, vs, a, b, o);
           break;
         default:
-          OneRowValues<8>(s, vrows + d, vstride, a, b, o);
+          OneRowValues<8, kF16c>(s, v + d, vs, a, b, o);
           break;
       }
     }
@@ -596,15 +622,34 @@ HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t h
     int64_t ta, tb;
     blk.TileRange(r, ta, tb);
     for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
-      Tile4x16(p0, blk.cp, vrows + d, vstride, ta, tb, w.acc.data() + r * hdp + d, hdp,
-               /*accumulate=*/true);
+      Tile4x16<kF16c>(p0, blk.cp, v + d, vs, ta, tb, w.acc.data() + r * hdp + d, hdp,
+                      /*accumulate=*/true);
     }
   }
 }
 
+// O += P V: f32 and f16 rows read where they lie when hd is a tile
+// multiple; otherwise (and for Q8_0) copied, widened or dequantized into a
+// block padded with zeros to the tile.
+template <bool kF16c, typename KV>
+HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t hdp, int64_t rp,
+                                    Scratch& w, const float* s) {
+  const int64_t hd = blk.sh.hd;
+  if constexpr (!std::is_same_v<KV, Q8Block>) {
+    if (hd == hdp) return ValueProducts<kF16c>(blk, vb, hd, hdp, rp, w, s);
+  }
+  if (hd != hdp) {
+    w.vb.assign(blk.cols * hdp, 0.0f);
+  } else {
+    w.vb.resize(blk.cols * hdp);
+  }
+  WidenRows(vb, blk.cols, hd, w.vb.data(), hdp);
+  ValueProducts<kF16c>(blk, w.vb.data(), hdp, hdp, rp, w, s);
+}
+
 // Flash-style attention of one item: blocks of bk keys, each scored,
 // soft-maxed online and folded into the outputs.
-template <typename KV>
+template <typename KV, bool kF16c>
 HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
   const KV* keys;
   const KV* values;
@@ -639,19 +684,13 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     const KV* kb = keys + (c0 - sh.k_start) * row;
     if constexpr (std::is_same_v<KV, Q8Block>) {
       QuantDecodeScores(blk, kb, w, s);
-    } else if constexpr (std::is_same_v<KV, NativeHalf>) {
-      // Decode (an f16 cache is read by decode steps only): each key is
-      // read once per query row, so the block is widened once first.
-      w.kf.resize(cols * hd);
-      WidenRows(kb, cols, hd, w.kf.data(), hd);
-      DecodeScores(blk, w.kf.data(), hdp, w, s);
     } else if (decode) {
-      DecodeScores(blk, kb, hdp, w, s);
+      DecodeScores<kF16c>(blk, kb, hdp, w, s);
     } else {
       PrefillScores(blk, hdp, rp, w, s);
     }
     SoftmaxBlock(blk, hdp, rp, w, s);
-    AccumulateValues(blk, values + (c0 - sh.k_start) * row, hdp, rp, w, s);
+    AccumulateValues<kF16c>(blk, values + (c0 - sh.k_start) * row, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
     float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
@@ -666,14 +705,14 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
 // has them, and for the build's baseline (arm64's NEON; old x86).
 template <typename KV>
 void AttendItemPortable(const Item& it, const Shape& sh, Scratch& w) {
-  AttendItemBody<KV>(it, sh, w);
+  AttendItemBody<KV, false>(it, sh, w);
 }
 
 #if defined(__x86_64__)
 template <typename KV>
 __attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, const Shape& sh,
                                                              Scratch& w) {
-  AttendItemBody<KV>(it, sh, w);
+  AttendItemBody<KV, true>(it, sh, w);
 }
 #endif
 

@@ -93,8 +93,9 @@ TEST(BlockedAttentionTest, FloatKernelMatchesTheReferenceOnEveryShape) {
 
 // A half-precision cache (--kv-dtype f16) read by the decode kernel equals
 // the double product of the same halves, subnormal and extreme values
-// included (the kernel widens halves with integer vector operations), at
-// head sizes with and without a vector remainder.
+// included (the kernel widens halves in registers as it reads them), at
+// head sizes with and without a vector remainder, and equals the f32
+// kernel over the widened cache bit for bit.
 TEST(BlockedAttentionTest, DecodeOverAHalfCacheMatchesTheReferenceOfItsHalves) {
   torch::manual_seed(6);
   // Grouped heads, and one query head a KV head (its own value loop, in
@@ -120,6 +121,14 @@ TEST(BlockedAttentionTest, DecodeOverAHalfCacheMatchesTheReferenceOfItsHalves) {
       EXPECT_LT(((got.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(),
                 2e-5)
           << "hd " << hd << " heads " << h << "/" << kvh;
+      // Read as halves or as the floats they widen to: the same sums in
+      // the same order.
+      const torch::Tensor kf = k.to(torch::kFloat), vf = v.to(torch::kFloat);
+      torch::Tensor wide = torch::empty({h, hd});
+      DecodeAttention(q.data_ptr<float>(), h, kvh, hd, kf.data_ptr<float>(), vf.data_ptr<float>(),
+                      n * hd, n, 0, n - 1, wide.data_ptr<float>());
+      EXPECT_TRUE(torch::equal(got, wide)) << "hd " << hd << " heads " << h << "/" << kvh << ": "
+                                           << (got - wide).abs().max().item<float>();
     }
   }
 }

@@ -64,26 +64,32 @@ void CheckAttention(KernelCheck& out) {
 }
 
 // Decode over a half-precision cache (--kv-dtype f16): keys and values
-// widened as they are read, against the double product of the same halves.
+// widened in registers as they are read, against the double product of
+// the same halves. 8 query heads on 2 KV heads of 64 dims (tiles of four
+// query rows), and on 8 KV heads of 48 (one row a KV head, a value chunk
+// of 48 dims).
 void CheckHalfCacheAttention(KernelCheck& out) {
-  const int64_t h = 8, kvh = 2, hd = 64, n = 200;
-  const torch::Tensor k = torch::randn({kvh, n, hd}).to(torch::kHalf);
-  const torch::Tensor v = torch::randn({kvh, n, hd}).to(torch::kHalf);
-  const torch::Tensor q = torch::randn({h, hd});
-  torch::Tensor got = torch::empty({h, hd});
-  DecodeAttention(q.data_ptr<float>(), h, kvh, hd,
-                  reinterpret_cast<const uint16_t*>(k.data_ptr<at::Half>()),
-                  reinterpret_cast<const uint16_t*>(v.data_ptr<at::Half>()), n * hd, n, 0, n - 1,
-                  got.data_ptr<float>());
-  const torch::Tensor want = ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
-                                                k.to(torch::kDouble).unsqueeze(0),
-                                                v.to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
-                                 .view({h, hd});
-  KernelCheckRow row;
-  row.kernel = "attention decode f16 cache";
-  row.best_error = ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-  row.ok = row.best_error <= KernelCheck::kTolerance;
-  out.rows.push_back(row);
+  const int64_t h = 8, n = 200;
+  for (auto [kvh, hd] : {std::pair<int64_t, int64_t>{2, 64}, {8, 48}}) {
+    const torch::Tensor k = torch::randn({kvh, n, hd}).to(torch::kHalf);
+    const torch::Tensor v = torch::randn({kvh, n, hd}).to(torch::kHalf);
+    const torch::Tensor q = torch::randn({h, hd});
+    torch::Tensor got = torch::empty({h, hd});
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd,
+                    reinterpret_cast<const uint16_t*>(k.data_ptr<at::Half>()),
+                    reinterpret_cast<const uint16_t*>(v.data_ptr<at::Half>()), n * hd, n, 0, n - 1,
+                    got.data_ptr<float>());
+    const torch::Tensor want = ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
+                                                  k.to(torch::kDouble).unsqueeze(0),
+                                                  v.to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
+                                   .view({h, hd});
+    KernelCheckRow row;
+    row.kernel = kvh == h ? "attention decode f16 cache mha" : "attention decode f16 cache";
+    row.best_error =
+        ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+    row.ok = row.best_error <= KernelCheck::kTolerance;
+    out.rows.push_back(row);
+  }
 }
 
 // Decode over a Q8_0 cache (--kv-dtype q8_0): integer scores against the
