@@ -224,6 +224,36 @@ __attribute__((always_inline)) inline V8 Load8Of(const NativeHalf* p) {
   return v;
 }
 
+// Eight consecutive int8 (a Q8_0 block's quants) as f32. GCC 12 converts
+// a vector of int8 one lane at a time (a shift and a scalar VCVTSI2SS
+// each); the AVX2 copy sign-extends with VPMOVSXBD (inline assembly, as
+// above), arm64 with two SXTLs.
+template <bool kF16c>
+__attribute__((always_inline)) inline V8 Load8Of(const int8_t* q) {
+#if defined(__x86_64__)
+  if constexpr (kF16c) {
+    struct Eight {
+      int8_t q[8];
+    };
+    I8 i;
+    asm("vpmovsxbd %1, %0" : "=x"(i) : "m"(*reinterpret_cast<const Eight*>(q)));
+    return __builtin_convertvector(i, V8);
+  }
+#elif defined(__aarch64__)
+  const int16x8_t wide = vmovl_s8(vld1_s8(q));
+  const float32x4_t lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
+  const float32x4_t hi = vcvtq_f32_s32(vmovl_s16(vget_high_s16(wide)));
+  V8 v;
+  std::memcpy(&v, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
+  return v;
+#endif
+  typedef int8_t C8 __attribute__((vector_size(8)));
+  C8 c;
+  std::memcpy(&c, q, sizeof c);
+  return __builtin_convertvector(c, V8);
+}
+
 // A Q8_0 cache's row element (--kv-dtype q8_0): one block of 32 values,
 // an f16 scale d and 32 int8 q (value j = d * q[j]), ggml's block_q8_0. A
 // row of hd values is hd / 32 of them.
@@ -242,7 +272,7 @@ constexpr int64_t RowElements(int64_t hd) {
 // `rows` cached rows of hd values as f32, row r at dst + r * dst_stride:
 // copied, widened from f16, or dequantized from Q8_0 blocks (d * q, eight
 // lanes at a time).
-template <typename KV>
+template <bool kF16c, typename KV>
 __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows, int64_t hd,
                                                      float* dst, int64_t dst_stride) {
   if constexpr (std::is_same_v<KV, NativeHalf>) {
@@ -256,13 +286,10 @@ __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows
     const KV* row = src + r * RowElements<KV>(hd);
     float* to = dst + r * dst_stride;
     if constexpr (std::is_same_v<KV, Q8Block>) {
-      typedef int8_t C8 __attribute__((vector_size(8)));
       for (int64_t b = 0; b < hd / kQuantBlock; ++b) {
         const float d = ToFloat(NativeHalf{row[b].d});
         for (int j = 0; j < kQuantBlock; j += 8) {
-          C8 c;
-          std::memcpy(&c, row[b].qs + j, sizeof c);
-          Store8(to + b * kQuantBlock + j, __builtin_convertvector(c, V8) * d);
+          Store8(to + b * kQuantBlock + j, Load8Of<kF16c>(row[b].qs + j) * d);
         }
       }
     } else {
@@ -486,10 +513,16 @@ HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, int64_t hdp, c
 
 // Decode scores over a Q8_0 cache, as llama.cpp computes them: each scaled
 // query row quantized to Q8_0 once (w.qq), then integer dot products with
-// the cached key blocks (the weight kernels' Q8_0 x Q8_0 path).
+// the cached key blocks (the weight kernels' Q8_0 x Q8_0 path; QuantGemm
+// for several query rows, which unpacks each key block once for four).
 HILNAS_INLINE void QuantDecodeScores(const KeyBlock& blk, const Q8Block* kb, const Scratch& w,
                                      float* s) {
   const int64_t blocks = blk.sh.hd / kQuantBlock;
+  if (blk.r_all > 1) {
+    QuantGemm(QuantType::kQ8_0, reinterpret_cast<const uint8_t*>(kb), blocks, w.qq.data(),
+              blk.r_all, s, blk.cp, 0, blk.cols);
+    return;
+  }
   for (int64_t r = 0; r < blk.r_all; ++r) {
     QuantRowsDot(QuantType::kQ8_0, reinterpret_cast<const uint8_t*>(kb), blocks,
                  w.qq.data() + r * blocks * kQ8BlockBytes, s + r * blk.cp, 0, blk.cols);
@@ -595,24 +628,31 @@ HILNAS_INLINE void OneRowValues(const float* p, const V* v, int64_t vs, int64_t 
 template <bool kF16c, typename V>
 HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, int64_t hdp,
                                  int64_t rp, Scratch& w, const float* s) {
-  if (blk.r_all == 1) {
-    int64_t a, b;
-    blk.RowRange(0, a, b);
-    for (int64_t d = 0; d < hdp && a < b; d += 64) {  // hdp is a multiple of 16
-      float* o = w.acc.data() + d;
-      switch (std::min<int64_t>(64, hdp - d) / 8) {
-        case 2:
-          OneRowValues<2, kF16c>(s, v + d, vs, a, b, o);
-          break;
-        case 4:
-          OneRowValues<4, kF16c>(s, v + d, vs, a, b, o);
-          break;
-        case 6:
-          OneRowValues<6, kF16c>(s, v + d, vs, a, b, o);
-          break;
-        default:
-          OneRowValues<8, kF16c>(s, v + d, vs, a, b, o);
-          break;
+  if (blk.it.rows == 1) {
+    // Decode: each query row on its own, each value row read once across
+    // its dims (from L1 after the first row). Tiles of four rows walk the
+    // block 16 dims at a time, a line of each value row per pass, and ran
+    // 1.3-1.6x slower at 4 rows a KV head (full4 at 2048 tokens).
+    for (int64_t r = 0; r < blk.r_all; ++r) {
+      int64_t a, b;
+      blk.RowRange(r, a, b);
+      const float* p = s + r * blk.cp;
+      for (int64_t d = 0; d < hdp && a < b; d += 64) {  // hdp is a multiple of 16
+        float* o = w.acc.data() + r * hdp + d;
+        switch (std::min<int64_t>(64, hdp - d) / 8) {
+          case 2:
+            OneRowValues<2, kF16c>(p, v + d, vs, a, b, o);
+            break;
+          case 4:
+            OneRowValues<4, kF16c>(p, v + d, vs, a, b, o);
+            break;
+          case 6:
+            OneRowValues<6, kF16c>(p, v + d, vs, a, b, o);
+            break;
+          default:
+            OneRowValues<8, kF16c>(p, v + d, vs, a, b, o);
+            break;
+        }
       }
     }
     return;
@@ -628,22 +668,61 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
   }
 }
 
+// O[0, 32 b0 .. 32 (b0 + NB)) += sum over k in [k0, k1) of p[k] * the
+// value row k of a Q8_0 cache (rows of vs blocks), blocks b0.. of it
+// dequantized in registers: each block's scale folds into p[k] once.
+template <int NB, bool kF16c>
+HILNAS_INLINE void OneRowQ8Values(const float* p, const Q8Block* v, int64_t vs, int64_t b0,
+                                  int64_t k0, int64_t k1, float* o) {
+  constexpr int kPerBlock = kQuantBlock / 8;
+  V8 a[NB * kPerBlock];
+  for (int j = 0; j < NB * kPerBlock; ++j) a[j] = Load8(o + 8 * j);
+  for (int64_t k = k0; k < k1; ++k) {
+    for (int b = 0; b < NB; ++b) {
+      const Q8Block& blk = v[k * vs + b0 + b];
+      const float pd = p[k] * ToFloat(NativeHalf{blk.d});
+      for (int i = 0; i < kPerBlock; ++i) {
+        a[b * kPerBlock + i] += pd * Load8Of<kF16c>(blk.qs + 8 * i);
+      }
+    }
+  }
+  for (int j = 0; j < NB * kPerBlock; ++j) Store8(o + 8 * j, a[j]);
+}
+
 // O += P V: f32 and f16 rows read where they lie when hd is a tile
-// multiple; otherwise (and for Q8_0) copied, widened or dequantized into a
-// block padded with zeros to the tile.
+// multiple, Q8_0 rows dequantized as they are read by a decode step;
+// otherwise copied, widened or dequantized into a block padded with zeros
+// to the tile.
 template <bool kF16c, typename KV>
 HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t hdp, int64_t rp,
                                     Scratch& w, const float* s) {
   const int64_t hd = blk.sh.hd;
   if constexpr (!std::is_same_v<KV, Q8Block>) {
     if (hd == hdp) return ValueProducts<kF16c>(blk, vb, hd, hdp, rp, w, s);
+  } else {
+    if (blk.it.rows == 1) {
+      const int64_t blocks = hd / kQuantBlock;
+      for (int64_t r = 0; r < blk.r_all; ++r) {
+        int64_t a, b;
+        blk.RowRange(r, a, b);
+        for (int64_t b0 = 0; b0 < blocks && a < b; b0 += 2) {
+          float* o = w.acc.data() + r * hdp + b0 * kQuantBlock;
+          if (blocks - b0 == 1) {
+            OneRowQ8Values<1, kF16c>(s + r * blk.cp, vb, blocks, b0, a, b, o);
+          } else {
+            OneRowQ8Values<2, kF16c>(s + r * blk.cp, vb, blocks, b0, a, b, o);
+          }
+        }
+      }
+      return;
+    }
   }
   if (hd != hdp) {
     w.vb.assign(blk.cols * hdp, 0.0f);
   } else {
     w.vb.resize(blk.cols * hdp);
   }
-  WidenRows(vb, blk.cols, hd, w.vb.data(), hdp);
+  WidenRows<kF16c>(vb, blk.cols, hd, w.vb.data(), hdp);
   ValueProducts<kF16c>(blk, w.vb.data(), hdp, hdp, rp, w, s);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -137,11 +138,18 @@ TEST(BlockedAttentionTest, DecodeOverAHalfCacheMatchesTheReferenceOfItsHalves) {
 // integer dot products with the scaled query quantized to Q8_0, so the
 // result equals the double attention of that quantized query over the
 // dequantized keys and values, at one, two and three blocks a row and
-// across key blocks (n > 128); a row of zeros (d = 0) included.
+// across key blocks (n > 128), with three query heads a KV head (scores
+// for the three in one product) and with one (values dequantized in
+// registers two blocks at a time); a row of zeros (d = 0) included.
 TEST(BlockedAttentionTest, DecodeOverAQ8CacheMatchesTheReferenceOfItsBlocks) {
   torch::manual_seed(7);
-  for (int64_t hd : {32, 64, 96}) {
-    const int64_t h = 6, kvh = 2, n = 150, row = hd / kQuantBlock * kQ8BlockBytes;
+  for (const auto& [h, kvh, hd] : {std::tuple<int64_t, int64_t, int64_t>{6, 2, 32},
+                                   {6, 2, 64},
+                                   {6, 2, 96},
+                                   {4, 4, 32},
+                                   {4, 4, 64},
+                                   {4, 4, 96}}) {
+    const int64_t n = 150, row = hd / kQuantBlock * kQ8BlockBytes;
     auto blocks = [&](torch::Tensor x) {
       x = x.reshape({-1, hd}).contiguous();
       torch::Tensor q = torch::empty({x.size(0), row}, torch::kByte);
@@ -168,13 +176,14 @@ TEST(BlockedAttentionTest, DecodeOverAQ8CacheMatchesTheReferenceOfItsBlocks) {
                            values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
             .view({h, hd});
     EXPECT_LT(((got.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(), 2e-5)
-        << "hd " << hd;
+        << "hd " << hd << " heads " << h << "/" << kvh;
     // Not the f32 attention: the cache's rounding shows.
     const torch::Tensor exact = ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
                                                    kf.to(torch::kDouble).unsqueeze(0),
                                                    values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
                                     .view({h, hd});
-    EXPECT_GT((got.to(torch::kDouble) - exact).abs().max().item<double>(), 1e-6) << "hd " << hd;
+    EXPECT_GT((got.to(torch::kDouble) - exact).abs().max().item<double>(), 1e-6)
+        << "hd " << hd << " heads " << h << "/" << kvh;
   }
 }
 

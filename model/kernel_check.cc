@@ -94,37 +94,42 @@ void CheckHalfCacheAttention(KernelCheck& out) {
 
 // Decode over a Q8_0 cache (--kv-dtype q8_0): integer scores against the
 // query quantized as the kernel quantizes it (scaled by 1/sqrt(hd)),
-// values dequantized, against the double product of the same blocks.
+// values dequantized in registers, against the double product of the same
+// blocks. 8 query heads on 2 KV heads of 64 dims (the four rows' scores in
+// one product), and on 8 KV heads of 96 (three blocks a row).
 void CheckQ8CacheAttention(KernelCheck& out) {
-  const int64_t h = 8, kvh = 2, hd = 64, n = 200, row = hd / kQuantBlock * kQ8BlockBytes;
-  auto blocks = [&](const torch::Tensor& x) {  // [rows, hd] -> Q8_0 rows
-    torch::Tensor q = torch::empty({x.size(0), row}, torch::kByte);
-    for (int64_t r = 0; r < x.size(0); ++r) {
-      QuantizeActivations(x[r].data_ptr<float>(), hd, q.data_ptr<uint8_t>() + r * row);
-    }
-    return q;
-  };
-  auto values = [&](const torch::Tensor& q) {  // Q8_0 rows -> double [rows, hd]
-    return DequantizeMatrix(q.view({q.size(0), hd / kQuantBlock, kQ8BlockBytes}))
-        .to(torch::kDouble);
-  };
-  const torch::Tensor k = blocks(torch::randn({kvh * n, hd}));
-  const torch::Tensor v = blocks(torch::randn({kvh * n, hd}));
-  const torch::Tensor q = torch::randn({h, hd});
-  torch::Tensor got = torch::empty({h, hd});
-  DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<uint8_t>(), v.data_ptr<uint8_t>(),
-                  n * row, n, 0, n - 1, got.data_ptr<float>());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const torch::Tensor q_seen = values(blocks((q * scale).contiguous())) / scale;
-  const torch::Tensor want =
-      ReferenceAttention(q_seen.view({1, h, 1, hd}), values(k).view({1, kvh, n, hd}),
-                         values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
-          .view({h, hd});
-  KernelCheckRow r;
-  r.kernel = "attention decode q8_0 cache";
-  r.best_error = ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-  r.ok = r.best_error <= KernelCheck::kTolerance;
-  out.rows.push_back(r);
+  const int64_t h = 8, n = 200;
+  for (auto [kvh, hd] : {std::pair<int64_t, int64_t>{2, 64}, {8, 96}}) {
+    const int64_t row = hd / kQuantBlock * kQ8BlockBytes;
+    auto blocks = [&](const torch::Tensor& x) {  // [rows, hd] -> Q8_0 rows
+      torch::Tensor q = torch::empty({x.size(0), row}, torch::kByte);
+      for (int64_t r = 0; r < x.size(0); ++r) {
+        QuantizeActivations(x[r].data_ptr<float>(), hd, q.data_ptr<uint8_t>() + r * row);
+      }
+      return q;
+    };
+    auto values = [&](const torch::Tensor& q) {  // Q8_0 rows -> double [rows, hd]
+      return DequantizeMatrix(q.view({q.size(0), hd / kQuantBlock, kQ8BlockBytes}))
+          .to(torch::kDouble);
+    };
+    const torch::Tensor k = blocks(torch::randn({kvh * n, hd}));
+    const torch::Tensor v = blocks(torch::randn({kvh * n, hd}));
+    const torch::Tensor q = torch::randn({h, hd});
+    torch::Tensor got = torch::empty({h, hd});
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<uint8_t>(), v.data_ptr<uint8_t>(),
+                    n * row, n, 0, n - 1, got.data_ptr<float>());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const torch::Tensor q_seen = values(blocks((q * scale).contiguous())) / scale;
+    const torch::Tensor want =
+        ReferenceAttention(q_seen.view({1, h, 1, hd}), values(k).view({1, kvh, n, hd}),
+                           values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
+            .view({h, hd});
+    KernelCheckRow r;
+    r.kernel = kvh == h ? "attention decode q8_0 cache mha" : "attention decode q8_0 cache";
+    r.best_error = ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+    r.ok = r.best_error <= KernelCheck::kTolerance;
+    out.rows.push_back(r);
+  }
 }
 
 // Q4_0 and Q8_0 weights against Q8_0 activations: the best path (VNNI or
