@@ -190,23 +190,24 @@ __attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
 }
 #endif
 
-// Eight consecutive cache values as f32. kF16c: the AVX2 copy, whose CPU
-// has F16C: VCVTPH2PS straight from memory, written as inline assembly
-// because the intrinsic may only be inlined through functions compiled
-// for F16C, and the body that calls this is also compiled for the baseline
-// (GCC 12's vector conversion goes one lane at a time, see NativeHalf).
-// arm64: two FCVTLs. Widening in registers lets decode read an f16 cache
-// once, instead of widening each block into scratch and reading it back.
-template <bool kF16c>
+// Eight consecutive cache values as f32. kAvx2: inlined into the copy of
+// the attention body compiled for AVX2 + FMA + F16C (AttendItemAvx2), so
+// VCVTPH2PS straight from memory, written as inline assembly because the
+// intrinsic may only be inlined through functions compiled for F16C, and
+// the same body is also compiled for the baseline (GCC 12's vector
+// conversion goes one lane at a time, see NativeHalf). arm64: two FCVTLs.
+// Widening in registers lets decode read an f16 cache once, instead of
+// widening each block into scratch and reading it back.
+template <bool kAvx2>
 __attribute__((always_inline)) inline V8 Load8Of(const float* p) {
   return Load8(p);
 }
 
-template <bool kF16c>
+template <bool kAvx2>
 __attribute__((always_inline)) inline V8 Load8Of(const NativeHalf* p) {
   V8 v;
 #if defined(__x86_64__)
-  if constexpr (kF16c) {
+  if constexpr (kAvx2) {
     struct Eight {
       uint16_t bits[8];
     };
@@ -228,10 +229,10 @@ __attribute__((always_inline)) inline V8 Load8Of(const NativeHalf* p) {
 // a vector of int8 one lane at a time (a shift and a scalar VCVTSI2SS
 // each); the AVX2 copy sign-extends with VPMOVSXBD (inline assembly, as
 // above), arm64 with two SXTLs.
-template <bool kF16c>
+template <bool kAvx2>
 __attribute__((always_inline)) inline V8 Load8Of(const int8_t* q) {
 #if defined(__x86_64__)
-  if constexpr (kF16c) {
+  if constexpr (kAvx2) {
     struct Eight {
       int8_t q[8];
     };
@@ -272,7 +273,7 @@ constexpr int64_t RowElements(int64_t hd) {
 // `rows` cached rows of hd values as f32, row r at dst + r * dst_stride:
 // copied, widened from f16, or dequantized from Q8_0 blocks (d * q, eight
 // lanes at a time).
-template <bool kF16c, typename KV>
+template <bool kAvx2, typename KV>
 __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows, int64_t hd,
                                                      float* dst, int64_t dst_stride) {
   if constexpr (std::is_same_v<KV, NativeHalf>) {
@@ -289,7 +290,7 @@ __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows
       for (int64_t b = 0; b < hd / kQuantBlock; ++b) {
         const float d = ToFloat(NativeHalf{row[b].d});
         for (int j = 0; j < kQuantBlock; j += 8) {
-          Store8(to + b * kQuantBlock + j, Load8Of<kF16c>(row[b].qs + j) * d);
+          Store8(to + b * kQuantBlock + j, Load8Of<kAvx2>(row[b].qs + j) * d);
         }
       }
     } else {
@@ -341,7 +342,7 @@ __attribute__((always_inline)) inline V8 Exp8(V8 x) {
 // dims), y = transposed keys. Values: x = probabilities (k over keys), y =
 // value rows (f32, or f16 widened as they are read). Eight accumulators
 // stay in registers.
-template <bool kF16c = false, typename Y = float>
+template <bool kAvx2 = false, typename Y = float>
 __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, const Y* y,
                                                     int64_t ys, int64_t k0, int64_t k1, float* o,
                                                     int64_t os, bool accumulate) {
@@ -357,7 +358,7 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
     a31 = Load8(o + 3 * os + 8);
   }
   for (int64_t k = k0; k < k1; ++k) {
-    const V8 y0 = Load8Of<kF16c>(y + k * ys), y1 = Load8Of<kF16c>(y + k * ys + 8);
+    const V8 y0 = Load8Of<kAvx2>(y + k * ys), y1 = Load8Of<kAvx2>(y + k * ys + 8);
     const float x0 = x[k], x1 = x[xs + k], x2 = x[2 * xs + k], x3 = x[3 * xs + k];
     a00 += x0 * y0;
     a01 += x0 * y1;
@@ -478,7 +479,7 @@ struct KeyBlock {
 // or f16 widened in registers), no transpose. Eight keys at a time, so one
 // load of q serves eight products and their eight sums fold into one
 // vector.
-template <bool kF16c, typename K>
+template <bool kAvx2, typename K>
 HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, int64_t hdp, const Scratch& w,
                                 float* s) {
   const int64_t hd = blk.sh.hd, cols = blk.cols, cp = blk.cp;
@@ -491,7 +492,7 @@ HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, int64_t hdp, c
         V8 a[8] = {};
         for (int64_t d = 0; d < hd; d += 8) {
           const V8 qd = Load8(qr + d);
-          for (int j = 0; j < 8; ++j) a[j] += qd * Load8Of<kF16c>(key + j * hd + d);
+          for (int j = 0; j < 8; ++j) a[j] += qd * Load8Of<kAvx2>(key + j * hd + d);
         }
         Store8(s + r * cp + c, HorizontalSums(a));
       }
@@ -518,14 +519,11 @@ HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, int64_t hdp, c
 HILNAS_INLINE void QuantDecodeScores(const KeyBlock& blk, const Q8Block* kb, const Scratch& w,
                                      float* s) {
   const int64_t blocks = blk.sh.hd / kQuantBlock;
-  if (blk.r_all > 1) {
-    QuantGemm(QuantType::kQ8_0, reinterpret_cast<const uint8_t*>(kb), blocks, w.qq.data(),
-              blk.r_all, s, blk.cp, 0, blk.cols);
-    return;
-  }
-  for (int64_t r = 0; r < blk.r_all; ++r) {
-    QuantRowsDot(QuantType::kQ8_0, reinterpret_cast<const uint8_t*>(kb), blocks,
-                 w.qq.data() + r * blocks * kQ8BlockBytes, s + r * blk.cp, 0, blk.cols);
+  const uint8_t* keys = reinterpret_cast<const uint8_t*>(kb);
+  if (blk.r_all == 1) {
+    QuantRowsDot(QuantType::kQ8_0, keys, blocks, w.qq.data(), s, 0, blk.cols);
+  } else {
+    QuantGemm(QuantType::kQ8_0, keys, blocks, w.qq.data(), blk.r_all, s, blk.cp, 0, blk.cols);
   }
 }
 
@@ -610,14 +608,14 @@ HILNAS_INLINE void SoftmaxBlock(const KeyBlock& blk, int64_t hdp, int64_t rp, Sc
 // row read once across its dims, NV independent accumulators. Tile4x16
 // with one live row spends three quarters of its multiply-adds on padding
 // and chains each accumulator through every key.
-template <int NV, bool kF16c, typename V>
+template <int NV, bool kAvx2, typename V>
 HILNAS_INLINE void OneRowValues(const float* p, const V* v, int64_t vs, int64_t k0, int64_t k1,
                                 float* o) {
   V8 a[NV];
   for (int j = 0; j < NV; ++j) a[j] = Load8(o + 8 * j);
   for (int64_t k = k0; k < k1; ++k) {
     const float pk = p[k];
-    for (int j = 0; j < NV; ++j) a[j] += pk * Load8Of<kF16c>(v + k * vs + 8 * j);
+    for (int j = 0; j < NV; ++j) a[j] += pk * Load8Of<kAvx2>(v + k * vs + 8 * j);
   }
   for (int j = 0; j < NV; ++j) Store8(o + 8 * j, a[j]);
 }
@@ -625,7 +623,7 @@ HILNAS_INLINE void OneRowValues(const float* p, const V* v, int64_t vs, int64_t 
 // O += P V over value rows of type V (f32, or f16 widened as they are
 // read), row k at v + k * vs, 4 rows x 16 dims per register tile, or one
 // row across its dims (OneRowValues).
-template <bool kF16c, typename V>
+template <bool kAvx2, typename V>
 HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, int64_t hdp,
                                  int64_t rp, Scratch& w, const float* s) {
   if (blk.it.rows == 1) {
@@ -641,16 +639,16 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
         float* o = w.acc.data() + r * hdp + d;
         switch (std::min<int64_t>(64, hdp - d) / 8) {
           case 2:
-            OneRowValues<2, kF16c>(p, v + d, vs, a, b, o);
+            OneRowValues<2, kAvx2>(p, v + d, vs, a, b, o);
             break;
           case 4:
-            OneRowValues<4, kF16c>(p, v + d, vs, a, b, o);
+            OneRowValues<4, kAvx2>(p, v + d, vs, a, b, o);
             break;
           case 6:
-            OneRowValues<6, kF16c>(p, v + d, vs, a, b, o);
+            OneRowValues<6, kAvx2>(p, v + d, vs, a, b, o);
             break;
           default:
-            OneRowValues<8, kF16c>(p, v + d, vs, a, b, o);
+            OneRowValues<8, kAvx2>(p, v + d, vs, a, b, o);
             break;
         }
       }
@@ -662,7 +660,7 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
     int64_t ta, tb;
     blk.TileRange(r, ta, tb);
     for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
-      Tile4x16<kF16c>(p0, blk.cp, v + d, vs, ta, tb, w.acc.data() + r * hdp + d, hdp,
+      Tile4x16<kAvx2>(p0, blk.cp, v + d, vs, ta, tb, w.acc.data() + r * hdp + d, hdp,
                       /*accumulate=*/true);
     }
   }
@@ -671,7 +669,7 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
 // O[0, 32 b0 .. 32 (b0 + NB)) += sum over k in [k0, k1) of p[k] * the
 // value row k of a Q8_0 cache (rows of vs blocks), blocks b0.. of it
 // dequantized in registers: each block's scale folds into p[k] once.
-template <int NB, bool kF16c>
+template <int NB, bool kAvx2>
 HILNAS_INLINE void OneRowQ8Values(const float* p, const Q8Block* v, int64_t vs, int64_t b0,
                                   int64_t k0, int64_t k1, float* o) {
   constexpr int kPerBlock = kQuantBlock / 8;
@@ -679,10 +677,10 @@ HILNAS_INLINE void OneRowQ8Values(const float* p, const Q8Block* v, int64_t vs, 
   for (int j = 0; j < NB * kPerBlock; ++j) a[j] = Load8(o + 8 * j);
   for (int64_t k = k0; k < k1; ++k) {
     for (int b = 0; b < NB; ++b) {
-      const Q8Block& blk = v[k * vs + b0 + b];
-      const float pd = p[k] * ToFloat(NativeHalf{blk.d});
+      const Q8Block& block = v[k * vs + b0 + b];
+      const float pd = p[k] * ToFloat(NativeHalf{block.d});
       for (int i = 0; i < kPerBlock; ++i) {
-        a[b * kPerBlock + i] += pd * Load8Of<kF16c>(blk.qs + 8 * i);
+        a[b * kPerBlock + i] += pd * Load8Of<kAvx2>(block.qs + 8 * i);
       }
     }
   }
@@ -693,12 +691,12 @@ HILNAS_INLINE void OneRowQ8Values(const float* p, const Q8Block* v, int64_t vs, 
 // multiple, Q8_0 rows dequantized as they are read by a decode step;
 // otherwise copied, widened or dequantized into a block padded with zeros
 // to the tile.
-template <bool kF16c, typename KV>
+template <bool kAvx2, typename KV>
 HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t hdp, int64_t rp,
                                     Scratch& w, const float* s) {
   const int64_t hd = blk.sh.hd;
   if constexpr (!std::is_same_v<KV, Q8Block>) {
-    if (hd == hdp) return ValueProducts<kF16c>(blk, vb, hd, hdp, rp, w, s);
+    if (hd == hdp) return ValueProducts<kAvx2>(blk, vb, hd, hdp, rp, w, s);
   } else {
     if (blk.it.rows == 1) {
       const int64_t blocks = hd / kQuantBlock;
@@ -708,9 +706,9 @@ HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t h
         for (int64_t b0 = 0; b0 < blocks && a < b; b0 += 2) {
           float* o = w.acc.data() + r * hdp + b0 * kQuantBlock;
           if (blocks - b0 == 1) {
-            OneRowQ8Values<1, kF16c>(s + r * blk.cp, vb, blocks, b0, a, b, o);
+            OneRowQ8Values<1, kAvx2>(s + r * blk.cp, vb, blocks, b0, a, b, o);
           } else {
-            OneRowQ8Values<2, kF16c>(s + r * blk.cp, vb, blocks, b0, a, b, o);
+            OneRowQ8Values<2, kAvx2>(s + r * blk.cp, vb, blocks, b0, a, b, o);
           }
         }
       }
@@ -722,13 +720,13 @@ HILNAS_INLINE void AccumulateValues(const KeyBlock& blk, const KV* vb, int64_t h
   } else {
     w.vb.resize(blk.cols * hdp);
   }
-  WidenRows<kF16c>(vb, blk.cols, hd, w.vb.data(), hdp);
-  ValueProducts<kF16c>(blk, w.vb.data(), hdp, hdp, rp, w, s);
+  WidenRows<kAvx2>(vb, blk.cols, hd, w.vb.data(), hdp);
+  ValueProducts<kAvx2>(blk, w.vb.data(), hdp, hdp, rp, w, s);
 }
 
 // Flash-style attention of one item: blocks of bk keys, each scored,
 // soft-maxed online and folded into the outputs.
-template <typename KV, bool kF16c>
+template <typename KV, bool kAvx2>
 HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
   const KV* keys;
   const KV* values;
@@ -764,12 +762,12 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     if constexpr (std::is_same_v<KV, Q8Block>) {
       QuantDecodeScores(blk, kb, w, s);
     } else if (decode) {
-      DecodeScores<kF16c>(blk, kb, hdp, w, s);
+      DecodeScores<kAvx2>(blk, kb, hdp, w, s);
     } else {
       PrefillScores(blk, hdp, rp, w, s);
     }
     SoftmaxBlock(blk, hdp, rp, w, s);
-    AccumulateValues<kF16c>(blk, values + (c0 - sh.k_start) * row, hdp, rp, w, s);
+    AccumulateValues<kAvx2>(blk, values + (c0 - sh.k_start) * row, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
     float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
