@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/files.h"
 
 namespace hilnas {
 namespace {
@@ -580,7 +581,7 @@ absl::Status GgufWriter::Write(const std::string& path) const {
   }
   header.resize(AlignUp(header.size(), alignment), '\0');
 
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = TempPathBeside(path);
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create"));
   out.write(header.data(), static_cast<std::streamsize>(header.size()));

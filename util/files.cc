@@ -1,8 +1,11 @@
 #include "util/files.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +37,11 @@ bool PathWithin(const std::filesystem::path& inner, const std::filesystem::path&
     if (i == inner.end() || *i != *o) return false;
   }
   return true;
+}
+
+std::string TempPathBeside(const std::string& path) {
+  static std::atomic<uint64_t> count{0};
+  return absl::StrCat(path, ".tmp-", getpid(), "-", count.fetch_add(1));
 }
 
 }  // namespace hilnas

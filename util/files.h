@@ -20,6 +20,14 @@ absl::Status CheckRegularFile(const std::string& path);
 // component ("/data2" is not inside "/data"). Both should be canonical.
 bool PathWithin(const std::filesystem::path& inner, const std::filesystem::path& outer);
 
+// A name beside `path` for writing it before renaming into place, unique to
+// this call: path + ".tmp-" + process id + "-" + a per-process count. Two
+// writers of one path (two agents of a fleet building the same candidate
+// in a shared work folder) each stage their own file, and the last rename
+// wins whole, where a shared "path.tmp" let one writer rename the other's
+// half-written file or find its own gone.
+std::string TempPathBeside(const std::string& path);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_UTIL_FILES_H_

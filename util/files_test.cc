@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+
+#include "absl/strings/str_cat.h"
 
 namespace hilnas {
 namespace {
@@ -16,6 +19,12 @@ TEST(FilesTest, PathWithinComparesWholeComponents) {
   EXPECT_FALSE(PathWithin("/data2", "/data"));
   EXPECT_FALSE(PathWithin("/da", "/data"));
   EXPECT_FALSE(PathWithin("/data", "/data/a"));
+}
+
+TEST(FilesTest, TempPathBesideIsUniqueToEachCall) {
+  const std::string a = TempPathBeside("/w/config.json"), b = TempPathBeside("/w/config.json");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.rfind(absl::StrCat("/w/config.json.tmp-", getpid(), "-"), 0), 0u) << a;
 }
 
 TEST(FilesTest, CheckRegularFileNamesWhatIsThereInstead) {

@@ -71,7 +71,7 @@ absl::Status ReadFileToString(const std::string& path, std::string* out) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
+  const std::string tmp = TempPathBeside(path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot open for writing"));

@@ -1,7 +1,11 @@
 #include "util/textproto.h"
 
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -55,6 +59,39 @@ TEST(TextProtoTest, WriteThenReadRoundTrips) {
   ASSERT_OK(ReadTextProtoFile(path, &back));
   EXPECT_EQ(back.SerializeAsString(), space.SerializeAsString());
   std::remove(path.c_str());
+}
+
+// Writers of one file at once (a fleet's agents writing the same
+// candidate's config.json into a shared work folder) all succeed, the file
+// holds one writer's whole contents, and nothing staged is left behind. A
+// shared "path.tmp" failed this: one writer's rename took the other's file.
+TEST(TextProtoTest, ConcurrentAtomicWritesOfOnePathAllSucceedWhole) {
+  const std::string dir = ::testing::TempDir() + "/atomic_writes";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/config.json";
+  std::vector<std::string> contents;
+  for (int t = 0; t < 8; ++t) contents.push_back(std::string(4096 + t, static_cast<char>('a' + t)));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 8; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        if (!WriteFileAtomically(path, contents[t]).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::string got;
+  ASSERT_OK(ReadFileToString(path, &got));
+  EXPECT_THAT(contents, ::testing::Contains(got));
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++entries;
+    EXPECT_EQ(e.path().filename(), "config.json");
+  }
+  EXPECT_EQ(entries, 1);
 }
 
 }  // namespace
