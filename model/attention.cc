@@ -190,6 +190,16 @@ __attribute__((always_inline)) inline float ToFloat(NativeHalf h) {
 }
 #endif
 
+#if defined(__aarch64__)
+// Two NEON registers as the eight lanes of a V8 (low lanes first).
+__attribute__((always_inline)) inline V8 Join(float32x4_t lo, float32x4_t hi) {
+  V8 v;
+  std::memcpy(&v, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
+  return v;
+}
+#endif
+
 // Eight consecutive cache values as f32. kAvx2: inlined into the copy of
 // the attention body compiled for AVX2 + FMA + F16C (AttendItemAvx2), so
 // VCVTPH2PS straight from memory, written as inline assembly because the
@@ -215,11 +225,8 @@ __attribute__((always_inline)) inline V8 Load8Of(const NativeHalf* p) {
     return v;
   }
 #elif defined(__aarch64__)
-  const float32x4_t lo = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(&p[0].bits)));
-  const float32x4_t hi = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(&p[4].bits)));
-  std::memcpy(&v, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
-  return v;
+  return Join(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(&p[0].bits))),
+              vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(&p[4].bits))));
 #endif
   for (int i = 0; i < 8; ++i) v[i] = ToFloat(p[i]);
   return v;
@@ -242,12 +249,8 @@ __attribute__((always_inline)) inline V8 Load8Of(const int8_t* q) {
   }
 #elif defined(__aarch64__)
   const int16x8_t wide = vmovl_s8(vld1_s8(q));
-  const float32x4_t lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
-  const float32x4_t hi = vcvtq_f32_s32(vmovl_s16(vget_high_s16(wide)));
-  V8 v;
-  std::memcpy(&v, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
-  return v;
+  return Join(vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide))),
+              vcvtq_f32_s32(vmovl_s16(vget_high_s16(wide))));
 #endif
   typedef int8_t C8 __attribute__((vector_size(8)));
   C8 c;

@@ -151,7 +151,7 @@ absl::StatusOr<OutputFolder> OutputFolder::Prepare(const std::string& out, bool 
     }
   }
   fs::create_directories(target.parent_path(), ec);
-  std::string staging = absl::StrCat(target.string(), ".tmp-", getpid());
+  std::string staging = TempPathBeside(target.string());
   fs::remove_all(staging, ec);
   if (!fs::create_directory(staging, ec)) {
     return absl::PermissionDeniedError(
