@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,6 +43,17 @@ void CheckGemvs(KernelCheck& out) {
   }
 }
 
+// One attention row: the largest difference from the double reference
+// relative to the reference's largest value.
+void AddAttentionRow(std::string kernel, const torch::Tensor& got, const torch::Tensor& want,
+                     KernelCheck& out) {
+  KernelCheckRow row;
+  row.kernel = std::move(kernel);
+  row.best_error = ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+  row.ok = row.best_error <= KernelCheck::kTolerance;
+  out.rows.push_back(std::move(row));
+}
+
 void CheckAttention(KernelCheck& out) {
   // 8 query heads on 2 KV heads of 64 dims, 200 positions; one query (the
   // decode path) and all 200 (prefill), full and with a window of 48.
@@ -52,13 +65,9 @@ void CheckAttention(KernelCheck& out) {
       const torch::Tensor got = BlockedAttention(q, k, v, q_start, 0, window, /*block=*/64);
       const torch::Tensor want = ReferenceAttention(q.to(torch::kDouble), k.to(torch::kDouble),
                                                     v.to(torch::kDouble), q_start, 0, window);
-      KernelCheckRow row;
-      row.kernel = absl::StrCat("attention ", t == 1 ? "decode" : "prefill",
-                                window > 0 ? absl::StrCat(" window ", window) : " full");
-      row.best_error =
-          ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-      row.ok = row.best_error <= KernelCheck::kTolerance;
-      out.rows.push_back(row);
+      AddAttentionRow(absl::StrCat("attention ", t == 1 ? "decode" : "prefill",
+                                   window > 0 ? absl::StrCat(" window ", window) : " full"),
+                      got, want, out);
     }
   }
 }
@@ -83,12 +92,8 @@ void CheckHalfCacheAttention(KernelCheck& out) {
                                                   k.to(torch::kDouble).unsqueeze(0),
                                                   v.to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
                                    .view({h, hd});
-    KernelCheckRow row;
-    row.kernel = kvh == h ? "attention decode f16 cache mha" : "attention decode f16 cache";
-    row.best_error =
-        ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-    row.ok = row.best_error <= KernelCheck::kTolerance;
-    out.rows.push_back(row);
+    AddAttentionRow(kvh == h ? "attention decode f16 cache mha" : "attention decode f16 cache", got,
+                    want, out);
   }
 }
 
@@ -124,11 +129,8 @@ void CheckQ8CacheAttention(KernelCheck& out) {
         ReferenceAttention(q_seen.view({1, h, 1, hd}), values(k).view({1, kvh, n, hd}),
                            values(v).view({1, kvh, n, hd}), n - 1, 0, 0)
             .view({h, hd});
-    KernelCheckRow r;
-    r.kernel = kvh == h ? "attention decode q8_0 cache mha" : "attention decode q8_0 cache";
-    r.best_error = ((got.to(torch::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-    r.ok = r.best_error <= KernelCheck::kTolerance;
-    out.rows.push_back(r);
+    AddAttentionRow(kvh == h ? "attention decode q8_0 cache mha" : "attention decode q8_0 cache",
+                    got, want, out);
   }
 }
 
