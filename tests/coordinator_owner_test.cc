@@ -117,6 +117,16 @@ train { steps: 2 batch_size: 2 seq_len: 32 eval_windows: 2 }
   std::tie(rc, out) = Run({"campaign", "start", "owned", address});
   ASSERT_EQ(rc, 0) << out;
   ASSERT_TRUE(WaitFor([&] { return Done() >= 2; }, 120)) << first->Log() << agent.Log();
+  // The one agent is stopped until the replacement serves, so that stage 1
+  // still has latency points to measure then, however fast this machine
+  // measures them: on a Zen 5 EPYC the agent measured all twelve while the
+  // checks below ran, the killed coordinator had moved on to stage 2, and
+  // the replacement had no stage-1 trial left to finish. A lease it holds
+  // meanwhile expires (2 s) and its late report must be refused, not
+  // counted twice.
+  agent.Signal(SIGSTOP);
+  const int done_at_stop = Done();
+  ASSERT_LT(done_at_stop, 12) << "stage 1 finished before the agent could be stopped";
 
   // A second coordinator on the same file, on another port: refused,
   // naming the first; it never opened the stores.
@@ -149,6 +159,7 @@ train { steps: 2 batch_size: 2 seq_len: 32 eval_windows: 2 }
   ASSERT_FALSE(before.empty());
   auto third = Coordinator(port, "third");
   ASSERT_EQ(PortOf("third", 30), port) << third->Log();
+  agent.Signal(SIGCONT);
   ASSERT_TRUE(WaitFor([&] { return Done() > done_before; }, 120)) << third->Log() << agent.Log();
 
   // Nothing lost: every trial from before is there with its architecture;
