@@ -149,6 +149,22 @@ def gemma_layer_types(cfg):
             for i in range(cfg["num_hidden_layers"])]
 
 
+def in_float64(w):
+    """w's tensors in float64, converted once per weights dict and kept
+    until a forward over other weights: greedy() runs a forward per new
+    token over the same weights, and converting every matrix (a 128256-row
+    embedding among them) at every call took this test from 260 to 366 s
+    (ctest, 2-core Zen 5). Nothing here changes a weights dict once built;
+    each check builds its own."""
+    if _DOUBLED[0] is not w:
+        _DOUBLED[:] = [None, None]  # the old copy goes before the new one is made
+        _DOUBLED[:] = [w, {k: v.to(torch.float64) for k, v in w.items()}]
+    return _DOUBLED[1]
+
+
+_DOUBLED = [None, None]  # the weights dict last given to a forward, its float64 copy
+
+
 def gemma3_forward(cfg, w, ids):
     """Gemma3ForCausalLM (transformers' modeling_gemma3), in float64: the
     embedding times sqrt(hidden_size); RMSNorm scaling by (1 + w); per layer
@@ -158,7 +174,7 @@ def gemma3_forward(cfg, w, ids):
     rope_local_base_freq in sliding layers and rope_theta in full ones;
     scores scaled by query_pre_attn_scalar^-1/2; a sliding layer's query sees
     the keys with q - k < sliding_window; the head tied to the embedding."""
-    w = {k: v.to(torch.float64) for k, v in w.items()}
+    w = in_float64(w)
     t = len(ids)
     hd = cfg["head_dim"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -216,7 +232,7 @@ def llama4_forward(cfg, w, ids):
     scaled by the attention temperature when attn_temperature_tuning;
     chunked_attention layers see keys of their own chunk only; the MLP is
     `feed_forward`, intermediate_size_mlp wide."""
-    w = {k: v.to(torch.float64) for k, v in w.items()}
+    w = in_float64(w)
     t = len(ids)
     hd, nh, nkv = cfg.get("head_dim", 128), cfg["num_attention_heads"], cfg["num_key_value_heads"]
     eps = cfg.get("rms_norm_eps", 1e-5)
@@ -267,7 +283,7 @@ def forward(cfg, w, ids):
         return gemma3_forward(cfg, w, ids)
     if cfg["architectures"][0] == "Llama4ForCausalLM":
         return llama4_forward(cfg, w, ids)
-    w = {k: v.to(torch.float64) for k, v in w.items()}  # float64 throughout
+    w = in_float64(w)  # float64 throughout
     t = len(ids)
     hd = head_dim(cfg)
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
