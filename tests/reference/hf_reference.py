@@ -149,6 +149,9 @@ def gemma_layer_types(cfg):
             for i in range(cfg["num_hidden_layers"])]
 
 
+_DOUBLED = [None, None]  # the weights dict last given to a forward, its float64 copy
+
+
 def in_float64(w):
     """w's tensors in float64, converted once per weights dict and kept
     until a forward over other weights: greedy() runs a forward per new
@@ -160,9 +163,6 @@ def in_float64(w):
         _DOUBLED[:] = [None, None]  # the old copy goes before the new one is made
         _DOUBLED[:] = [w, {k: v.to(torch.float64) for k, v in w.items()}]
     return _DOUBLED[1]
-
-
-_DOUBLED = [None, None]  # the weights dict last given to a forward, its float64 copy
 
 
 def gemma3_forward(cfg, w, ids):
