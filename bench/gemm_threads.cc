@@ -9,7 +9,11 @@
 //              output columns split over ATen's thread pool, one
 //              single-threaded OpenBLAS call per thread: one pool for every
 //              op, as llama.cpp has;
-//   pool+fuse  as pool, with q/k/v and gate/up each one product.
+//   pool+fuse  as pool, with q/k/v and gate/up each one product;
+//   own        OwnPromptGemm (model/prompt_gemm.h: hilnas's AVX-512
+//              product, what the runtime calls when OpenBLAS's core is
+//              below the CPU's), split as pool splits;
+//   own f16    the same over f16 weights, widened a block at a time.
 //
 // Each figure is the minimum over --rounds of the mean of 32 layers
 // (--layers distinct ones in turn, 4: full4's 48 MB of f32 weights), so
@@ -25,10 +29,12 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "model/blas_core.h"
+#include "model/prompt_gemm.h"
 #include "util/subprocess.h"
 
 namespace {
@@ -39,14 +45,23 @@ struct Layer {
   torch::Tensor q, k, v, o, gate, up, down, qkv, gate_up;
 };
 
+enum class Mode { kOpenBlas, kPool, kOwn };
+
 struct Runner {
-  bool pool;
+  Mode mode;
   // x [T, K] @ w[N, K]^T.
   torch::Tensor Product(const torch::Tensor& x, const torch::Tensor& w) const {
-    if (!pool) return torch::matmul(x, w.t());
+    if (mode == Mode::kOpenBlas) return torch::matmul(x, w.t());
     torch::Tensor out = torch::empty({x.size(0), w.size(0)});
-    hilnas::PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), x.size(0), w.size(0), x.size(1),
-                        out.data_ptr<float>());
+    if (mode == Mode::kOwn) {
+      hilnas::OwnPromptGemm(
+          x.data_ptr<float>(), w.data_ptr(),
+          w.scalar_type() == torch::kHalf ? hilnas::GemmWeights::kF16 : hilnas::GemmWeights::kF32,
+          x.size(0), w.size(0), x.size(1), out.data_ptr<float>());
+    } else {
+      hilnas::PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), x.size(0), w.size(0), x.size(1),
+                          out.data_ptr<float>());
+    }
     return out;
   }
   torch::Tensor Forward(const Layer& l, const torch::Tensor& x, bool fuse) const {
@@ -81,10 +96,10 @@ double MsPerLayer(const Runner& r, const std::vector<Layer>& layers, const torch
     const auto t0 = std::chrono::steady_clock::now();
     constexpr int kLayers = 32;
     for (int i = 0; i < kLayers; ++i) r.Forward(layers[i % n], x, fuse);
-    best = std::min(best, std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - t0)
-                                  .count() /
-                              kLayers);
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+            kLayers);
   }
   return best;
 }
@@ -106,8 +121,9 @@ int main(int argc, char** argv) {
   }
   const int num_layers = std::stoi(Arg(argc, argv, "--layers", "4"));
   torch::NoGradGuard no_grad;
-  std::vector<Layer> layers(num_layers);
-  for (Layer& l : layers) {
+  std::vector<Layer> layers(num_layers), half_layers(num_layers);
+  for (int i = 0; i < num_layers; ++i) {
+    Layer& l = layers[i];
     l.q = torch::randn({d, d}) * 0.05;
     l.k = torch::randn({kv, d}) * 0.05;
     l.v = torch::randn({kv, d}) * 0.05;
@@ -117,28 +133,49 @@ int main(int argc, char** argv) {
     l.down = torch::randn({d, ffn}) * 0.05;
     l.qkv = torch::cat({l.q, l.k, l.v});
     l.gate_up = torch::cat({l.gate, l.up});
+    Layer& h = half_layers[i];
+    for (auto [to, from] : {std::pair{&h.q, &l.q},
+                            {&h.k, &l.k},
+                            {&h.v, &l.v},
+                            {&h.o, &l.o},
+                            {&h.gate, &l.gate},
+                            {&h.up, &l.up},
+                            {&h.down, &l.down},
+                            {&h.qkv, &l.qkv},
+                            {&h.gate_up, &l.gate_up}}) {
+      *to = from->to(torch::kHalf);
+    }
   }
   const torch::Tensor x = torch::randn({tokens, d});
   std::printf("%s; %d layers, %lld tokens, d_model %lld, k/v width %lld, d_ffn %lld\n",
               hilnas::BlasCoreDescription().c_str(), num_layers, static_cast<long long>(tokens),
               static_cast<long long>(d), static_cast<long long>(kv), static_cast<long long>(ffn));
-  std::printf("| products | ms/layer 1 thread | ms/layer %d threads | scaling |\n|---|---:|---:|---:|\n",
-              threads);
+  // Multiply-adds of one layer's products, two flops each.
+  const double gflop = 2.0 * tokens * (2 * d * d + 2 * kv * d + 3 * d * ffn) / 1e9;
+  std::printf(
+      "| products | ms/layer 1 thread | GFLOP/s | ms/layer %d threads | GFLOP/s | scaling "
+      "|\n|---|---:|---:|---:|---:|---:|\n",
+      threads);
   struct Way {
     const char* name;
-    bool pool, fuse;
+    Mode mode;
+    bool fuse, half;
   };
-  for (const Way& way : {Way{"openblas", false, false}, Way{"pool", true, false},
-                         Way{"pool+fuse", true, true}}) {
-    const Runner r{way.pool};
+  for (const Way& way :
+       {Way{"openblas", Mode::kOpenBlas, false, false}, Way{"pool", Mode::kPool, false, false},
+        Way{"pool+fuse", Mode::kPool, true, false}, Way{"own", Mode::kOwn, false, false},
+        Way{"own f16", Mode::kOwn, false, true}}) {
+    if (way.mode == Mode::kOwn && !hilnas::OwnPromptGemmAvailable()) continue;
+    const Runner r{way.mode};
     double ms[2];
     for (int i = 0; i < 2; ++i) {
       const int n = i == 0 ? 1 : threads;
       at::set_num_threads(n);
       hilnas::SetOpenBlasThreads(n);  // PooledSgemm sets 1 for its products itself
-      ms[i] = MsPerLayer(r, layers, x, way.fuse, rounds);
+      ms[i] = MsPerLayer(r, way.half ? half_layers : layers, x, way.fuse, rounds);
     }
-    std::printf("| %s | %.3f | %.3f | %.2fx |\n", way.name, ms[0], ms[1], ms[0] / ms[1]);
+    std::printf("| %s | %.3f | %.0f | %.3f | %.0f | %.2fx |\n", way.name, ms[0],
+                gflop / ms[0] * 1e3, ms[1], gflop / ms[1] * 1e3, ms[0] / ms[1]);
   }
   return 0;
 }

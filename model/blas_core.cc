@@ -77,9 +77,15 @@ void PinBlasCoreToCpu(char** argv) {
 void ReexecForBlasCore(char** argv) {
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);
-  std::fprintf(stderr, "hilnas: could not re-execute with OPENBLAS_CORETYPE=%s; matrix products use "
-                       "OpenBLAS's %s kernels\n",
+  std::fprintf(stderr,
+               "hilnas: could not re-execute with OPENBLAS_CORETYPE=%s; matrix products use "
+               "OpenBLAS's %s kernels\n",
                std::getenv("OPENBLAS_CORETYPE"), std::getenv(kPinnedFrom));
+}
+
+bool BlasCoreBelowCpu() {
+  const std::string loaded = LoadedCore();
+  return !loaded.empty() && !BlasCoreCovers(loaded, WantedCore());
 }
 
 std::string BlasCoreDescription() {

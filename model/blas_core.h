@@ -48,6 +48,11 @@ void PinBlasCoreToCpu(char** argv);
 // The re-execution alone, for a caller that ran SetBlasCoreForCpu itself.
 void ReexecForBlasCore(char** argv);
 
+// Whether the BLAS is OpenBLAS and the core it loaded runs narrower
+// kernels than BlasCoreForFeatures asks for this CPU (after any pinning):
+// model/prompt_gemm.h then runs prompts' products itself.
+bool BlasCoreBelowCpu();
+
 // For reports: "OpenBLAS SkylakeX (pinned by hilnas: OpenBLAS chose
 // Prescott)", "OpenBLAS Cooperlake", "OpenBLAS Prescott (below this CPU's
 // SkylakeX: OPENBLAS_CORETYPE ...)", or "not OpenBLAS".

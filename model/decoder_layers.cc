@@ -4,9 +4,11 @@
 #include <ATen/record_function.h>
 
 #include <cmath>
+#include <optional>
 
 #include "model/blas_core.h"
 #include "model/internal/decoder_layers.h"
+#include "model/prompt_gemm.h"
 #include "model/quant.h"
 
 namespace hilnas {
@@ -58,7 +60,6 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
   return l;
 }
 
-
 torch::Tensor WithBias(const torch::Tensor& y, const torch::nn::Linear& linear) {
   if (!linear->bias.defined()) return y;
   return y + linear->bias.to(y.scalar_type());
@@ -104,23 +105,48 @@ torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
   return out;
 }
 
-// x @ w^T for a prompt: without autograd, f32, through PooledSgemm (one
-// thread pool for the prompt's every op); else libtorch's matmul.
+// The layout of a weight matrix OwnPromptGemm can read for a prompt of x
+// (model/prompt_gemm.h: chosen at run time, on AVX-512 CPUs whose OpenBLAS
+// core is narrower), or nothing: then the product goes to OpenBLAS.
+std::optional<GemmWeights> OwnGemmWeights(const torch::Tensor& x, const torch::Tensor& w) {
+  if (torch::GradMode::is_enabled() || x.scalar_type() != torch::kFloat || w.dim() != 2 ||
+      !w.is_contiguous() || !UseOwnPromptGemm()) {
+    return std::nullopt;
+  }
+  switch (w.scalar_type()) {
+    case torch::kFloat:
+      return GemmWeights::kF32;
+    case torch::kHalf:
+      return GemmWeights::kF16;
+    case torch::kBFloat16:
+      return GemmWeights::kBF16;
+    default:
+      return std::nullopt;
+  }
+}
+
+// x @ w^T for a prompt: without autograd, f32, through OwnPromptGemm when
+// it is chosen (w f32, f16 or bf16: half weights widen a block at a time),
+// else PooledSgemm (one thread pool for the prompt's every op); else
+// libtorch's matmul.
 torch::Tensor PromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
-  if (!torch::GradMode::is_enabled() && x.scalar_type() == torch::kFloat &&
-      w.scalar_type() == torch::kFloat && w.dim() == 2 && w.is_contiguous()) {
+  const std::optional<GemmWeights> own = OwnGemmWeights(x, w);
+  if (own || (!torch::GradMode::is_enabled() && x.scalar_type() == torch::kFloat &&
+              w.scalar_type() == torch::kFloat && w.dim() == 2 && w.is_contiguous())) {
     RECORD_FUNCTION("hilnas::prompt_mm", {});
     const int64_t n = w.size(0), k = w.size(1);
     const torch::Tensor rows = x.reshape({-1, k}).contiguous();
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = n;
     torch::Tensor out = torch::empty(shape, x.options());
-    if (PooledSgemm(rows.data_ptr<float>(), w.data_ptr<float>(), rows.size(0), n, k,
-                    out.data_ptr<float>())) {
+    if (own ? OwnPromptGemm(rows.data_ptr<float>(), w.data_ptr(), *own, rows.size(0), n, k,
+                            out.data_ptr<float>())
+            : PooledSgemm(rows.data_ptr<float>(), w.data_ptr<float>(), rows.size(0), n, k,
+                          out.data_ptr<float>())) {
       return out;
     }
   }
-  return torch::matmul(x, w.t());
+  return torch::matmul(x, w.to(x.scalar_type()).t());
 }
 
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
@@ -131,6 +157,7 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
       shape.back() = w.size(0);
       return WeightGemv(w, x).view(shape);
     }
+    if (OwnGemmWeights(x, w)) return PromptProduct(x, w);
     return PromptProduct(x, Widened(w, x.scalar_type()));
   }
   if (x.numel() == w.size(1)) {
@@ -202,7 +229,8 @@ void GeGluRow(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 torch::Tensor GeGlu(torch::Tensor gate, torch::Tensor up) {
-  if (torch::GradMode::is_enabled()) return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) * up;
+  if (torch::GradMode::is_enabled())
+    return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) * up;
   if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
       !up.is_contiguous()) {
     return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")).mul_(up);

@@ -11,6 +11,7 @@
 #include "model/attention.h"
 #include "model/blas_core.h"
 #include "model/gemv.h"
+#include "model/prompt_gemm.h"
 #include "model/quant.h"
 
 namespace hilnas {
@@ -38,6 +39,35 @@ void CheckGemvs(KernelCheck& out) {
       row.portable_error = GemvError(WeightGemvs({w}, x, KernelPath::kPortable)[0], want, scale);
       row.ok = row.best_error <= KernelCheck::kTolerance &&
                *row.portable_error <= KernelCheck::kTolerance;
+      out.rows.push_back(row);
+    }
+  }
+}
+
+// The prompt product (model/prompt_gemm.h) where this CPU can run it: 13
+// rows leave a partial tile of 6, 67 columns a partial tile of 4 and an
+// uneven split over threads, 1027 a remainder after every 16-float vector
+// and a second block of 512; bf16 and f16 weights widen in blocks.
+void CheckPromptGemm(KernelCheck& out) {
+  if (!OwnPromptGemmAvailable()) return;
+  for (torch::Dtype storage : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
+    for (auto [rows, in] : {std::pair<int64_t, int64_t>{67, 1027}, {131, 576}, {5, 7}}) {
+      constexpr int64_t kTokens = 13;
+      const torch::Tensor w = torch::randn({rows, in}).to(storage);
+      const torch::Tensor x = torch::randn({kTokens, in});
+      const torch::Tensor wd = w.to(torch::kDouble), xd = x.to(torch::kDouble);
+      const torch::Tensor want = torch::mm(xd, wd.t()), scale = torch::mm(xd.abs(), wd.abs().t());
+      const GemmWeights kind = storage == torch::kFloat  ? GemmWeights::kF32
+                               : storage == torch::kHalf ? GemmWeights::kF16
+                                                         : GemmWeights::kBF16;
+      torch::Tensor got = torch::empty({kTokens, rows});
+      OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(), kind, kTokens, rows, in,
+                    got.data_ptr<float>());
+      KernelCheckRow row;
+      row.kernel =
+          absl::StrCat("prompt ", c10::toString(storage), " ", rows, "x", in, " x", kTokens);
+      row.best_error = GemvError(got, want, scale);
+      row.ok = row.best_error <= KernelCheck::kTolerance;
       out.rows.push_back(row);
     }
   }
@@ -193,9 +223,9 @@ std::string KernelCheck::Report() const {
   }
   absl::StrAppendFormat(&out,
                         "kernels: %s (gemv path %s, quantized path %s, %d threads, tolerance %.0e "
-                        "relative; prompt matrix products %s)\n",
+                        "relative; prompt matrix products %s, %s)\n",
                         ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance,
-                        BlasCoreDescription());
+                        PromptGemmDescription(), BlasCoreDescription());
   return out;
 }
 
@@ -213,6 +243,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
     at::set_num_threads(threads);
     torch::manual_seed(35);
     CheckGemvs(out);
+    CheckPromptGemm(out);
     CheckAttention(out);
     CheckHalfCacheAttention(out);
     CheckQ8CacheAttention(out);

@@ -1,0 +1,60 @@
+// hilnas's own prompt matrix product for AVX-512 CPUs whose OpenBLAS runs
+// narrower kernels than the CPU has (issue 35: the runtime costs what it
+// costs on every CPU it meets).
+//
+// A host may pin OpenBLAS's core (OPENBLAS_CORETYPE, set on some machines
+// because older OpenBLAS builds fault on newer processors; hilnas keeps a
+// user's setting, model/blas_core.h). On an AMD EPYC Zen 5 whose environment
+// sets Haswell, OpenBLAS's AVX2 SGEMM ran a 256-token full4 prompt's
+// products at about 89 GFLOP/s, and an f16 prompt took 1.1-1.6x
+// llama.cpp's, which runs its own AVX-512 kernels
+// (bench/data/runtime-compare.md). Here the products run hilnas's AVX-512
+// kernel instead, chosen at run time from the CPU's features and the core
+// OpenBLAS loaded; f16 and bf16 weights are widened a cache-sized block of
+// rows at a time, not a whole matrix.
+#ifndef HILNAS_MODEL_PROMPT_GEMM_H_
+#define HILNAS_MODEL_PROMPT_GEMM_H_
+
+#include <cstdint>
+#include <string>
+
+namespace hilnas {
+
+// How a stored weight matrix's elements are laid out.
+enum class GemmWeights { kF32, kF16, kBF16 };
+
+// Who runs a prompt's products: OwnPromptGemm or OpenBLAS (PooledSgemm).
+enum class PromptGemmChoice {
+  kAuto,  // OwnPromptGemm when it can run and OpenBLAS's core is below the
+          // CPU's (BlasCoreBelowCpu), else OpenBLAS
+  kOwn,   // OwnPromptGemm whenever it can run (HILNAS_PROMPT_GEMM=own)
+  kBlas,  // OpenBLAS always (HILNAS_PROMPT_GEMM=blas)
+};
+
+// Whether this CPU can run OwnPromptGemm (x86-64 with AVX-512F).
+bool OwnPromptGemmAvailable();
+
+// The choice in force: HILNAS_PROMPT_GEMM (own, blas, auto) read once, or
+// what SetPromptGemmChoice set since.
+PromptGemmChoice CurrentPromptGemmChoice();
+void SetPromptGemmChoice(PromptGemmChoice choice);
+
+// Whether prompts' products go to OwnPromptGemm under the choice in force.
+bool UseOwnPromptGemm();
+
+// For reports: "hilnas AVX-512 (OpenBLAS's core is below this CPU's)",
+// "OpenBLAS", ...
+std::string PromptGemmDescription();
+
+// out [m, n] = x [m, k] @ w [n, k]^T, row-major and contiguous, x and out
+// f32, w as `weights` says. The output columns are split over ATen's thread
+// pool as PooledSgemm splits them. Every output is one dot product of x's
+// row and w's row summed in 16 lanes in blocks of 512 of k, so results
+// agree with OpenBLAS's to rounding. Returns false, computing nothing, when
+// !OwnPromptGemmAvailable() or a size is below 1.
+bool OwnPromptGemm(const float* x, const void* w, GemmWeights weights, int64_t m, int64_t n,
+                   int64_t k, float* out);
+
+}  // namespace hilnas
+
+#endif  // HILNAS_MODEL_PROMPT_GEMM_H_
