@@ -223,9 +223,9 @@ std::string KernelCheck::Report() const {
   }
   absl::StrAppendFormat(&out,
                         "kernels: %s (gemv path %s, quantized path %s, %d threads, tolerance %.0e "
-                        "relative; prompt matrix products %s, %s)\n",
+                        "relative; prompt matrix products %s)\n",
                         ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance,
-                        PromptGemmDescription(), BlasCoreDescription());
+                        PromptKernelsDescription());
   return out;
 }
 

@@ -215,13 +215,13 @@ bool UseOwnPromptGemm() {
   return below;
 }
 
-std::string PromptGemmDescription() {
+std::string PromptKernelsDescription() {
+  std::string out = BlasCoreDescription();
   if (UseOwnPromptGemm()) {
-    return CurrentPromptGemmChoice() == PromptGemmChoice::kOwn
-               ? "hilnas AVX-512 (HILNAS_PROMPT_GEMM=own)"
-               : "hilnas AVX-512 (OpenBLAS's core is below this CPU's)";
+    out += ", computed by hilnas's AVX-512 kernel instead";
+    if (CurrentPromptGemmChoice() == PromptGemmChoice::kOwn) out += " (HILNAS_PROMPT_GEMM=own)";
   }
-  return "OpenBLAS";
+  return out;
 }
 
 bool OwnPromptGemm(const float* x, const void* w, GemmWeights weights, int64_t m, int64_t n,

@@ -42,9 +42,10 @@ void SetPromptGemmChoice(PromptGemmChoice choice);
 // Whether prompts' products go to OwnPromptGemm under the choice in force.
 bool UseOwnPromptGemm();
 
-// For reports: "hilnas AVX-512 (OpenBLAS's core is below this CPU's)",
-// "OpenBLAS", ...
-std::string PromptGemmDescription();
+// For reports, who computes a prompt's products: BlasCoreDescription(),
+// followed by ", computed by hilnas's AVX-512 kernel instead" when
+// UseOwnPromptGemm() (and " (HILNAS_PROMPT_GEMM=own)" when forced).
+std::string PromptKernelsDescription();
 
 // out [m, n] = x [m, k] @ w [n, k]^T, row-major and contiguous, x and out
 // f32, w as `weights` says. The output columns are split over ATen's thread

@@ -77,11 +77,16 @@ TEST(PromptGemmTest, TheChoiceDecidesWhoRunsThePrompt) {
   {
     ChoiceScope blas(PromptGemmChoice::kBlas);
     EXPECT_FALSE(UseOwnPromptGemm());
-    EXPECT_EQ(PromptGemmDescription(), "OpenBLAS");
+    EXPECT_EQ(PromptKernelsDescription(), BlasCoreDescription());
   }
   {
     ChoiceScope own(PromptGemmChoice::kOwn);
     EXPECT_EQ(UseOwnPromptGemm(), OwnPromptGemmAvailable());
+    if (OwnPromptGemmAvailable()) {
+      EXPECT_EQ(PromptKernelsDescription(),
+                BlasCoreDescription() +
+                    ", computed by hilnas's AVX-512 kernel instead (HILNAS_PROMPT_GEMM=own)");
+    }
   }
   // Left to itself, hilnas runs its own product exactly when OpenBLAS's
   // core is narrower than the CPU (a host's OPENBLAS_CORETYPE=Haswell on an

@@ -102,6 +102,13 @@ TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
   EXPECT_THAT(kept.output, HasSubstr("prompt matrix products OpenBLAS Prescott (below this CPU's"));
   EXPECT_THAT(pinned.output, HasSubstr("(pinned by hilnas: OpenBLAS chose Prescott)"));
   EXPECT_THAT(pinned.output, Not(HasSubstr("OpenBLAS Prescott")));
+  // Kept below the CPU's, the products are hilnas's own where the CPU has
+  // AVX-512 (model/prompt_gemm.h); pinned, OpenBLAS's.
+  if (__builtin_cpu_supports("avx512f")) {
+    EXPECT_THAT(kept.output, HasSubstr("computed by hilnas's AVX-512 kernel instead; decode"));
+  }
+  EXPECT_THAT(pinned.output, Not(HasSubstr("hilnas's AVX-512")));
+  EXPECT_THAT(plain.output, Not(HasSubstr("hilnas's AVX-512")));
 }
 
 TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {

@@ -113,8 +113,8 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
               PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
   std::printf("built in %.0f ms (%s, dtype %s, %d threads)\n", build_ms, how.c_str(),
               cl.dtype.c_str(), at::get_num_threads());
-  std::printf("kernels: prompt matrix products %s (%s); decode %s\n",
-              PromptGemmDescription().c_str(), BlasCoreDescription().c_str(), GemvKernelName());
+  std::printf("kernels: prompt matrix products %s; decode %s\n", PromptKernelsDescription().c_str(),
+              GemvKernelName());
   GenerateOptions o;
   o.max_new_tokens = cl.max_new_tokens;
   o.prefill_chunk = cl.prefill_chunk;
