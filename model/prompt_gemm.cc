@@ -39,12 +39,14 @@ PromptGemmChoice ChoiceFromEnvironment() {
 // compiles this file alone, without those two warnings.
 #define HILNAS_AVX512 __attribute__((target("avx512f")))
 
-// Rows of k handled per pass: a tile's six rows of x (12 KiB) stay in L1
-// across a block's columns.
+// Elements of k a pass sums: a tile's six rows of x (12 KiB) stay in L1
+// while it passes over a block's columns.
 constexpr int64_t kKBlock = 512;
 // Bytes of w per block of columns: stays in L2 (Zen 4/5 1 MiB, Xeon 2 MiB)
-// while every row tile of x passes over it.
+// while every row tile of x passes over it (128 KiB to 512 KiB measured
+// alike within the noise on a Zen 5, bench/gemm_threads).
 constexpr int64_t kBlockBytes = 256 << 10;
+// Rows of x and of w (output rows and columns) a tile computes.
 constexpr int kTileRows = 6;
 constexpr int kTileCols = 4;
 

@@ -7,11 +7,12 @@
 // user's setting, model/blas_core.h). On an AMD EPYC Zen 5 whose environment
 // sets Haswell, OpenBLAS's AVX2 SGEMM ran a 256-token full4 prompt's
 // products at about 89 GFLOP/s, and an f16 prompt took 1.1-1.6x
-// llama.cpp's, which runs its own AVX-512 kernels
-// (bench/data/runtime-compare.md). Here the products run hilnas's AVX-512
-// kernel instead, chosen at run time from the CPU's features and the core
-// OpenBLAS loaded; f16 and bf16 weights are widened a cache-sized block of
-// rows at a time, not a whole matrix.
+// llama.cpp's, which runs its own AVX-512 kernels. Here the products run
+// hilnas's AVX-512 kernel instead (165 GFLOP/s on one thread there,
+// bench/gemm_threads; f16 prefill 0.80-1.07x llama.cpp's,
+// bench/data/runtime-compare.md), chosen at run time from the CPU's
+// features and the core OpenBLAS loaded; f16 and bf16 weights are widened a
+// cache-sized block of rows at a time, not a whole matrix.
 #ifndef HILNAS_MODEL_PROMPT_GEMM_H_
 #define HILNAS_MODEL_PROMPT_GEMM_H_
 
