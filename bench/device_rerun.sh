@@ -41,8 +41,8 @@ if [ "$PHASE" != 2 ]; then
       --threads 1 2>&1 | grep kernels | tee "$O/kernels.txt"
   KV_DTYPE=f16 REPEATS=3 bash bench/runtime_compare.sh full4 256,2048 1,2 f32,f16 2>&1 |
     grep -v placeholder | tee "$O/compare.md"
-  bash bench/window_pricing.sh 2048 1 3 2>&1 | tee "$O/window.md"
-  bash bench/window_pricing.sh 2048 2 3 2>&1 | tee -a "$O/window.md"
+  bash bench/window_pricing.sh 2048 1 5 2>&1 | tee "$O/window.md"
+  bash bench/window_pricing.sh 2048 2 5 2>&1 | tee -a "$O/window.md"
 fi
 if [ "$PHASE" != 1 ]; then
   KV_DTYPE=f16 REPEATS=3 bash bench/runtime_compare.sh full4 256,2048 4 f32,f16 2>&1 |

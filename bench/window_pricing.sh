@@ -4,7 +4,13 @@
 # 8/2 heads x 64, vocab 4096, window 128): all-full F F F F, mixed F W W F,
 # all-window W W W W and all-skip K K K K, at PROMPT tokens (default 2048).
 #
-#   bash bench/window_pricing.sh [PROMPT] [THREADS] [REPEATS]
+#   bash bench/window_pricing.sh [PROMPT] [THREADS] [ROUNDS]
+#
+# ROUNDS (default 5) rounds, each timing the four variants once, in an order
+# that rotates from round to round; every ratio is taken within a round and
+# the median over rounds is reported with its range. These machines are
+# shared: a burst of another tenant's work during one variant's run moved a
+# ratio by 10-15% when each variant's repeats ran back to back.
 #
 # Two figures per variant, both from whole-model runs:
 #  - attention: the model's own attention kernel time per prefill and per
@@ -12,8 +18,8 @@
 #    layers, in bench/step_profile, which times every
 #    op of a real prefill and decode of the model); window / full is
 #    all-window's over all-full's, the price of the window itself.
-#  - layer: TTFT and decode ms/token of `hilnas run` (medians of REPEATS
-#    processes, each after WARMUPS untimed ones, default 1, as
+#  - layer: TTFT and decode ms/token of `hilnas run` (one process a round,
+#    after WARMUPS untimed generations, default 1, as
 #    bench/runtime_compare.sh); (all-window - all-skip) / (all-full - all-skip) prices the
 #    whole layer, Q/K/V/O projections and norms included, which a window
 #    does not shrink: at d 512 and 2048 tokens the projections alone are
@@ -24,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMPT="${1:-2048}"
 THREADS="${2:-1}"
-REPEATS="${3:-3}"
+ROUNDS="${3:-5}"
 B="$PWD/build/tools/hilnas"
 P="$PWD/build/bench/step_profile"
 W="$(mktemp -d /tmp/hilnas-window-pricing.XXXXXX)"
@@ -46,46 +52,72 @@ arch all-full $F $F $F $F
 arch mixed $F $S $S $F
 arch all-window $S $S $S $S
 arch all-skip $K $K $K $K
+variants=(all-full mixed all-window all-skip)
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; prompt $PROMPT, $THREADS thread(s), window 128"
-echo
-echo "| variant | attention ms, prefill | attention ms/step, decode | TTFT ms | decode ms/token |"
-echo "|---|---:|---:|---:|---:|"
-for v in all-full mixed all-window all-skip; do
-  # step_profile prints the prefill table, then the decode table.
+# One variant once: "round variant attention-prefill attention-decode ttft
+# decode full-prefill window-prefill full-decode window-decode".
+measure() {  # ROUND VARIANT
+  local v=$2
+  # step_profile prints the prefill table, then the decode table. Full
+  # layers' attention is hilnas::attention, window layers'
+  # hilnas::attention_window (model/attention.h).
   "$P" --arch "$W/$v.textproto" --prompt "$PROMPT" --threads "$THREADS" --decode-tokens 64 \
-      --repeats "$REPEATS" >"$W/$v.profile" 2>&1
-  # Full layers' attention is hilnas::attention, window layers'
-  # hilnas::attention_window (model/attention.h): per phase "full window",
-  # then the layers' total per phase.
+      --repeats 1 >"$W/$v.profile" 2>&1
   read -r fp wp fd wd ap ad <<<"$(awk -F'|' '/^prefill:/{ph = 1} /^decode:/{ph = 2}
       /^\| hilnas::attention /{gsub(/ /, "", $4); f[ph] = $4}
       /^\| hilnas::attention_window /{gsub(/ /, "", $4); w[ph] = $4}
       END {printf "%s %s %s %s %s %s\n", f[1] + 0, w[1] + 0, f[2] + 0, w[2] + 0,
                   f[1] + w[1], f[2] + w[2]}' "$W/$v.profile")"
-  for _ in $(seq "$REPEATS"); do
-    "$B" run --ckpt "$W/$v" --prompt-tokens "$PROMPT" --max-new-tokens 65 --threads "$THREADS" \
-        --warmups "${WARMUPS:-1}" 2>&1 |
-      sed -n 's/^stats: //p' |
-      /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
-  done >"$W/$v.run"
-  t=$(cut -d' ' -f1 "$W/$v.run" | median)
-  d=$(cut -d' ' -f2 "$W/$v.run" | median)
-  printf '| %s | %.2f | %.4f | %.1f | %.3f |\n' "$v" "$ap" "$ad" "$t" "$d"
-  echo "$v $ap $ad $t $d $fp $wp $fd $wd" >>"$W/all.txt"
+  read -r t d <<<"$("$B" run --ckpt "$W/$v" --prompt-tokens "$PROMPT" --max-new-tokens 65 \
+      --threads "$THREADS" --warmups "${WARMUPS:-1}" 2>&1 |
+    sed -n 's/^stats: //p' |
+    /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])')"
+  echo "$1 $v $ap $ad $t $d $fp $wp $fd $wd" >>"$W/all.txt"
+}
+
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; prompt $PROMPT, $THREADS thread(s), window 128, $ROUNDS rounds"
+for round in $(seq "$ROUNDS"); do
+  for i in 0 1 2 3; do
+    measure "$round" "${variants[$(((i + round) % 4))]}"
+  done
+  echo "round $round/$ROUNDS done" >&2
 done
 echo
-awk '{ap[$1] = $2; ad[$1] = $3; t[$1] = $4; d[$1] = $5; fp[$1] = $6; wp[$1] = $7; fd[$1] = $8; wd[$1] = $9}
-  END {
-    print "| window layer / full layer | prefill | decode |"
-    print "|---|---:|---:|"
-    printf "| attention kernel in the model (all-window / all-full) | %.3f | %.3f |\n",
-      ap["all-window"] / ap["all-full"], ad["all-window"] / ad["all-full"]
-    printf "| attention kernel, mixed F W W F (its 2 window layers / its 2 full, one process) | %.3f | %.3f |\n",
-      wp["mixed"] / fp["mixed"], wd["mixed"] / fd["mixed"]
-    printf "| whole layer, projections included ((W - K) / (F - K)) | %.3f | %.3f |\n",
-      (t["all-window"] - t["all-skip"]) / (t["all-full"] - t["all-skip"]),
-      (d["all-window"] - d["all-skip"]) / (d["all-full"] - d["all-skip"])
-  }' "$W/all.txt"
+/usr/bin/python3 - "$W/all.txt" <<'PY'
+import statistics, sys
+rows = {}  # (round, variant) -> figures
+for line in open(sys.argv[1]):
+    f = line.split()
+    rows[(int(f[0]), f[1])] = [float(x) for x in f[2:]]
+rounds = sorted({r for r, _ in rows})
+AP, AD, T, D, FP, WP, FD, WD = range(8)
+
+def med(values):
+    return statistics.median(values)
+
+print("| variant | attention ms, prefill | attention ms/step, decode | TTFT ms | decode ms/token |")
+print("|---|---:|---:|---:|---:|")
+for v in ("all-full", "mixed", "all-window", "all-skip"):
+    col = lambda i: med([rows[(r, v)][i] for r in rounds])
+    print(f"| {v} | {col(AP):.2f} | {col(AD):.4f} | {col(T):.1f} | {col(D):.3f} |")
+
+def ratio_cell(per_round):
+    return f"{med(per_round):.3f} ({min(per_round):.3f}-{max(per_round):.3f})"
+
+def per_round(fn):
+    return [fn({v: rows[(r, v)] for v in ("all-full", "mixed", "all-window", "all-skip")})
+            for r in rounds]
+
+print()
+print(f"| window layer / full layer: median of {len(rounds)} rounds (range) | prefill | decode |")
+print("|---|---:|---:|")
+print("| attention kernel in the model (all-window / all-full) | %s | %s |" % (
+    ratio_cell(per_round(lambda x: x["all-window"][AP] / x["all-full"][AP])),
+    ratio_cell(per_round(lambda x: x["all-window"][AD] / x["all-full"][AD]))))
+print("| attention kernel, mixed F W W F (its 2 window layers / its 2 full, one process) | %s | %s |" % (
+    ratio_cell(per_round(lambda x: x["mixed"][WP] / x["mixed"][FP])),
+    ratio_cell(per_round(lambda x: x["mixed"][WD] / x["mixed"][FD]))))
+print("| whole layer, projections included ((W - K) / (F - K)) | %s | %s |" % (
+    ratio_cell(per_round(lambda x: (x["all-window"][T] - x["all-skip"][T]) / (x["all-full"][T] - x["all-skip"][T]))),
+    ratio_cell(per_round(lambda x: (x["all-window"][D] - x["all-skip"][D]) / (x["all-full"][D] - x["all-skip"][D])))))
+PY
