@@ -54,10 +54,9 @@ struct Runner {
     if (mode == Mode::kOpenBlas) return torch::matmul(x, w.t());
     torch::Tensor out = torch::empty({x.size(0), w.size(0)});
     if (mode == Mode::kOwn) {
-      hilnas::OwnPromptGemm(
-          x.data_ptr<float>(), w.data_ptr(),
-          w.scalar_type() == torch::kHalf ? hilnas::GemmWeights::kF16 : hilnas::GemmWeights::kF32,
-          x.size(0), w.size(0), x.size(1), out.data_ptr<float>());
+      hilnas::OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(),
+                            *hilnas::GemmWeightsFor(w.scalar_type()), x.size(0), w.size(0),
+                            x.size(1), out.data_ptr<float>());
     } else {
       hilnas::PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), x.size(0), w.size(0), x.size(1),
                           out.data_ptr<float>());

@@ -113,16 +113,7 @@ std::optional<GemmWeights> OwnGemmWeights(const torch::Tensor& x, const torch::T
       !w.is_contiguous() || !UseOwnPromptGemm()) {
     return std::nullopt;
   }
-  switch (w.scalar_type()) {
-    case torch::kFloat:
-      return GemmWeights::kF32;
-    case torch::kHalf:
-      return GemmWeights::kF16;
-    case torch::kBFloat16:
-      return GemmWeights::kBF16;
-    default:
-      return std::nullopt;
-  }
+  return GemmWeightsFor(w.scalar_type());
 }
 
 // x @ w^T for a prompt: without autograd, f32, through OwnPromptGemm when

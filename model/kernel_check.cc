@@ -57,11 +57,8 @@ void CheckPromptGemm(KernelCheck& out) {
       const torch::Tensor x = torch::randn({kTokens, in});
       const torch::Tensor wd = w.to(torch::kDouble), xd = x.to(torch::kDouble);
       const torch::Tensor want = torch::mm(xd, wd.t()), scale = torch::mm(xd.abs(), wd.abs().t());
-      const GemmWeights kind = storage == torch::kFloat  ? GemmWeights::kF32
-                               : storage == torch::kHalf ? GemmWeights::kF16
-                                                         : GemmWeights::kBF16;
       torch::Tensor got = torch::empty({kTokens, rows});
-      OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(), kind, kTokens, rows, in,
+      OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(), *GemmWeightsFor(storage), kTokens, rows, in,
                     got.data_ptr<float>());
       KernelCheckRow row;
       row.kernel =

@@ -180,6 +180,19 @@ void Columns(const float* x, const void* w, GemmWeights weights, int64_t m, int6
 
 }  // namespace
 
+std::optional<GemmWeights> GemmWeightsFor(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Float:
+      return GemmWeights::kF32;
+    case c10::ScalarType::Half:
+      return GemmWeights::kF16;
+    case c10::ScalarType::BFloat16:
+      return GemmWeights::kBF16;
+    default:
+      return std::nullopt;
+  }
+}
+
 bool OwnPromptGemmAvailable() {
 #if defined(__x86_64__)
   static const bool ok = __builtin_cpu_supports("avx512f");

@@ -16,13 +16,20 @@
 #ifndef HILNAS_MODEL_PROMPT_GEMM_H_
 #define HILNAS_MODEL_PROMPT_GEMM_H_
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace hilnas {
 
 // How a stored weight matrix's elements are laid out.
 enum class GemmWeights { kF32, kF16, kBF16 };
+
+// The layout OwnPromptGemm reads for a tensor of `type`: f32, f16 or bf16;
+// nothing for any other.
+std::optional<GemmWeights> GemmWeightsFor(c10::ScalarType type);
 
 // Who runs a prompt's products: OwnPromptGemm or OpenBLAS (PooledSgemm).
 enum class PromptGemmChoice {

@@ -25,12 +25,6 @@ class ChoiceScope {
   PromptGemmChoice saved_;
 };
 
-GemmWeights KindOf(torch::Dtype storage) {
-  if (storage == torch::kHalf) return GemmWeights::kF16;
-  if (storage == torch::kBFloat16) return GemmWeights::kBF16;
-  return GemmWeights::kF32;
-}
-
 // Every shape's edges: one row and partial tiles of 6 rows, one column and
 // partial tiles of 4, k below one vector, a vector's remainder, exactly one
 // block of 512 and a second block; more threads than column blocks.
@@ -55,8 +49,8 @@ TEST(PromptGemmTest, AgreesWithTheDoubleProductAtEveryEdge) {
         const torch::Tensor want = torch::mm(xd, wd.t());
         const torch::Tensor scale = torch::mm(xd.abs(), wd.abs().t());
         torch::Tensor got = torch::full({m, n}, 1e30f);  // every output must be written
-        ASSERT_TRUE(OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(), KindOf(storage), m, n, k,
-                                  got.data_ptr<float>()));
+        ASSERT_TRUE(OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(), *GemmWeightsFor(storage), m, n,
+                                  k, got.data_ptr<float>()));
         const double error = ((got.to(torch::kDouble) - want).abs() / scale).max().item<double>();
         EXPECT_LT(error, 1e-6) << c10::toString(storage) << " " << m << "x" << n << "x" << k
                                << " threads " << threads;
@@ -64,6 +58,14 @@ TEST(PromptGemmTest, AgreesWithTheDoubleProductAtEveryEdge) {
     }
   }
   at::set_num_threads(saved);
+}
+
+TEST(PromptGemmTest, ReadsF32F16AndBf16Only) {
+  EXPECT_EQ(GemmWeightsFor(torch::kFloat), GemmWeights::kF32);
+  EXPECT_EQ(GemmWeightsFor(torch::kHalf), GemmWeights::kF16);
+  EXPECT_EQ(GemmWeightsFor(torch::kBFloat16), GemmWeights::kBF16);
+  EXPECT_EQ(GemmWeightsFor(torch::kByte), std::nullopt);
+  EXPECT_EQ(GemmWeightsFor(torch::kDouble), std::nullopt);
 }
 
 TEST(PromptGemmTest, DeclinesEmptyProducts) {
