@@ -14,6 +14,7 @@
 
 #include "model/gemv.h"
 #include "model/quant.h"
+#include "util/aligned.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -390,13 +391,15 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 constexpr double kParallelWork = 1e5;
 
 // What one thread reuses across its items: no allocation per block.
+// Cache-line aligned (util/aligned.h): with malloc's 16-byte alignment the
+// tiles' 32-byte rows straddled lines or not as the heap happened to lie.
 struct Scratch {
-  std::vector<float> qs;    // [R_pad, hd_pad] scaled queries
-  std::vector<float> vb;    // [bk, hd_pad] value block, when hd is not a tile multiple
-  std::vector<uint8_t> qq;  // [R, hd / 32] scaled queries as Q8_0 blocks (a Q8_0 cache)
-  std::vector<float> s;     // [R_pad, bk_pad] scores, then probabilities
-  std::vector<float> acc;   // [R_pad, hd_pad] unnormalised outputs
-  std::vector<float> m, l;  // [R_pad] running maxima and sums
+  AlignedVector<float> qs;    // [R_pad, hd_pad] scaled queries
+  AlignedVector<float> vb;    // [bk, hd_pad] value block, when hd is not a tile multiple
+  AlignedVector<uint8_t> qq;  // [R, hd / 32] scaled queries as Q8_0 blocks (a Q8_0 cache)
+  AlignedVector<float> s;     // [R_pad, bk_pad] scores, then probabilities
+  AlignedVector<float> acc;   // [R_pad, hd_pad] unnormalised outputs
+  AlignedVector<float> m, l;  // [R_pad] running maxima and sums
 };
 
 // Where the queries, keys and values of one work item are.

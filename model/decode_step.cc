@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "model/internal/decoder_layers.h"
+#include "util/aligned.h"
 
 namespace hilnas {
 namespace decoder_internal {
@@ -13,7 +14,8 @@ namespace {
 // worth, kept per thread (pipelined decoding steps several caches of one
 // decoder from threads at once).
 struct DecodeBuffers {
-  std::vector<float> x, normed, out, q, q_rot, k, v, k_rot, head, attn, gate, up;
+  // Cache-line aligned (util/aligned.h), as the kernels' vector loads want.
+  AlignedVector<float> x, normed, out, q, q_rot, k, v, k_rot, head, attn, gate, up;
   void Reserve(const Arch& a) {  // a no-op once grown
     for (auto* b : {&x, &normed, &out}) b->resize(std::max<size_t>(b->size(), a.d_model));
     for (auto* b : {&q, &q_rot, &attn}) b->resize(std::max<size_t>(b->size(), a.q_width()));

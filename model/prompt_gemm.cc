@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/blas_core.h"
+#include "util/aligned.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -144,7 +145,7 @@ HILNAS_AVX512 void WidenBlock(const uint16_t* w, int64_t ld, int64_t rows, int64
 // Output columns [n0, n1) of the product, on the calling thread.
 void Columns(const float* x, const void* w, GemmWeights weights, int64_t m, int64_t n, int64_t k,
              int64_t n0, int64_t n1, float* out) {
-  thread_local std::vector<float> widened;
+  thread_local AlignedVector<float> widened;  // on a cache line, as the zmm loads want
   for (int64_t kb = 0; kb < k; kb += kKBlock) {
     const int64_t kc = std::min(kKBlock, k - kb);
     const int64_t block_rows =

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "util/aligned.h"
 
 // Built with -ffp-contract=off (model/CMakeLists.txt): x * id + 8.5 must
 // round twice, as llama.cpp's reference quantizer on x86 rounds it, not
@@ -170,7 +171,7 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
     rows += w.size(0);
     row_end[m] = rows;
   }
-  thread_local std::vector<uint8_t> xq;
+  thread_local AlignedVector<uint8_t> xq;
   xq.resize(static_cast<size_t>(blocks * kQ8BlockBytes));
   QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
   const uint8_t* xp = xq.data();

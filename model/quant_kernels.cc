@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/quant.h"
+#include "util/aligned.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -197,8 +198,8 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
                float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
   // The activations' scales as floats and their blocks' sums, once per
   // call: each is used by every row of the call.
-  thread_local std::vector<float> xd;
-  thread_local std::vector<int32_t> xs;
+  thread_local AlignedVector<float> xd;
+  thread_local AlignedVector<int32_t> xs;
   xd.resize(static_cast<size_t>(tokens * blocks));
   xs.resize(static_cast<size_t>(tokens * blocks));
   for (int64_t k = 0; k < tokens * blocks; ++k) {
