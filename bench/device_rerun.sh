@@ -13,6 +13,8 @@
 #              and 2 threads (about 5 minutes on a 2-core EPYC)
 #     PHASE 2  f32/f16 at 4 threads, Q4_0/Q8_0 at 1 and 2 threads
 #     all      both (the default)
+# REPEATS (default 3) runs per f32/f16 row. Each step's steal time (the
+# host's, from /proc/stat) is printed and kept in $OUT/steal.txt.
 #
 # The bundle must be unpacked at the PREFIX it was written for (its
 # binaries' ELF interpreter and RPATH point there): /tmp/hilnas-portable
@@ -33,21 +35,44 @@ cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" build/bench/
 export LLAMA_BENCH="$P/llama/llama-bench"
 [ -x "$LLAMA_BENCH" ] || { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
 
+# The VM's steal time (time its vCPUs were ready to run but the host ran
+# something else) over each step, from /proc/stat: a row taken while the
+# host was busy shows it. (The Xeon's first run of 2026-11-27 read a
+# 2-thread row slower than its 1-thread one, and every op of a step_profile
+# there, element-wise ones included, scaled only 1.1-1.3x on 2 threads.)
+# A VM without steal accounting (Firecracker here) always reads 0.
+steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
+step() {  # NAME COMMAND...: runs it, then prints and keeps its steal time
+  local name=$1 s0 t0
+  shift
+  s0=$(steal_ticks)
+  t0=$(date +%s.%N)
+  "$@"
+  awk -v n="$name" -v s="$(($(steal_ticks) - s0))" -v hz="$(getconf CLK_TCK)" \
+      -v t0="$t0" -v t1="$(date +%s.%N)" \
+      'BEGIN {printf "steal during %s: %.2f s of vCPU time over %.0f s\n", n, s / hz, t1 - t0}' |
+    tee -a "$O/steal.txt"
+}
+R="${REPEATS:-3}"
+
 if [ "$PHASE" != 2 ]; then
   { lscpu; echo; uname -a; head -3 /proc/meminfo;
     echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"; } >"$O/lscpu.txt" 2>&1
   "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }
   build/tools/hilnas run --arch configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 \
       --threads 1 2>&1 | grep kernels | tee "$O/kernels.txt"
-  KV_DTYPE=f16 REPEATS=3 bash bench/runtime_compare.sh full4 256,2048 1,2 f32,f16 2>&1 |
-    grep -v placeholder | tee "$O/compare.md"
-  bash bench/window_pricing.sh 2048 1 5 2>&1 | tee "$O/window.md"
-  bash bench/window_pricing.sh 2048 2 5 2>&1 | tee -a "$O/window.md"
+  compare() { KV_DTYPE=f16 REPEATS=$R bash bench/runtime_compare.sh full4 256,2048 1,2 f32,f16 2>&1 |
+    grep -v placeholder | tee "$O/compare.md"; }
+  step "f32/f16 at 1 and 2 threads" compare
+  step "window pricing, 1 thread" bash -c "bash bench/window_pricing.sh 2048 1 5 2>&1 | tee '$O/window.md'"
+  step "window pricing, 2 threads" bash -c "bash bench/window_pricing.sh 2048 2 5 2>&1 | tee -a '$O/window.md'"
 fi
 if [ "$PHASE" != 1 ]; then
-  KV_DTYPE=f16 REPEATS=3 bash bench/runtime_compare.sh full4 256,2048 4 f32,f16 2>&1 |
-    grep -v placeholder | tee "$O/compare4.md"
-  KV_DTYPE=f16 REPEATS=2 bash bench/runtime_compare.sh full4 512,2048 1,2 q4_0,q8_0 2>&1 |
-    grep -v placeholder | tee "$O/quant.md"
+  compare4() { KV_DTYPE=f16 REPEATS=$R bash bench/runtime_compare.sh full4 256,2048 4 f32,f16 2>&1 |
+    grep -v placeholder | tee "$O/compare4.md"; }
+  quant() { KV_DTYPE=f16 REPEATS=2 bash bench/runtime_compare.sh full4 512,2048 1,2 q4_0,q8_0 2>&1 |
+    grep -v placeholder | tee "$O/quant.md"; }
+  step "f32/f16 at 4 threads" compare4
+  step "Q4_0/Q8_0 at 1 and 2 threads" quant
 fi
 echo "finished phase $PHASE" | tee "$O/finished.txt"
