@@ -195,7 +195,7 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
   // Activations once, as Q8_0 rows.
-  std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
+  AlignedVector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
   const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
