@@ -64,8 +64,10 @@ if [ "$PHASE" != 2 ]; then
   compare() { KV_DTYPE=f16 REPEATS=$R bash bench/runtime_compare.sh full4 256,2048 1,2 f32,f16 2>&1 |
     grep -v placeholder | tee "$O/compare.md"; }
   step "f32/f16 at 1 and 2 threads" compare
-  step "window pricing, 1 thread" bash -c "bash bench/window_pricing.sh 2048 1 5 2>&1 | tee '$O/window.md'"
-  step "window pricing, 2 threads" bash -c "bash bench/window_pricing.sh 2048 2 5 2>&1 | tee -a '$O/window.md'"
+  window() { bash bench/window_pricing.sh 2048 "$1" 5 2>&1 | tee -a "$O/window.md"; }
+  : >"$O/window.md"
+  step "window pricing, 1 thread" window 1
+  step "window pricing, 2 threads" window 2
 fi
 if [ "$PHASE" != 1 ]; then
   compare4() { KV_DTYPE=f16 REPEATS=$R bash bench/runtime_compare.sh full4 256,2048 4 f32,f16 2>&1 |

@@ -13,7 +13,7 @@ bool OnACacheLine(const AlignedVector<T>& v) {
 }
 
 // Every size a kernel's scratch grows through, with other allocations of
-// odd sizes in between (which leave malloc's next block 16 bytes off a line).
+// odd sizes in between (which can leave malloc's next block off a line).
 TEST(AlignedVectorTest, DataStartsOnACacheLineAtEverySizeAndAfterGrowing) {
   AlignedVector<float> f;
   AlignedVector<uint8_t> b;
