@@ -1,6 +1,7 @@
 #include "util/subprocess.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -248,7 +250,20 @@ pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& ar
   return pid;
 }
 
+bool KeepFreedMemory() {
+#if defined(__GLIBC__)
+  // M_MMAP_MAX 0: no block is mapped on its own (the heap grows instead;
+  // glibc still maps when it cannot). M_TRIM_THRESHOLD at its largest: the
+  // heap's top is never given back. Setting either also stops glibc's
+  // moving thresholds.
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+#else
+  return false;
+#endif
+}
+
 void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway) {
+  KeepFreedMemory();  // for this process, in case it goes on without execv
   if (std::getenv("OMP_WAIT_POLICY") != nullptr && !reexec_anyway) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   setenv("GOMP_SPINCOUNT", "10000", 0);

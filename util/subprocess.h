@@ -50,6 +50,24 @@ absl::StatusOr<CommandOutput> RunProgram(const std::vector<std::string>& argv, d
 pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
                    const std::string& log, bool append_log);
 
+// Makes freed memory stay with the process for the next allocation of its
+// size. glibc's malloc serves blocks from 128 KiB up with mmap and unmaps
+// them on free, raising that threshold only as blocks are freed, and hands
+// the heap's top back to the kernel (trim) once 128 KiB or more lie free
+// there; which of a prefill's activations (4-12 MB each for full4 at 2048
+// tokens) came back as fresh pages then depended on the heap's layout:
+// `hilnas run` of full4 at 2048 tokens on an AMD EPYC (Zen 5) took 523-528
+// ms to its first token with --max-new-tokens 3 in some processes and
+// 632-689 ms in others (every op ~10% slower, copies 2.6x), and 477 ms on
+// 2 threads against 297 with the memory kept: page faults take the
+// process's memory lock and zero each page on one thread, so they do not
+// scale with threads. With glibc, mmap is left to allocations the heap
+// cannot grow for, and the heap is never trimmed (mallopt); the peak of a
+// run's memory is unchanged, it is just not returned before the process
+// ends. Elsewhere (Android's bionic, musl) it does nothing. Returns
+// whether it applied.
+bool KeepFreedMemory();
+
 // Re-executes this program once (execv of /proc/self/exe) with the thread
 // settings every timing in hilnas runs under, unless OMP_WAIT_POLICY is
 // already set; libgomp and OpenBLAS read them only at start-up.
@@ -68,7 +86,8 @@ pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& ar
 // `reexec_anyway`: the caller changed a variable read at start-up too
 // (SetBlasCoreForCpu), so re-execute even when OMP_WAIT_POLICY is set (the
 // thread settings already present are kept).
-// Returns only if it did not re-execute (already set, or execv failed).
+// Returns only if it did not re-execute (already set, or execv failed),
+// with KeepFreedMemory applied.
 void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway = false);
 
 }  // namespace hilnas
