@@ -14,6 +14,7 @@
 
 #include "model/gemv.h"
 #include "model/quant.h"
+#include "model/work_split.h"
 #include "util/aligned.h"
 
 #if defined(__aarch64__)
@@ -862,11 +863,14 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
     kt_all.narrow(1, 0, hd).narrow(2, 0, s).copy_(k.reshape({b * kvh, s, hd}).transpose(1, 2));
     ktp = kt_all.data_ptr<float>();
   }
+  // Items from the last query block down: under a causal mask the later
+  // blocks see the most keys, and ParallelChunks hands the first items out
+  // first, so the small ones fill in at the end.
+  const int64_t heads = b * kvh;
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
     for (int64_t item = first; item < last; ++item) {
-      const int64_t bi = item / (kvh * n_qblocks), gi = (item / n_qblocks) % kvh,
-                    qb = item % n_qblocks;
+      const int64_t bi = (item % heads) / kvh, gi = item % kvh, qb = n_qblocks - 1 - item / heads;
       const int64_t i0 = qb * bq;
       const int64_t head0 = (bi * h + gi * g) * t * hd + i0 * hd;
       const Item it{qp + head0,
@@ -884,10 +888,10 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
   const int64_t keys_read =
       window > 0 ? std::min(s, window + bq - 1) : std::min(s, q_start + t - k_start);
   const double work = 2.0 * static_cast<double>(b * h * t) * keys_read * hd;
-  if (work < kParallelWork || b * kvh * n_qblocks == 1) {
-    run(0, b * kvh * n_qblocks);
+  if (work < kParallelWork || heads * n_qblocks == 1) {
+    run(0, heads * n_qblocks);
   } else {
-    at::parallel_for(0, b * kvh * n_qblocks, 1, run);
+    ParallelChunks(heads * n_qblocks, 1, run);
   }
   return out;
 }

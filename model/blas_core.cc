@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "model/work_split.h"
 
 namespace hilnas {
 namespace {
@@ -182,17 +183,26 @@ bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k
     blas_threads_before_pool = now;
     blas.set_threads(1);
   }
-  // Blocks of 16 columns (the widest SGEMM micro-tile's), a contiguous run
-  // of them per thread: one call each.
-  constexpr int64_t kBlock = 16;
-  at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
-    const int64_t n0 = b0 * kBlock, n1 = std::min(n, b1 * kBlock);
-    // Row-major C[:, n0:n1] = X W[n0:n1]^T: CblasRowMajor (101), NoTrans
-    // (111), Trans (112).
-    blas.sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(n1 - n0), static_cast<int>(k),
-               1.0f, x, static_cast<int>(k), w + n0 * k, static_cast<int>(k), 0.0f, out + n0,
+  // Chunks taken by whichever thread is free (model/work_split.h), about
+  // four a thread, each one single-threaded OpenBLAS call. Each call packs
+  // the whole of the operand it does not split, so the split runs along the
+  // longer side and no chunk is thinner than 256 (rows of x, or columns in
+  // multiples of 16, the widest SGEMM micro-tile): a prompt's rows when it
+  // has more of them than the weight has outputs, else the outputs.
+  const int threads = at::get_num_threads();
+  auto call = [&](int64_t rows, int64_t cols, const float* xp, const float* wp, float* op) {
+    // Row-major C = X W^T: CblasRowMajor (101), NoTrans (111), Trans (112).
+    blas.sgemm(101, 111, 112, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(k),
+               1.0f, xp, static_cast<int>(k), wp, static_cast<int>(k), 0.0f, op,
                static_cast<int>(n));
-  });
+  };
+  if (m > n) {
+    ParallelChunks(m, ChunkFor(m, threads, 4, 1, 256, m),
+                   [&](int64_t r0, int64_t r1) { call(r1 - r0, n, x + r0 * k, w, out + r0 * n); });
+  } else {
+    ParallelChunks(n, ChunkFor(n, threads, 4, 16, 256, n),
+                   [&](int64_t c0, int64_t c1) { call(m, c1 - c0, x, w + c0 * k, out + c0); });
+  }
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/blas_core.h"
+#include "model/work_split.h"
 #include "util/aligned.h"
 
 #if defined(__x86_64__)
@@ -244,12 +245,13 @@ bool OwnPromptGemm(const float* x, const void* w, GemmWeights weights, int64_t m
                    int64_t k, float* out) {
   if (!OwnPromptGemmAvailable() || m < 1 || n < 1 || k < 1) return false;
 #if defined(__x86_64__)
-  // Blocks of 16 columns, a contiguous run of them per thread, as
-  // PooledSgemm splits a product.
-  constexpr int64_t kBlock = 16;
-  at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
-    Columns(x, w, weights, m, n, k, b0 * kBlock, std::min(n, b1 * kBlock), out);
-  });
+  // Runs of output columns taken by whichever thread is free
+  // (model/work_split.h), about two a thread, each 16 to 128 columns: a
+  // multiple of the tile, and no wider than Columns' weight block at the
+  // full kKBlock (kBlockBytes / (kKBlock * 4) = 128 rows), so a chunk's
+  // weights stay in L2 as before.
+  ParallelChunks(n, ChunkFor(n, at::get_num_threads(), 2, 16, 16, 128),
+                 [&](int64_t c0, int64_t c1) { Columns(x, w, weights, m, n, k, c0, c1, out); });
   return true;
 #else
   (void)x, (void)w, (void)weights, (void)out;

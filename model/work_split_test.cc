@@ -1,0 +1,99 @@
+#include "model/work_split.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace hilnas {
+namespace {
+
+// Each test sets ATen's thread count; the binary's other tests get theirs
+// back.
+class WorkSplitTest : public ::testing::Test {
+ protected:
+  void TearDown() override { at::set_num_threads(threads_); }
+  int threads_ = at::get_num_threads();
+};
+
+// Every index once, in chunks of the size asked, the last one short.
+TEST_F(WorkSplitTest, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    for (int64_t n : {0, 1, 7, 64, 1000}) {
+      for (int64_t chunk : {0, 1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        std::atomic<int> calls{0};
+        ParallelChunks(n, chunk, [&](int64_t a, int64_t b) {
+          ASSERT_LT(a, b);
+          ASSERT_LE(b, n);
+          calls.fetch_add(1);
+          for (int64_t i = a; i < b; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 1) << "n " << n << " chunk " << chunk;
+        }
+        const int64_t c = std::max<int64_t>(chunk, 1);
+        const int64_t chunks = n == 0 ? 0 : (n - 1) / c + 1;
+        // One thread (or one chunk) runs [0, n) in one call.
+        EXPECT_EQ(calls.load(), threads == 1 || chunks <= 1 ? (n > 0 ? 1 : 0) : chunks);
+      }
+    }
+  }
+}
+
+// The mechanism: a thread held up in its first chunk does not hold the
+// others' work. Thread slot A sleeps in chunk 0; the rest of the chunks go
+// to the other thread, where an equal contiguous split (at::parallel_for)
+// would have left half of them waiting for A.
+TEST_F(WorkSplitTest, AFreeThreadTakesTheNextChunk) {
+  at::set_num_threads(2);
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
+  std::mutex mu;
+  std::vector<std::thread::id> owner(16);
+  ParallelChunks(16, 1, [&](int64_t a, int64_t) {
+    if (a == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::lock_guard<std::mutex> lock(mu);
+    owner[static_cast<size_t>(a)] = std::this_thread::get_id();
+  });
+  int by_other = 0;
+  for (int64_t i = 1; i < 16; ++i) by_other += owner[static_cast<size_t>(i)] != owner[0];
+  EXPECT_EQ(by_other, 15);
+}
+
+// From inside a parallel region: in order, on the calling thread.
+TEST_F(WorkSplitTest, NestedCallRunsInline) {
+  at::set_num_threads(2);
+  std::atomic<int> calls{0};
+  at::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    ParallelChunks(10, 1, [&](int64_t a, int64_t b) {
+      EXPECT_EQ(a, 0);
+      EXPECT_EQ(b, 10);
+      calls.fetch_add(1);
+    });
+  });
+  EXPECT_GE(calls.load(), 1);
+}
+
+TEST(ChunkForTest, SizesChunks) {
+  // About four chunks a thread, multiples of 16, at least 256.
+  EXPECT_EQ(ChunkFor(2048, 2, 4, 1, 256, 2048), 256);
+  EXPECT_EQ(ChunkFor(1536, 2, 4, 16, 256, 1536), 256);
+  EXPECT_EQ(ChunkFor(4096, 2, 4, 1, 256, 4096), 512);
+  // lo gives way rather than leave a thread idle: 128 outputs, 2 threads.
+  EXPECT_EQ(ChunkFor(128, 2, 4, 16, 256, 128), 64);
+  EXPECT_EQ(ChunkFor(300, 4, 4, 16, 256, 300), 80);
+  // Capped by hi, rounded to align.
+  EXPECT_EQ(ChunkFor(1536, 2, 2, 16, 16, 128), 128);
+  EXPECT_EQ(ChunkFor(128, 2, 2, 16, 16, 128), 32);
+  // Never more than n, never below 1.
+  EXPECT_EQ(ChunkFor(5, 1, 1, 16, 256, 1000), 5);
+  EXPECT_EQ(ChunkFor(0, 2, 4, 16, 256, 1000), 1);
+}
+
+}  // namespace
+}  // namespace hilnas
