@@ -17,7 +17,13 @@
 #    decode step (hilnas::attention, and hilnas::attention_window for window
 #    layers, in bench/step_profile, which times every
 #    op of a real prefill and decode of the model); window / full is
-#    all-window's over all-full's, the price of the window itself.
+#    all-window's over all-full's, the price of the window itself. Those
+#    two come from two processes, and a shared host's speed drifts between
+#    processes (a lent Xeon VM's differed by up to 1.4x): a second form of
+#    that ratio divides each process's attention time by its own prompt
+#    products' (hilnas::prompt_mm, prefill) or weight products'
+#    (hilnas::gemv, decode) time, which is the same work in both models
+#    (same widths, same layers), so the host's drift cancels.
 #  - layer: TTFT and decode ms/token of `hilnas run` (one process a round,
 #    after WARMUPS untimed generations, default 1, as
 #    bench/runtime_compare.sh); (all-window - all-skip) / (all-full - all-skip) prices the
@@ -63,16 +69,18 @@ measure() {  # ROUND VARIANT
   # hilnas::attention_window (model/attention.h).
   "$P" --arch "$W/$v.textproto" --prompt "$PROMPT" --threads "$THREADS" --decode-tokens 64 \
       --repeats 1 >"$W/$v.profile" 2>&1
-  read -r fp wp fd wd ap ad <<<"$(awk -F'|' '/^prefill:/{ph = 1} /^decode:/{ph = 2}
+  read -r fp wp fd wd ap ad mp md <<<"$(awk -F'|' '/^prefill:/{ph = 1} /^decode:/{ph = 2}
       /^\| hilnas::attention /{gsub(/ /, "", $4); f[ph] = $4}
       /^\| hilnas::attention_window /{gsub(/ /, "", $4); w[ph] = $4}
-      END {printf "%s %s %s %s %s %s\n", f[1] + 0, w[1] + 0, f[2] + 0, w[2] + 0,
-                  f[1] + w[1], f[2] + w[2]}' "$W/$v.profile")"
+      /^\| hilnas::prompt_mm /{gsub(/ /, "", $4); m[ph] = $4}
+      /^\| hilnas::gemv /{gsub(/ /, "", $4); g[ph] = $4}
+      END {printf "%s %s %s %s %s %s %s %s\n", f[1] + 0, w[1] + 0, f[2] + 0, w[2] + 0,
+                  f[1] + w[1], f[2] + w[2], m[1] + 0, g[2] + 0}' "$W/$v.profile")"
   read -r t d <<<"$("$B" run --ckpt "$W/$v" --prompt-tokens "$PROMPT" --max-new-tokens 65 \
       --threads "$THREADS" --warmups "${WARMUPS:-1}" 2>&1 |
     sed -n 's/^stats: //p' |
     /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])')"
-  echo "$1 $v $ap $ad $t $d $fp $wp $fd $wd" >>"$W/all.txt"
+  echo "$1 $v $ap $ad $t $d $fp $wp $fd $wd $mp $md" >>"$W/all.txt"
 }
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; prompt $PROMPT, $THREADS thread(s), window 128, $ROUNDS rounds"
@@ -90,7 +98,7 @@ for line in open(sys.argv[1]):
     f = line.split()
     rows[(int(f[0]), f[1])] = [float(x) for x in f[2:]]
 rounds = sorted({r for r, _ in rows})
-AP, AD, T, D, FP, WP, FD, WD = range(8)
+AP, AD, T, D, FP, WP, FD, WD, MP, MD = range(10)
 
 def med(values):
     return statistics.median(values)
@@ -114,6 +122,11 @@ print("|---|---:|---:|")
 print("| attention kernel in the model (all-window / all-full) | %s | %s |" % (
     ratio_cell(per_round(lambda x: x["all-window"][AP] / x["all-full"][AP])),
     ratio_cell(per_round(lambda x: x["all-window"][AD] / x["all-full"][AD]))))
+print("| the same, each process's attention over its own weight products' time | %s | %s |" % (
+    ratio_cell(per_round(lambda x: (x["all-window"][AP] / x["all-window"][MP]) /
+                                   (x["all-full"][AP] / x["all-full"][MP]))),
+    ratio_cell(per_round(lambda x: (x["all-window"][AD] / x["all-window"][MD]) /
+                                   (x["all-full"][AD] / x["all-full"][MD])))))
 print("| attention kernel, mixed F W W F (its 2 window layers / its 2 full, one process) | %s | %s |" % (
     ratio_cell(per_round(lambda x: x["mixed"][WP] / x["mixed"][FP])),
     ratio_cell(per_round(lambda x: x["mixed"][WD] / x["mixed"][FD]))))
