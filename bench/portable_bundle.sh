@@ -29,8 +29,9 @@ PREFIX="${1:-/tmp/hilnas-portable}"
 LLAMA_BIN="${2:-}"
 B=build/portable
 rm -rf "$B/root" && mkdir -p "$B/root/bin"
-cp build/tools/hilnas build/bench/step_profile "$B/root/bin/"
-/usr/bin/python3 bench/portable_bundle.py "$B/root" "$B/root/bin/hilnas" "$B/root/bin/step_profile"
+BINS="build/tools/hilnas build/bench/step_profile build/bench/gemm_threads build/bench/core_ceiling"
+cp $BINS "$B/root/bin/"
+/usr/bin/python3 bench/portable_bundle.py "$B/root" "$B"/root/bin/*
 for b in "$B"/root/bin/*; do
   patchelf --set-interpreter "$PREFIX/lib/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$PREFIX/lib" "$b"
 done

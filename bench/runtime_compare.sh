@@ -75,12 +75,19 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 # hilnas: "ttft decode" medians over REPEATS processes.
 hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
   local t d
+  local tt dd res huge
+  : >"$W/h.txt"
   for _ in $(seq "$REPEATS"); do
     "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 65 --threads "$3" \
-        --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f32}" --warmups "${WARMUPS:-1}" 2>&1 |
-      sed -n 's/^stats: //p' |
-      /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])'
-  done >"$W/h.txt"
+        --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f32}" --warmups "${WARMUPS:-1}" >"$W/run.txt" 2>&1
+    read -r tt dd < <(sed -n 's/^stats: //p' "$W/run.txt" |
+      /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])')
+    echo "$tt $dd" >>"$W/h.txt"
+    # How much of the weights' mapping the kernel put on huge pages: a
+    # one-thread decode over 4 KiB pages streams up to 2x slower.
+    read -r res huge < <(sed -n 's/^pages: .* \([0-9.]*\) MiB resident, \([0-9.]*\) MiB of it.*/\1 \2/p' "$W/run.txt")
+    echo "$(basename "$1") $4 $3 $2 $tt $dd ${res:-0} ${huge:-0}" >>"$W/pages.txt"
+  done
   t=$(cut -d' ' -f1 "$W/h.txt" | median)
   d=$(cut -d' ' -f2 "$W/h.txt" | median)
   echo "$t $d"
@@ -161,3 +168,10 @@ for shape in "${shape_list[@]}"; do
     done
   fi
 done
+# Processes whose weights did not get huge pages (under 90% of their
+# mapping): their decode rows are read with that in mind.
+if [ -s "$W/pages.txt" ]; then
+  echo
+  awk '{n++; if ($8 >= 0.9 * $7 && $7 > 0) h++; else bad = bad sprintf("\n  %s %s %s threads, prompt %s: TTFT %.1f ms, decode %.2f ms/token, %.1f of %.1f MiB on huge pages", $1, $2, $3, $4, $5, $6, $8, $7)}
+    END {printf "weights on huge pages (90%% of their mapping or more) in %d of %d hilnas processes%s\n", h, n, bad}' "$W/pages.txt"
+fi

@@ -1,0 +1,56 @@
+#include "device_agent/environment.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace hilnas {
+namespace {
+
+constexpr char kSmaps[] =
+    "55d0a0000000-55d0a0021000 r--p 00000000 08:01 123 /usr/bin/hilnas\n"
+    "Size:                132 kB\n"
+    "Rss:                 128 kB\n"
+    "AnonHugePages:         0 kB\n"
+    "7f0000000000-7f0003200000 rw-p 00000000 00:00 0 \n"
+    "Size:              51200 kB\n"
+    "KernelPageSize:        4 kB\n"
+    "Rss:               49152 kB\n"
+    "AnonHugePages:     45056 kB\n"
+    "VmFlags: rd wr mr mw me ac hg\n"
+    "7f0003200000-7f0003400000 rw-p 00000000 00:00 0 \n"
+    "Rss:                2048 kB\n"
+    "AnonHugePages:      2048 kB\n";
+
+TEST(ParseSmapsFor, ReadsTheMappingHoldingTheAddress) {
+  const MappingPages p = ParseSmapsFor(kSmaps, 0x7f0001000000);
+  EXPECT_EQ(p.rss_bytes, 49152 * 1024);
+  EXPECT_EQ(p.huge_bytes, 45056 * 1024);
+  // Its end is the next mapping's start.
+  EXPECT_EQ(ParseSmapsFor(kSmaps, 0x7f0003200000).huge_bytes, 2048 * 1024);
+  EXPECT_EQ(ParseSmapsFor(kSmaps, 0x55d0a0000010).rss_bytes, 128 * 1024);
+}
+
+TEST(ParseSmapsFor, NoMappingOrNoTextIsZero) {
+  EXPECT_EQ(ParseSmapsFor(kSmaps, 0x1000).rss_bytes, 0);
+  EXPECT_EQ(ParseSmapsFor("", 0x7f0001000000).huge_bytes, 0);
+  EXPECT_EQ(ParseSmapsFor("garbage-line\nRss: x kB\n", 0).rss_bytes, 0);
+}
+
+TEST(PagesOfMapping, CountsThisProcessesTouchedPages) {
+  const size_t bytes = size_t{8} << 20;
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  EXPECT_EQ(PagesOfMapping(m).rss_bytes, 0);  // nothing touched yet
+  std::memset(m, 1, bytes);
+  const MappingPages p = PagesOfMapping(static_cast<char*>(m) + 4096);
+  // The kernel may merge the mapping with a neighbour, so at least.
+  EXPECT_GE(p.rss_bytes, static_cast<int64_t>(bytes));
+  EXPECT_LE(p.huge_bytes, p.rss_bytes);
+  munmap(m, bytes);
+}
+
+}  // namespace
+}  // namespace hilnas
