@@ -26,20 +26,6 @@ double CpuTemperatureC();
 
 // The process's resident-memory high-water mark (VmHWM), bytes.
 int64_t PeakRssBytes();
-// Of the mapping that holds `addr` (/proc/self/smaps): its resident bytes
-// and how many of them lie on transparent huge pages (AnonHugePages). A
-// decoder's weights and KV cache ask for huge pages (model/decoder.cc); the
-// kernel grants them only where it finds free 2 MiB blocks, and a one-thread
-// decode streams 4 KiB-paged weights up to 2x slower (a lent Xeon VM:
-// bench/data/runtime-compare.md), so a timing is read beside this. Zeros
-// where smaps is unreadable or no mapping holds `addr`.
-struct MappingPages {
-  int64_t rss_bytes = 0, huge_bytes = 0;
-};
-MappingPages PagesOfMapping(const void* addr);
-// smaps' text -> the figures of the mapping holding `addr`; for tests.
-MappingPages ParseSmapsFor(const std::string& text, uintptr_t addr);
-
 // Resets the high-water mark to the current RSS (Linux clear_refs "5"), so
 // each job reports its own peak. Returns false where the kernel refuses.
 bool ResetPeakRss();

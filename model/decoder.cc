@@ -49,7 +49,16 @@ size_t PlaceNext(size_t& total, size_t bytes) {
 // advised MADV_HUGEPAGE, unmapped when its last owner lets go; null under
 // one huge page or when no mapping is to be had (callers then keep
 // libtorch's allocations).
-std::shared_ptr<char> HugePageBuffer(size_t bytes) {
+//
+// `populate`: fault the whole buffer in now, then ask the kernel to collapse
+// any of it that fell back to 4 KiB pages (MADV_POPULATE_WRITE, Linux 5.14;
+// MADV_COLLAPSE, 6.1: synchronous, compacting memory where it must). A
+// first-touch fault takes a huge page only if one is free at that moment,
+// and a lent Xeon VM timed some processes' one-thread decode at half the
+// others' (bench/data/runtime-compare.md). For the weights, which are all
+// written anyway; a KV cache is left to fault as it fills. Older kernels
+// refuse both calls and nothing changes.
+std::shared_ptr<char> HugePageBuffer(size_t bytes, bool populate = false) {
   if (bytes < kHugePage) return nullptr;
   const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   const size_t span = rounded + kHugePage;  // room to align the start
@@ -59,6 +68,13 @@ std::shared_ptr<char> HugePageBuffer(size_t bytes) {
   char* base = reinterpret_cast<char*>((start + kHugePage - 1) / kHugePage * kHugePage);
 #ifdef MADV_HUGEPAGE
   madvise(base, rounded, MADV_HUGEPAGE);
+#endif
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_COLLAPSE)
+  if (populate && madvise(base, rounded, MADV_POPULATE_WRITE) == 0) {
+    madvise(base, rounded, MADV_COLLAPSE);
+  }
+#else
+  (void)populate;
 #endif
   return std::shared_ptr<char>(base, [mapped, span](char*) { munmap(mapped, span); });
 }
@@ -272,7 +288,7 @@ void PackParameters(torch::nn::Module& module, PackValues values,
     s.offset = PlaceNext(total, static_cast<size_t>(n) * s.options.dtype().itemsize());
     slots.push_back(std::move(s));
   }
-  const std::shared_ptr<char> buf = HugePageBuffer(total);
+  const std::shared_ptr<char> buf = HugePageBuffer(total, /*populate=*/true);
   if (!buf) {
     for (Slot& s : slots) {
       if (!s.stored) continue;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "gmock/gmock.h"
@@ -13,6 +14,7 @@
 #include "model/safetensors.h"
 #include "model/test_archs.h"
 #include "search_space/counts.h"
+#include "util/mapping_pages.h"
 #include "util/status_matchers.h"
 
 namespace hilnas {
@@ -93,6 +95,26 @@ void ExpectOneHugePageBuffer(const Decoder& d, const std::string& what) {
   std::sort(spans.begin(), spans.end());
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
   ExpectBackToBackFromAHugePage(spans, what);
+}
+
+// Where the kernel has transparent huge pages, the weights' buffer lies on
+// them (advised, faulted in at once and collapsed: HugePageBuffer), not
+// only where the first touch happened to find free 2 MiB blocks.
+TEST(DecoderTest, WeightsLieOnHugePagesWhereTheKernelHasThem) {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  if (mode.empty() || mode.find("[never]") != std::string::npos) {
+    GTEST_SKIP() << "no transparent huge pages here (\"" << mode << "\")";
+  }
+  Arch a = TinyMixedArch();
+  a.vocab_size = 16384;  // embedding 16384 x 256: 16 MiB in f32
+  a.d_model = 256;
+  a.head_dim = 16;
+  ASSERT_OK_AND_ASSIGN(Decoder d, Decoder::Create(a, 3));
+  const MappingPages pages = PagesOfMapping(d.Parameters().front().data_ptr());
+  EXPECT_GE(pages.rss_bytes, int64_t{16} << 20);
+  EXPECT_GT(pages.huge_bytes, 0) << "THP mode " << mode;
 }
 
 // A decode step streams every weight once, so all of them, small matrices

@@ -19,6 +19,7 @@
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
 #include "tools/common.h"
+#include "util/mapping_pages.h"
 #include "util/status_macros.h"
 
 namespace hilnas::tools {

@@ -1,4 +1,4 @@
-#include "device_agent/environment.h"
+#include "util/mapping_pages.h"
 
 #include <sys/mman.h>
 
