@@ -86,6 +86,11 @@ int64_t MemAvailableBytes() { return KibField("/proc/meminfo", "MemAvailable"); 
 
 int64_t PeakRssBytes() { return KibField("/proc/self/status", "VmHWM"); }
 
+int64_t MinorPageFaults() {
+  struct rusage usage;
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? usage.ru_minflt : 0;
+}
+
 bool ResetPeakRss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";

@@ -26,6 +26,9 @@ double CpuTemperatureC();
 
 // The process's resident-memory high-water mark (VmHWM), bytes.
 int64_t PeakRssBytes();
+// Minor page faults this process has taken so far (getrusage); 0 where
+// unreadable. A run that faults is running on memory fresh from the kernel.
+int64_t MinorPageFaults();
 // Resets the high-water mark to the current RSS (Linux clear_refs "5"), so
 // each job reports its own peak. Returns false where the kernel refuses.
 bool ResetPeakRss();

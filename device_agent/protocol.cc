@@ -1,5 +1,6 @@
 #include "device_agent/protocol.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -59,6 +60,10 @@ std::string GateViolation(const RunConditions& c, const ProtocolOptions& o) {
 // q4_0 and q8_0 in 18 and 34 bytes a block of 32.
 }  // namespace
 
+bool MemoryUnsettled(int64_t minor_faults, int64_t kv_cache_bytes) {
+  return minor_faults > std::max<int64_t>(kv_cache_bytes, 0) / 4096 + 256;
+}
+
 int64_t MemoryProbeBytes(const BenchmarkRequest& req, int prompt) {
   if (!req.has_arch()) return kMaxMemoryProbeBytes;
   absl::StatusOr<Arch> arch = ArchFromProto(req.arch());
@@ -112,11 +117,19 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
                                  bool in_process, const ProtocolOptions& o,
                                  BenchmarkResult& result) {
   const auto cooldown = std::chrono::duration<double, std::milli>(o.cooldown_ms);
-  for (int w = 0; w < req.warmup_runs(); ++w) {
+  // An external runtime's faults are its process's, not counted here.
+  for (int w = 0, warmups = req.warmup_runs(); w < warmups; ++w) {
+    const int64_t faults_before = in_process ? MinorPageFaults() : 0;
     absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
     if (!t.ok()) return t.status();
-    Say(o, absl::StrFormat("prompt %d: warm-up %d/%d TTFT %.1f ms", prompt, w + 1,
-                           req.warmup_runs(), t->ttft_ms));
+    const int64_t faults = in_process ? MinorPageFaults() - faults_before : 0;
+    Say(o, absl::StrFormat("prompt %d: warm-up %d/%d TTFT %.1f ms, %d page faults", prompt, w + 1,
+                           warmups, t->ttft_ms, faults));
+    if (w + 1 == warmups && warmups < req.warmup_runs() + kMaxSettlingWarmups &&
+        MemoryUnsettled(faults, t->kv_cache_bytes)) {
+      ++warmups;
+      Say(o, absl::StrFormat("prompt %d: memory still settling: one more warm-up", prompt));
+    }
     std::this_thread::sleep_for(cooldown);
   }
   int discards = 0;

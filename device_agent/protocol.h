@@ -57,6 +57,20 @@ struct ProtocolOptions {
   std::function<absl::Status(const BenchmarkRequest&)> admit;
 };
 
+// Warm-ups last until the process's memory has settled. glibc's heap can
+// take two or three generations of the same shapes to stop growing (where
+// earlier blocks fell decides whether later ones fit), and a run on fresh
+// pages pays a fault for every 4 KiB: full4's all-skip model, 2048 tokens,
+// one thread on a Zen 5 VM, took 9216 faults and 443-482 ms to its first
+// token in processes whose second generation still grew the heap, 0 faults
+// and 245-253 ms in the others, and 0 faults from the third generation on
+// in all of them. True when a warm-up took more minor faults than a KV
+// cache of `kv_cache_bytes` (a new one each run) on 4 KiB pages, plus
+// 1 MiB's worth.
+bool MemoryUnsettled(int64_t minor_faults, int64_t kv_cache_bytes);
+// At most this many warm-ups beyond those asked for wait for it.
+inline constexpr int kMaxSettlingWarmups = 4;
+
 // The memory gate's probe size for `request` at `prompt` tokens: the
 // weights and the KV cache one decode step reads, in steps of sqrt(2) from
 // 1 MiB up to kMaxMemoryProbeBytes.

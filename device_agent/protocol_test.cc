@@ -1,6 +1,10 @@
 #include "device_agent/protocol.h"
 
+#include <sys/mman.h>
+
+#include <cstring>
 #include <deque>
+#include <vector>
 
 #include "device_agent/libtorch_runtime.h"
 #include "gmock/gmock.h"
@@ -21,7 +25,11 @@ class ScriptedRuntime : public Runtime {
   absl::Status prepare_status;
   absl::Status run_status;  // returned once ttfts run out
   bool run_throws = false;  // Run throws std::bad_alloc once ttfts run out
+  int fault_runs = 0;       // the first this many runs touch 8 MiB of fresh pages
   int runs = 0;
+  ~ScriptedRuntime() {
+    for (void* m : mappings) munmap(m, kFreshBytes);
+  }
 
   std::string name() const override { return "scripted"; }
   std::string version() const override { return "1"; }
@@ -34,7 +42,7 @@ class ScriptedRuntime : public Runtime {
   struct Model : PreparedModel {
     explicit Model(ScriptedRuntime* r) : r(r) {}
     absl::StatusOr<RunTiming> Run(int, int decode_tokens) override {
-      ++r->runs;
+      if (++r->runs <= r->fault_runs) r->TouchFreshPages();
       if (r->ttfts.empty() && r->run_throws) throw std::bad_alloc();
       if (r->ttfts.empty()) return r->run_status;
       RunTiming t;
@@ -50,6 +58,18 @@ class ScriptedRuntime : public Runtime {
     }
     ScriptedRuntime* r;
   };
+  static constexpr size_t kFreshBytes = size_t{8} << 20;
+  // As a heap that still grows: memory the process has not used before,
+  // on 4 KiB pages (2048 faults).
+  void TouchFreshPages() {
+    void* m =
+        mmap(nullptr, kFreshBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    madvise(m, kFreshBytes, MADV_NOHUGEPAGE);
+    std::memset(m, 1, kFreshBytes);
+    mappings.push_back(m);
+  }
+  std::vector<void*> mappings;
 };
 
 BenchmarkRequest Request(int repeats, int max_repeats, double spread) {
@@ -133,6 +153,28 @@ TEST(ProtocolTest, StopsAtMinimumRepeatsWhenSpreadIsSmall) {
   EXPECT_DOUBLE_EQ(r.summaries(0).decode_tokens_per_s(), 100);
   EXPECT_GT(r.summaries(0).ttft_stderr_ms(), 0);
   EXPECT_EQ(r.device().runtime(), "scripted");
+}
+
+TEST(ProtocolTest, MemoryIsUnsettledPastTheKvCachesPagesAndAMebibyte) {
+  EXPECT_FALSE(MemoryUnsettled(0, 0));
+  EXPECT_FALSE(MemoryUnsettled(256, 0));
+  EXPECT_TRUE(MemoryUnsettled(257, 0));
+  EXPECT_FALSE(MemoryUnsettled(1024 + 256, int64_t{4} << 20));  // a 4 MiB cache on small pages
+  EXPECT_TRUE(MemoryUnsettled(9216, int64_t{4} << 20));
+}
+
+// Warm-ups go on while a run faults in fresh memory, up to
+// kMaxSettlingWarmups more than asked for; none are added once it stops.
+TEST(ProtocolTest, WarmUpsLastUntilMemorySettles) {
+  for (const auto& [fault_runs, warmups] : {std::pair{0, 1}, {1, 2}, {3, 4}, {100, 5}}) {
+    ScriptedRuntime rt;
+    rt.fault_runs = fault_runs;
+    rt.ttfts = std::deque<double>(20, 100);
+    BenchmarkResult r = MeasureBenchmark(rt, Request(3, 3, 0.5), DeviceIdentity(), NoCooldown());
+    EXPECT_EQ(r.failure(), FAILURE_NONE);
+    EXPECT_EQ(r.samples_size(), 3);
+    EXPECT_EQ(rt.runs - 3, warmups) << "runs on fresh memory: " << fault_runs;
+  }
 }
 
 TEST(ProtocolTest, RepeatsUntilSpreadFallsOrCapIsHit) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
+#include "device_agent/protocol.h"
 #include "model/blas_core.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
@@ -129,15 +130,27 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
   auto generate = [&](const std::vector<int64_t>& tokens) {
     return kvp != nullptr ? kvp->Generate(tokens, o) : GreedyGenerate(decoder, tokens, o);
   };
-  for (int32_t w = 0; w < cl.warmups; ++w) {
+  // More warm-ups while the process's memory is still settling (the agents'
+  // rule, device_agent/protocol.h MemoryUnsettled).
+  for (int32_t w = 0, warmups = cl.warmups; w < warmups; ++w) {
+    const int64_t faults_before = MinorPageFaults();
     auto warm = generate(RandomPrompt(n, a.vocab_size, cl.seed + 1000 + w));
     if (!warm.ok()) return Fail(warm.status());
-    std::printf("warm-up %d/%d: TTFT %.1f ms, decode %.2f ms/token\n", w + 1, cl.warmups,
-                warm->stats.ttft_ms(), warm->stats.decode_ms_per_token());
+    const int64_t faults = MinorPageFaults() - faults_before;
+    std::printf("warm-up %d/%d: TTFT %.1f ms, decode %.2f ms/token, %lld page faults\n", w + 1,
+                warmups, warm->stats.ttft_ms(), warm->stats.decode_ms_per_token(),
+                static_cast<long long>(faults));
+    if (w + 1 == warmups && warmups < cl.warmups + kMaxSettlingWarmups &&
+        MemoryUnsettled(faults, warm->stats.kv_cache_bytes)) {
+      ++warmups;
+      std::printf("memory still settling: one more warm-up\n");
+    }
   }
   const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, cl.seed);
+  const int64_t faults_before = MinorPageFaults();
   auto g = generate(prompt);
   if (!g.ok()) return Fail(g.status());
+  const int64_t faults = MinorPageFaults() - faults_before;
   const Stats& s = g->stats;
   std::printf("prompt %lld tokens (prefill chunk %lld): TTFT %.1f ms\n",
               static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.prefill_chunk),
@@ -145,6 +158,8 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
   std::printf("decode %lld tokens: %.2f ms/token, %.2f tokens/s\n",
               static_cast<long long>(s.generated_tokens), s.decode_ms_per_token(),
               s.decode_tokens_per_s());
+  std::printf("faults: the timed run took %lld minor page faults (its KV cache: %.1f MiB)\n",
+              static_cast<long long>(faults), s.kv_cache_bytes / double(1 << 20));
   int64_t weight_bytes = 0;
   for (const torch::Tensor& p : decoder.Parameters()) weight_bytes += p.nbytes();
   std::printf("memory: weights %.1f MiB as stored, peak RSS %.1f MiB\n",
