@@ -52,12 +52,14 @@ size_t PlaceNext(size_t& total, size_t bytes) {
 //
 // `populate`: fault the whole buffer in now, then ask the kernel to collapse
 // any of it that fell back to 4 KiB pages (MADV_POPULATE_WRITE, Linux 5.14;
-// MADV_COLLAPSE, 6.1: synchronous, compacting memory where it must). A
+// MADV_COLLAPSE, 6.1: synchronous, compacting memory where it must): a
 // first-touch fault takes a huge page only if one is free at that moment,
-// and a lent Xeon VM timed some processes' one-thread decode at half the
-// others' (bench/data/runtime-compare.md). For the weights, which are all
-// written anyway; a KV cache is left to fault as it fills. Older kernels
-// refuse both calls and nothing changes.
+// so without this the weights' pages would depend on the machine's
+// fragmentation when the process started (`hilnas run` prints what the
+// kernel granted: all of them in every process of bench/data's Zen 5 and
+// Xeon runs). For the weights, which are all written anyway; a KV cache is
+// left to fault as it fills. Older kernels refuse both calls and nothing
+// changes.
 std::shared_ptr<char> HugePageBuffer(size_t bytes, bool populate = false) {
   if (bytes < kHugePage) return nullptr;
   const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;

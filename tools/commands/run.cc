@@ -160,13 +160,13 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
               s.decode_tokens_per_s());
   std::printf("faults: the timed run took %lld minor page faults (its KV cache: %.1f MiB)\n",
               static_cast<long long>(faults), s.kv_cache_bytes / double(1 << 20));
+  const std::vector<torch::Tensor> params = decoder.Parameters();
   int64_t weight_bytes = 0;
-  for (const torch::Tensor& p : decoder.Parameters()) weight_bytes += p.nbytes();
+  for (const torch::Tensor& p : params) weight_bytes += p.nbytes();
   std::printf("memory: weights %.1f MiB as stored, peak RSS %.1f MiB\n",
               weight_bytes / double(1 << 20), PeakRssBytes() / double(1 << 20));
   // The weights' buffer (one mapping, model/decoder.cc): how much of it the
   // kernel put on huge pages, which a one-thread decode's speed follows.
-  const std::vector<torch::Tensor> params = decoder.Parameters();
   if (!params.empty()) {
     const MappingPages pages = PagesOfMapping(params.front().data_ptr());
     std::printf("pages: the weights' mapping %.1f MiB resident, %.1f MiB of it on huge pages\n",
