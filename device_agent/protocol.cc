@@ -64,6 +64,11 @@ bool MemoryUnsettled(int64_t minor_faults, int64_t kv_cache_bytes) {
   return minor_faults > std::max<int64_t>(kv_cache_bytes, 0) / 4096 + 256;
 }
 
+bool OneMoreWarmUp(int done, int asked, int64_t minor_faults, int64_t kv_cache_bytes) {
+  return done >= 1 && done >= asked && done < asked + kMaxSettlingWarmups &&
+         MemoryUnsettled(minor_faults, kv_cache_bytes);
+}
+
 int64_t MemoryProbeBytes(const BenchmarkRequest& req, int prompt) {
   if (!req.has_arch()) return kMaxMemoryProbeBytes;
   absl::StatusOr<Arch> arch = ArchFromProto(req.arch());
@@ -118,18 +123,16 @@ absl::Status MeasurePromptLength(PreparedModel& model, const BenchmarkRequest& r
                                  BenchmarkResult& result) {
   const auto cooldown = std::chrono::duration<double, std::milli>(o.cooldown_ms);
   // An external runtime's faults are its process's, not counted here.
-  for (int w = 0, warmups = req.warmup_runs(); w < warmups; ++w) {
+  bool more = false;
+  for (int w = 1; w <= req.warmup_runs() || more; ++w) {
     const int64_t faults_before = in_process ? MinorPageFaults() : 0;
     absl::StatusOr<RunTiming> t = model.Run(prompt, req.decode_tokens());
     if (!t.ok()) return t.status();
     const int64_t faults = in_process ? MinorPageFaults() - faults_before : 0;
-    Say(o, absl::StrFormat("prompt %d: warm-up %d/%d TTFT %.1f ms, %d page faults", prompt, w + 1,
-                           warmups, t->ttft_ms, faults));
-    if (w + 1 == warmups && warmups < req.warmup_runs() + kMaxSettlingWarmups &&
-        MemoryUnsettled(faults, t->kv_cache_bytes)) {
-      ++warmups;
-      Say(o, absl::StrFormat("prompt %d: memory still settling: one more warm-up", prompt));
-    }
+    Say(o, absl::StrFormat("prompt %d: warm-up %d/%d TTFT %.1f ms, %d page faults", prompt, w,
+                           std::max(w, req.warmup_runs()), t->ttft_ms, faults));
+    more = OneMoreWarmUp(w, req.warmup_runs(), faults, t->kv_cache_bytes);
+    if (more) Say(o, absl::StrFormat("prompt %d: memory still settling: one more warm-up", prompt));
     std::this_thread::sleep_for(cooldown);
   }
   int discards = 0;

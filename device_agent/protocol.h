@@ -70,6 +70,11 @@ struct ProtocolOptions {
 bool MemoryUnsettled(int64_t minor_faults, int64_t kv_cache_bytes);
 // At most this many warm-ups beyond those asked for wait for it.
 inline constexpr int kMaxSettlingWarmups = 4;
+// Whether warm-up `done` (counted from 1; `asked` were asked for), which
+// took `minor_faults` with a KV cache of `kv_cache_bytes`, is followed by
+// another one beyond those asked for: the last of them or of the extra
+// ones, memory unsettled, fewer than kMaxSettlingWarmups extra so far.
+bool OneMoreWarmUp(int done, int asked, int64_t minor_faults, int64_t kv_cache_bytes);
 
 // The memory gate's probe size for `request` at `prompt` tokens: the
 // weights and the KV cache one decode step reads, in steps of sqrt(2) from

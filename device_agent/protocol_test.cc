@@ -161,6 +161,13 @@ TEST(ProtocolTest, MemoryIsUnsettledPastTheKvCachesPagesAndAMebibyte) {
   EXPECT_TRUE(MemoryUnsettled(257, 0));
   EXPECT_FALSE(MemoryUnsettled(1024 + 256, int64_t{4} << 20));  // a 4 MiB cache on small pages
   EXPECT_TRUE(MemoryUnsettled(9216, int64_t{4} << 20));
+  // Only after the warm-ups asked for, and at most kMaxSettlingWarmups more.
+  EXPECT_FALSE(OneMoreWarmUp(1, 2, 9216, 0));
+  EXPECT_TRUE(OneMoreWarmUp(2, 2, 9216, 0));
+  EXPECT_FALSE(OneMoreWarmUp(2, 2, 0, 0));
+  EXPECT_TRUE(OneMoreWarmUp(2 + kMaxSettlingWarmups - 1, 2, 9216, 0));
+  EXPECT_FALSE(OneMoreWarmUp(2 + kMaxSettlingWarmups, 2, 9216, 0));
+  EXPECT_FALSE(OneMoreWarmUp(0, 0, 9216, 0));
 }
 
 // Warm-ups go on while a run faults in fresh memory, up to

@@ -131,20 +131,18 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
     return kvp != nullptr ? kvp->Generate(tokens, o) : GreedyGenerate(decoder, tokens, o);
   };
   // More warm-ups while the process's memory is still settling (the agents'
-  // rule, device_agent/protocol.h MemoryUnsettled).
-  for (int32_t w = 0, warmups = cl.warmups; w < warmups; ++w) {
+  // rule, device_agent/protocol.h OneMoreWarmUp).
+  bool more = false;
+  for (int32_t w = 1; w <= cl.warmups || more; ++w) {
     const int64_t faults_before = MinorPageFaults();
-    auto warm = generate(RandomPrompt(n, a.vocab_size, cl.seed + 1000 + w));
+    auto warm = generate(RandomPrompt(n, a.vocab_size, cl.seed + 999 + w));
     if (!warm.ok()) return Fail(warm.status());
     const int64_t faults = MinorPageFaults() - faults_before;
-    std::printf("warm-up %d/%d: TTFT %.1f ms, decode %.2f ms/token, %lld page faults\n", w + 1,
-                warmups, warm->stats.ttft_ms(), warm->stats.decode_ms_per_token(),
+    std::printf("warm-up %d/%d: TTFT %.1f ms, decode %.2f ms/token, %lld page faults\n", w,
+                std::max(w, cl.warmups), warm->stats.ttft_ms(), warm->stats.decode_ms_per_token(),
                 static_cast<long long>(faults));
-    if (w + 1 == warmups && warmups < cl.warmups + kMaxSettlingWarmups &&
-        MemoryUnsettled(faults, warm->stats.kv_cache_bytes)) {
-      ++warmups;
-      std::printf("memory still settling: one more warm-up\n");
-    }
+    more = OneMoreWarmUp(w, cl.warmups, faults, warm->stats.kv_cache_bytes);
+    if (more) std::printf("memory still settling: one more warm-up\n");
   }
   const std::vector<int64_t> prompt = RandomPrompt(n, a.vocab_size, cl.seed);
   const int64_t faults_before = MinorPageFaults();
