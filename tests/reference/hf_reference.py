@@ -21,6 +21,7 @@ Needs Debian's python3-torch and python3-numpy (scripts/setup installs them).
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -431,6 +432,25 @@ def write_checkpoint(folder, cfg, weights, shards, dtype):
     return {k: t.to(torch.float32) for k, t in stored.items()}
 
 
+def write_config_beside(folder, cfg, first):
+    """Another form of a checkpoint already written in `first`: config.json
+    from cfg, every other file a hard link to first's (the weights are
+    the same bytes; writing SmolLM3-3B's widths again took 10 s)."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    for name in os.listdir(first):
+        if name == "config.json":
+            continue
+        target = os.path.join(folder, name)
+        if os.path.exists(target):
+            os.remove(target)
+        try:
+            os.link(os.path.join(first, name), target)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(os.path.join(first, name), target)
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -574,12 +594,14 @@ def check_published(hilnas, work, gen, prompt):
     for name, cfg in [("llama3.2-1b", published_llama32_1b()), ("qwen3-0.6b", published_qwen3_06b()),
                       ("smollm2-135m", published_smollm2_135m())]:
         w = make_weights(cfg, gen, fan_in_scale=True)
-        stored = None
         with torch.no_grad():
+            first = os.path.join(work, f"{name}-transformers4")
+            stored = write_checkpoint(first, cfg, w, 1, torch.bfloat16)
+            ref = forward(cfg, stored, prompt)  # always the published (4) semantics
             for form, c in [("transformers4", cfg), ("transformers5", transformers5(cfg))]:
                 folder = os.path.join(work, f"{name}-{form}")
-                stored = write_checkpoint(folder, c, w, 1, torch.bfloat16)
-                ref = forward(cfg, stored, prompt)  # always the published (4) semantics
+                if folder != first:
+                    write_config_beside(folder, c, first)
                 got = hilnas_logits(hilnas, folder, prompt, work)
                 diff = (got - ref).abs().max().item() if got.shape == ref.shape else float("inf")
                 gap = abs(loss(got, prompt) - loss(ref, prompt))
@@ -740,28 +762,35 @@ def small(cfg, **changes):
     return c
 
 
-def greedy(cfg, w, ids, n):
+def greedy(cfg, w, ids, n, first_logits=None):
+    """n greedy ids after ids; first_logits, when given, are forward(cfg, w,
+    ids)'s, already computed (each step is a float64 forward over all)."""
     out = list(ids)
-    for _ in range(n):
-        out.append(int(forward(cfg, w, out)[-1].argmax()))
+    for step in range(n):
+        logits = first_logits if step == 0 and first_logits is not None else forward(cfg, w, out)
+        out.append(int(logits[-1].argmax()))
     return out[len(ids):]
 
 
-def check_family(hilnas, work, name, cfg, w, prompt, written=None, new_tokens=6):
-    """generate's logits, eval's loss and greedy ids of one checkpoint (its
-    config.json `written`, default cfg) against the float64 reference of
-    cfg; another form of a config already checked (`written`) is held to
-    the logits only. True when all agree."""
+class Checked:
+    """What check_family wrote and computed, for check_other_form."""
+
+    def __init__(self, passed, folder, ref):
+        self.passed, self.folder, self.ref = passed, folder, ref
+
+    def __bool__(self):
+        return self.passed
+
+
+def check_family(hilnas, work, name, cfg, w, prompt, new_tokens=6):
+    """generate's logits, eval's loss and greedy ids of one checkpoint
+    against the float64 reference of cfg. True (a Checked) when all agree."""
     folder = os.path.join(work, name)
-    stored = write_checkpoint(folder, written or cfg, w, 2, torch.bfloat16)
+    stored = write_checkpoint(folder, cfg, w, 2, torch.bfloat16)
     with torch.no_grad():
         ref = forward(cfg, stored, prompt)
     got = hilnas_logits(hilnas, folder, prompt, work)
     diff = (got.double() - ref).abs().max().item() if got.shape == ref.shape else float("inf")
-    if written is not None:
-        passed = diff <= TOLERANCE
-        print(f"{'ok  ' if passed else 'FAIL'} {name}: max logit diff {diff:.2e}")
-        return passed
     tokens = os.path.join(work, name + "-tokens.npy")
     np.save(tokens, np.array(prompt, dtype=np.uint16))
     said = run([hilnas, "eval", "--ckpt", folder, "--tokens", tokens,
@@ -772,11 +801,24 @@ def check_family(hilnas, work, name, cfg, w, prompt, written=None, new_tokens=6)
                                 ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), "--ids",
                                 "--ignore-eos", "--threads", "1"]).strip().split(",")]
     with torch.no_grad():
-        want = greedy(cfg, stored, prompt, new_tokens)
+        want = greedy(cfg, stored, prompt, new_tokens, first_logits=ref)
     passed = diff <= TOLERANCE and gap <= TOLERANCE and ids == want
     print(f"{'ok  ' if passed else 'FAIL'} {name}: max logit diff {diff:.2e}, eval loss "
           f"{eval_loss:.6f} vs reference {loss(ref, prompt):.6f} (|diff| {gap:.1e}), greedy "
           f"{ids} {'==' if ids == want else '!='} {want}")
+    return Checked(passed, folder, ref)
+
+
+def check_other_form(hilnas, work, name, written, first, prompt):
+    """Another form (its config.json `written`) of a config check_family
+    checked as `first`, beside the same weights: held to first's reference
+    logits. True when they agree."""
+    folder = os.path.join(work, name)
+    write_config_beside(folder, written, first.folder)
+    got = hilnas_logits(hilnas, folder, prompt, work)
+    diff = (got.double() - first.ref).abs().max().item() if got.shape == first.ref.shape else float("inf")
+    passed = diff <= TOLERANCE
+    print(f"{'ok  ' if passed else 'FAIL'} {name}: max logit diff {diff:.2e}")
     return passed
 
 
@@ -823,16 +865,17 @@ def check_new_families(hilnas, work, gen, prompt):
     for name, cfg in [("qwen2.5-0.5b", published_qwen25_05b()),
                       ("smollm3-3b", published_smollm3_3b())]:
         w = make_weights(cfg, gen, fan_in_scale=True)
-        ok &= check_family(hilnas, work, name, cfg, w, prompt)
-        ok &= check_family(hilnas, work, name + "-transformers5", cfg, w, prompt,
-                           written=transformers5(cfg))
+        first = check_family(hilnas, work, name, cfg, w, prompt)
+        ok &= bool(first)
+        ok &= check_other_form(hilnas, work, name + "-transformers5", transformers5(cfg), first, prompt)
     long_prompt = [(7 * i + 3) % 509 for i in range(520)]  # past Gemma's 512-token window
     for name, cfg in [("gemma3-270m", published_gemma3_270m()), ("gemma3-1b", published_gemma3_1b())]:
         w = make_weights(cfg, gen, fan_in_scale=True)
         # Three greedy steps: each is a float64 forward over 520+ tokens.
-        ok &= check_family(hilnas, work, name, cfg, w, long_prompt, new_tokens=3)
-        ok &= check_family(hilnas, work, name + "-transformers5", cfg, w, long_prompt,
-                           written=transformers5_gemma(cfg))
+        first = check_family(hilnas, work, name, cfg, w, long_prompt, new_tokens=3)
+        ok &= bool(first)
+        ok &= check_other_form(hilnas, work, name + "-transformers5", transformers5_gemma(cfg), first,
+                               long_prompt)
     cfg = published_gemma3_270m()
     w = make_weights(cfg, gen, fan_in_scale=True)
     with torch.no_grad():
@@ -875,10 +918,10 @@ def check_llama4(hilnas, work, gen, prompt):
     ok = True
     cfg = published_mobilellm_r1_950m()
     w = make_weights(cfg, gen, fan_in_scale=True)
-    ok &= check_family(hilnas, work, "mobilellm-r1-950m", cfg, w, prompt)
+    ok &= bool(check_family(hilnas, work, "mobilellm-r1-950m", cfg, w, prompt))
     cfg = llama4_nope_chunked()
     w = make_weights(cfg, gen)
-    ok &= check_family(hilnas, work, "llama4-nope-chunked", cfg, w, prompt)
+    ok &= bool(check_family(hilnas, work, "llama4-nope-chunked", cfg, w, prompt))
     with torch.no_grad():
         ref = forward(cfg, w, prompt)
         half_split = dict(w)  # the same rows read as Llama's (i, i + d/2) pairs
@@ -900,14 +943,14 @@ def check_llama4(hilnas, work, gen, prompt):
     # Past the first chunk: a 48-token prompt in three 16-token chunks, and
     # greedy decoding into a fourth (prefill, eval's windows and the decode
     # step each attend within the query's chunk).
-    ok &= check_family(hilnas, work, "llama4-chunk16", dict(cfg, attention_chunk_size=16), w,
-                       prompt)
+    ok &= bool(check_family(hilnas, work, "llama4-chunk16", dict(cfg, attention_chunk_size=16), w,
+                            prompt))
     ok &= expect_refused(hilnas, work, "llama4-moe", dict(cfg, moe_layers=[1]), w, "moe_layers")
     # Temperature tuning (the class's default, here with floor_scale 8 so
     # that the NoPE layer's queries are scaled 1.0 .. 1.97 over the prompt
     # and the greedy tokens), with 16-token chunks.
-    ok &= check_family(hilnas, work, "llama4-temperature",
-                       dict(cfg, attention_chunk_size=16, **TEMPERATURE), w, prompt)
+    ok &= bool(check_family(hilnas, work, "llama4-temperature",
+                            dict(cfg, attention_chunk_size=16, **TEMPERATURE), w, prompt))
     ok &= check_pruned(hilnas, work, gen, "llama4-small",
                        dict(llama4_nope_chunked(), num_hidden_layers=8, **TEMPERATURE),
                        ["--layers", "5", "--d-model", "48", "--d-ffn", "96"], prompt)
