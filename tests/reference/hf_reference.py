@@ -503,6 +503,10 @@ def hilnas_logits(hilnas, folder, ids, work):
     return torch.from_numpy(np.load(out))
 
 
+def max_logit_diff(got, ref):
+    return (got.double() - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+
+
 def expect_refused(hilnas, work, name, cfg, weights, field):
     folder = os.path.join(work, name)
     write_checkpoint(folder, cfg, weights, 1, torch.float32)
@@ -603,7 +607,7 @@ def check_published(hilnas, work, gen, prompt):
                 if folder != first:
                     write_config_beside(folder, c, first)
                 got = hilnas_logits(hilnas, folder, prompt, work)
-                diff = (got - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+                diff = max_logit_diff(got, ref)
                 gap = abs(loss(got, prompt) - loss(ref, prompt))
                 passed = diff <= TOLERANCE and gap <= TOLERANCE
                 ok = ok and passed
@@ -772,25 +776,18 @@ def greedy(cfg, w, ids, n, first_logits=None):
     return out[len(ids):]
 
 
-class Checked:
-    """What check_family wrote and computed, for check_other_form."""
-
-    def __init__(self, passed, folder, ref):
-        self.passed, self.folder, self.ref = passed, folder, ref
-
-    def __bool__(self):
-        return self.passed
-
-
-def check_family(hilnas, work, name, cfg, w, prompt, new_tokens=6):
+def check_family(hilnas, work, name, cfg, w, prompt, new_tokens=6, other_form=None):
     """generate's logits, eval's loss and greedy ids of one checkpoint
-    against the float64 reference of cfg. True (a Checked) when all agree."""
+    against the float64 reference of cfg; other_form, another form of the
+    same config (its config.json), beside the same weights as
+    NAME-transformers5, is held to the same reference logits. True when all
+    agree."""
     folder = os.path.join(work, name)
     stored = write_checkpoint(folder, cfg, w, 2, torch.bfloat16)
     with torch.no_grad():
         ref = forward(cfg, stored, prompt)
     got = hilnas_logits(hilnas, folder, prompt, work)
-    diff = (got.double() - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+    diff = max_logit_diff(got, ref)
     tokens = os.path.join(work, name + "-tokens.npy")
     np.save(tokens, np.array(prompt, dtype=np.uint16))
     said = run([hilnas, "eval", "--ckpt", folder, "--tokens", tokens,
@@ -806,19 +803,14 @@ def check_family(hilnas, work, name, cfg, w, prompt, new_tokens=6):
     print(f"{'ok  ' if passed else 'FAIL'} {name}: max logit diff {diff:.2e}, eval loss "
           f"{eval_loss:.6f} vs reference {loss(ref, prompt):.6f} (|diff| {gap:.1e}), greedy "
           f"{ids} {'==' if ids == want else '!='} {want}")
-    return Checked(passed, folder, ref)
-
-
-def check_other_form(hilnas, work, name, written, first, prompt):
-    """Another form (its config.json `written`) of a config check_family
-    checked as `first`, beside the same weights: held to first's reference
-    logits. True when they agree."""
-    folder = os.path.join(work, name)
-    write_config_beside(folder, written, first.folder)
-    got = hilnas_logits(hilnas, folder, prompt, work)
-    diff = (got.double() - first.ref).abs().max().item() if got.shape == first.ref.shape else float("inf")
-    passed = diff <= TOLERANCE
-    print(f"{'ok  ' if passed else 'FAIL'} {name}: max logit diff {diff:.2e}")
+    if other_form is not None:
+        other = os.path.join(work, name + "-transformers5")
+        write_config_beside(other, other_form, folder)
+        other_diff = max_logit_diff(hilnas_logits(hilnas, other, prompt, work), ref)
+        other_passed = other_diff <= TOLERANCE
+        print(f"{'ok  ' if other_passed else 'FAIL'} {name}-transformers5: max logit diff "
+              f"{other_diff:.2e}")
+        passed = passed and other_passed
     return passed
 
 
@@ -838,7 +830,7 @@ def check_pruned(hilnas, work, gen, name, cfg, prune_args, prompt):
     with torch.no_grad():
         ref = forward(pcfg, pw, prompt)
     got = hilnas_logits(hilnas, out, prompt, work)
-    diff = (got.double() - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+    diff = max_logit_diff(got, ref)
     family_kept = pcfg["architectures"] == cfg["architectures"]
     passed = diff <= TOLERANCE and family_kept
     detail = ""
@@ -865,17 +857,13 @@ def check_new_families(hilnas, work, gen, prompt):
     for name, cfg in [("qwen2.5-0.5b", published_qwen25_05b()),
                       ("smollm3-3b", published_smollm3_3b())]:
         w = make_weights(cfg, gen, fan_in_scale=True)
-        first = check_family(hilnas, work, name, cfg, w, prompt)
-        ok &= bool(first)
-        ok &= check_other_form(hilnas, work, name + "-transformers5", transformers5(cfg), first, prompt)
+        ok &= check_family(hilnas, work, name, cfg, w, prompt, other_form=transformers5(cfg))
     long_prompt = [(7 * i + 3) % 509 for i in range(520)]  # past Gemma's 512-token window
     for name, cfg in [("gemma3-270m", published_gemma3_270m()), ("gemma3-1b", published_gemma3_1b())]:
         w = make_weights(cfg, gen, fan_in_scale=True)
         # Three greedy steps: each is a float64 forward over 520+ tokens.
-        first = check_family(hilnas, work, name, cfg, w, long_prompt, new_tokens=3)
-        ok &= bool(first)
-        ok &= check_other_form(hilnas, work, name + "-transformers5", transformers5_gemma(cfg), first,
-                               long_prompt)
+        ok &= check_family(hilnas, work, name, cfg, w, long_prompt, new_tokens=3,
+                           other_form=transformers5_gemma(cfg))
     cfg = published_gemma3_270m()
     w = make_weights(cfg, gen, fan_in_scale=True)
     with torch.no_grad():
@@ -918,10 +906,10 @@ def check_llama4(hilnas, work, gen, prompt):
     ok = True
     cfg = published_mobilellm_r1_950m()
     w = make_weights(cfg, gen, fan_in_scale=True)
-    ok &= bool(check_family(hilnas, work, "mobilellm-r1-950m", cfg, w, prompt))
+    ok &= check_family(hilnas, work, "mobilellm-r1-950m", cfg, w, prompt)
     cfg = llama4_nope_chunked()
     w = make_weights(cfg, gen)
-    ok &= bool(check_family(hilnas, work, "llama4-nope-chunked", cfg, w, prompt))
+    ok &= check_family(hilnas, work, "llama4-nope-chunked", cfg, w, prompt)
     with torch.no_grad():
         ref = forward(cfg, w, prompt)
         half_split = dict(w)  # the same rows read as Llama's (i, i + d/2) pairs
@@ -943,14 +931,14 @@ def check_llama4(hilnas, work, gen, prompt):
     # Past the first chunk: a 48-token prompt in three 16-token chunks, and
     # greedy decoding into a fourth (prefill, eval's windows and the decode
     # step each attend within the query's chunk).
-    ok &= bool(check_family(hilnas, work, "llama4-chunk16", dict(cfg, attention_chunk_size=16), w,
-                            prompt))
+    ok &= check_family(hilnas, work, "llama4-chunk16", dict(cfg, attention_chunk_size=16), w,
+                       prompt)
     ok &= expect_refused(hilnas, work, "llama4-moe", dict(cfg, moe_layers=[1]), w, "moe_layers")
     # Temperature tuning (the class's default, here with floor_scale 8 so
     # that the NoPE layer's queries are scaled 1.0 .. 1.97 over the prompt
     # and the greedy tokens), with 16-token chunks.
-    ok &= bool(check_family(hilnas, work, "llama4-temperature",
-                            dict(cfg, attention_chunk_size=16, **TEMPERATURE), w, prompt))
+    ok &= check_family(hilnas, work, "llama4-temperature",
+                       dict(cfg, attention_chunk_size=16, **TEMPERATURE), w, prompt)
     ok &= check_pruned(hilnas, work, gen, "llama4-small",
                        dict(llama4_nope_chunked(), num_hidden_layers=8, **TEMPERATURE),
                        ["--layers", "5", "--d-model", "48", "--d-ffn", "96"], prompt)
@@ -984,7 +972,7 @@ def main():
         print(f"{'ok  ' if summarised else 'FAIL'} {name}: checkpoint check: "
               f"{(check.stdout + check.stderr).strip().splitlines()[0][:150]}")
         ok = ok and summarised
-        diff = (got - ref).abs().max().item() if got.shape == ref.shape else float("inf")
+        diff = max_logit_diff(got, ref)
         passed = diff <= TOLERANCE
         ok = ok and passed
         print(f"{'ok  ' if passed else 'FAIL'} {name}: {tuple(ref.shape)} logits, max |hilnas - "
