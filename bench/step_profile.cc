@@ -31,6 +31,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "device_agent/environment.h"
+#include "device_agent/protocol.h"
 #include "model/blas_core.h"
 #include "model/decoder.h"
 #include "proto/arch.pb.h"
@@ -177,13 +179,24 @@ int main(int argc, char** argv) {
       }
       return logits;
     };
-    {
+    // Warm-ups (allocator, kernels' scratch) until one runs on memory
+    // already mapped, as agents time (device_agent/protocol.h
+    // MemoryUnsettled): glibc's heap can take two or three generations of
+    // the same shapes to stop growing, and a timed prefill on fresh pages
+    // pays a fault per 4 KiB (36 MiB of them made one process's full4
+    // prefill 1.9x slower than another's).
+    for (int w = 1;; ++w) {
       hilnas::KvCache warm = decoder.NewCache(1, prompt + decode_tokens);
-      prefill(warm);  // warm-up: allocator, kernels' scratch
+      const int64_t before = hilnas::MinorPageFaults();
+      prefill(warm);
+      const int64_t faults = hilnas::MinorPageFaults() - before;
+      std::printf("warm-up %d: %lld minor faults\n", w, static_cast<long long>(faults));
+      if (!hilnas::OneMoreWarmUp(w, 1, faults, warm.bytes())) break;
     }
     // Prefill, `repeats` times on fresh caches.
     self_time.clear();
     double wall = 0;
+    int64_t timed_faults = 0;
     torch::Tensor logits;
     hilnas::KvCache cache = decoder.NewCache(1, prompt + decode_tokens);
     {
@@ -192,13 +205,20 @@ int main(int argc, char** argv) {
               .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
       for (int64_t r = 0; r < repeats; ++r) {
         cache = decoder.NewCache(1, prompt + decode_tokens);
+        const int64_t before = hilnas::MinorPageFaults();
         const auto t0 = Clock::now();
         logits = prefill(cache);
         wall += std::chrono::duration<double>(Clock::now() - t0).count();
+        timed_faults += hilnas::MinorPageFaults() - before;
       }
       at::removeCallback(h);
     }
     Report("prefill", wall, repeats);
+    std::printf(
+        "\nprefill minor faults: %lld in %lld timed runs (the KV cache's own pages: %lld "
+        "at most a run on 4 KiB pages)\n",
+        static_cast<long long>(timed_faults), static_cast<long long>(repeats),
+        static_cast<long long>(cache.bytes() / 4096));
     // Decode at depth = prompt, greedy, on the last prefill's cache.
     self_time.clear();
     wall = 0;
