@@ -45,18 +45,18 @@ function(hilnas_cc_test)
     target_sources(${A_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/util/tsan_absl_mutex.cc)
     target_link_libraries(${A_NAME} PRIVATE ${CMAKE_DL_LIBS})
   endif()
+  # A test file is glue around the libraries, which keep their -O3, and
+  # test files are about 40% of a clean build's compiling: they compile at
+  # -O0, against a libtorch PCH of their own built at -O0
+  # (hilnas_torch_test_pch, 36 s once). In a -j2 build the 79 test files
+  # took 853 s of compiling against 1050 s at -O1 (evaluator_test 19.1
+  # against 36.1 s); the tests' run times stayed put (the 515 that ran in
+  # both: 850 against 898 s summed). Tests time nothing themselves; bench/
+  # does, at -O3.
+  target_compile_options(${A_NAME} PRIVATE -O0)
   if(A_TORCH)
     target_link_libraries(${A_NAME} PRIVATE ${TORCH_LIBRARIES})
-    target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_pch)
-  endif()
-  # A test file is glue around the libraries, which keep -O3: at -O1 GCC
-  # compiles one that includes libtorch in 0.72 of the CPU time
-  # (model/checkpoint_test.cc: 24.8 s against 34.3 s), and test files are
-  # about 40% of a clean build's compiling. The libtorch PCH is still used
-  # (both levels define __OPTIMIZE__). Tests time nothing themselves; bench/
-  # does, at -O3.
-  if(CMAKE_BUILD_TYPE STREQUAL "Release")
-    target_compile_options(${A_NAME} PRIVATE -O1)
+    target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_test_pch)
   endif()
   # Tests find the source tree (configs/) and the built binaries through these.
   target_compile_definitions(${A_NAME} PRIVATE HILNAS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
