@@ -183,8 +183,9 @@ int main(int argc, char** argv) {
     // already mapped, as agents time (device_agent/protocol.h
     // MemoryUnsettled): glibc's heap can take two or three generations of
     // the same shapes to stop growing, and a timed prefill on fresh pages
-    // pays a fault per 4 KiB (36 MiB of them made one process's full4
-    // prefill 1.9x slower than another's).
+    // pays a fault per 4 KiB (36 MiB of them made one process's prefill of
+    // full4 with its attention skipped 1.9x slower than another's,
+    // bench/data/runtime-compare.md).
     for (int w = 1;; ++w) {
       hilnas::KvCache warm = decoder.NewCache(1, prompt + decode_tokens);
       const int64_t before = hilnas::MinorPageFaults();
