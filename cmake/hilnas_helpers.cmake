@@ -48,11 +48,12 @@ function(hilnas_cc_test)
   # A test file is glue around the libraries, which keep their -O3, and
   # test files are about 40% of a clean build's compiling: they compile at
   # -O0, against a libtorch PCH of their own built at -O0
-  # (hilnas_torch_test_pch, 36 s once). In a -j2 build the 79 test files
-  # took 853 s of compiling against 1050 s at -O1 (evaluator_test 19.1
-  # against 36.1 s); the tests' run times stayed put (the 515 that ran in
-  # both: 850 against 898 s summed). Tests time nothing themselves; bench/
-  # does, at -O3.
+  # (hilnas_torch_test_pch, 36 s once). Eight test files compiled one
+  # after another at each level took 105.9 s at -O0 against 129.3 s at
+  # -O1 (model/gemv_test.cc 10.3 against 14.6 s); all 79 in a -j2 build
+  # 853 s against 1050 s (the -O1 figure from an earlier day's build). The
+  # tests' run times stayed put (the 515 that ran in both: 850 against
+  # 898 s summed). Tests time nothing themselves; bench/ does, at -O3.
   target_compile_options(${A_NAME} PRIVATE -O0)
   if(A_TORCH)
     target_link_libraries(${A_NAME} PRIVATE ${TORCH_LIBRARIES})
