@@ -13,6 +13,11 @@
 #              and 2 threads (about 5 minutes on a 2-core EPYC)
 #     PHASE 2  f32/f16 at 4 threads, Q4_0/Q8_0 at 1 and 2 threads
 #     all      both (the default)
+#     pinned   one-thread f32/f16 rows at 2048 tokens with both runtimes
+#              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
+#              15): the same vCPU under both, where unpinned rows compare
+#              placements too (a third Xeon read hilnas's one-thread f32
+#              decode 1.37-1.80x llama.cpp's unpinned, 0.88x on another)
 # REPEATS (default 3) runs per f32/f16 row. Each step's steal time (the
 # host's, from /proc/stat) is printed and kept in $OUT/steal.txt.
 #
@@ -27,7 +32,7 @@ PHASE="${2:-all}"
 O="${OUT:-/tmp/device-rerun}"
 P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
 mkdir -p "$O" "$P"
-case "$PHASE" in 1 | 2 | all) ;; *) echo "PHASE is 1, 2 or all, not $PHASE" >&2; exit 2 ;; esac
+case "$PHASE" in 1 | 2 | all | pinned) ;; *) echo "PHASE is 1, 2, all or pinned, not $PHASE" >&2; exit 2 ;; esac
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
@@ -55,6 +60,20 @@ step() {  # NAME COMMAND...: runs it, then prints and keeps its steal time
 }
 R="${REPEATS:-3}"
 
+if [ "$PHASE" = pinned ]; then
+  { lscpu; echo; uname -a; } >"$O/lscpu.txt" 2>&1
+  pinned() {
+    echo "| vCPU | shape | weights | threads | prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio | hilnas decode ms/tok | llama.cpp decode ms/tok | ratio |"
+    echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for cpu in ${PIN_LIST:-0 5 10 15}; do
+      PIN_CPUS=$cpu KV_DTYPE=f16 REPEATS=$R bash bench/runtime_compare.sh full4 2048 1 f32,f16 2>&1 |
+        sed -n "s/^| full4 /| vCPU $cpu | full4 /p"
+    done | tee "$O/pinned.md"
+  }
+  step "one thread pinned, vCPU by vCPU" pinned
+  echo "finished phase $PHASE" | tee "$O/finished.txt"
+  exit 0
+fi
 if [ "$PHASE" != 2 ]; then
   { lscpu; echo; uname -a; head -3 /proc/meminfo;
     echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"; } >"$O/lscpu.txt" 2>&1

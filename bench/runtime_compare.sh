@@ -38,6 +38,12 @@
 # all-but-attention variants of the same shape, to price a window layer's
 # attention against a full layer's.
 #
+# PIN_CPUS (a taskset CPU list, e.g. 3 or 2,3): both runtimes' processes
+# run on those CPUs only. On a VM whose vCPUs differ (a lent Xeon's read
+# one thread's stream bandwidth from 9.9 to 26.2 GB/s by vCPU), unpinned
+# one-thread rows compare where each process landed as much as the
+# runtimes; bench/device_rerun.sh's `pinned` phase walks a few vCPUs.
+#
 # Prints a Markdown table (paste into bench/data/runtime-compare.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +53,8 @@ THREADS="${3:-1,2}"
 PRECISIONS="${4:-f32,f16}"
 REPEATS="${REPEATS:-3}"
 B="$PWD/build/tools/hilnas"
+PIN=()
+[ -n "${PIN_CPUS:-}" ] && PIN=(taskset -c "$PIN_CPUS")
 LB="${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 W="$(mktemp -d /tmp/hilnas-runtime-compare.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
@@ -77,7 +85,7 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
   local t d tt dd res huge
   : >"$W/h.txt"
   for _ in $(seq "$REPEATS"); do
-    "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 65 --threads "$3" \
+    "${PIN[@]}" "$B" run --ckpt "$1" --prompt-tokens "$2" --max-new-tokens 65 --threads "$3" \
         --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f32}" --warmups "${WARMUPS:-1}" >"$W/run.txt" 2>&1
     read -r tt dd < <(sed -n 's/^stats: //p' "$W/run.txt" |
       /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ttft_ms"], j["decode_ms_per_token"])')
@@ -100,7 +108,7 @@ llama_row() {  # GGUF PROMPT THREADS
   # llama.cpp runs only with flash attention (its quantized V cache).
   local kv=f16 fa=0
   [ "${KV_DTYPE:-f32}" = q8_0 ] && kv=q8_0 fa=1
-  "$LB" -m "$1" -p "$2" -n 64 -d "0,$2" -t "$3" -r "$REPEATS" -fa "$fa" -ctk "$kv" -ctv "$kv" \
+  "${PIN[@]}" "$LB" -m "$1" -p "$2" -n 64 -d "0,$2" -t "$3" -r "$REPEATS" -fa "$fa" -ctk "$kv" -ctv "$kv" \
       -o jsonl 2>/dev/null |
     /usr/bin/python3 -c '
 import json, sys
