@@ -60,8 +60,11 @@ step() {  # NAME COMMAND...: runs it, then prints and keeps its steal time
 }
 R="${REPEATS:-3}"
 
+if [ "$PHASE" != 2 ]; then
+  { lscpu; echo; uname -a; head -3 /proc/meminfo;
+    echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"; } >"$O/lscpu.txt" 2>&1
+fi
 if [ "$PHASE" = pinned ]; then
-  { lscpu; echo; uname -a; } >"$O/lscpu.txt" 2>&1
   pinned() {
     echo "| vCPU | shape | weights | threads | prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio | hilnas decode ms/tok | llama.cpp decode ms/tok | ratio |"
     echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -71,12 +74,8 @@ if [ "$PHASE" = pinned ]; then
     done | tee "$O/pinned.md"
   }
   step "one thread pinned, vCPU by vCPU" pinned
-  echo "finished phase $PHASE" | tee "$O/finished.txt"
-  exit 0
 fi
-if [ "$PHASE" != 2 ]; then
-  { lscpu; echo; uname -a; head -3 /proc/meminfo;
-    echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"; } >"$O/lscpu.txt" 2>&1
+if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
   "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }
   build/tools/hilnas run --arch configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 \
       --threads 1 2>&1 | grep kernels | tee "$O/kernels.txt"
@@ -88,7 +87,7 @@ if [ "$PHASE" != 2 ]; then
   step "window pricing, 1 thread" window 1
   step "window pricing, 2 threads" window 2
 fi
-if [ "$PHASE" != 1 ]; then
+if [ "$PHASE" = 2 ] || [ "$PHASE" = all ]; then
   compare4() { KV_DTYPE=f16 REPEATS=$R bash bench/runtime_compare.sh full4 256,2048 4 f32,f16 2>&1 |
     grep -v placeholder | tee "$O/compare4.md"; }
   quant() { KV_DTYPE=f16 REPEATS=2 bash bench/runtime_compare.sh full4 512,2048 1,2 q4_0,q8_0 2>&1 |
