@@ -75,7 +75,23 @@ function(hilnas_cc_test)
   if(A_SERIAL)
     list(APPEND props RUN_SERIAL TRUE)
   endif()
-  gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
+  # A unit-test file is one ctest test, its cases in one process: a process
+  # that loads libtorch spends about 1.2 s starting (Debian's libtorch_cpu
+  # pulls in 336 libraries, OpenCV and FFmpeg among them, and registers its
+  # operators) and more in its first products and huge-page buffers. The 35
+  # such files held 298 cases: one process each summed 685 s in a clean
+  # run's ctest; each file whole took 80 s on two cores (run one case with
+  # `build/model/decoder_test --gtest_filter=DecoderTest.X`). The process
+  # tests (label process) stay one ctest test a case: their cases are long,
+  # start processes of their own, and ctest spreads them over the cores.
+  # Sanitizer builds stay a case a test too: scripts/test --sanitize thread
+  # picks its cases by name.
+  if("process" IN_LIST A_LABELS OR HILNAS_SANITIZE)
+    gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
+  else()
+    add_test(NAME ${A_NAME} COMMAND ${A_NAME})
+    set_tests_properties(${A_NAME} PROPERTIES ${props})
+  endif()
 endfunction()
 
 if(NOT HILNAS_AGENT_ONLY)
