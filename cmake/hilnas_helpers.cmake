@@ -55,6 +55,18 @@ function(hilnas_cc_test)
   # tests' run times stayed put (the 515 that ran in both: 850 against
   # 898 s summed). Tests time nothing themselves; bench/ does, at -O3.
   target_compile_options(${A_NAME} PRIVATE -O0)
+  # A folder's unit tests are one executable whose files compile together in
+  # batches (a unity build): a file that includes libtorch pays ~13 s before
+  # its first line of its own (an empty file against the -O0 PCH: 8.4 s of
+  # GCC instantiating the header's pending templates, 4.7 s of loading the
+  # 570 MB PCH). model/'s decoder, checkpoint, kv_prediction and slim tests
+  # took 65.9 s one after another, 24.7 s as one unit. A batch is one
+  # translation unit: two files' helpers of one name in their anonymous
+  # namespaces collide (the compiler names both); name them apart.
+  list(LENGTH A_SRCS n_srcs)
+  if(n_srcs GREATER 1)
+    set_target_properties(${A_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
   if(A_TORCH)
     target_link_libraries(${A_NAME} PRIVATE ${TORCH_LIBRARIES})
     target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_test_pch)
@@ -75,13 +87,13 @@ function(hilnas_cc_test)
   if(A_SERIAL)
     list(APPEND props RUN_SERIAL TRUE)
   endif()
-  # A unit-test file is one ctest test, its cases in one process: a process
-  # that loads libtorch spends about 1.2 s starting (Debian's libtorch_cpu
-  # pulls in 336 libraries, OpenCV and FFmpeg among them, and registers its
-  # operators) and more in its first products and huge-page buffers. The 35
-  # such files held 298 cases: one process each summed 685 s in a clean
-  # run's ctest; each file whole took 80 s on two cores (run one case with
-  # `build/model/decoder_test --gtest_filter=DecoderTest.X`). The process
+  # A unit-test executable is one ctest test, its cases in one process: a
+  # process that loads libtorch spends about 1.2 s starting (Debian's
+  # libtorch_cpu pulls in 336 libraries, OpenCV and FFmpeg among them, and
+  # registers its operators) and more in its first products and huge-page
+  # buffers. The 35 such files held 298 cases: one process each summed 685 s
+  # in a clean run's ctest; each file whole took 80 s on two cores (run one
+  # case with `build/model/model_test --gtest_filter=DecoderTest.X`). The process
   # tests (label process) stay one ctest test a case: their cases are long,
   # start processes of their own, and ctest spreads them over the cores.
   # Sanitizer builds stay a case a test too: scripts/test --sanitize thread

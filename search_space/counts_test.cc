@@ -7,7 +7,7 @@ namespace {
 
 // Hand-sized model: 2 layers, d_model 8, d_ffn 16, 2 heads of 4, 1 KV head,
 // vocabulary 10, QK-norm, layer 0 full attention, layer 1 skip.
-Arch Tiny() {
+Arch HandSized() {
   Arch a;
   a.num_layers = 2;
   a.d_model = 8;
@@ -24,7 +24,7 @@ Arch Tiny() {
 }
 
 TEST(CountParametersTest, MatchesHandCount) {
-  const ParameterCount c = CountParameters(Tiny());
+  const ParameterCount c = CountParameters(HandSized());
   EXPECT_EQ(c.embedding, 80);   // 10 x 8
   EXPECT_EQ(c.output_head, 0);  // tied
   EXPECT_EQ(c.attention, 192);  // q 64 + k 32 + v 32 + o 64, one layer
@@ -34,7 +34,7 @@ TEST(CountParametersTest, MatchesHandCount) {
 }
 
 TEST(CountParametersTest, UntiedHeadAddsAnEmbeddingMatrix) {
-  Arch a = Tiny();
+  Arch a = HandSized();
   a.tie_embeddings = false;
   EXPECT_EQ(CountParameters(a).model(), 1160);
 }
@@ -42,22 +42,22 @@ TEST(CountParametersTest, UntiedHeadAddsAnEmbeddingMatrix) {
 TEST(FlopsTest, PrefillMatchesHandCount) {
   // Layer 0: FFN 2*384*3 + projections 2*192*3 + scores 4*8*(1+2+3);
   // layer 1: FFN only; head for the last position 2*10*8.
-  EXPECT_DOUBLE_EQ(PrefillFlops(Tiny(), 3), 2304 + 1152 + 192 + 2304 + 160);
+  EXPECT_DOUBLE_EQ(PrefillFlops(HandSized(), 3), 2304 + 1152 + 192 + 2304 + 160);
 }
 
 TEST(FlopsTest, SlidingWindowCapsVisibleKeys) {
-  Arch a = Tiny();
+  Arch a = HandSized();
   a.attention[0] = Attention::kSlidingWindow;  // window 2: keys 1+2+2
   EXPECT_DOUBLE_EQ(PrefillFlops(a, 3), 2304 + 1152 + 4 * 8 * 5 + 2304 + 160);
 }
 
 TEST(FlopsTest, DecodeStepMatchesHandCount) {
   // Context 3: the new token sees 4 keys in layer 0.
-  EXPECT_DOUBLE_EQ(DecodeFlops(Tiny(), 3), 768 + 384 + 4 * 8 * 4 + 768 + 160);
+  EXPECT_DOUBLE_EQ(DecodeFlops(HandSized(), 3), 768 + 384 + 4 * 8 * 4 + 768 + 160);
 }
 
 TEST(FlopsTest, KvPredictionPrefillUsesTheAuxiliary) {
-  Arch a = Tiny();
+  Arch a = HandSized();
   a.attention = {Attention::kFull, Attention::kFull};
   a.kv_prediction.kind = KvPredictionSpec::Kind::kLayerPruned;
   a.kv_prediction.layer_pruned_ratio = 0.5;  // auxiliary keeps layer 0
@@ -69,14 +69,14 @@ TEST(FlopsTest, KvPredictionPrefillUsesTheAuxiliary) {
 }
 
 TEST(KvCacheBytesTest, CountsOnlyAttentionLayersAndTheWindow) {
-  Arch a = Tiny();
+  Arch a = HandSized();
   EXPECT_EQ(KvCacheBytes(a, 5, 2), 2 * 4 * 5 * 2);  // K and V, 1 KV head of 4, bf16
   a.attention[0] = Attention::kSlidingWindow;
   EXPECT_EQ(KvCacheBytes(a, 5, 2), 2 * 4 * 2 * 2);  // window of 2 tokens
 }
 
 TEST(KvCacheBytesTest, SlimCacheHalvesTheBytes) {
-  Arch a = Tiny();
+  Arch a = HandSized();
   a.num_kv_heads = 2;
   const int64_t standard = KvCacheBytes(a, 100, 2);
   a.kv_cache = KvLayout::kSlim;
@@ -84,7 +84,7 @@ TEST(KvCacheBytesTest, SlimCacheHalvesTheBytes) {
 }
 
 TEST(KvCacheBytesTest, PipelinedDecodingAddsACachePerCandidateForTheSubLayers) {
-  Arch a = Tiny();
+  Arch a = HandSized();
   a.attention.assign(a.num_layers, Attention::kFull);
   const int64_t plain = KvCacheBytes(a, 100, 4);
   a.ppd = {a.num_layers - 1, 3};  // each of 3 subs runs the first layer

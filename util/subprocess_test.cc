@@ -25,10 +25,12 @@ TEST(KeepFreedMemoryTest, BigBlocksStayInTheHeap) {
   std::memset(p, 1, kBig);
   const struct mallinfo2 during = mallinfo2();
   EXPECT_EQ(during.hblkhd, before.hblkhd) << "the block was mapped on its own";
-  EXPECT_GE(during.arena, before.arena + kBig);
+  // From the heap: grown for it, or (after other tests in this process freed
+  // as much) reusing what is free there.
+  EXPECT_GE(during.arena, kBig);
   std::free(p);
   const struct mallinfo2 after = mallinfo2();
-  EXPECT_GE(after.arena, before.arena + kBig) << "the heap was trimmed";
+  EXPECT_GE(after.arena, during.arena) << "the heap was trimmed";
   EXPECT_GE(after.fordblks, kBig);
 #else
   EXPECT_FALSE(KeepFreedMemory());
