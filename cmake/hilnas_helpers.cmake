@@ -9,10 +9,11 @@
 # The PCH is not free where nothing uses it: GCC loads it and instantiates
 # libtorch's pending templates in every file it is forced into, so a file
 # that includes no libtorch header took 15-18 s with it and 3-6 s without
-# (device_agent/environment.cc 15.0 s against 3.3 s, one core). Not for
-# unity targets: a batch shares one PCH, so a marked file leaves its batch
-# and pays a compiler start and its other headers alone (tools/commands'
-# plain files took 10-19 s each that way, more than they saved). A file
+# (device_agent/environment.cc 15.0 s against 3.3 s, one core). A marked
+# file leaves its unity batch (where the PCH is paid once for all) and pays a
+# compiler start and its other headers alone: worth it only for files with
+# light headers (tools/commands' plain files, CLI11 and gRPC, took 10-19 s
+# each that way, more than they saved, and stay in their batches). A file
 # listed here that later includes libtorch still builds, only slower.
 function(hilnas_plain_sources)
   set_source_files_properties(${ARGN} PROPERTIES SKIP_PRECOMPILE_HEADERS ON
@@ -26,6 +27,11 @@ function(hilnas_cc_library)
   if(A_TORCH)
     target_link_libraries(${A_NAME} PUBLIC ${TORCH_LIBRARIES})
     target_precompile_headers(${A_NAME} REUSE_FROM hilnas_torch_pch)
+    # Its libtorch files compile in unity batches (PLAIN_SRCS stay apart):
+    # each file alone pays the PCH's load and GCC's instantiation of
+    # torch/torch.h's pending templates, ~13 s before a line of its own.
+    # A folder may set another batch size after this.
+    set_target_properties(${A_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 6)
     if(A_PLAIN_SRCS)
       hilnas_plain_sources(${A_PLAIN_SRCS})
     endif()
