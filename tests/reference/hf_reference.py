@@ -21,6 +21,7 @@ one alone.
 
 Needs Debian's python3-torch and python3-numpy (scripts/setup installs them).
 """
+import concurrent.futures
 import json
 import math
 import os
@@ -1055,29 +1056,20 @@ def main():
         print("all agree" if ok else "MISMATCH")
         return 0 if ok else 1
     jobs = max(1, min(os.cpu_count() or 1, 4))
-    waiting = list(PARTS)
-    running = {}  # part -> (process, its log, start)
+
+    def run_alone(name):
+        start = time.time()
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), hilnas, work, "--part", name],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           errors="replace")
+        return r.returncode, r.stdout.rstrip(), time.time() - start
+
     ok = True
-    while waiting or running:
-        while waiting and len(running) < jobs:
-            name = waiting.pop(0)
-            log = open(os.path.join(work, f"part-{name}.log"), "w+")
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), hilnas, work,
-                                     "--part", name], stdout=log, stderr=subprocess.STDOUT)
-            running[name] = (proc, log, time.time())
-        done = [n for n, (p, _, _) in running.items() if p.poll() is not None]
-        if not done:
-            time.sleep(0.2)
-            continue
-        for name in done:
-            proc, log, start = running.pop(name)
-            log.seek(0)
-            out = log.read().rstrip()
-            log.close()
-            passed = proc.returncode == 0 and out.endswith("all agree")
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for name, (code, out, seconds) in zip(PARTS, pool.map(run_alone, PARTS)):
+            passed = code == 0 and out.endswith("all agree")
             ok = ok and passed
-            print(f"== {name}: {'passed' if passed else f'FAILED (exit {proc.returncode})'} "
-                  f"in {time.time() - start:.0f} s")
+            print(f"== {name}: {'passed' if passed else f'FAILED (exit {code})'} in {seconds:.0f} s")
             print(out[:-len("all agree")].rstrip() if passed else out, flush=True)
     print("all agree" if ok else "MISMATCH")
     return 0 if ok else 1
