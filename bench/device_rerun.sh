@@ -17,7 +17,11 @@
 #              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
 #              15): the same vCPU under both, where unpinned rows compare
 #              placements too (a third Xeon read hilnas's one-thread f32
-#              decode 1.37-1.80x llama.cpp's unpinned, 0.88x on another)
+#              decode 1.37-1.80x llama.cpp's unpinned, 0.88x on another);
+#              then, on the same vCPUs, forms of the one-thread f32 GEMV
+#              over full4's weights (`weight_pages --forms`: the runtime's,
+#              with software prefetch, AVX-512, rows side by side, a plain
+#              read), to $OUT/forms.md
 # REPEATS (default 3) runs per f32/f16 row. Each step's steal time (the
 # host's, from /proc/stat) is printed and kept in $OUT/steal.txt.
 #
@@ -36,7 +40,7 @@ case "$PHASE" in 1 | 2 | all | pinned) ;; *) echo "PHASE is 1, 2, all or pinned,
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
-cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" build/bench/
+cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" "$P/bin/weight_pages" build/bench/
 export LLAMA_BENCH="$P/llama/llama-bench"
 [ -x "$LLAMA_BENCH" ] || { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
 
@@ -74,6 +78,13 @@ if [ "$PHASE" = pinned ]; then
     done | tee "$O/pinned.md"
   }
   step "one thread pinned, vCPU by vCPU" pinned
+  forms() {
+    for cpu in ${PIN_LIST:-0 5 10 15}; do
+      taskset -c "$cpu" build/bench/weight_pages --forms --passes 30
+      echo
+    done 2>&1 | tee "$O/forms.md"
+  }
+  step "GEMV forms pinned, vCPU by vCPU" forms
 fi
 if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
   "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }

@@ -29,7 +29,8 @@ PREFIX="${1:-/tmp/hilnas-portable}"
 LLAMA_BIN="${2:-}"
 B=build/portable
 rm -rf "$B/root" && mkdir -p "$B/root/bin"
-BINS="build/tools/hilnas build/bench/step_profile build/bench/gemm_threads build/bench/core_ceiling"
+BINS="build/tools/hilnas build/bench/step_profile build/bench/gemm_threads build/bench/core_ceiling
+  build/bench/weight_pages"
 cp $BINS "$B/root/bin/"
 /usr/bin/python3 bench/portable_bundle.py "$B/root" "$B"/root/bin/*
 for b in "$B"/root/bin/*; do
