@@ -13,6 +13,8 @@
 #              and 2 threads (about 5 minutes on a 2-core EPYC)
 #     PHASE 2  f32/f16 at 4 threads, Q4_0/Q8_0 at 1 and 2 threads
 #     all      both (the default)
+#     forms    only the GEMV forms below, pinned vCPU by vCPU (needs no
+#              llama-bench in the bundle; under a minute)
 #     pinned   one-thread f32/f16 rows at 2048 tokens with both runtimes
 #              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
 #              15): the same vCPU under both, where unpinned rows compare
@@ -36,13 +38,14 @@ PHASE="${2:-all}"
 O="${OUT:-/tmp/device-rerun}"
 P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
 mkdir -p "$O" "$P"
-case "$PHASE" in 1 | 2 | all | pinned) ;; *) echo "PHASE is 1, 2, all or pinned, not $PHASE" >&2; exit 2 ;; esac
+case "$PHASE" in 1 | 2 | all | pinned | forms) ;; *) echo "PHASE is 1, 2, all, pinned or forms, not $PHASE" >&2; exit 2 ;; esac
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
 cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" "$P/bin/weight_pages" build/bench/
 export LLAMA_BENCH="$P/llama/llama-bench"
-[ -x "$LLAMA_BENCH" ] || { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
+[ -x "$LLAMA_BENCH" ] || [ "$PHASE" = forms ] ||
+  { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
 
 # The VM's steal time (time its vCPUs were ready to run but the host ran
 # something else) over each step, from /proc/stat: a row taken while the
@@ -78,6 +81,8 @@ if [ "$PHASE" = pinned ]; then
     done | tee "$O/pinned.md"
   }
   step "one thread pinned, vCPU by vCPU" pinned
+fi
+if [ "$PHASE" = pinned ] || [ "$PHASE" = forms ]; then
   forms() {
     for cpu in ${PIN_LIST:-0 5 10 15}; do
       taskset -c "$cpu" build/bench/weight_pages --forms --passes 30

@@ -28,6 +28,12 @@ cd "$(dirname "$0")/.."
 PREFIX="${1:-/tmp/hilnas-portable}"
 LLAMA_BIN="${2:-}"
 B=build/portable
+if ! command -v patchelf >/dev/null; then  # Debian's, to set the interpreter and RPATH
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get install -y -qq --no-install-recommends patchelf >/dev/null ||
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends patchelf >/dev/null; }
+fi
 rm -rf "$B/root" && mkdir -p "$B/root/bin"
 BINS="build/tools/hilnas build/bench/step_profile build/bench/gemm_threads build/bench/core_ceiling
   build/bench/weight_pages"
