@@ -308,7 +308,7 @@ __attribute__((always_inline)) inline void WidenRows(const KV* src, int64_t rows
 // hadd does, written with generic shuffles so the portable build has it).
 __attribute__((always_inline)) inline V8 HorizontalSums(const V8 a[8]) {
   typedef int I8 __attribute__((vector_size(32)));
-  auto pairs = [](const V8& x, const V8& y) {  // by value, GCC notes a psABI change
+  auto pairs = [](V8 x, V8 y) {
     return __builtin_shuffle(x, y, I8{0, 2, 8, 10, 4, 6, 12, 14}) +
            __builtin_shuffle(x, y, I8{1, 3, 9, 11, 5, 7, 13, 15});
   };
