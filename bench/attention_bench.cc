@@ -24,9 +24,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "model/blas_core.h"
 #include "model/attention.h"
+#include "model/blas_core.h"
 #include "util/subprocess.h"
+
+namespace attention_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
 
 namespace {
 
@@ -56,7 +58,7 @@ double Seconds(F&& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   // OpenMP as agents run it, OpenBLAS's kernels from this CPU's features.
   hilnas::ReexecWithTimingThreads(argv, 0, hilnas::SetBlasCoreForCpu());
   const auto prompts = Ints(Arg(argc, argv, "--prompts", "256,1024,2048"));
@@ -119,3 +121,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace attention_bench_main

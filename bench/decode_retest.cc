@@ -24,7 +24,9 @@
 #include "search_space/arch.h"
 #include "util/subprocess.h"
 
-int main(int argc, char** argv) {
+namespace decode_retest_main {  // one of hilnas-bench's programs (bench/benches.h)
+
+int Main(int argc, char** argv) {
   using hilnas::bench::Arg;
   const int jobs = std::stoi(Arg(argc, argv, "--jobs", "1"));
   const int threads = std::stoi(Arg(argc, argv, "--threads", "1"));
@@ -78,10 +80,11 @@ int main(int argc, char** argv) {
     }
     int waits = 0;
     for (const hilnas::LatencySample& x : r.samples()) waits += x.conditions().memory_waits();
-    std::printf("job %d: TTFT %.3f ms, decode %.4f ms/token (runs%s), memory probe %.4f ms "
-                "(%.2fx, %d waits, %d runs discarded), MHz %.0f\n",
-                j, ttfts.back(), decodes.back(), runs.c_str(), c.memory_probe_ms(),
-                c.memory_probe_ratio(), waits, r.discarded_size(), c.cpu_mhz());
+    std::printf(
+        "job %d: TTFT %.3f ms, decode %.4f ms/token (runs%s), memory probe %.4f ms "
+        "(%.2fx, %d waits, %d runs discarded), MHz %.0f\n",
+        j, ttfts.back(), decodes.back(), runs.c_str(), c.memory_probe_ms(), c.memory_probe_ratio(),
+        waits, r.discarded_size(), c.cpu_mhz());
     std::fflush(stdout);
   }
   if (jobs > 1) {
@@ -93,3 +96,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace decode_retest_main

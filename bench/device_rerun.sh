@@ -42,6 +42,9 @@ case "$PHASE" in 1 | 2 | all | pinned | forms) ;; *) echo "PHASE is 1, 2, all, p
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
+# build/bench/NAME in a build tree is a link to hilnas-bench (bench/benches.h):
+# replace the links, not what they point to.
+rm -f build/tools/hilnas build/bench/step_profile build/bench/weight_pages
 cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" "$P/bin/weight_pages" build/bench/
 export LLAMA_BENCH="$P/llama/llama-bench"
 [ -x "$LLAMA_BENCH" ] || [ "$PHASE" = forms ] ||

@@ -37,6 +37,8 @@
 #include "model/prompt_gemm.h"
 #include "util/subprocess.h"
 
+namespace gemm_threads_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using hilnas::bench::Arg;
@@ -105,7 +107,7 @@ double MsPerLayer(const Runner& r, const std::vector<Layer>& layers, const torch
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   const int threads = std::stoi(Arg(argc, argv, "--threads", "2"));
   // As agents time: passive OpenMP waits, OPENBLAS_NUM_THREADS, the CPU's kernels.
   hilnas::ReexecWithTimingThreads(argv, threads, hilnas::SetBlasCoreForCpu());
@@ -178,3 +180,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace gemm_threads_main

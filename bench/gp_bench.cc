@@ -19,7 +19,9 @@
 
 #include "latency_model/gp.h"
 
-int main(int argc, char** argv) {
+namespace gp_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
+int Main(int argc, char** argv) {
   int n = 800, m = 10000, restarts = 3, threads = 2, d = 30, compare_full = 0;
   hilnas::GpOptions o;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -99,3 +101,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace gp_bench_main

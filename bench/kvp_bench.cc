@@ -22,6 +22,8 @@
 #include "quality/tokens.h"
 #include "quality/trainer.h"
 
+namespace kvp_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using hilnas::bench::Arg;
@@ -73,7 +75,7 @@ std::function<void(const hilnas::TrainProgress&)> PrintProgress(const char* who)
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   const std::string backbone_dir = Arg(argc, argv, "--backbone", "data/demo-backbone");
   const std::string tokens = Arg(argc, argv, "--tokens", "");
   const hilnas::TrainOptions o = Training(std::stoi(Arg(argc, argv, "--steps", "100")),
@@ -140,3 +142,5 @@ int main(int argc, char** argv) {
               ttft_base, ttft_base / ttft_plain);
   return 0;
 }
+
+}  // namespace kvp_bench_main

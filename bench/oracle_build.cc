@@ -32,6 +32,8 @@
 #include "search_space/space.h"
 #include "util/textproto.h"
 
+namespace oracle_build_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using hilnas::bench::Arg;
@@ -125,7 +127,7 @@ hilnas::TrainOptions OracleTraining(int steps, int batch, int seq) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   const std::string backbone_dir = Arg(argc, argv, "--backbone", "data/demo-backbone");
   const std::string tokens = Arg(argc, argv, "--tokens", "");
   const std::string space_file = Arg(argc, argv, "--space", "configs/demo-space.textproto");
@@ -200,3 +202,5 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(work);
   return 0;
 }
+
+}  // namespace oracle_build_main

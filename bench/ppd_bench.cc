@@ -31,6 +31,8 @@
 using hilnas::bench::Arg;
 using hilnas::bench::Die;
 
+namespace ppd_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 std::vector<int> Ints(const std::string& s) {
@@ -45,7 +47,7 @@ std::vector<int> Ints(const std::string& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
@@ -123,3 +125,5 @@ int main(int argc, char** argv) {
       "when the final layer disagreed.\n");
   return 0;
 }
+
+}  // namespace ppd_bench_main

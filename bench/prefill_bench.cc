@@ -21,6 +21,8 @@
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
 
+namespace prefill_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using hilnas::bench::Median;
@@ -40,7 +42,7 @@ double MatmulFlops(int64_t n, int repeats) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   std::string shape = "mobilellm-flash-350m";
   int64_t prompt = 512;
@@ -90,3 +92,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace prefill_bench_main

@@ -27,6 +27,8 @@
 #include "search_space/counts.h"
 #include "util/status_macros.h"
 
+namespace ranking_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 struct Target {
@@ -88,7 +90,7 @@ void PrintTaus(int64_t short_steps, int64_t long_steps, const std::vector<double
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   std::string backbone_dir, csv, tokens;
   int64_t short_steps = 25, long_steps = 100;
   int threads = 2;
@@ -167,3 +169,5 @@ int main(int argc, char** argv) {
   PrintTaus(short_steps, long_steps, params, pruned_loss, short_loss, long_loss);
   return 0;
 }
+
+}  // namespace ranking_bench_main

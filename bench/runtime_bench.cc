@@ -23,7 +23,9 @@
 #include "search_space/counts.h"
 #include "search_space/shapes.h"
 
-int main(int argc, char** argv) {
+namespace runtime_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
+int Main(int argc, char** argv) {
   hilnas::PinBlasCoreToCpu(argv);  // OpenBLAS's kernels from this CPU's features
   std::string shape = "mobilellm-flash-350m", precision = "fp32";
   int prompt = 256, decode = 16, threads = 2;
@@ -82,3 +84,5 @@ int main(int argc, char** argv) {
               pc.model() * elem / 1048576.0, r.peak_rss_bytes() / double(pc.model() * elem));
   return 0;
 }
+
+}  // namespace runtime_bench_main

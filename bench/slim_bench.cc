@@ -31,6 +31,8 @@
 using hilnas::bench::Arg;
 using hilnas::bench::Die;
 
+namespace slim_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -72,7 +74,7 @@ double DecodeRound(hilnas::Decoder& d, Prefilled& p, int64_t context, int64_t de
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   const std::string ckpt = Arg(argc, argv, "--ckpt", "");
   const std::string tokens = Arg(argc, argv, "--tokens", "");
   if (ckpt.empty() || tokens.empty()) {
@@ -150,3 +152,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace slim_bench_main

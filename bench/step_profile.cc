@@ -41,6 +41,8 @@
 #include "util/subprocess.h"
 #include "util/textproto.h"
 
+namespace step_profile_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -150,7 +152,7 @@ hilnas::Decoder BuildDecoder(const hilnas::Arch& arch, const std::string& dtype,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   const int64_t threads = IntArg(argc, argv, "--threads", "1");
   // As agents time, with OpenBLAS's kernels from this CPU's features.
   hilnas::ReexecWithTimingThreads(argv, static_cast<int>(threads), hilnas::SetBlasCoreForCpu());
@@ -243,3 +245,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace step_profile_main

@@ -55,6 +55,8 @@
 #include <immintrin.h>
 #endif
 
+namespace weight_pages_main {  // one of hilnas-bench's programs (bench/benches.h)
+
 namespace {
 
 using hilnas::bench::Arg;
@@ -277,7 +279,7 @@ int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   hilnas::ReexecWithTimingThreads(argv, 1);
   at::set_num_threads(1);
   const int passes = std::atoi(Arg(argc, argv, "--passes", "60").c_str());
@@ -363,3 +365,5 @@ int main(int argc, char** argv) {
   std::free(buf);
   return 0;
 }
+
+}  // namespace weight_pages_main
