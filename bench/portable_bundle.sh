@@ -19,7 +19,9 @@
 #   mkdir -p PREFIX && tar xJf hilnas-x86_64.tar.xz -C PREFIX
 #   PREFIX/check.sh       # in the checkout: the bundle's outputs against this machine's
 #   mkdir -p build/tools build/bench && cp PREFIX/bin/hilnas build/tools/ &&
-#     cp PREFIX/bin/step_profile build/bench/
+#     rm -f build/bench/step_profile && cp PREFIX/bin/step_profile build/bench/
+#   (in a build tree build/bench/step_profile is a link to hilnas-bench:
+#   bench/device_rerun.sh does all this)
 #   LLAMA_BENCH=PREFIX/llama/llama-bench bash bench/runtime_compare.sh ...
 # The binaries carry glibc and every library they load (the dynamic loader
 # included), stubs for the ones never called (bench/portable_bundle.py).
