@@ -12,21 +12,9 @@
 #ifndef HILNAS_BENCH_BENCHES_H_
 #define HILNAS_BENCH_BENCHES_H_
 
-// X(NAME) for each program; bench/CMakeLists.txt lists the same files.
-#define HILNAS_BENCHES(X) \
-  X(attention_bench)      \
-  X(decode_retest)        \
-  X(gemm_threads)         \
-  X(gp_bench)             \
-  X(kvp_bench)            \
-  X(oracle_build)         \
-  X(ppd_bench)            \
-  X(prefill_bench)        \
-  X(ranking_bench)        \
-  X(runtime_bench)        \
-  X(slim_bench)           \
-  X(step_profile)         \
-  X(weight_pages)
+// HILNAS_BENCHES(X): X(NAME) for each program, from bench/CMakeLists.txt's
+// HILNAS_TORCH_BENCHES (the files it compiles into hilnas-bench).
+#include "bench_list.h"
 
 #define HILNAS_DECLARE_BENCH(NAME)   \
   namespace NAME##_main {            \
