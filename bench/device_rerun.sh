@@ -21,9 +21,11 @@
 #              placements too (a third Xeon read hilnas's one-thread f32
 #              decode 1.37-1.80x llama.cpp's unpinned, 0.88x on another);
 #              then, on the same vCPUs, forms of the one-thread f32 GEMV
-#              over full4's weights (`weight_pages --forms`: the runtime's,
-#              with software prefetch, AVX-512, rows side by side, a plain
-#              read), to $OUT/forms.md
+#              over full4's weights (`weight_pages --forms`: the runtime's
+#              four forms, one row in AVX-512, a plain read, and the form
+#              the runtime's tuner picks there), to $OUT/forms.md; the
+#              compare rows' hilnas runs print their own pick ("decode
+#              GEMV form: ...")
 # REPEATS (default 3) runs per f32/f16 row. Each step's steal time (the
 # host's, from /proc/stat) is printed and kept in $OUT/steal.txt.
 #

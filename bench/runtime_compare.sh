@@ -95,6 +95,8 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
     # on huge pages (Zen 4, bench/weight_pages).
     read -r res huge < <(sed -n 's/^pages: .* \([0-9.]*\) MiB resident, \([0-9.]*\) MiB of it.*/\1 \2/p' "$W/run.txt")
     echo "$(basename "$1") $4 $3 $2 $tt $dd ${res:-0} ${huge:-0}" >>"$W/pages.txt"
+    # The decode kernel's form the process's tuner picked (model/gemv.h).
+    echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^decode GEMV form: \([a-z-]*\).*/\1/p' "$W/run.txt")" >>"$W/forms.txt"
   done
   t=$(cut -d' ' -f1 "$W/h.txt" | median)
   d=$(cut -d' ' -f2 "$W/h.txt" | median)
@@ -182,4 +184,6 @@ if [ -s "$W/pages.txt" ]; then
   echo
   awk '{n++; if ($8 >= 0.9 * $7 && $7 > 0) h++; else bad = bad sprintf("\n  %s %s %s threads, prompt %s: TTFT %.1f ms, decode %.2f ms/token, %.1f of %.1f MiB on huge pages", $1, $2, $3, $4, $5, $6, $8, $7)}
     END {printf "weights on huge pages (90%% of their mapping or more) in %d of %d hilnas processes%s\n", h, n, bad}' "$W/pages.txt"
+  echo "decode GEMV forms the tuner picked (processes):"
+  sort "$W/forms.txt" | uniq -c | sed 's/^/ /'
 fi

@@ -17,19 +17,18 @@
 // the advice can be taken ("never": huge reads as separate).
 //
 // --forms instead times forms of the one-thread f32 GEMV over the huge
-// buffer, passes interleaved likewise: the runtime's kernel (one row at a
-// time, AVX2, no software prefetch), the same with a software prefetch
-// --prefetch bytes ahead (default 1024,4096), one row at a time in AVX-512,
-// two and four rows side by side (the form before 2026-11-25, tuned on a
-// Xeon), and a plain AVX2 sum of the same bytes (the stream's ceiling on
-// this vCPU). The candidates live here, not in model/: a form moves into
-// the runtime only if it is no slower on any CPU measured
-// (bench/data/runtime-compare.md). Each form's outputs are checked against
-// the runtime's first. Run it pinned (`taskset -c N`) to compare forms on
-// one vCPU; bench/device_rerun.sh's pinned phase does, vCPU by vCPU.
+// buffer, passes interleaved likewise: the runtime's own forms (model/gemv.h
+// GemvForm: one row at a time, the same with a prefetch 4 KiB ahead, two and
+// four rows side by side; all give the same bits, checked here), one row
+// at a time in AVX-512 (not the runtime's: its sums go in another order),
+// and a plain AVX2 sum of the same bytes (the stream's ceiling on this
+// vCPU); then what the runtime's tuner (TuneGemvForm, which `hilnas run`
+// and the agents call before timing) picks over the same matrices. Run it
+// pinned (`taskset -c N`) to compare forms on one vCPU;
+// bench/device_rerun.sh's pinned phase does, vCPU by vCPU.
 //
 // usage: weight_pages [--passes 60] [--file /tmp/hilnas-weight-pages.bin]
-//        weight_pages --forms [--passes 60] [--prefetch 1024,4096]
+//        weight_pages --forms [--passes 60]
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -44,9 +43,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "model/gemv.h"
 #include "util/subprocess.h"
@@ -100,36 +96,13 @@ std::vector<torch::Tensor> Views(char* base, const std::vector<Shape>& shapes,
 }
 
 #if defined(__x86_64__)
-// Candidate forms of y = W x over f32 rows of `in` floats (in % 64 == 0 for
-// every full4 matrix). Sums of one row go in the same order in every form
-// that keeps four accumulators of 8, so their outputs equal the runtime's.
+// A form of y = W x that is not the runtime's, over f32 rows of `in`
+// floats (in % 64 == 0 for every full4 matrix).
 __attribute__((target("avx2,fma"))) inline float Hsum(__m256 a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   s = _mm_hadd_ps(s, s);
   s = _mm_hadd_ps(s, s);
   return _mm_cvtss_f32(s);
-}
-
-// The runtime's loop with a prefetch of the line `ahead` bytes on, once per
-// 64 bytes; past a row's end it reaches into the next row (the matrix is one
-// block) and past the matrix into whatever follows, which is harmless.
-__attribute__((target("avx2,fma"))) void OneRowPrefetch(const float* w, const float* x, float* y,
-                                                        int64_t rows, int64_t in, int64_t ahead) {
-  const int64_t skip = ahead / 4;
-  for (int64_t o = 0; o < rows; ++o) {
-    const float* row = w + o * in;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-           a3 = _mm256_setzero_ps();
-    for (int64_t i = 0; i < in; i += 32) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + i + skip), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(row + i + skip + 16), _MM_HINT_T0);
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-    }
-    y[o] = Hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  }
 }
 
 // One row at a time with 512-bit loads: one load per cache line.
@@ -154,26 +127,6 @@ __attribute__((target("avx512f"))) void OneRowAvx512(const float* w, const float
   }
 }
 
-// R rows side by side, each load of x shared by the R rows: R streams
-// `in` floats apart.
-template <int R>
-__attribute__((target("avx2,fma"))) void RowsSideBySide(const float* w, const float* x, float* y,
-                                                        int64_t rows, int64_t in) {
-  for (int64_t o = 0; o < rows; o += R) {
-    __m256 a[R][2];
-    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < in; i += 16) {
-      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-      for (int r = 0; r < R; ++r) {
-        const float* row = w + (o + r) * in;
-        a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), x0, a[r][0]);
-        a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), x1, a[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r) y[o + r] = Hsum(_mm256_add_ps(a[r][0], a[r][1]));
-  }
-}
-
 // The bytes alone: a sum with no x, the most a stream gets on this vCPU.
 __attribute__((target("avx2"))) float ReadOnly(const float* w, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
@@ -188,40 +141,37 @@ __attribute__((target("avx2"))) float ReadOnly(const float* w, int64_t n) {
 }
 
 // Times each form over all of `mats`, passes interleaved, and prints a
-// table; every form's outputs must match the runtime's within 1e-3
-// (relative), or the form is wrong and the run fails.
-int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes,
-          const std::vector<int64_t>& aheads) {
+// table; the runtime's forms must give its one-row bits and the AVX-512
+// form its sums within 1e-3 (relative), or the run fails.
+int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes) {
   struct Form {
     std::string name;
     std::function<void(const torch::Tensor&, const float*, float*)> run;
+    bool same_bits;
   };
   std::vector<Form> forms;
-  forms.push_back({"runtime (one row, AVX2)", [](const torch::Tensor& w, const float* x, float* y) {
-                     const hilnas::GemvProduct product{&w, y};
-                     hilnas::WeightGemvsInto(&product, 1, x);
-                   }});
-  for (int64_t ahead : aheads) {
-    forms.push_back({"one row, AVX2, prefetch " + std::to_string(ahead) + " B ahead",
-                     [ahead](const torch::Tensor& w, const float* x, float* y) {
-                       OneRowPrefetch(w.data_ptr<float>(), x, y, w.size(0), w.size(1), ahead);
-                     }});
+  for (hilnas::GemvForm g : hilnas::GemvFormsHere()) {
+    forms.push_back({std::string("runtime ") + hilnas::GemvFormName(g),
+                     [g](const torch::Tensor& w, const float* x, float* y) {
+                       hilnas::SetGemvForm(g);
+                       const hilnas::GemvProduct product{&w, y};
+                       hilnas::WeightGemvsInto(&product, 1, x);
+                     },
+                     true});
   }
   if (__builtin_cpu_supports("avx512f")) {
-    forms.push_back({"one row, AVX-512", [](const torch::Tensor& w, const float* x, float* y) {
+    forms.push_back({"one row, AVX-512 (not the runtime's)",
+                     [](const torch::Tensor& w, const float* x, float* y) {
                        OneRowAvx512(w.data_ptr<float>(), x, y, w.size(0), w.size(1));
-                     }});
+                     },
+                     false});
   }
-  forms.push_back({"two rows side by side", [](const torch::Tensor& w, const float* x, float* y) {
-                     RowsSideBySide<2>(w.data_ptr<float>(), x, y, w.size(0), w.size(1));
-                   }});
-  forms.push_back({"four rows side by side", [](const torch::Tensor& w, const float* x, float* y) {
-                     RowsSideBySide<4>(w.data_ptr<float>(), x, y, w.size(0), w.size(1));
-                   }});
   volatile float sink = 0;
-  forms.push_back({"read only (no product)", [&sink](const torch::Tensor& w, const float*, float*) {
+  forms.push_back({"read only (no product)",
+                   [&sink](const torch::Tensor& w, const float*, float*) {
                      sink = sink + ReadOnly(w.data_ptr<float>(), w.numel());
-                   }});
+                   },
+                   false});
 
   std::vector<float> x(1536);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
@@ -233,7 +183,8 @@ int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes,
       got.assign(want.size(), 0.f);
       forms[f].run(mats[m], x.data(), got.data());
       for (size_t r = 0; r < got.size(); ++r) {
-        if (std::fabs(got[r] - want[r]) > 1e-3f * (1.f + std::fabs(want[r]))) {
+        const float err = std::fabs(got[r] - want[r]);
+        if (forms[f].same_bits ? err != 0 : err > 1e-3f * (1.f + std::fabs(want[r]))) {
           std::fprintf(stderr, "error: %s: matrix %zu row %zu: %g, the runtime %g\n",
                        forms[f].name.c_str(), m, r, got[r], want[r]);
           return 1;
@@ -273,6 +224,9 @@ int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes,
                 *std::min_element(ms[f].begin(), ms[f].end()), median, bytes / 1e6 / median,
                 median / base);
   }
+  const hilnas::GemvTuning tuning = hilnas::TuneGemvForm(mats);
+  std::printf("\nthe runtime's tuner (TuneGemvForm) picks: %s\n", tuning.Describe().c_str());
+  hilnas::SetGemvForm(hilnas::GemvForm::kOneRow);
   return 0;
 }
 #endif
@@ -298,19 +252,9 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) forms = forms || std::string(argv[i]) == "--forms";
   if (forms) {
 #if defined(__x86_64__)
-    std::vector<int64_t> aheads;
-    for (absl::string_view a :
-         absl::StrSplit(Arg(argc, argv, "--prefetch", "1024,4096"), ',', absl::SkipEmpty())) {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(a, &v) || v < 64 || v > (int64_t{1} << 20) || v % 64 != 0) {
-        Die(absl::InvalidArgumentError(
-            absl::StrCat("--prefetch: '", a, "' is not a multiple of 64 bytes up to 1 MiB")));
-      }
-      aheads.push_back(v);
-    }
     std::vector<torch::Tensor> huge = Views(static_cast<char*>(buf), shapes, offsets);
     for (torch::Tensor& w : huge) w.copy_(torch::randn(w.sizes()));
-    const int rc = Forms(huge, bytes, passes, aheads);
+    const int rc = Forms(huge, bytes, passes);
     std::free(buf);
     return rc;
 #else

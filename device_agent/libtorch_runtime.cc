@@ -9,6 +9,7 @@
 #include "device_agent/environment.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
+#include "model/gemv.h"
 #include "model/generate.h"
 #include "model/kv_prediction.h"
 #include "model/ppd.h"
@@ -85,8 +86,18 @@ class LibtorchModel : public PreparedModel {
     return r;
   }
 
+  std::string kernels() const override { return kernels_; }
+  // Times the decode kernel's forms on this model's matrices at the job's
+  // thread count and keeps the fastest for the runs (model/gemv.h): every
+  // form gives the same bits, and which one streams fastest is the CPU's.
+  void TuneKernels() {
+    kernels_ = absl::StrCat("decode ", GemvKernelName(), ", GEMV form ",
+                            TuneGemvForm(decoder_.DecodeMatrices()).Describe());
+  }
+
  private:
   Decoder decoder_;
+  std::string kernels_;
   std::shared_ptr<KvPredictor> kvp_;  // null unless the arch has an auxiliary model
   int64_t prefill_chunk_;
   uint64_t seed_;
@@ -163,11 +174,14 @@ class LibtorchRuntime : public Runtime {
       absl::StatusOr<KvPredictor> kvp =
           KvPredictor::Create(std::make_shared<Decoder>(*std::move(decoder)), req.seed() + 1);
       if (!kvp.ok()) return Classify(kvp.status());
-      return std::unique_ptr<PreparedModel>(
-          new LibtorchModel(std::make_shared<KvPredictor>(*std::move(kvp)), chunk, req.seed()));
+      auto model = std::make_unique<LibtorchModel>(std::make_shared<KvPredictor>(*std::move(kvp)),
+                                                   chunk, req.seed());
+      model->TuneKernels();
+      return std::unique_ptr<PreparedModel>(std::move(model));
     }
-    return std::unique_ptr<PreparedModel>(
-        new LibtorchModel(*std::move(decoder), chunk, req.seed()));
+    auto model = std::make_unique<LibtorchModel>(*std::move(decoder), chunk, req.seed());
+    model->TuneKernels();
+    return std::unique_ptr<PreparedModel>(std::move(model));
   }
 
  private:

@@ -246,6 +246,11 @@ BenchmarkResult MeasureBenchmark(Runtime& runtime, const BenchmarkRequest& reque
         Say(o, absl::StrFormat("built in %.0f ms", std::chrono::duration<double, std::milli>(
                                                        std::chrono::steady_clock::now() - t0)
                                                        .count()));
+        const std::string kernels = (*model)->kernels();
+        if (!kernels.empty()) {
+          result.mutable_device()->set_runtime_kernels(kernels);
+          Say(o, "kernels: " + kernels);
+        }
         for (int prompt : req.prompt_lengths()) {
           status = MeasurePromptLength(**model, req, prompt, runtime.runs_in_process(), o, result);
           ResetPeakRss();  // the memory probe's buffer is gone; it is no run's memory

@@ -9,6 +9,7 @@
 #include "device_agent/libtorch_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/gemv.h"
 #include "model/test_archs.h"
 #include "search_space/arch.h"
 
@@ -289,6 +290,14 @@ TEST(LibtorchRuntimeTest, MeasuresTinyModelForEveryPromptLength) {
     EXPECT_GT(s.peak_rss_bytes(), 0);
   }
   EXPECT_EQ(r.device().runtime(), "libtorch-cpu");
+  // The decode kernel's forms were timed on the model before the runs, and
+  // the pick is the process's form (model/gemv.h).
+  EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("GEMV form"));
+  EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(GemvFormName(CurrentGemvForm())));
+  if (GemvFormsHere().size() > 1) {
+    EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("medians of"));
+  }
+  SetGemvForm(GemvForm::kOneRow);
 }
 
 TEST(LibtorchRuntimeTest, RunsInBf16) {
@@ -334,6 +343,8 @@ TEST(LibtorchRuntimeTest, MeasuresKvPredictionArchitectures) {
   ASSERT_EQ(r.samples_size(), 1);
   EXPECT_GT(r.samples(0).ttft_ms(), 0);
   EXPECT_GT(r.samples(0).decode_ms_per_token(), 0);
+  EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("GEMV form"));
+  SetGemvForm(GemvForm::kOneRow);
 }
 
 }  // namespace

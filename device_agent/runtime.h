@@ -32,6 +32,10 @@ class PreparedModel {
   // Errors: RESOURCE_EXHAUSTED when memory runs out, DEADLINE_EXCEEDED when
   // an external command times out, INTERNAL for anything else.
   virtual absl::StatusOr<RunTiming> Run(int prompt_tokens, int decode_tokens) = 0;
+  // What the runtime chose for this model on this device, for the result
+  // (DeviceIdentity.runtime_kernels): the built-in runtime's decode kernel
+  // and its tuned form. Empty when there is nothing to say.
+  virtual std::string kernels() const { return ""; }
 };
 
 class Runtime {

@@ -583,6 +583,16 @@ std::vector<std::pair<std::string, torch::Tensor>> Decoder::NamedTensors() const
 
 std::vector<torch::Tensor> Decoder::Parameters() const { return impl_->parameters(); }
 
+std::vector<torch::Tensor> Decoder::DecodeMatrices() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, t] : NamedTensors()) {
+    if (t.dim() != 2) continue;  // norms, biases (quantized blocks are 3-D)
+    if (name == "model.embed_tokens.weight" && !arch().tie_embeddings) continue;  // rows only
+    out.push_back(t);
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(const Arch& a) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   out.push_back({"model.embed_tokens.weight", {a.vocab_size, a.d_model}});

@@ -228,6 +228,10 @@ class Decoder {
   // Hugging Face names -> tensors (tied heads appear once, as the embedding).
   std::vector<std::pair<std::string, torch::Tensor>> NamedTensors() const;
   std::vector<torch::Tensor> Parameters() const;
+  // The matrices a decode step multiplies by: every layer's projections
+  // and MLP, and the head (the embedding table only when it is the tied
+  // head). What TuneGemvForm (model/gemv.h) times before a run.
+  std::vector<torch::Tensor> DecodeMatrices() const;
   torch::nn::Module& module();
 
  private:

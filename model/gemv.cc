@@ -4,10 +4,15 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/quant.h"
+#include "util/aligned.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -61,24 +66,50 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 Widen(const float* p, boo
   return _mm256_loadu_ps(p);
 }
 
+// The end of one row's product: the four accumulators summed pairwise,
+// then across lanes, then the elements past the last whole vector. Every
+// form below finishes each row here, after the same FMAs in the same
+// order, so every form gives the same bits.
+template <typename W>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline float FinishRow(
+    __m256 a0, __m256 a1, __m256 a2, __m256 a3, const W* row, const float* x, int64_t i, int64_t in,
+    bool bf16) {
+  __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  // Fused, one element at a time, in explicit instructions: as plain C++
+  // the compiler may contract this loop into FMAs in one function and, in
+  // another compiled for AVX-512, vectorise its products and add them in
+  // order unfused (GCC's fold-left reductions), which changes the bits.
+  for (; i < in; ++i) {
+    s = _mm_fmadd_ss(_mm_set_ss(Widen1(row[i], bf16)), _mm_load_ss(x + i), s);
+  }
+  return _mm_cvtss_f32(s);
+}
+
 // One row at a time, front to back: the weights stream through memory as
 // one sequential read, which every CPU's hardware prefetcher follows, and
-// which is how llama.cpp's dot products read them too. Four rows side by
-// side (sharing each load of x; the earlier form, tuned on a Xeon) read four
-// streams 2-6 KiB apart: on an AMD EPYC (Zen 4) 2.1-2.7x slower than one
-// stream over the same bytes (10-20 against 25-28 GB/s, 56 MiB of f32 or f16
-// rows of 512 and 1536, one thread; bench/data/runtime-compare.md). Four
-// accumulators keep four FMA chains in flight; no software prefetch.
-template <typename W>
-__attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* x, float* y,
-                                                       int64_t in, int64_t first, int64_t last,
-                                                       bool bf16) {
+// which is how llama.cpp's dot products read them too. Four accumulators
+// keep four FMA chains in flight. With `prefetch`, each 32 elements also
+// ask for the line 4 KiB ahead: the next page, where a hardware streamer
+// that stops at page borders has not yet begun.
+template <typename W, bool kPrefetch>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void RowsOneAtATime(
+    const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16) {
+  constexpr int64_t kAhead = 4096 / sizeof(W);  // elements
   for (int64_t o = first; o < last; ++o) {
     const W* row = w + o * in;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
            a3 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= in; i += 32) {
+      if (kPrefetch) {  // a prefetch past the matrix's end is harmless (it never faults)
+        _mm_prefetch(reinterpret_cast<const char*>(row + i + kAhead), _MM_HINT_T0);
+        if (sizeof(W) == 4) {
+          _mm_prefetch(reinterpret_cast<const char*>(row + i + kAhead + 16), _MM_HINT_T0);
+        }
+      }
       a0 = _mm256_fmadd_ps(Widen(row + i, bf16), _mm256_loadu_ps(x + i), a0);
       a1 = _mm256_fmadd_ps(Widen(row + i + 8, bf16), _mm256_loadu_ps(x + i + 8), a1);
       a2 = _mm256_fmadd_ps(Widen(row + i + 16, bf16), _mm256_loadu_ps(x + i + 16), a2);
@@ -87,16 +118,73 @@ __attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* 
     for (; i + 8 <= in; i += 8) {
       a0 = _mm256_fmadd_ps(Widen(row + i, bf16), _mm256_loadu_ps(x + i), a0);
     }
-    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_hadd_ps(s, s);
-    s = _mm_hadd_ps(s, s);
-    float sum = _mm_cvtss_f32(s);
-    for (; i < in; ++i) {
-      sum += Widen1(row[i], bf16) * x[i];
-    }
-    y[o] = sum;
+    y[o] = FinishRow(a0, a1, a2, a3, row, x, i, in, bf16);
   }
+}
+
+// R rows side by side, each load of x shared by the R rows: R streams `in`
+// elements apart, which keeps more of the memory's misses in flight on a
+// core whose prefetchers follow several streams better than one (llama.cpp's
+// f32 products on x86 read 5 rows so, tinyBLAS's 5x1 tile). Each row keeps
+// its own four accumulators, fed in the one-row order: the same bits. Four
+// rows take 16 accumulators and 4 loads of x, more than AVX2's 16 registers:
+// that form is compiled for AVX-512VL's 32 (RowsFourAvx512vl).
+template <int R, typename W>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void RowsSideBySide(
+    const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16) {
+  int64_t o = first;
+  for (; o + R <= last; o += R) {
+    const W* row = w + o * in;
+    __m256 a[R][4];
+    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= in; i += 32) {
+      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8),
+                   x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+      for (int r = 0; r < R; ++r) {
+        const W* p = row + r * in + i;
+        a[r][0] = _mm256_fmadd_ps(Widen(p, bf16), x0, a[r][0]);
+        a[r][1] = _mm256_fmadd_ps(Widen(p + 8, bf16), x1, a[r][1]);
+        a[r][2] = _mm256_fmadd_ps(Widen(p + 16, bf16), x2, a[r][2]);
+        a[r][3] = _mm256_fmadd_ps(Widen(p + 24, bf16), x3, a[r][3]);
+      }
+    }
+    for (; i + 8 <= in; i += 8) {
+      const __m256 x0 = _mm256_loadu_ps(x + i);
+      for (int r = 0; r < R; ++r) {
+        a[r][0] = _mm256_fmadd_ps(Widen(row + r * in + i, bf16), x0, a[r][0]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      y[o + r] = FinishRow(a[r][0], a[r][1], a[r][2], a[r][3], row + r * in, x, i, in, bf16);
+    }
+  }
+  RowsOneAtATime<W, false>(w, x, y, in, o, last, bf16);  // the last rows short of R
+}
+
+template <typename W>
+__attribute__((target("avx2,fma,f16c"))) void RowsAvx2(const W* w, const float* x, float* y,
+                                                       int64_t in, int64_t first, int64_t last,
+                                                       bool bf16, GemvForm form) {
+  switch (form) {
+    case GemvForm::kOneRowPrefetch:
+      return RowsOneAtATime<W, true>(w, x, y, in, first, last, bf16);
+    case GemvForm::kTwoRows:
+      return RowsSideBySide<2>(w, x, y, in, first, last, bf16);
+    default:
+      return RowsOneAtATime<W, false>(w, x, y, in, first, last, bf16);
+  }
+}
+
+template <typename W>
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) void RowsFourAvx512vl(
+    const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16) {
+  RowsSideBySide<4>(w, x, y, in, first, last, bf16);
+}
+
+bool HasAvx512vl() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return ok;
 }
 
 bool HasAvx2() {
@@ -161,12 +249,18 @@ void WidenNeon(const uint16_t* w, float* out, int64_t n, bool bf16) {
 // worker and no split paid.
 constexpr int64_t kGemvGrainBytes = int64_t{256} << 10;
 
+// The form WeightGemvsInto runs (SetGemvForm, TuneGemvForm).
+std::atomic<GemvForm> current_form{GemvForm::kOneRow};
+
 template <typename W>
 void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16,
-          KernelPath path) {
+          KernelPath path, GemvForm form) {
   if (path != KernelPath::kPortable) {
 #if defined(__x86_64__)
-    if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16);
+    if (form == GemvForm::kFourRows && HasAvx512vl()) {
+      return RowsFourAvx512vl(w, x, y, in, first, last, bf16);
+    }
+    if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16, form);
 #elif defined(__aarch64__)
     return RowsNeon(w, x, y, in, first, last, bf16);
 #endif
@@ -185,8 +279,10 @@ const char* GemvKernelName() {
   return "portable";
 }
 
-void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
-  RECORD_FUNCTION("hilnas::gemv", {});
+namespace {
+
+void GemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path,
+               GemvForm form) {
   TORCH_CHECK(n > 0 && n <= 8, "WeightGemv: 1 to 8 products at a time, not ", n);
   if (QuantTypeOf(*products[0].w)) return QuantGemvsInto(products, n, x, path);
   const torch::ScalarType type = products[0].w->scalar_type();
@@ -213,13 +309,147 @@ void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, Kern
       const void* base = products[m].w->data_ptr();
       if (type == torch::kFloat) {
         Rows(static_cast<const float*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16,
-             path);
+             path, form);
       } else {
         Rows(static_cast<const uint16_t*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16,
-             path);
+             path, form);
       }
     }
   });
+}
+
+bool RunsHere(GemvForm form) {
+  const std::vector<GemvForm> here = GemvFormsHere();
+  return std::find(here.begin(), here.end(), form) != here.end();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+}  // namespace
+
+void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
+  RECORD_FUNCTION("hilnas::gemv", {});
+  GemvsInto(products, n, x, path, current_form.load(std::memory_order_relaxed));
+}
+
+const char* GemvFormName(GemvForm form) {
+  switch (form) {
+    case GemvForm::kOneRow:
+      return "one-row";
+    case GemvForm::kOneRowPrefetch:
+      return "one-row-prefetch";
+    case GemvForm::kTwoRows:
+      return "two-rows";
+    case GemvForm::kFourRows:
+      return "four-rows";
+  }
+  return "?";
+}
+
+absl::StatusOr<GemvForm> ParseGemvForm(absl::string_view name) {
+  for (GemvForm f :
+       {GemvForm::kOneRow, GemvForm::kOneRowPrefetch, GemvForm::kTwoRows, GemvForm::kFourRows}) {
+    if (name == GemvFormName(f)) return f;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("GEMV form '", name,
+                   "' is none of one-row, one-row-prefetch, two-rows, four-rows (or auto)"));
+}
+
+std::vector<GemvForm> GemvFormsHere() {
+#if defined(__x86_64__)
+  if (HasAvx2()) {
+    std::vector<GemvForm> forms = {GemvForm::kOneRow, GemvForm::kOneRowPrefetch,
+                                   GemvForm::kTwoRows};
+    if (HasAvx512vl()) forms.push_back(GemvForm::kFourRows);
+    return forms;
+  }
+#endif
+  return {GemvForm::kOneRow};
+}
+
+void SetGemvForm(GemvForm form) {
+  current_form.store(RunsHere(form) ? form : GemvForm::kOneRow, std::memory_order_relaxed);
+}
+
+GemvForm CurrentGemvForm() { return current_form.load(std::memory_order_relaxed); }
+
+GemvForm ChooseGemvForm(const std::vector<GemvFormTime>& times) {
+  double one_row = -1;
+  const GemvFormTime* best = nullptr;
+  for (const GemvFormTime& t : times) {
+    if (t.form == GemvForm::kOneRow) one_row = t.median_ms;
+    if (best == nullptr || t.median_ms < best->median_ms) best = &t;
+  }
+  if (best == nullptr || one_row < 0) return GemvForm::kOneRow;
+  return best->median_ms < one_row * (1 - kGemvFormMargin) ? best->form : GemvForm::kOneRow;
+}
+
+std::string GemvTuning::Describe() const {
+  std::string s = GemvFormName(chosen);
+  if (times.empty()) {
+    return s + (bytes == 0 ? " (no f32, bf16 or f16 matrix to time: nothing to choose)"
+                           : " (the only form on this CPU)");
+  }
+  s += " (";
+  for (const GemvFormTime& t : times) {
+    absl::StrAppendFormat(&s, "%s %.3f ms, ", GemvFormName(t.form), t.median_ms);
+  }
+  absl::StrAppendFormat(&s, "medians of %d passes over %.1f MB)", passes, bytes / 1e6);
+  return s;
+}
+
+GemvTuning TuneGemvForm(const std::vector<torch::Tensor>& matrices) {
+  constexpr int64_t kMaxBytes = int64_t{512} << 20;
+  GemvTuning tuning;
+  std::vector<const torch::Tensor*> mats;
+  int64_t in_max = 0, rows_max = 0;
+  for (const torch::Tensor& w : matrices) {
+    const torch::ScalarType t = w.scalar_type();
+    if (w.dim() != 2 || !w.is_contiguous() || w.numel() == 0 ||
+        (t != torch::kFloat && t != torch::kHalf && t != torch::kBFloat16)) {
+      continue;
+    }
+    if (tuning.bytes >= kMaxBytes) break;
+    mats.push_back(&w);
+    tuning.bytes += w.nbytes();
+    in_max = std::max(in_max, w.size(1));
+    rows_max = std::max(rows_max, w.size(0));
+  }
+  const std::vector<GemvForm> forms = GemvFormsHere();
+  if (forms.size() < 2 || mats.empty()) {
+    SetGemvForm(GemvForm::kOneRow);
+    return tuning;
+  }
+  AlignedVector<float> x(in_max, 0.01f), y(rows_max);
+  auto pass = [&](GemvForm form) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const torch::Tensor* w : mats) {
+      const GemvProduct p{w, y.data()};
+      GemvsInto(&p, 1, x.data(), KernelPath::kBest, form);
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double first = pass(GemvForm::kOneRow);  // untimed: faults, caches, threads waking
+  // About a quarter of a second in all: 25 passes of each form for full4
+  // (1-3 ms a pass), 3 for a pass of tens of milliseconds.
+  const double round_ms = std::max(first, 1e-3) * static_cast<double>(forms.size());
+  tuning.passes = static_cast<int>(std::clamp(250.0 / round_ms, 3.0, 25.0));
+  std::vector<std::vector<double>> ms(forms.size());
+  for (int p = 0; p < tuning.passes; ++p) {
+    for (size_t k = 0; k < forms.size(); ++k) {
+      const size_t f = (p + k) % forms.size();  // each form leads in turn
+      ms[f].push_back(pass(forms[f]));
+    }
+  }
+  for (size_t f = 0; f < forms.size(); ++f) tuning.times.push_back({forms[f], Median(ms[f])});
+  tuning.chosen = ChooseGemvForm(tuning.times);
+  SetGemvForm(tuning.chosen);
+  return tuning;
 }
 
 std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws, const torch::Tensor& x,

@@ -12,7 +12,11 @@
 
 #include <torch/torch.h>
 
+#include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace hilnas {
 
@@ -26,6 +30,60 @@ enum class KernelPath { kBest, kBaseline, kPortable };
 
 // The best path's name on this CPU: "avx2+fma+f16c", "neon" or "portable".
 const char* GemvKernelName();
+
+// How the x86 kernel streams a matrix's rows through memory (f32, bf16 and
+// f16 weights; the quantized products and other paths have one form). All
+// forms sum each row in the same order and give the same bits; which reads
+// fastest depends on the CPU's prefetchers, not on its instruction set:
+// one row at a time is fastest on AMD's Zen 4 and Zen 5 and rows side by
+// side slower there (bench/data/runtime-compare.md), while llama.cpp's f32
+// products read five rows side by side and outran one-row on a Xeon. So no
+// form is fixed for every CPU: TuneGemvForm times them on the weights at
+// hand (issue 35: nothing tuned to one model of CPU).
+enum class GemvForm {
+  kOneRow,          // one row at a time (the default)
+  kOneRowPrefetch,  // the same, asking for the line 4 KiB ahead
+  kTwoRows,         // two rows side by side, sharing each load of x
+  kFourRows,        // four rows side by side (CPUs with AVX-512VL)
+};
+// "one-row", "one-row-prefetch", "two-rows", "four-rows".
+const char* GemvFormName(GemvForm form);
+// The form named so; INVALID_ARGUMENT naming `name` and the choices.
+absl::StatusOr<GemvForm> ParseGemvForm(absl::string_view name);
+// The forms this CPU runs: all four with AVX-512VL, three with AVX2 only,
+// kOneRow alone elsewhere (aarch64's NEON kernel, the portable loop).
+std::vector<GemvForm> GemvFormsHere();
+// The form every product in this process uses from now on (kOneRow until
+// set); one this CPU does not run (GemvFormsHere) falls back to kOneRow.
+void SetGemvForm(GemvForm form);
+GemvForm CurrentGemvForm();
+
+struct GemvFormTime {
+  GemvForm form;
+  double median_ms;  // one pass over the tuned matrices
+};
+// The tuner's rule: the form with the lowest median, if it beats one-row's
+// by more than kGemvFormMargin of it; else one-row (a tie, or noise, keeps
+// the default). `times` must hold kOneRow.
+constexpr double kGemvFormMargin = 0.05;
+GemvForm ChooseGemvForm(const std::vector<GemvFormTime>& times);
+
+struct GemvTuning {
+  GemvForm chosen = GemvForm::kOneRow;
+  std::vector<GemvFormTime> times;  // empty when there was nothing to choose
+  int64_t bytes = 0;                // read by one pass
+  int passes = 0;                   // timed, per form
+  // "two-rows (one-row 1.32 ms, two-rows 1.10 ms, ... a pass over 56.6 MB, 7 passes)".
+  std::string Describe() const;
+};
+// Times each form of GemvFormsHere() over `matrices` (the 2-D f32, bf16 and
+// f16 ones among them, in order, up to 512 MiB), as decode calls the kernel:
+// one product at a time on libtorch's current intra-op threads; passes of
+// the forms interleaved, in turn first (3 to 25 of each, about 250 ms in
+// all); an untimed pass before. Then SetGemvForm(ChooseGemvForm(...)) and
+// returns what it measured. With one form (or no matrix) it times nothing
+// and sets kOneRow.
+GemvTuning TuneGemvForm(const std::vector<torch::Tensor>& matrices);
 
 // w [out, in] f32, bf16 or f16, contiguous; x f32 with `in` elements.
 // Returns f32 [out]. Rows are split across libtorch's intra-op threads.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/decoder.h"
 #include "model/test_archs.h"
@@ -115,6 +116,106 @@ TEST(WeightGemvTest, StoreWeightsAsRefusesWhatItCannotDo) {
   auto slim_d = Decoder::Create(s, 1);
   ASSERT_TRUE(slim_d.ok());
   EXPECT_EQ(slim_d->StoreWeightsAs(torch::kBFloat16).code(), absl::StatusCode::kUnimplemented);
+}
+
+// Every form this CPU runs gives one-row's bits: for each storage, widths
+// with and without tails past the last vector (and the last eight), row
+// counts that leave rows short of two and four, and two threads splitting
+// a matrix at rows that are not multiples of four.
+TEST(GemvFormTest, EveryFormGivesTheSameBits) {
+  torch::manual_seed(3);
+  const int threads = at::get_num_threads();
+  const std::vector<GemvForm> forms = GemvFormsHere();
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    EXPECT_GE(forms.size(), 3u);  // the side-by-side forms are checked here, not skipped
+  }
+#endif
+  for (int nthreads : {1, 2}) {
+    at::set_num_threads(nthreads);
+    for (torch::Dtype storage : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+      for (auto [rows, in] : std::vector<std::pair<int64_t, int64_t>>{{1, 8},
+                                                                      {3, 24},
+                                                                      {7, 37},
+                                                                      {13, 100},
+                                                                      {13, 36},
+                                                                      {6, 531},
+                                                                      {9, 1536},
+                                                                      {301, 1001},
+                                                                      {10, 104}}) {
+        for (int draw = 0; draw < 4; ++draw) {  // one bit apart shows in some draws only
+          const torch::Tensor w = torch::randn({rows, in}).to(storage);
+          const torch::Tensor x = torch::randn({in});
+          SetGemvForm(GemvForm::kOneRow);
+          const torch::Tensor want = WeightGemv(w, x);
+          for (GemvForm f : forms) {
+            SetGemvForm(f);
+            ASSERT_EQ(CurrentGemvForm(), f);
+            EXPECT_TRUE(torch::equal(WeightGemv(w, x), want))
+                << GemvFormName(f) << " " << storage << " " << rows << "x" << in << ", " << nthreads
+                << " threads, draw " << draw;
+          }
+        }
+      }
+    }
+  }
+  SetGemvForm(GemvForm::kOneRow);
+  at::set_num_threads(threads);
+}
+
+TEST(GemvFormTest, ChooseKeepsOneRowUnlessAnotherWinsByTheMargin) {
+  using F = GemvForm;
+  EXPECT_EQ(ChooseGemvForm({{F::kOneRow, 1.0}, {F::kTwoRows, 0.90}, {F::kFourRows, 0.95}}),
+            F::kTwoRows);
+  EXPECT_EQ(ChooseGemvForm({{F::kOneRow, 1.0}, {F::kTwoRows, 0.96}}), F::kOneRow);  // noise
+  EXPECT_EQ(ChooseGemvForm({{F::kOneRowPrefetch, 1.2}, {F::kOneRow, 1.0}}), F::kOneRow);
+  EXPECT_EQ(ChooseGemvForm({{F::kTwoRows, 0.5}}), F::kOneRow);  // no baseline: the default
+  EXPECT_EQ(ChooseGemvForm({}), F::kOneRow);
+}
+
+TEST(GemvFormTest, NamesParseBack) {
+  for (GemvForm f :
+       {GemvForm::kOneRow, GemvForm::kOneRowPrefetch, GemvForm::kTwoRows, GemvForm::kFourRows}) {
+    absl::StatusOr<GemvForm> back = ParseGemvForm(GemvFormName(f));
+    ASSERT_TRUE(back.ok()) << GemvFormName(f);
+    EXPECT_EQ(*back, f);
+  }
+  absl::StatusOr<GemvForm> bad = ParseGemvForm("three-rows");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("'three-rows'"));
+}
+
+// The tuner times every form over the matrices it can run (not the 1-D
+// norm, not the quantized blocks), picks by ChooseGemvForm, and leaves its
+// pick as the process's form.
+TEST(GemvFormTest, TuneTimesEveryFormAndSetsItsPick) {
+  Arch a = TinyMixedArch();
+  auto d = Decoder::Create(a, 5);
+  ASSERT_TRUE(d.ok());
+  std::vector<torch::Tensor> mats;
+  int64_t bytes = 0;
+  for (const auto& [name, t] : d->NamedTensors()) {
+    mats.push_back(t);
+    if (t.dim() == 2) bytes += t.nbytes();
+  }
+  mats.push_back(torch::zeros({4, 64, 18}, torch::kUInt8));  // Q4_0-like blocks: skipped
+  SetGemvForm(GemvForm::kOneRow);
+  const GemvTuning tuning = TuneGemvForm(mats);
+  EXPECT_EQ(tuning.bytes, bytes);
+  EXPECT_EQ(CurrentGemvForm(), tuning.chosen);
+  const std::vector<GemvForm> forms = GemvFormsHere();
+  if (forms.size() > 1) {
+    ASSERT_EQ(tuning.times.size(), forms.size());
+    for (const GemvFormTime& t : tuning.times) EXPECT_GT(t.median_ms, 0) << GemvFormName(t.form);
+    EXPECT_EQ(tuning.chosen, ChooseGemvForm(tuning.times));
+    EXPECT_GE(tuning.passes, 3);
+    EXPECT_THAT(tuning.Describe(), ::testing::HasSubstr("one-row "));
+  } else {
+    EXPECT_TRUE(tuning.times.empty());
+    EXPECT_EQ(tuning.chosen, GemvForm::kOneRow);
+  }
+  SetGemvForm(GemvForm::kOneRow);
 }
 
 }  // namespace

@@ -40,6 +40,22 @@ void CheckGemvs(KernelCheck& out) {
       row.ok = row.best_error <= KernelCheck::kTolerance &&
                *row.portable_error <= KernelCheck::kTolerance;
       out.rows.push_back(row);
+      // Every other form the tuner may pick (model/gemv.h) must give the
+      // default form's bits, not only a small error.
+      const GemvForm before = CurrentGemvForm();
+      SetGemvForm(GemvForm::kOneRow);
+      const torch::Tensor one_row = WeightGemv(w, x);
+      for (GemvForm form : GemvFormsHere()) {
+        if (form == GemvForm::kOneRow) continue;
+        SetGemvForm(form);
+        const torch::Tensor got = WeightGemv(w, x);
+        KernelCheckRow f;
+        f.kernel = absl::StrCat(row.kernel, " form ", GemvFormName(form), " (one-row's bits)");
+        f.best_error = GemvError(got, want, scale);
+        f.ok = f.best_error <= KernelCheck::kTolerance && torch::equal(got, one_row);
+        out.rows.push_back(f);
+      }
+      SetGemvForm(before);
     }
   }
 }

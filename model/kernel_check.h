@@ -1,7 +1,8 @@
 // The runtime's hand-written kernels checked on the CPU at hand: the best
 // path (AVX2 on x86, NEON on aarch64) against the portable loop and both
 // against a double-precision product of the same weights, on sizes that are
-// and are not multiples of the vector width, split over `threads` threads.
+// and are not multiples of the vector width, split over `threads` threads;
+// each of the GEMV's other forms (GemvForm) against the default's bits.
 // The phone agent runs it (`hilnas-agent --check-kernels`): the arm64 test
 // runs it under qemu with 4 threads, as the phone runs them (MobileLLM-Flash
 // Sec. 4.2), and a unit test runs it on the build machine.

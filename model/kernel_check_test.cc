@@ -19,10 +19,16 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   ASSERT_TRUE(check.ok()) << check.status();
   EXPECT_TRUE(check->ok()) << check->Report();
   EXPECT_EQ(check->gemv_path, GemvKernelName());
-  // 3 types x 3 shapes of GEMV, the same of the prompt product where the
-  // CPU has AVX-512, 8 attention cases (4 f32, 2 over an f16 cache, 2 over
-  // a q8_0 cache), 2 block types x 3 shapes
-  EXPECT_EQ(check->rows.size(), OwnPromptGemmAvailable() ? 32u : 23u);
+  // 3 types x 3 shapes of GEMV, each again in every other form this CPU
+  // runs, the same of the prompt product where the CPU has AVX-512, 8
+  // attention cases (4 f32, 2 over an f16 cache, 2 over a q8_0 cache), 2
+  // block types x 3 shapes
+  const size_t other_forms = GemvFormsHere().size() - 1;
+  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 32u : 23u) + 9 * other_forms);
+  size_t form_rows = 0;
+  for (const KernelCheckRow& row : check->rows)
+    form_rows += row.kernel.find(" form ") != row.kernel.npos;
+  EXPECT_EQ(form_rows, 9 * other_forms);
   EXPECT_EQ(check->quant_path, QuantKernelName());
   for (const KernelCheckRow& row : check->rows) {
     EXPECT_GT(row.best_error, 0) << row.kernel << ": a float sum equal to the double one "

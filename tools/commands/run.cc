@@ -38,6 +38,7 @@ struct RunOptions {
   std::string kv_dtype = "f32";
   uint64_t seed = 0;
   int32_t warmups = 0;
+  std::string gemv_form = "auto";
 };
 
 absl::StatusOr<torch::Dtype> ComputeDtype(const std::string& name) {
@@ -117,6 +118,18 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
               cl.dtype.c_str(), at::get_num_threads());
   std::printf("kernels: prompt matrix products %s; decode %s\n", PromptKernelsDescription().c_str(),
               GemvKernelName());
+  // The decode kernel's form: timed here on these weights and threads
+  // (model/gemv.h), or as --gemv-form names it.
+  if (cl.gemv_form == "auto") {
+    std::printf("decode GEMV form: %s\n",
+                TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
+  } else {
+    absl::StatusOr<GemvForm> form = ParseGemvForm(cl.gemv_form);
+    if (!form.ok()) return Fail(form.status());
+    SetGemvForm(*form);
+    std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
+                CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
+  }
   GenerateOptions o;
   o.max_new_tokens = cl.max_new_tokens;
   o.prefill_chunk = cl.prefill_chunk;
@@ -186,6 +199,9 @@ int RunRun(const RunOptions& cl) {
         absl::StrCat("--prompt-tokens ", prompt, " and --max-new-tokens ", generated,
                      " must be positive and together at most ", kMaxContext)));
   }
+  if (cl.gemv_form != "auto") {
+    if (absl::StatusOr<GemvForm> f = ParseGemvForm(cl.gemv_form); !f.ok()) return Fail(f.status());
+  }
   std::unique_ptr<CheckpointReader> checkpoint;
   if (!cl.ckpt.empty()) {
     auto opened = CheckpointReader::Open(cl.ckpt);
@@ -212,7 +228,7 @@ void AddRunCommand(Cli& cli) {
       "run",
       "--shape NAME|--arch FILE|--ckpt DIR [--prompt-tokens N --max-new-tokens M\n"
       "    --prefill-chunk C --threads T --dtype f32|bf16 --weight-dtype f32|bf16|f16|q4_0|q8_0 "
-      "--kv-dtype f32|f16|q8_0 --seed S --warmups W]",
+      "--kv-dtype f32|f16|q8_0 --seed S --warmups W --gemv-form auto|FORM]",
       "build, prefill and decode once; print TTFT and decode speed", RunRun);
   auto [shape, arch] = AddArchFlags(app, &o->model);
   app->add_option("--ckpt", o->ckpt, "checkpoint folder (config.json + model.safetensors)")
@@ -237,6 +253,10 @@ void AddRunCommand(Cli& cli) {
                   "untimed generations of the same lengths (other prompts) before the timed "
                   "one, as agents and llama-bench run them")
       ->check(CLI::Range(0, 100));
+  app->add_option("--gemv-form", o->gemv_form,
+                  "how decode's kernel streams the weights: auto (time each form on these "
+                  "weights and take the fastest) | one-row | one-row-prefetch | two-rows | "
+                  "four-rows (every form gives the same bits)");
   cli.StableTiming(app, &o->threads);
 }
 
