@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -211,25 +212,59 @@ inline float32x4_t Widen4(const uint16_t* p, bool bf16) {
   return vcvt_f32_f16(vreinterpret_f16_u16(h));
 }
 
-// One row at a time, as on x86 (one sequential stream), with four
-// accumulators (four FMA chains in flight).
-template <typename W>
+// R rows side by side (R = 1: one row at a time, one sequential stream),
+// four accumulators a row (four FMA chains in flight), each load of x
+// shared by the R rows: the x86 forms' NEON twins, and like them each row's
+// sums go in one order in every form (the tail fused, std::fma: FMADD), so
+// every form gives the same bits. Four rows take 16 accumulators and 4
+// loads of x, within aarch64's 32 vector registers. With kPrefetch (R = 1)
+// each 16 elements also ask for the line 4 KiB ahead (PRFM).
+template <int R, bool kPrefetch, typename W>
 void RowsNeon(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last,
               bool bf16) {
-  for (int64_t o = first; o < last; ++o) {
+  int64_t o = first;
+  for (; o + R <= last; o += R) {
     const W* row = w + o * in;
-    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0), a2 = vdupq_n_f32(0), a3 = vdupq_n_f32(0);
+    float32x4_t a[R][4];
+    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = a[r][2] = a[r][3] = vdupq_n_f32(0);
     int64_t i = 0;
     for (; i + 16 <= in; i += 16) {
-      a0 = vfmaq_f32(a0, Widen4(row + i, bf16), vld1q_f32(x + i));
-      a1 = vfmaq_f32(a1, Widen4(row + i + 4, bf16), vld1q_f32(x + i + 4));
-      a2 = vfmaq_f32(a2, Widen4(row + i + 8, bf16), vld1q_f32(x + i + 8));
-      a3 = vfmaq_f32(a3, Widen4(row + i + 12, bf16), vld1q_f32(x + i + 12));
+      if (kPrefetch) __builtin_prefetch(row + i + 4096 / sizeof(W));
+      const float32x4_t x0 = vld1q_f32(x + i), x1 = vld1q_f32(x + i + 4), x2 = vld1q_f32(x + i + 8),
+                        x3 = vld1q_f32(x + i + 12);
+      for (int r = 0; r < R; ++r) {
+        const W* p = row + r * in + i;
+        a[r][0] = vfmaq_f32(a[r][0], Widen4(p, bf16), x0);
+        a[r][1] = vfmaq_f32(a[r][1], Widen4(p + 4, bf16), x1);
+        a[r][2] = vfmaq_f32(a[r][2], Widen4(p + 8, bf16), x2);
+        a[r][3] = vfmaq_f32(a[r][3], Widen4(p + 12, bf16), x3);
+      }
     }
-    for (; i + 4 <= in; i += 4) a0 = vfmaq_f32(a0, Widen4(row + i, bf16), vld1q_f32(x + i));
-    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
-    for (; i < in; ++i) sum += Widen1(row[i], bf16) * x[i];
-    y[o] = sum;
+    for (; i + 4 <= in; i += 4) {
+      const float32x4_t x0 = vld1q_f32(x + i);
+      for (int r = 0; r < R; ++r) a[r][0] = vfmaq_f32(a[r][0], Widen4(row + r * in + i, bf16), x0);
+    }
+    for (int r = 0; r < R; ++r) {
+      float sum = vaddvq_f32(vaddq_f32(vaddq_f32(a[r][0], a[r][1]), vaddq_f32(a[r][2], a[r][3])));
+      for (int64_t k = i; k < in; ++k) sum = std::fma(Widen1(row[r * in + k], bf16), x[k], sum);
+      y[o + r] = sum;
+    }
+  }
+  if (R > 1) RowsNeon<1, false>(w, x, y, in, o, last, bf16);  // the last rows short of R
+}
+
+template <typename W>
+void RowsNeonForm(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last,
+                  bool bf16, GemvForm form) {
+  switch (form) {
+    case GemvForm::kOneRowPrefetch:
+      return RowsNeon<1, true>(w, x, y, in, first, last, bf16);
+    case GemvForm::kTwoRows:
+      return RowsNeon<2, false>(w, x, y, in, first, last, bf16);
+    case GemvForm::kFourRows:
+      return RowsNeon<4, false>(w, x, y, in, first, last, bf16);
+    default:
+      return RowsNeon<1, false>(w, x, y, in, first, last, bf16);
   }
 }
 
@@ -254,7 +289,7 @@ std::atomic<GemvForm> current_form{GemvForm::kOneRow};
 
 template <typename W>
 void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64_t last, bool bf16,
-          KernelPath path, GemvForm form) {
+          KernelPath path, [[maybe_unused]] GemvForm form) {  // portable: one form
   if (path != KernelPath::kPortable) {
 #if defined(__x86_64__)
     if (form == GemvForm::kFourRows && HasAvx512vl()) {
@@ -262,7 +297,7 @@ void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64
     }
     if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16, form);
 #elif defined(__aarch64__)
-    return RowsNeon(w, x, y, in, first, last, bf16);
+    return RowsNeonForm(w, x, y, in, first, last, bf16, form);
 #endif
   }
   RowsPortable(w, x, y, in, first, last, bf16);
@@ -319,9 +354,18 @@ void GemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath
 }
 
 bool RunsHere(GemvForm form) {
-  const std::vector<GemvForm> here = GemvFormsHere();
-  return std::find(here.begin(), here.end(), form) != here.end();
+  if (form == GemvForm::kOneRow) return true;
+#if defined(__x86_64__)
+  return HasAvx2() && (form != GemvForm::kFourRows || HasAvx512vl());
+#elif defined(__aarch64__)
+  return true;
+#else
+  return false;  // the portable loop
+#endif
 }
+
+constexpr GemvForm kAllForms[] = {GemvForm::kOneRow, GemvForm::kOneRowPrefetch, GemvForm::kTwoRows,
+                                  GemvForm::kFourRows};
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -351,8 +395,7 @@ const char* GemvFormName(GemvForm form) {
 }
 
 absl::StatusOr<GemvForm> ParseGemvForm(absl::string_view name) {
-  for (GemvForm f :
-       {GemvForm::kOneRow, GemvForm::kOneRowPrefetch, GemvForm::kTwoRows, GemvForm::kFourRows}) {
+  for (GemvForm f : kAllForms) {
     if (name == GemvFormName(f)) return f;
   }
   return absl::InvalidArgumentError(
@@ -361,15 +404,11 @@ absl::StatusOr<GemvForm> ParseGemvForm(absl::string_view name) {
 }
 
 std::vector<GemvForm> GemvFormsHere() {
-#if defined(__x86_64__)
-  if (HasAvx2()) {
-    std::vector<GemvForm> forms = {GemvForm::kOneRow, GemvForm::kOneRowPrefetch,
-                                   GemvForm::kTwoRows};
-    if (HasAvx512vl()) forms.push_back(GemvForm::kFourRows);
-    return forms;
+  std::vector<GemvForm> forms;
+  for (GemvForm f : kAllForms) {
+    if (RunsHere(f)) forms.push_back(f);
   }
-#endif
-  return {GemvForm::kOneRow};
+  return forms;
 }
 
 void SetGemvForm(GemvForm form) {

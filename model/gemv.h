@@ -31,8 +31,9 @@ enum class KernelPath { kBest, kBaseline, kPortable };
 // The best path's name on this CPU: "avx2+fma+f16c", "neon" or "portable".
 const char* GemvKernelName();
 
-// How the x86 kernel streams a matrix's rows through memory (f32, bf16 and
-// f16 weights; the quantized products and other paths have one form). All
+// How the kernel streams a matrix's rows through memory (f32, bf16 and f16
+// weights, x86's AVX2 kernel and aarch64's NEON kernel; the quantized
+// products and the portable loop have one form). All
 // forms sum each row in the same order and give the same bits; which reads
 // fastest depends on the CPU's prefetchers, not on its instruction set:
 // one row at a time is fastest on AMD's Zen 4 and Zen 5 and rows side by
@@ -44,14 +45,14 @@ enum class GemvForm {
   kOneRow,          // one row at a time (the default)
   kOneRowPrefetch,  // the same, asking for the line 4 KiB ahead
   kTwoRows,         // two rows side by side, sharing each load of x
-  kFourRows,        // four rows side by side (CPUs with AVX-512VL)
+  kFourRows,        // four rows side by side (x86 with AVX-512VL; aarch64)
 };
 // "one-row", "one-row-prefetch", "two-rows", "four-rows".
 const char* GemvFormName(GemvForm form);
 // The form named so; INVALID_ARGUMENT naming `name` and the choices.
 absl::StatusOr<GemvForm> ParseGemvForm(absl::string_view name);
-// The forms this CPU runs: all four with AVX-512VL, three with AVX2 only,
-// kOneRow alone elsewhere (aarch64's NEON kernel, the portable loop).
+// The forms this CPU runs: all four on aarch64 and on x86 with AVX-512VL,
+// three with AVX2 only, kOneRow alone for the portable loop.
 std::vector<GemvForm> GemvFormsHere();
 // The form every product in this process uses from now on (kOneRow until
 // set); one this CPU does not run (GemvFormsHere) falls back to kOneRow.

@@ -189,7 +189,8 @@ TEST_F(Arm64AgentTest, BundledAgentOnAnEmulatedPhoneRegistersAndCompletesABenchm
 
 // The phone's kernels: the NEON GEMV (f32, f16, bf16) and the attention
 // kernels on 4 threads, as the phone runs them, hold to a double reference,
-// and the NEON GEMV to the portable loop's; under qemu, which executes the
+// and the NEON GEMV to the portable loop's (its other forms to its own
+// bits); under qemu, which executes the
 // NEON instructions exactly as the architecture defines them.
 TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
   int code = 0;
@@ -203,7 +204,11 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
        {"gemv Float 67x1027", "gemv Half 131x576", "gemv BFloat16 5x7",
         "attention decode window 48", "attention prefill full", "attention decode f16 cache",
         "attention decode f16 cache mha", "attention decode q8_0 cache",
-        "attention decode q8_0 cache mha", "q4_0 67x1024 x1", "q4_0 131x576 x7", "q8_0 5x32 x4"}) {
+        "attention decode q8_0 cache mha", "q4_0 67x1024 x1", "q4_0 131x576 x7", "q8_0 5x32 x4",
+        // the NEON GEMV's other forms, each against the default form's bits
+        "gemv Float 67x1027 form one-row-prefetch (one-row's bits)",
+        "gemv Half 131x576 form two-rows (one-row's bits)",
+        "gemv BFloat16 5x7 form four-rows (one-row's bits)"}) {
     EXPECT_THAT(out, HasSubstr(kernel));
   }
   EXPECT_THAT(out, Not(HasSubstr("OVER TOLERANCE")));
