@@ -71,6 +71,15 @@ TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
   EXPECT_THAT(r.output, HasSubstr("prompt 64 tokens (prefill chunk 16): TTFT"));
   EXPECT_THAT(r.output, HasSubstr("tokens/s"));
   EXPECT_EQ(StatsLine(r.output).value("generated_tokens", 0), 4);
+  // Before the runs, the decode kernel's forms were timed on the model and
+  // the fastest kept (model/gemv.h TuneGemvForm).
+  EXPECT_THAT(r.output, HasSubstr("decode GEMV form: "));
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    EXPECT_THAT(r.output, HasSubstr("one-row "));
+    EXPECT_THAT(r.output, HasSubstr("two-rows "));
+    EXPECT_THAT(r.output, HasSubstr(" passes over "));
+  }
 }
 
 // OpenBLAS loaded with a core below the CPU's (as Debian 12's does on an
@@ -127,6 +136,24 @@ TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {
   Result bad = Hilnas(run + " --warmups 101");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.output, HasSubstr("--warmups"));
+}
+
+// --gemv-form names the decode kernel's form instead of timing them, and
+// a name that is none of them fails before anything is built.
+TEST(CliTest, RunTakesTheDecodeFormByName) {
+  const std::string run = "run --arch " + SourceDir() +
+                          "/configs/tiny-arch.textproto --prompt-tokens 16 --max-new-tokens 2 "
+                          "--threads 1";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    Result named = Hilnas(run + " --gemv-form two-rows");
+    ASSERT_EQ(named.exit_code, 0) << named.output;
+    EXPECT_THAT(named.output, HasSubstr("decode GEMV form: two-rows (--gemv-form)"));
+  }
+  Result bad = Hilnas(run + " --gemv-form three-rows");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("GEMV form 'three-rows' is none of"));
+  EXPECT_THAT(bad.output, Not(HasSubstr("model:")));  // refused before the build
 }
 
 TEST(CliTest, MalformedArchFileNamesFileLineAndField) {
