@@ -35,6 +35,7 @@
 #include "device_agent/protocol.h"
 #include "model/blas_core.h"
 #include "model/decoder.h"
+#include "model/gemv.h"
 #include "proto/arch.pb.h"
 #include "search_space/arch.h"
 #include "search_space/shapes.h"
@@ -166,6 +167,9 @@ int Main(int argc, char** argv) {
   const std::string kv_dtype = Arg(argc, argv, "--kv-dtype", "f32");
   hilnas::Decoder decoder =
       BuildDecoder(arch, dtype, kv_dtype, Arg(argc, argv, "--aten-decode", "0") == "1");
+  // The decode kernel's form as agents and `hilnas run` pick it (model/gemv.h).
+  std::printf("decode GEMV form: %s\n",
+              hilnas::TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
   torch::NoGradGuard no_grad;
   at::RecordFunctionGuard enable(true);
   for (int64_t prompt : prompts) {

@@ -74,16 +74,17 @@ struct GemvTuning {
   std::vector<GemvFormTime> times;  // empty when there was nothing to choose
   int64_t bytes = 0;                // read by one pass
   int passes = 0;                   // timed, per form
-  // "two-rows (one-row 1.32 ms, two-rows 1.10 ms, ... a pass over 56.6 MB, 7 passes)".
+  // "one-row (one-row 1.636 ms, one-row-prefetch 1.773 ms, ..., medians of
+  // 25 passes over 56.6 MB)".
   std::string Describe() const;
 };
-// Times each form of GemvFormsHere() over `matrices` (the 2-D f32, bf16 and
-// f16 ones among them, in order, up to 512 MiB), as decode calls the kernel:
-// one product at a time on libtorch's current intra-op threads; passes of
-// the forms interleaved, in turn first (3 to 25 of each, about 250 ms in
-// all); an untimed pass before. Then SetGemvForm(ChooseGemvForm(...)) and
-// returns what it measured. With one form (or no matrix) it times nothing
-// and sets kOneRow.
+// Times each form of GemvFormsHere() over `matrices` (the 2-D f32, bf16
+// and f16 ones among them, in order, until they reach 512 MiB), as decode
+// calls the kernel: one product at a time on libtorch's current intra-op
+// threads; passes of the forms interleaved, in turn first (3 to 25 of
+// each, about 250 ms in all for small models); an untimed pass before.
+// Then SetGemvForm(ChooseGemvForm(...)) and returns what it measured. With
+// one form (or no matrix) it times nothing and sets kOneRow.
 GemvTuning TuneGemvForm(const std::vector<torch::Tensor>& matrices);
 
 // w [out, in] f32, bf16 or f16, contiguous; x f32 with `in` elements.
