@@ -97,10 +97,10 @@ class LibtorchModel : public PreparedModel {
 
  private:
   Decoder decoder_;
-  std::string kernels_;
   std::shared_ptr<KvPredictor> kvp_;  // null unless the arch has an auxiliary model
   int64_t prefill_chunk_;
   uint64_t seed_;
+  std::string kernels_;  // TuneKernels' report
 
   absl::StatusOr<Generation> Generate(const std::vector<int64_t>& prompt,
                                       const GenerateOptions& o) {
