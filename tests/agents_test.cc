@@ -187,6 +187,9 @@ TEST_F(AgentsTest, AgentReconnectsAfterCoordinatorRestartAndBenchPrintsResult) {
   EXPECT_EQ(bench.Wait(), 0) << bench.Log() << agent->Log();
   EXPECT_THAT(bench.Log(), HasSubstr("TTFT median ms"));
   EXPECT_THAT(bench.Log(), HasSubstr("device phone"));
+  // The decode kernel's form the agent tuned on the job's model, reported
+  // in the result (DeviceIdentity.runtime_kernels).
+  EXPECT_THAT(bench.Log(), HasSubstr(", GEMV form ")) << agent->Log();
   EXPECT_EQ(Agents()["phone"].jobs_done(), 2);
   // The first job's result is still there after the restart.
   EXPECT_EQ(WaitJob(first, 0).state(), JOB_DONE);

@@ -53,6 +53,7 @@ void PrintResult(const BenchmarkResult& r) {
       d.governor().empty() ? "(unreadable)" : d.governor().c_str(), d.build_type().c_str(),
       Precision_Name(r.request().precision()).c_str(),
       r.request().kv_dtype().empty() ? "f32" : r.request().kv_dtype().c_str());
+  if (!d.runtime_kernels().empty()) std::printf("kernels: %s\n", d.runtime_kernels().c_str());
   std::printf(
       "\n| prompt | TTFT median ms | ± s.e. | spread | decode ms/token | ± s.e. | tokens/s | runs "
       "|\n");
