@@ -5,15 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/median.h"
 
 namespace hilnas {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 absl::Status Named(const absl::Status& s, const std::string& runtime) {
   return absl::Status(s.code(), absl::StrCat(runtime, ": ", s.message()));

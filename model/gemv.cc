@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "model/quant.h"
 #include "util/aligned.h"
+#include "util/median.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -366,12 +367,6 @@ bool RunsHere(GemvForm form) {
 
 constexpr GemvForm kAllForms[] = {GemvForm::kOneRow, GemvForm::kOneRowPrefetch, GemvForm::kTwoRows,
                                   GemvForm::kFourRows};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
-}
 
 }  // namespace
 
