@@ -33,14 +33,15 @@ const char* GemvKernelName();
 
 // How the kernel streams a matrix's rows through memory (f32, bf16 and f16
 // weights, x86's AVX2 kernel and aarch64's NEON kernel; the quantized
-// products and the portable loop have one form). All
-// forms sum each row in the same order and give the same bits; which reads
-// fastest depends on the CPU's prefetchers, not on its instruction set:
-// one row at a time is fastest on AMD's Zen 4 and Zen 5 and rows side by
-// side slower there (bench/data/runtime-compare.md), while llama.cpp's f32
-// products read five rows side by side and outran one-row on a Xeon. So no
-// form is fixed for every CPU: TuneGemvForm times them on the weights at
-// hand (issue 35: nothing tuned to one model of CPU).
+// products and the portable loop have one form). All forms sum each row in
+// the same order and give the same bits; which reads fastest depends on
+// the CPU's prefetchers and the weights' type, not on the instruction set:
+// on AMD's Zen 4 and Zen 5 rows side by side cost 1.4-2.7x one row at a
+// time, and f16 rows gain 12-16% from the prefetch on Zen 5
+// (bench/data/runtime-compare.md), while llama.cpp's f32 products read five
+// rows side by side and outran one-row on a Xeon. So no form is fixed for
+// every CPU: TuneGemvForm times them on the weights at hand (issue 35:
+// nothing tuned to one model of CPU).
 enum class GemvForm {
   kOneRow,          // one row at a time (the default)
   kOneRowPrefetch,  // the same, asking for the line 4 KiB ahead
