@@ -393,9 +393,10 @@ absl::StatusOr<GemvForm> ParseGemvForm(absl::string_view name) {
   for (GemvForm f : kAllForms) {
     if (name == GemvFormName(f)) return f;
   }
+  std::string names;
+  for (GemvForm f : kAllForms) absl::StrAppend(&names, GemvFormName(f), ", ");
   return absl::InvalidArgumentError(
-      absl::StrCat("GEMV form '", name,
-                   "' is none of one-row, one-row-prefetch, two-rows, four-rows (or auto)"));
+      absl::StrCat("GEMV form '", name, "' is none of ", names, "or auto"));
 }
 
 std::vector<GemvForm> GemvFormsHere() {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
@@ -108,8 +109,9 @@ std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, double build_ms,
-            KvPredictor* kvp = nullptr) {
+// `form`: the one --gemv-form named, or none to time them (auto).
+int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder,
+            const std::string& how, double build_ms, KvPredictor* kvp = nullptr) {
   const Arch& a = decoder.arch();
   std::printf("model: %s: %d layers, d_model %d, d_ffn %d, pattern %s, %s parameters\n",
               a.name.empty() ? "(unnamed)" : a.name.c_str(), a.num_layers, a.d_model, a.d_ffn,
@@ -120,12 +122,10 @@ int RunOnce(const RunOptions& cl, Decoder& decoder, const std::string& how, doub
               GemvKernelName());
   // The decode kernel's form: timed here on these weights and threads
   // (model/gemv.h), or as --gemv-form names it.
-  if (cl.gemv_form == "auto") {
+  if (!form) {
     std::printf("decode GEMV form: %s\n",
                 TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
   } else {
-    absl::StatusOr<GemvForm> form = ParseGemvForm(cl.gemv_form);
-    if (!form.ok()) return Fail(form.status());
     SetGemvForm(*form);
     std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
                 CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
@@ -199,8 +199,11 @@ int RunRun(const RunOptions& cl) {
         absl::StrCat("--prompt-tokens ", prompt, " and --max-new-tokens ", generated,
                      " must be positive and together at most ", kMaxContext)));
   }
+  std::optional<GemvForm> form;  // parsed before anything is built
   if (cl.gemv_form != "auto") {
-    if (absl::StatusOr<GemvForm> f = ParseGemvForm(cl.gemv_form); !f.ok()) return Fail(f.status());
+    absl::StatusOr<GemvForm> f = ParseGemvForm(cl.gemv_form);
+    if (!f.ok()) return Fail(f.status());
+    form = *f;
   }
   std::unique_ptr<CheckpointReader> checkpoint;
   if (!cl.ckpt.empty()) {
@@ -218,7 +221,7 @@ int RunRun(const RunOptions& cl) {
   }
   auto built = BuildModel(cl, *dtype, checkpoint.get());
   if (!built.ok()) return Fail(built.status());
-  return RunOnce(cl, built->decoder, built->how, built->build_ms, built->kvp.get());
+  return RunOnce(cl, form, built->decoder, built->how, built->build_ms, built->kvp.get());
 }
 
 }  // namespace
