@@ -11,8 +11,17 @@
 // buffers, what a decode step calls). Full and window runs are
 // interleaved; medians of --repeats.
 //
+// --decode-caches 1 times instead one decode query over a full layer's cache
+// of each dtype the decoder stores (f32, f16, q8_0: `--kv-dtype`), as
+// microseconds a call and the cache's bytes read a second (issue 35: decode
+// attention's bandwidth against the GEMV's). --between-mb N reads N MB
+// (untimed) before each call, as a decode step streams its weights between
+// one layer's attention and the same layer's next (full4: 56.6 MB of f32):
+// the cache then comes from L3 or memory, as in the model, not from L2.
+//
 // usage: attention_bench [--prompts 256,1024,2048] [--threads 1,2] [--window 128]
 //                        [--heads 8] [--kv-heads 2] [--head-dim 64] [--repeats 7]
+//                        [--decode-caches 1 [--between-mb 0]]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -26,6 +35,7 @@
 #include "bench/bench_util.h"
 #include "model/attention.h"
 #include "model/blas_core.h"
+#include "model/quant.h"
 #include "util/subprocess.h"
 
 namespace attention_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
@@ -56,6 +66,77 @@ double Seconds(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One decode query over `t` cached keys and values of each dtype: the cache
+// a decode step reads ([KVH, t, hd] a tensor; Q8_0 rows of hd / 32 blocks).
+void DecodeCaches(const std::vector<int64_t>& prompts, const std::vector<int64_t>& threads,
+                  int64_t h, int64_t kvh, int64_t hd, int repeats, int64_t between_mb) {
+  std::vector<float> stream(between_mb * (1 << 20) / sizeof(float), 1.0f);
+  volatile float sink = 0;
+  auto evict = [&] {
+    float sum = 0;
+    for (float x : stream) sum += x;
+    sink = sink + sum;
+  };
+  std::printf("| threads | tokens | cache | us a call | cache MB | GB/s |\n");
+  std::printf("|---:|---:|---|---:|---:|---:|\n");
+  for (int64_t n_threads : threads) {
+    at::set_num_threads(static_cast<int>(n_threads));
+    for (int64_t t : prompts) {
+      auto k = torch::randn({kvh, t, hd});
+      auto v = torch::randn({kvh, t, hd});
+      auto q = torch::randn({h, hd});
+      auto o = torch::empty({h, hd});
+      auto k16 = k.to(torch::kHalf), v16 = v.to(torch::kHalf);
+      const int64_t row_bytes = hd / hilnas::kQuantBlock * 34;
+      std::vector<uint8_t> k8(kvh * t * row_bytes), v8(kvh * t * row_bytes);
+      for (int64_t r = 0; r < kvh * t; ++r) {
+        hilnas::QuantizeRow(hilnas::QuantType::kQ8_0, k.data_ptr<float>() + r * hd, hd,
+                            k8.data() + r * row_bytes);
+        hilnas::QuantizeRow(hilnas::QuantType::kQ8_0, v.data_ptr<float>() + r * hd, hd,
+                            v8.data() + r * row_bytes);
+      }
+      const float* qp = q.data_ptr<float>();
+      float* op = o.data_ptr<float>();
+      auto f32 = [&] {
+        hilnas::DecodeAttention(qp, h, kvh, hd, k.data_ptr<float>(), v.data_ptr<float>(), t * hd, t,
+                                0, t - 1, op);
+      };
+      auto f16 = [&] {
+        hilnas::DecodeAttention(qp, h, kvh, hd, static_cast<const uint16_t*>(k16.data_ptr()),
+                                static_cast<const uint16_t*>(v16.data_ptr()), t * hd, t, 0, t - 1,
+                                op);
+      };
+      auto q8 = [&] {
+        hilnas::DecodeAttention(qp, h, kvh, hd, k8.data(), v8.data(), t * row_bytes, t, 0, t - 1,
+                                op);
+      };
+      const double bytes[3] = {2.0 * kvh * t * hd * 4, 2.0 * kvh * t * hd * 2,
+                               2.0 * kvh * t * row_bytes};
+      std::vector<double> us[3];
+      for (int r = 0; r <= repeats; ++r) {  // r == 0 warms up; the three interleaved
+        double sum[3] = {0, 0, 0};
+        for (int i = 0; i < 50; ++i) {
+          evict();
+          sum[0] += Seconds(f32);
+          evict();
+          sum[1] += Seconds(f16);
+          evict();
+          sum[2] += Seconds(q8);
+        }
+        if (r == 0) continue;
+        for (int c = 0; c < 3; ++c) us[c].push_back(sum[c] / 50 * 1e6);
+      }
+      const char* names[3] = {"f32", "f16", "q8_0"};
+      for (int c = 0; c < 3; ++c) {
+        const double m = Median(us[c]);
+        std::printf("| %lld | %lld | %s | %.1f | %.2f | %.1f |\n", (long long)n_threads,
+                    (long long)t, names[c], m, bytes[c] / 1e6, bytes[c] / (m * 1e3));
+      }
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -70,6 +151,20 @@ int Main(int argc, char** argv) {
   const int repeats = static_cast<int>(Ints(Arg(argc, argv, "--repeats", "7"))[0]);
   torch::NoGradGuard no_grad;
   torch::manual_seed(1);
+  if (Arg(argc, argv, "--decode-caches", "0") == "1") {
+    int64_t between_mb = 0;
+    const std::string between = Arg(argc, argv, "--between-mb", "0");
+    if (!absl::SimpleAtoi(between, &between_mb) || between_mb < 0 || between_mb > 4096) {
+      std::fprintf(stderr, "error: --between-mb '%s': 0 to 4096\n", between.c_str());
+      return 2;
+    }
+    std::printf(
+        "decode attention, heads %lld/%lld x %lld, medians of %d (50 calls each), %lld MB read "
+        "between calls\n\n",
+        (long long)h, (long long)kvh, (long long)hd, repeats, (long long)between_mb);
+    DecodeCaches(prompts, threads, h, kvh, hd, repeats, between_mb);
+    return 0;
+  }
   std::printf("heads %lld/%lld x %lld, window %lld, medians of %d\n\n", (long long)h,
               (long long)kvh, (long long)hd, (long long)window, repeats);
   std::printf(

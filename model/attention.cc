@@ -390,6 +390,15 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 // layer's decode (8 heads x 128 keys x 64 x 2 = 131K) drops from 6.2 to
 // 3.9 us on 2 threads (attention_bench), below that a split stops paying.
 constexpr double kParallelWork = 1e5;
+// The same for one decode query (DecodeAttention), where a split has only
+// the KV heads to share out: a window-128 layer's decode (131K) took
+// 5.2-5.3 us on one thread and 8.2-11.1 us split over two (attention_bench
+// on Zen 5, 2026-11-28: the workers waking cost more than half the work),
+// and inside the model its split pushed a window layer's decode attention
+// to 0.17x a full layer's on 2 threads (bench/window_pricing.sh; issue 35
+// asks <= 0.15x); serial, 5.6 us and 0.115x. A full layer's 2048 keys
+// (2.1M) still split.
+constexpr double kDecodeParallelWork = 4e5;
 
 // What one thread reuses across its items: no allocation per block.
 // Cache-line aligned (util/aligned.h): with malloc's 16-byte alignment the
@@ -482,18 +491,47 @@ struct KeyBlock {
   }
 };
 
+// Asks for the cache lines of [p, p + bytes) ahead of their use.
+HILNAS_INLINE void PrefetchLines(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+}
+
+// What a decode step reads next, fetched while it scores a block: a decode
+// step reads a layer's cache once, from wherever the tens of megabytes of
+// weights streamed since the last step left it (L3 or memory), and the
+// hardware's streamers start late on each block's two short runs. `values`:
+// this block's value rows (read after the softmax); `next_keys`: the next
+// block's first `next_cols` key rows (none past the layer's keys). full4
+// at 2048 tokens over an f16 cache, 1 thread, Zen 5 (bench/step_profile,
+// four rounds each, interleaved): decode attention 0.417-0.437 ms a step
+// without, 0.317-0.373 with.
+template <typename K>
+struct DecodePrefetch {
+  const K* values;
+  const K* next_keys;
+  int64_t next_cols;
+};
+
 // Decode scores: a handful of rows, dot products straight off the cache (f32,
 // or f16 widened in registers), no transpose. Eight keys at a time, so one
 // load of q serves eight products and their eight sums fold into one
-// vector.
+// vector; the same eight rows of the block's values and of the next
+// block's keys are prefetched meanwhile (DecodePrefetch).
 template <bool kAvx2, typename K>
-HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, int64_t hdp, const Scratch& w,
-                                float* s) {
+HILNAS_INLINE void DecodeScores(const KeyBlock& blk, const K* kb, const DecodePrefetch<K>& ahead,
+                                int64_t hdp, const Scratch& w, float* s) {
   const int64_t hd = blk.sh.hd, cols = blk.cols, cp = blk.cp;
+  const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(K));
   int64_t c = 0;
   if (hd % 8 == 0) {
     for (; c + 8 <= cols; c += 8) {
       const K* key = kb + c * hd;
+      PrefetchLines(ahead.values + c * hd, 8 * row_bytes);
+      if (c < ahead.next_cols) {
+        PrefetchLines(ahead.next_keys + c * hd,
+                      std::min<int64_t>(8, ahead.next_cols - c) * row_bytes);
+      }
       for (int64_t r = 0; r < blk.r_all; ++r) {
         const float* qr = w.qs.data() + r * hdp;
         V8 a[8] = {};
@@ -766,15 +804,18 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     w.s.resize(rp * blk.cp);
     float* s = w.s.data();
     const KV* kb = keys + (c0 - sh.k_start) * row;
+    const KV* vb = values + (c0 - sh.k_start) * row;
     if constexpr (std::is_same_v<KV, Q8Block>) {
       QuantDecodeScores(blk, kb, w, s);
     } else if (decode) {
-      DecodeScores<kAvx2>(blk, kb, hdp, w, s);
+      const int64_t next_cols = std::min(sh.bk, hi - c0 - sh.bk);
+      const DecodePrefetch<KV> ahead{vb, next_cols > 0 ? kb + sh.bk * row : nullptr, next_cols};
+      DecodeScores<kAvx2>(blk, kb, ahead, hdp, w, s);
     } else {
       PrefillScores(blk, hdp, rp, w, s);
     }
     SoftmaxBlock(blk, hdp, rp, w, s);
-    AccumulateValues<kAvx2>(blk, values + (c0 - sh.k_start) * row, hdp, rp, w, s);
+    AccumulateValues<kAvx2>(blk, vb, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
     float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
@@ -934,7 +975,7 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
       AttendItem(it, shape, scratch);
     }
   };
-  if (2.0 * static_cast<double>(h) * n * hd < kParallelWork || kvh == 1) {
+  if (2.0 * static_cast<double>(h) * n * hd < kDecodeParallelWork || kvh == 1) {
     run(0, kvh);
   } else {
     at::parallel_for(0, kvh, 1, run);
