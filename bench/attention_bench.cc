@@ -21,7 +21,12 @@
 //
 // usage: attention_bench [--prompts 256,1024,2048] [--threads 1,2] [--window 128]
 //                        [--heads 8] [--kv-heads 2] [--head-dim 64] [--repeats 7]
-//                        [--decode-caches 1 [--between-mb 0]]
+//                        [--decode-caches 1 [--between-mb 0]] [--split-cost 1]
+//
+// --split-cost 1 times what a split over 2 threads costs this host: an
+// at::parallel_for of two empty items, and of two items of ~2.5 us against
+// the same two run in a row (the price a decode call's split over KV heads
+// must earn back; kDecodeParallelWork in model/attention.cc).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -137,6 +142,35 @@ void DecodeCaches(const std::vector<int64_t>& prompts, const std::vector<int64_t
   }
 }
 
+// What a split over two of ATen's threads costs (--split-cost): medians of
+// 2000 calls, five rounds.
+void SplitCost() {
+  at::set_num_threads(2);
+  std::vector<double> sink(2);
+  auto item = [&](int64_t a) {
+    double x = 0;
+    for (int k = 0; k < 3000; ++k) x += k * 1e-9;
+    sink[a] += x;
+  };
+  std::printf("| round | empty split us | split of 2 items us | the 2 items in a row us |\n");
+  std::printf("|---:|---:|---:|---:|\n");
+  for (int round = 1; round <= 5; ++round) {
+    std::vector<double> empty, split, serial;
+    for (int i = 0; i < 2000; ++i) {
+      empty.push_back(
+          Seconds([&] { at::parallel_for(0, 2, 1, [&](int64_t a, int64_t) { sink[a] += 1; }); }));
+      split.push_back(
+          Seconds([&] { at::parallel_for(0, 2, 1, [&](int64_t a, int64_t) { item(a); }); }));
+      serial.push_back(Seconds([&] {
+        item(0);
+        item(1);
+      }));
+    }
+    std::printf("| %d | %.2f | %.2f | %.2f |\n", round, Median(empty) * 1e6, Median(split) * 1e6,
+                Median(serial) * 1e6);
+  }
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -151,6 +185,10 @@ int Main(int argc, char** argv) {
   const int repeats = static_cast<int>(Ints(Arg(argc, argv, "--repeats", "7"))[0]);
   torch::NoGradGuard no_grad;
   torch::manual_seed(1);
+  if (Arg(argc, argv, "--split-cost", "0") == "1") {
+    SplitCost();
+    return 0;
+  }
   if (Arg(argc, argv, "--decode-caches", "0") == "1") {
     int64_t between_mb = 0;
     const std::string between = Arg(argc, argv, "--between-mb", "0");

@@ -391,14 +391,17 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 // 3.9 us on 2 threads (attention_bench), below that a split stops paying.
 constexpr double kParallelWork = 1e5;
 // The same for one decode query (DecodeAttention), where a split has only
-// the KV heads to share out: a window-128 layer's decode (131K) took
-// 5.2-5.3 us on one thread and 8.2-11.1 us split over two (attention_bench
-// on Zen 5, 2026-11-28: the workers waking cost more than half the work),
-// and inside the model its split pushed a window layer's decode attention
-// to 0.17x a full layer's on 2 threads (bench/window_pricing.sh; issue 35
-// asks <= 0.15x); serial, 5.6 us and 0.115x. A full layer's 2048 keys
-// (2.1M) still split.
-constexpr double kDecodeParallelWork = 4e5;
+// the KV heads to share out. On a Zen 5 VM (2026-11-28) a split over 2
+// threads cost 3.2 us even with the workers spinning (`attention_bench
+// --split-cost 1`: an empty at::parallel_for; two items of 2.25 us took
+// 5.55 us split, 4.49 in a row), so it pays above about 6.4 us of serial
+// work, ~130K multiply-adds at this kernel's rate. A window-128 layer's
+// decode (131K) split took 8.2-11.1 us against 5.2-5.3 on one thread;
+// inside the model the split held a window layer's decode attention at
+// 0.17x a full layer's on 2 threads (bench/window_pricing.sh; issue 35 asks
+// <= 0.15x), and left on one thread it read 0.115-0.145x. A full layer's
+// 256 keys (262K) and up still split.
+constexpr double kDecodeParallelWork = 2e5;
 
 // What one thread reuses across its items: no allocation per block.
 // Cache-line aligned (util/aligned.h): with malloc's 16-byte alignment the
