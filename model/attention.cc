@@ -385,10 +385,10 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 }
 
 // Score and value work in multiply-adds below which one thread does it
-// all. With the workers still spinning from the step's previous product
-// (util/subprocess.h) a split costs about a microsecond: a window-128
-// layer's decode (8 heads x 128 keys x 64 x 2 = 131K) drops from 6.2 to
-// 3.9 us on 2 threads (attention_bench), below that a split stops paying.
+// all, for a prompt's queries (BlockedAttention). Set when a split measured
+// about a microsecond with the workers still spinning from the previous
+// product (util/subprocess.h): a window-128 layer's decode (8 heads x 128
+// keys x 64 x 2 = 131K) then went from 6.2 to 3.9 us on 2 threads.
 constexpr double kParallelWork = 1e5;
 // The same for one decode query (DecodeAttention), where a split has only
 // the KV heads to share out. On a Zen 5 VM (2026-11-28) a split over 2
@@ -502,13 +502,13 @@ HILNAS_INLINE void PrefetchLines(const void* p, int64_t bytes) {
 
 // What a decode step reads next, fetched while it scores a block: a decode
 // step reads a layer's cache once, from wherever the tens of megabytes of
-// weights streamed since the last step left it (L3 or memory), and the
-// hardware's streamers start late on each block's two short runs. `values`:
-// this block's value rows (read after the softmax); `next_keys`: the next
-// block's first `next_cols` key rows (none past the layer's keys). full4
-// at 2048 tokens over an f16 cache, 1 thread, Zen 5 (bench/step_profile,
-// four rounds each, interleaved): decode attention 0.417-0.437 ms a step
-// without, 0.317-0.373 with.
+// weights streamed since the last step left it (L3 or memory), which the
+// hardware's own prefetchers did not hide. `values`: this block's value
+// rows (read after the softmax); `next_keys`: the next block's first
+// `next_cols` key rows (none past the layer's keys). full4 at 2048 tokens
+// over an f16 cache, 1 thread, Zen 5 (bench/step_profile, four rounds
+// each, interleaved): decode attention 0.404-0.443 ms a step without,
+// 0.300-0.323 with (bench/data/runtime-compare.md).
 template <typename K>
 struct DecodePrefetch {
   const K* values;
