@@ -24,15 +24,19 @@
 //                        [--decode-caches 1 [--between-mb 0]] [--split-cost 1]
 //
 // --split-cost 1 times what a split over 2 threads costs this host: an
-// at::parallel_for of two empty items, and of two items of ~2.5 us against
-// the same two run in a row (the price a decode call's split over KV heads
-// must earn back; kDecodeParallelWork in model/attention.cc).
+// at::parallel_for of two empty items (and a bare OpenMP region, and two
+// threads spinning on a counter for reference), and of two items of ~2.5
+// us against the same two run in a row (the price a decode call's split
+// over KV heads must earn back; kDecodeParallelWork in model/attention.cc).
+#include <omp.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -142,8 +146,20 @@ void DecodeCaches(const std::vector<int64_t>& prompts, const std::vector<int64_t
   }
 }
 
-// What a split over two of ATen's threads costs (--split-cost): medians of
-// 2000 calls, five rounds.
+// A CPU's spin-wait hint.
+inline void Pause() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// What a split over two threads costs (--split-cost): medians of 2000
+// calls, five rounds. An empty at::parallel_for, the same as a bare
+// `#pragma omp parallel` (libgomp), and for reference the floor of a
+// fork and join between two threads: a second thread spinning on a shared
+// counter, as a pool of spinning workers would.
 void SplitCost() {
   at::set_num_threads(2);
   std::vector<double> sink(2);
@@ -152,13 +168,50 @@ void SplitCost() {
     for (int k = 0; k < 3000; ++k) x += k * 1e-9;
     sink[a] += x;
   };
-  std::printf("| round | empty split us | split of 2 items us | the 2 items in a row us |\n");
-  std::printf("|---:|---:|---:|---:|\n");
+  // The spinning pair, on its own: its second thread would take a core
+  // from OpenMP's workers.
+  auto spin_pair = [&] {
+    alignas(64) std::atomic<int64_t> posted{0};
+    alignas(64) std::atomic<int64_t> finished{0};
+    std::atomic<bool> stop{false};
+    std::thread spinner([&] {
+      int64_t seen = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const int64_t g = posted.load(std::memory_order_acquire);
+        if (g == seen) {
+          Pause();
+          continue;
+        }
+        seen = g;
+        sink[1] += 1;
+        finished.store(g, std::memory_order_release);
+      }
+    });
+    std::vector<double> spin;
+    for (int i = 0; i < 2000; ++i) {
+      spin.push_back(Seconds([&] {
+        const int64_t g = posted.fetch_add(1, std::memory_order_acq_rel) + 1;
+        sink[0] += 1;
+        while (finished.load(std::memory_order_acquire) != g) Pause();
+      }));
+    }
+    stop = true;
+    spinner.join();
+    return Median(spin);
+  };
+  std::printf(
+      "| round | at::parallel_for, empty us | omp parallel, empty us | spinning pair, empty us | "
+      "split of 2 items us | the 2 items in a row us |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|\n");
   for (int round = 1; round <= 5; ++round) {
-    std::vector<double> empty, split, serial;
+    std::vector<double> empty, omp, split, serial;
     for (int i = 0; i < 2000; ++i) {
       empty.push_back(
           Seconds([&] { at::parallel_for(0, 2, 1, [&](int64_t a, int64_t) { sink[a] += 1; }); }));
+      omp.push_back(Seconds([&] {
+#pragma omp parallel num_threads(2)
+        { sink[omp_get_thread_num() & 1] += 1; }
+      }));
       split.push_back(
           Seconds([&] { at::parallel_for(0, 2, 1, [&](int64_t a, int64_t) { item(a); }); }));
       serial.push_back(Seconds([&] {
@@ -166,8 +219,9 @@ void SplitCost() {
         item(1);
       }));
     }
-    std::printf("| %d | %.2f | %.2f | %.2f |\n", round, Median(empty) * 1e6, Median(split) * 1e6,
-                Median(serial) * 1e6);
+    const double spin = spin_pair();
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", round, Median(empty) * 1e6,
+                Median(omp) * 1e6, spin * 1e6, Median(split) * 1e6, Median(serial) * 1e6);
   }
 }
 
