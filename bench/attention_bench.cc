@@ -96,7 +96,7 @@ void DecodeCaches(const std::vector<int64_t>& prompts, const std::vector<int64_t
       auto q = torch::randn({h, hd});
       auto o = torch::empty({h, hd});
       auto k16 = k.to(torch::kHalf), v16 = v.to(torch::kHalf);
-      const int64_t row_bytes = hd / hilnas::kQuantBlock * 34;
+      const int64_t row_bytes = hd / hilnas::kQuantBlock * hilnas::kQ8BlockBytes;
       std::vector<uint8_t> k8(kvh * t * row_bytes), v8(kvh * t * row_bytes);
       for (int64_t r = 0; r < kvh * t; ++r) {
         hilnas::QuantizeRow(hilnas::QuantType::kQ8_0, k.data_ptr<float>() + r * hd, hd,
