@@ -25,8 +25,9 @@
 //
 // --split-cost 1 times what a split over 2 threads costs this host: an
 // at::parallel_for of two empty items (and a bare OpenMP region, and two
-// threads spinning on a counter for reference), and of two items of ~2.5
-// us against the same two run in a row (the price a decode call's split
+// threads spinning on a counter for reference, and hilnas::ParallelFor's
+// own workers, model/work_split.h), and of two items of ~2.5 us on each
+// pool against the same two run in a row (the price a decode call's split
 // over KV heads must earn back; kDecodeParallelWork in model/attention.cc).
 #include <omp.h>
 #include <torch/torch.h>
@@ -45,6 +46,7 @@
 #include "model/attention.h"
 #include "model/blas_core.h"
 #include "model/quant.h"
+#include "model/work_split.h"
 #include "util/subprocess.h"
 
 namespace attention_bench_main {  // one of hilnas-bench's programs (bench/benches.h)
@@ -159,7 +161,8 @@ inline void Pause() {
 // calls, five rounds. An empty at::parallel_for, the same as a bare
 // `#pragma omp parallel` (libgomp), and for reference the floor of a
 // fork and join between two threads: a second thread spinning on a shared
-// counter, as a pool of spinning workers would.
+// counter, as a pool of spinning workers would; then hilnas's pool
+// (hilnas::ParallelFor), which the kernels run on.
 void SplitCost() {
   at::set_num_threads(2);
   std::vector<double> sink(2);
@@ -201,10 +204,11 @@ void SplitCost() {
   };
   std::printf(
       "| round | at::parallel_for, empty us | omp parallel, empty us | spinning pair, empty us | "
-      "split of 2 items us | the 2 items in a row us |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|\n");
+      "hilnas::ParallelFor, empty us | split of 2 items us | ParallelFor split of 2 items us | "
+      "the 2 items in a row us |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int round = 1; round <= 5; ++round) {
-    std::vector<double> empty, omp, split, serial;
+    std::vector<double> empty, omp, split, serial, pool, pool_split;
     for (int i = 0; i < 2000; ++i) {
       empty.push_back(
           Seconds([&] { at::parallel_for(0, 2, 1, [&](int64_t a, int64_t) { sink[a] += 1; }); }));
@@ -219,9 +223,24 @@ void SplitCost() {
         item(1);
       }));
     }
+    // hilnas's pool apart from OpenMP's: interleaved, libgomp's workers,
+    // still spinning from the call before, would share the second CPU
+    // with the pool's. 5 ms lets them go to sleep, as they do in a decode
+    // step whose every split runs on the spin pool.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    hilnas::SetThreadPool(hilnas::ThreadPool::kSpin);
+    for (int i = 0; i < 2000; ++i) {
+      pool.push_back(Seconds(
+          [&] { hilnas::ParallelFor(0, 2, 1, [&](int64_t a, int64_t) { sink[a] += 1; }); }));
+      pool_split.push_back(
+          Seconds([&] { hilnas::ParallelFor(0, 2, 1, [&](int64_t a, int64_t) { item(a); }); }));
+    }
+    hilnas::SetThreadPool(hilnas::ThreadPool::kOpenMp);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const double spin = spin_pair();
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", round, Median(empty) * 1e6,
-                Median(omp) * 1e6, spin * 1e6, Median(split) * 1e6, Median(serial) * 1e6);
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", round,
+                Median(empty) * 1e6, Median(omp) * 1e6, spin * 1e6, Median(pool) * 1e6,
+                Median(split) * 1e6, Median(pool_split) * 1e6, Median(serial) * 1e6);
   }
 }
 

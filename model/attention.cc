@@ -981,7 +981,7 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
   if (2.0 * static_cast<double>(h) * n * hd < kDecodeParallelWork || kvh == 1) {
     run(0, kvh);
   } else {
-    at::parallel_for(0, kvh, 1, run);
+    ParallelFor(0, kvh, 1, run);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "model/decoder.h"
 #include "model/test_archs.h"
+#include "model/work_split.h"
 
 namespace {
 std::atomic<int64_t> news{0};
@@ -45,21 +46,25 @@ double NewsPerStep(Decoder& d, int steps) {
 
 TEST(DecodeAllocTest, ADecodeStepAllocatesOnlyItsLogits) {
   at::set_num_threads(2);  // the parallel paths too
-  for (bool half : {false, true}) {
-    auto d = Decoder::Create(TinyMixedArch(), 3, torch::kFloat);
-    ASSERT_TRUE(d.ok());
-    if (half) {
-      ASSERT_TRUE(d->StoreWeightsAs(torch::kHalf).ok());
+  for (ThreadPool pool : {ThreadPool::kOpenMp, ThreadPool::kSpin}) {
+    SetThreadPool(pool);  // model/work_split.h
+    for (bool half : {false, true}) {
+      auto d = Decoder::Create(TinyMixedArch(), 3, torch::kFloat);
+      ASSERT_TRUE(d.ok());
+      if (half) {
+        ASSERT_TRUE(d->StoreWeightsAs(torch::kHalf).ok());
+      }
+      const double in_place = NewsPerStep(*d, 20);
+      d->SetInPlaceDecode(false);
+      const double modules = NewsPerStep(*d, 20);
+      // The logits tensor: its TensorImpl and StorageImpl, a few more in
+      // empty()'s bookkeeping. The module path makes one per intermediate.
+      EXPECT_LE(in_place, 6) << (half ? "f16" : "f32") << ", pool " << static_cast<int>(pool);
+      std::printf("operator new per step: in place %.1f, modules %.1f\n", in_place, modules);
+      EXPECT_GT(modules, 10 * in_place + 20) << (half ? "f16" : "f32");
     }
-    const double in_place = NewsPerStep(*d, 20);
-    d->SetInPlaceDecode(false);
-    const double modules = NewsPerStep(*d, 20);
-    // The logits tensor: its TensorImpl and StorageImpl, a few more in
-    // empty()'s bookkeeping. The module path makes one per intermediate.
-    EXPECT_LE(in_place, 6) << (half ? "f16" : "f32");
-    std::printf("operator new per step: in place %.1f, modules %.1f\n", in_place, modules);
-    EXPECT_GT(modules, 10 * in_place + 20) << (half ? "f16" : "f32");
   }
+  SetThreadPool(ThreadPool::kOpenMp);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "model/quant.h"
 #include "model/safetensors.h"
 #include "model/test_archs.h"
+#include "model/work_split.h"
 #include "search_space/counts.h"
 #include "util/mapping_pages.h"
 #include "util/status_matchers.h"
@@ -408,6 +409,50 @@ TEST(DecoderTest, DecodeAfterPrefillEqualsFullForwardOverLongerSequence) {
     EXPECT_TRUE(torch::allclose(step[0][0], full[0][p], 0, 1e-12)) << "position " << p;
   }
   EXPECT_EQ(cache.length(), 12);
+}
+
+// A decode step split over the spin pool's threads gives the bits it gives
+// on OpenMP's (model/work_split.h): widths whose products and attention
+// both split on 2 threads (rows past twice the grain; 8 heads x 300 keys x
+// 64 past kDecodeParallelWork), f32 and f16 weights.
+TEST(DecoderTest, DecodeOnTheSpinPoolGivesOpenMpsBits) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  Arch a = TinyMixedArch();
+  a.num_layers = 2;
+  a.d_model = 512;
+  a.d_ffn = 1024;
+  a.num_heads = 8;
+  a.num_kv_heads = 2;
+  a.head_dim = 64;
+  a.vocab_size = 300;
+  a.attention = {Attention::kFull, Attention::kSlidingWindow};
+  a.sliding_window = 128;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = Tokens(305, 300, 6);
+  for (bool half : {false, true}) {
+    auto d = Decoder::Create(a, 5, torch::kFloat);
+    ASSERT_TRUE(d.ok());
+    if (half) {
+      ASSERT_TRUE(d->StoreWeightsAs(torch::kHalf).ok());
+    }
+    std::vector<torch::Tensor> steps[2];
+    for (ThreadPool pool : {ThreadPool::kOpenMp, ThreadPool::kSpin}) {
+      SetThreadPool(pool);
+      KvCache cache = d->NewCache(1, 305);
+      d->ForwardCached(tokens.narrow(1, 0, 300), cache, /*last_only=*/true);
+      for (int64_t p = 300; p < 305; ++p) {
+        steps[pool == ThreadPool::kSpin].push_back(
+            d->ForwardCached(tokens.narrow(1, p, 1), cache, /*last_only=*/true));
+      }
+    }
+    SetThreadPool(ThreadPool::kOpenMp);
+    for (size_t i = 0; i < steps[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(steps[0][i], steps[1][i]))
+          << (half ? "f16" : "f32") << " step " << i;
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(DecoderTest, SlidingWindowIgnoresTokensOutsideTheWindow) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/quant.h"
+#include "model/work_split.h"
 #include "util/aligned.h"
 #include "util/median.h"
 
@@ -337,7 +338,7 @@ void GemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath
   const bool bf16 = type == torch::kBFloat16;
   const int64_t grain = std::max<int64_t>(
       16, kGemvGrainBytes / (std::max<int64_t>(in, 1) * products[0].w->element_size()));
-  at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
+  ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
     int64_t begin = 0;
     for (size_t m = 0; m < n; begin = row_end[m++]) {
       const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);

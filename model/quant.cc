@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/work_split.h"
 #include "util/aligned.h"
 
 // Built with -ffp-contract=off (model/CMakeLists.txt): x * id + 8.5 must
@@ -176,7 +177,7 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
   const uint8_t* xp = xq.data();
   const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes);
-  at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
+  ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
     int64_t begin = 0;
     for (size_t m = 0; m < n; begin = row_end[m++]) {
       const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
@@ -209,7 +210,7 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   float* op = out.data_ptr<float>();
   if (tokens == 1) {
     const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / (blocks * w.size(2)));
-    at::parallel_for(0, rows, grain, [&](int64_t first, int64_t last) {
+    ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
       QuantRowsDot(t, wp, blocks, xq.data(), op, first, last);
     });
   } else {

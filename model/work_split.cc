@@ -4,12 +4,216 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace hilnas {
+namespace {
 
-void ParallelChunks(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+thread_local bool in_pool_share = false;
+
+// CPUs this process may run on (its affinity mask, which a pinned agent
+// narrows), at least 1.
+unsigned UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// The pool ParallelFor runs on: HILNAS_THREAD_POOL's value at the first
+// call, OpenMP when unset, until SetThreadPool.
+std::atomic<ThreadPool>& CurrentPool() {
+  static std::atomic<ThreadPool> pool{[] {
+    const char* v = std::getenv("HILNAS_THREAD_POOL");
+    if (v == nullptr || std::string(v) == "openmp") return ThreadPool::kOpenMp;
+    if (std::string(v) == "spin") return ThreadPool::kSpin;
+    std::fprintf(stderr, "hilnas: HILNAS_THREAD_POOL=%s is neither openmp nor spin; using openmp\n",
+                 v);
+    return ThreadPool::kOpenMp;
+  }()};
+  return pool;
+}
+
+// Workers that take a call's parts from a counter (model/work_split.h,
+// ParallelFor). One call at a time: a second caller waits for the first.
+//
+// state_ holds the call's number (high 32 bits), whether it still admits
+// workers (bit 31) and how many have joined it (low 31 bits). A worker
+// joins by compare-and-swap on the number it saw while the call admits;
+// the caller, out of parts, closes the call and waits for the workers that
+// joined to leave. A worker that wakes late finds the call closed and
+// touches nothing of it, so the caller never waits for a sleeping worker
+// and the next call may rewrite the call's fields.
+class Pool {
+ public:
+  static Pool& Get() {
+    static Pool* pool = new Pool;  // never destroyed: workers may sleep past exit
+    return *pool;
+  }
+
+  void Run(int parts, absl::FunctionRef<void(int)> part) {
+    std::lock_guard<std::mutex> one_call(call_mu_);
+    Grow(parts - 1);
+    part_ = &part;
+    parts_ = parts;
+    next_.store(1, std::memory_order_relaxed);
+    left_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    const uint64_t call = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+    state_.store(call << 32 | kAdmits, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+      wake_.notify_all();
+    }
+    Take(0);
+    for (int p = next_.fetch_add(1, std::memory_order_relaxed); p < parts;
+         p = next_.fetch_add(1, std::memory_order_relaxed)) {
+      Take(p);
+    }
+    const uint64_t joined = state_.fetch_and(~kAdmits, std::memory_order_acq_rel) & kJoined;
+    while (left_.load(std::memory_order_acquire) < static_cast<int>(joined)) CpuRelax();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  static constexpr uint64_t kAdmits = uint64_t{1} << 31;
+  static constexpr uint64_t kJoined = kAdmits - 1;
+
+  // A part, with its exception kept for the caller.
+  void Take(int p) {
+    in_pool_share = true;
+    try {
+      (*part_)(p);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    in_pool_share = false;
+  }
+
+  void Grow(int workers) {
+    while (static_cast<int>(workers_) < workers) {
+      // From the last call's number: the call about to be posted is its.
+      std::thread(&Pool::Work, this, state_.load(std::memory_order_relaxed) >> 32).detach();
+      ++workers_;
+    }
+    // More workers than CPUs (qemu on a small host, a phone's cores taken
+    // by its UI): spin briefly, as libgomp drops GOMP_SPINCOUNT to 1000
+    // when oversubscribed.
+    spin_us_.store(workers_ + 1 > UsableCpus() ? 5 : 100, std::memory_order_relaxed);
+  }
+
+  void Work(uint64_t seen) {
+    for (;;) {
+      uint64_t s = state_.load(std::memory_order_acquire);
+      if ((s >> 32) == seen) {
+        s = Wait(seen);
+      }
+      seen = s >> 32;
+      // Join while the call admits; a closed call is left alone.
+      while ((s >> 32) == seen && (s & kAdmits) != 0 &&
+             !state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
+      }
+      if ((s >> 32) != seen || (s & kAdmits) == 0) continue;
+      for (int p = next_.fetch_add(1, std::memory_order_relaxed); p < parts_;
+           p = next_.fetch_add(1, std::memory_order_relaxed)) {
+        Take(p);
+      }
+      left_.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  // Spins, then sleeps, until a call after `seen` is posted; returns state_.
+  uint64_t Wait(uint64_t seen) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::microseconds(spin_us_.load(std::memory_order_relaxed));
+    for (int i = 1;; ++i) {
+      const uint64_t s = state_.load(std::memory_order_acquire);
+      if ((s >> 32) != seen) return s;
+      CpuRelax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+    }
+    std::unique_lock<std::mutex> lock(sleep_mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t s;
+    wake_.wait(lock, [&] {
+      s = state_.load(std::memory_order_seq_cst);
+      return (s >> 32) != seen;
+    });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    return s;
+  }
+
+  std::mutex call_mu_;
+  unsigned workers_ = 0;  // under call_mu_
+  // Each on a cache line of its own: the caller spins on left_ while a
+  // worker takes parts from next_.
+  alignas(64) std::atomic<uint64_t> state_{0};
+  alignas(64) std::atomic<int> next_{0};
+  alignas(64) std::atomic<int> left_{0};
+  // Written only while no worker has joined.
+  alignas(64) const absl::FunctionRef<void(int)>* part_ = nullptr;
+  int parts_ = 0;
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+  std::atomic<unsigned> spin_us_{100};
+  std::mutex sleep_mu_;
+  std::condition_variable wake_;
+  std::atomic<int> sleepers_{0};
+};
+
+}  // namespace
+
+void SetThreadPool(ThreadPool pool) { CurrentPool().store(pool, std::memory_order_relaxed); }
+
+ThreadPool CurrentThreadPool() { return CurrentPool().load(std::memory_order_relaxed); }
+
+bool InParallelRegion() { return in_pool_share || at::in_parallel_region(); }
+
+void ParallelFor(int64_t begin, int64_t end, int64_t grain,
+                 absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (begin >= end) return;
+  if (CurrentPool().load(std::memory_order_relaxed) == ThreadPool::kOpenMp) {
+    return at::parallel_for(begin, end, grain, fn);
+  }
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t range = end - begin;
+  const int64_t parts = std::min<int64_t>(at::get_num_threads(), (range - 1) / grain + 1);
+  if (parts <= 1 || InParallelRegion()) {
+    fn(begin, end);
+    return;
+  }
+  // at::parallel_for's shares: ceil(range / parts) each, the last short.
+  const int64_t share = (range - 1) / parts + 1;
+  Pool::Get().Run(static_cast<int>(parts), [&](int p) {
+    const int64_t first = begin + p * share;
+    if (first < end) fn(first, std::min(end, first + share));
+  });
+}
+
+void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   chunk = std::max<int64_t>(chunk, 1);
   const int64_t chunks = (n - 1) / chunk + 1;

@@ -15,7 +15,8 @@
 #define HILNAS_MODEL_WORK_SPLIT_H_
 
 #include <cstdint>
-#include <functional>
+
+#include "absl/functional/function_ref.h"
 
 namespace hilnas {
 
@@ -27,7 +28,58 @@ namespace hilnas {
 // HILNAS_WORK_SPLIT=static (read once) gives each thread an equal
 // contiguous run of the same chunks instead, at::parallel_for's way, for
 // benchmarks that compare the two in one build.
-void ParallelChunks(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
+void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, int64_t)> fn);
+
+// at::parallel_for's contract, for a decode step's splits (its weight
+// products and its attention), on the pool SetThreadPool names:
+// fn(first, last) over [begin, end) in at most at::get_num_threads() equal
+// contiguous shares of at least `grain` (the last one short); one share,
+// one thread, or a call from inside a parallel region (ATen's or the spin
+// pool's) runs fn(begin, end) inline. fn is borrowed, not copied: a call
+// allocates nothing (a decode step allocates only its logits,
+// model/decode_alloc_test.cc).
+void ParallelFor(int64_t begin, int64_t end, int64_t grain,
+                 absl::FunctionRef<void(int64_t, int64_t)> fn);
+
+// Where ParallelFor's shares run (issue 35, item 3).
+//
+// kOpenMp: at::parallel_for, libgomp's workers; the default.
+//
+// kSpin: hilnas's own workers. The first share runs on the caller; the
+// first exception a share throws is rethrown on the caller once every
+// share has ended. The workers spin on one word for about 0.1 ms after
+// their last share (as libgomp's do under GOMP_SPINCOUNT 10000,
+// util/subprocess.h), a few microseconds when there are more of them than
+// CPUs (qemu, a phone's cores shared with its UI), then sleep on a
+// condition variable; a call that finds them asleep wakes them and does not
+// wait for them: whatever shares are left when the caller runs out are the
+// caller's. Written because an empty libgomp region over 2 threads cost
+// 3.2 us on a Zen 5 VM even with its workers spinning, against 0.9 us for
+// two threads handing work through a counter they spin on, and a decode
+// step splits about 21 times (17 products, 4 attention calls). On a Zen 4
+// VM (2026-11-28; `attention_bench --split-cost 1`,
+// bench/data/runtime-compare.md) an empty split costs 0.37-0.54 us here
+// against libgomp's 0.64-0.96, but a split of two 2.45 us items 3.0-3.8
+// against 3.1-3.4, and decode steps on 2 threads did not differ beyond the
+// host's noise; so OpenMP stays the default until the spin pool is timed
+// on the Zen 5 it was written for.
+//
+// Prompts stay on OpenMP either way (at::parallel_for, ParallelChunks): a
+// prompt's layers also run libtorch's own ops, which split over libgomp's
+// workers, and each hand-over between two pools leaves one pool's worker
+// spinning on the CPU the other's needs; with a prompt's attention on the
+// spin pool, window layers' prefill attention read 3-5% slower on the Zen
+// 4. A decode step's libtorch ops are too small to split.
+//
+// HILNAS_THREAD_POOL=openmp|spin (read at the first call) sets it for a
+// process, so one build can be timed both ways.
+enum class ThreadPool { kOpenMp, kSpin };
+void SetThreadPool(ThreadPool pool);
+ThreadPool CurrentThreadPool();
+
+// True on a thread inside the spin pool's shares or inside an ATen
+// parallel region.
+bool InParallelRegion();
 
 // A chunk size that gives each of `threads` threads about `per_thread`
 // chunks of [0, n), in multiples of `align` and within [lo, hi] (hi is

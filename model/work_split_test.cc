@@ -7,7 +7,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace hilnas {
@@ -15,9 +18,14 @@ namespace {
 
 // Each test sets ATen's thread count; the binary's other tests get theirs
 // back.
+// ParallelFor's tests run on the spin pool; OpenMP's is at::parallel_for.
 class WorkSplitTest : public ::testing::Test {
  protected:
-  void TearDown() override { at::set_num_threads(threads_); }
+  void SetUp() override { SetThreadPool(ThreadPool::kSpin); }
+  void TearDown() override {
+    at::set_num_threads(threads_);
+    SetThreadPool(ThreadPool::kOpenMp);
+  }
   int threads_ = at::get_num_threads();
 };
 
@@ -86,6 +94,112 @@ TEST_F(WorkSplitTest, NestedCallRunsInline) {
     });
   });
   EXPECT_GE(calls.load(), 1);
+}
+
+// ParallelFor's shares are at::parallel_for's: the same (first, last)
+// pairs for every range, grain and thread count.
+TEST_F(WorkSplitTest, ParallelForSharesAreAtensShares) {
+  for (int threads : {1, 2, 3, 4}) {
+    at::set_num_threads(threads);
+    for (int64_t begin : {0, 5}) {
+      for (int64_t n : {0, 1, 2, 7, 64, 1000}) {
+        for (int64_t grain : {0, 1, 3, 64, 5000}) {
+          std::mutex mu;
+          std::set<std::pair<int64_t, int64_t>> ours, atens;
+          ParallelFor(begin, begin + n, grain, [&](int64_t a, int64_t b) {
+            std::lock_guard<std::mutex> lock(mu);
+            ours.emplace(a, b);
+          });
+          at::parallel_for(begin, begin + n, grain, [&](int64_t a, int64_t b) {
+            std::lock_guard<std::mutex> lock(mu);
+            atens.emplace(a, b);
+          });
+          EXPECT_EQ(ours, atens) << threads << " threads, [" << begin << ", " << begin + n
+                                 << "), grain " << grain;
+        }
+      }
+    }
+  }
+}
+
+// The mechanism: the second share runs on another thread while the first
+// holds the caller. Share 0 (the caller's) waits up to 5 s for share 1; a
+// pool that left share 1 to the caller would time out. Asleep or spinning,
+// the worker is woken by the call.
+TEST_F(WorkSplitTest, ParallelForRunsASecondShareOnAWorker) {
+  at::set_num_threads(2);
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
+  for (int pause_ms : {0, 20}) {  // 20 ms: the workers have gone to sleep
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    std::mutex mu;
+    std::condition_variable second_done;
+    bool done = false;
+    std::thread::id first, second;
+    ParallelFor(0, 2, 1, [&](int64_t a, int64_t) {
+      std::unique_lock<std::mutex> lock(mu);
+      if (a == 0) {
+        first = std::this_thread::get_id();
+        second_done.wait_for(lock, std::chrono::seconds(5), [&] { return done; });
+      } else {
+        second = std::this_thread::get_id();
+        done = true;
+        second_done.notify_all();
+      }
+    });
+    EXPECT_EQ(first, std::this_thread::get_id());
+    EXPECT_NE(second, first) << "after " << pause_ms << " ms idle";
+  }
+}
+
+// Many calls in a row, some after the workers have gone to sleep: every
+// index once in each, none lost, none run twice.
+TEST_F(WorkSplitTest, ParallelForCallsInARowLoseNothing) {
+  for (int threads : {2, 3}) {
+    at::set_num_threads(threads);
+    std::vector<std::atomic<int>> seen(97);
+    for (int call = 0; call < 3000; ++call) {
+      if (call % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ParallelFor(0, 97, 1, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
+      });
+    }
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 3000) << "index " << i;
+  }
+}
+
+// A share's exception reaches the caller once every share has ended.
+TEST_F(WorkSplitTest, ParallelForRethrowsAShareException) {
+  at::set_num_threads(2);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(ParallelFor(0, 4, 1,
+                           [&](int64_t a, int64_t) {
+                             ran.fetch_add(1);
+                             if (a == 2) throw std::runtime_error("share 2");
+                           }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), at::get_num_threads() >= 2 ? 2 : 1);
+  // The pool still works after it.
+  std::atomic<int> after{0};
+  ParallelFor(0, 4, 1, [&](int64_t a, int64_t b) { after.fetch_add(static_cast<int>(b - a)); });
+  EXPECT_EQ(after.load(), 4);
+}
+
+// Inside a share, a nested call runs inline, and InParallelRegion says so.
+TEST_F(WorkSplitTest, ParallelForNestedCallRunsInline) {
+  at::set_num_threads(2);
+  EXPECT_FALSE(InParallelRegion());
+  std::atomic<int> inner{0}, flagged{0};
+  ParallelFor(0, 2, 1, [&](int64_t, int64_t) {
+    flagged.fetch_add(InParallelRegion() ? 1 : 0);
+    ParallelFor(0, 10, 1, [&](int64_t a, int64_t b) {
+      EXPECT_EQ(a, 0);
+      EXPECT_EQ(b, 10);
+      inner.fetch_add(1);
+    });
+  });
+  EXPECT_EQ(inner.load(), at::get_num_threads() >= 2 ? 2 : 1);
+  EXPECT_EQ(flagged.load(), inner.load());
+  EXPECT_FALSE(InParallelRegion());
 }
 
 TEST(ChunkForTest, SizesChunks) {
