@@ -148,15 +148,6 @@ void DecodeCaches(const std::vector<int64_t>& prompts, const std::vector<int64_t
   }
 }
 
-// A CPU's spin-wait hint.
-inline void Pause() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // What a split over two threads costs (--split-cost): medians of 2000
 // calls, five rounds. An empty at::parallel_for, the same as a bare
 // `#pragma omp parallel` (libgomp), and for reference the floor of a
@@ -182,7 +173,7 @@ void SplitCost() {
       while (!stop.load(std::memory_order_relaxed)) {
         const int64_t g = posted.load(std::memory_order_acquire);
         if (g == seen) {
-          Pause();
+          hilnas::CpuRelax();
           continue;
         }
         seen = g;
@@ -195,7 +186,7 @@ void SplitCost() {
       spin.push_back(Seconds([&] {
         const int64_t g = posted.fetch_add(1, std::memory_order_acq_rel) + 1;
         sink[0] += 1;
-        while (finished.load(std::memory_order_acquire) != g) Pause();
+        while (finished.load(std::memory_order_acquire) != g) hilnas::CpuRelax();
       }));
     }
     stop = true;

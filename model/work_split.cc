@@ -16,20 +16,8 @@
 
 #include <sched.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace hilnas {
 namespace {
-
-void CpuRelax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 thread_local bool in_pool_share = false;
 
@@ -113,6 +101,7 @@ class Pool {
   }
 
   void Grow(int workers) {
+    if (static_cast<int>(workers_) >= workers) return;
     while (static_cast<int>(workers_) < workers) {
       // From the last call's number: the call about to be posted is its.
       std::thread(&Pool::Work, this, state_.load(std::memory_order_relaxed) >> 32).detach();
@@ -120,7 +109,8 @@ class Pool {
     }
     // More workers than CPUs (qemu on a small host, a phone's cores taken
     // by its UI): spin briefly, as libgomp drops GOMP_SPINCOUNT to 1000
-    // when oversubscribed.
+    // when oversubscribed. Read when the pool grows, not on every call
+    // (a system call).
     spin_us_.store(workers_ + 1 > UsableCpus() ? 5 : 100, std::memory_order_relaxed);
   }
 

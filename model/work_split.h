@@ -77,6 +77,15 @@ enum class ThreadPool { kOpenMp, kSpin };
 void SetThreadPool(ThreadPool pool);
 ThreadPool CurrentThreadPool();
 
+// One pause in a spin-wait: PAUSE on x86, YIELD on arm64.
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // True on a thread inside the spin pool's shares or inside an ATen
 // parallel region.
 bool InParallelRegion();
