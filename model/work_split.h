@@ -58,11 +58,12 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // two threads handing work through a counter they spin on, and a decode
 // step splits about 21 times (17 products, 4 attention calls). On a Zen 4
 // VM (2026-11-28; `attention_bench --split-cost 1`,
-// bench/data/runtime-compare.md) an empty split costs 0.37-0.54 us here
-// against libgomp's 0.64-0.96, but a split of two 2.45 us items 3.0-3.8
-// against 3.1-3.4, and decode steps on 2 threads did not differ beyond the
-// host's noise; so OpenMP stays the default until the spin pool is timed
-// on the Zen 5 it was written for.
+// bench/data/runtime-compare.md) an empty split costs 0.07-0.19 us here
+// against libgomp's 0.70-0.99, a split of two 2.45 us items 2.80-2.84
+// against 3.10-3.42, but libgomp's split is cheap enough there that decode
+// steps on 2 threads did not differ beyond the host's noise; so OpenMP
+// stays the default until the spin pool is timed on the Zen 5 it was
+// written for.
 //
 // Prompts stay on OpenMP either way (at::parallel_for, ParallelChunks): a
 // prompt's layers also run libtorch's own ops, which split over libgomp's
