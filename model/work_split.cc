@@ -185,7 +185,7 @@ bool InParallelRegion() { return in_pool_share || at::in_parallel_region(); }
 void ParallelFor(int64_t begin, int64_t end, int64_t grain,
                  absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (begin >= end) return;
-  if (CurrentPool().load(std::memory_order_relaxed) == ThreadPool::kOpenMp) {
+  if (CurrentThreadPool() == ThreadPool::kOpenMp) {
     return at::parallel_for(begin, end, grain, fn);
   }
   grain = std::max<int64_t>(grain, 1);

@@ -17,11 +17,14 @@ namespace hilnas {
 namespace {
 
 // Each test sets ATen's thread count; the binary's other tests get theirs
-// back.
-// ParallelFor's tests run on the spin pool; OpenMP's is at::parallel_for.
+// back. ParallelFor runs on the spin pool here (on OpenMP it is
+// at::parallel_for), and the binary's other tests get OpenMP back.
 class WorkSplitTest : public ::testing::Test {
  protected:
-  void SetUp() override { SetThreadPool(ThreadPool::kSpin); }
+  void SetUp() override {
+    SetThreadPool(ThreadPool::kSpin);
+    ASSERT_EQ(CurrentThreadPool(), ThreadPool::kSpin);
+  }
   void TearDown() override {
     at::set_num_threads(threads_);
     SetThreadPool(ThreadPool::kOpenMp);
