@@ -15,6 +15,10 @@
 #     all      both (the default)
 #     forms    only the GEMV forms below, pinned vCPU by vCPU (needs no
 #              llama-bench in the bundle; under a minute)
+#     scaling  issue 35 item 3 in paired rounds: bench/thread_scaling.sh,
+#              hilnas and llama.cpp on 1 then 2 threads back to back, f32
+#              and f16 at 256 and 2048 tokens (ROUNDS, default 3; about 2.5
+#              minutes on a 2-core EPYC at 3), to $OUT/scaling.md
 #     pinned   one-thread f32/f16 rows at 2048 tokens with both runtimes
 #              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
 #              15): the same vCPU under both, where unpinned rows compare
@@ -40,7 +44,7 @@ PHASE="${2:-all}"
 O="${OUT:-/tmp/device-rerun}"
 P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
 mkdir -p "$O" "$P"
-case "$PHASE" in 1 | 2 | all | pinned | forms) ;; *) echo "PHASE is 1, 2, all, pinned or forms, not $PHASE" >&2; exit 2 ;; esac
+case "$PHASE" in 1 | 2 | all | pinned | forms | scaling) ;; *) echo "PHASE is 1, 2, all, pinned, forms or scaling, not $PHASE" >&2; exit 2 ;; esac
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
@@ -95,6 +99,11 @@ if [ "$PHASE" = pinned ] || [ "$PHASE" = forms ]; then
     done 2>&1 | tee "$O/forms.md"
   }
   step "GEMV forms pinned, vCPU by vCPU" forms
+fi
+if [ "$PHASE" = scaling ]; then
+  scaling() { ROUNDS="${ROUNDS:-3}" KV_DTYPE=f16 bash bench/thread_scaling.sh 256,2048 f32,f16 1,2 2>&1 |
+    tee "$O/scaling.md"; }
+  step "thread scaling, paired rounds" scaling
 fi
 if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
   "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }

@@ -65,6 +65,10 @@ class LibtorchModel : public PreparedModel {
                                                      " and decode_tokens ", decode_tokens,
                                                      " must be positive / non-negative"));
     }
+    // Another model prepared since (at another thread count: a comparison's
+    // rounds) may have changed the process's threads or decode form.
+    if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
+    if (CurrentGemvForm() != form_) SetGemvForm(form_);
     std::vector<int64_t> prompt;
     try {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + prompt_tokens);
@@ -90,9 +94,12 @@ class LibtorchModel : public PreparedModel {
   // Times the decode kernel's forms on this model's matrices at the job's
   // thread count and keeps the fastest for the runs (model/gemv.h): every
   // form gives the same bits, and which one streams fastest is the CPU's.
+  // Remembers the thread count it was tuned at, and the form, for the runs.
   void TuneKernels() {
-    kernels_ = absl::StrCat("decode ", GemvKernelName(), ", GEMV form ",
-                            TuneGemvForm(decoder_.DecodeMatrices()).Describe());
+    threads_ = at::get_num_threads();
+    const GemvTuning tuning = TuneGemvForm(decoder_.DecodeMatrices());
+    form_ = tuning.chosen;
+    kernels_ = absl::StrCat("decode ", GemvKernelName(), ", GEMV form ", tuning.Describe());
   }
 
  private:
@@ -101,6 +108,8 @@ class LibtorchModel : public PreparedModel {
   int64_t prefill_chunk_;
   uint64_t seed_;
   std::string kernels_;  // TuneKernels' report
+  int threads_ = 1;      // libtorch's intra-op threads for this model's runs
+  GemvForm form_ = GemvForm::kOneRow;
 
   absl::StatusOr<Generation> Generate(const std::vector<int64_t>& prompt,
                                       const GenerateOptions& o) {

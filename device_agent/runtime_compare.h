@@ -19,28 +19,54 @@ namespace hilnas {
 
 struct CompareOptions {
   std::vector<int> prompts = {256, 1024};  // tokens; decode is timed after each
+  // Thread counts timed in turn within each round (1,4: what four cores
+  // give each runtime over one, issue 35 item 3); empty: the request's.
+  std::vector<int> threads;
   int decode_tokens = 64;
-  int repeats = 3;  // timed runs per runtime and prompt, after one untimed
+  int repeats = 3;  // timed runs per runtime, prompt and thread count, after one untimed
   std::function<void(const std::string&)> progress;  // one line per run; may be empty
 };
 
-// Medians of one prompt length; "first" is the runtime passed first.
+// Medians of one prompt length at one thread count; "first" is the runtime
+// passed first.
 struct CompareRow {
   int prompt = 0;
+  int threads = 0;
   double first_ttft_ms = 0, second_ttft_ms = 0;
   double first_decode_ms = 0, second_decode_ms = 0;  // per token after the prompt
 };
 
-// Prepares `request`'s model in both runtimes, then for each prompt runs
-// first, second, first, ... (`repeats` + 1 times each, the first untimed).
-// Errors name the runtime that failed.
-absl::StatusOr<std::vector<CompareRow>> CompareRuntimes(Runtime& first, Runtime& second,
-                                                        const BenchmarkRequest& request,
-                                                        const CompareOptions& options);
+// What a runtime gains from `to_threads` over `from_threads` (the first of
+// CompareOptions::threads) at one prompt length: the median over rounds of
+// ms at from_threads / ms at to_threads, both runs of a round back to back.
+struct ScalingRow {
+  int prompt = 0;
+  int from_threads = 0, to_threads = 0;
+  double first_ttft_gain = 0, second_ttft_gain = 0;
+  double first_decode_gain = 0, second_decode_gain = 0;
+};
+
+struct Comparison {
+  std::vector<CompareRow> rows;     // prompt by prompt, thread counts in order
+  std::vector<ScalingRow> scaling;  // empty with one thread count
+};
+
+// Prepares `request`'s model in both runtimes at each thread count (one
+// model each: their memory at once), then for each prompt runs rounds of
+// first, second at each thread count in turn (`repeats` + 1 rounds, the
+// first untimed). Errors name the runtime that failed.
+absl::StatusOr<Comparison> CompareRuntimes(Runtime& first, Runtime& second,
+                                           const BenchmarkRequest& request,
+                                           const CompareOptions& options);
 
 // A Markdown table of the rows, ratios first / second (> 1: the first is
-// slower).
+// slower); a threads column when the rows have more than one count.
 std::string CompareTable(const std::vector<CompareRow>& rows, const std::string& first_name,
+                         const std::string& second_name);
+
+// A Markdown table of the gains and first's gain over second's (>= 1: the
+// first gains at least as much from the threads).
+std::string ScalingTable(const std::vector<ScalingRow>& rows, const std::string& first_name,
                          const std::string& second_name);
 
 }  // namespace hilnas

@@ -245,6 +245,24 @@ TEST_F(Arm64AgentTest, CompareRunsBothRuntimesOnThePhoneInOneCommand) {
   ASSERT_TRUE(
       ReadFileToString(dir_ + "/phone/data/local/tmp/hilnas/llama/llama-bench.log", &calls).ok());
   EXPECT_THAT(calls, HasSubstr("-p 32 -n 64 -d 0,32 -t 1 -fa 0 -o json"));
+  // --scaling: both runtimes on 1 and then 2 threads each round, and what
+  // the threads give each (the stand-in's times halve on 2 threads).
+  const std::string scaled =
+      Shell(absl::StrCat(env_, script_, "compare --llama-bench ", llama, " --arch ", dir_,
+                         "/tiny.textproto --prompts 16 --repeats 1 --scaling 1,2"),
+            &code);
+  ASSERT_EQ(code, 0) << scaled;
+  EXPECT_THAT(scaled, HasSubstr("tiny: f32 weights, 1,2 threads"));
+  EXPECT_THAT(scaled, HasSubstr("| prompt | threads | hilnas TTFT ms |"));
+  EXPECT_THAT(scaled, HasSubstr("| 16 | 1 -> 2 | "));
+  EXPECT_THAT(scaled, HasSubstr(" | 2.00x | "));
+  ASSERT_TRUE(
+      ReadFileToString(dir_ + "/phone/data/local/tmp/hilnas/llama/llama-bench.log", &calls).ok());
+  EXPECT_THAT(calls, HasSubstr("-p 16 -n 64 -d 0,16 -t 2 -fa 0 -o json"));
+  EXPECT_THAT(
+      Shell(absl::StrCat(env_, script_, "compare --llama-bench ", llama, " --scaling 4"), &code),
+      HasSubstr("--scaling 4: not a list of two or more thread counts"));
+  EXPECT_NE(code, 0);
   // Bad input is refused before anything is pushed.
   EXPECT_THAT(Shell(env_ + script_ + "compare", &code), HasSubstr("compare needs --llama-bench"));
   EXPECT_NE(code, 0);

@@ -35,6 +35,7 @@ struct CompareFlags {
   std::string llama_bench;  // empty: no comparison
   std::string arch;         // a file; default: bench/runtime_compare.sh's full4
   std::string prompts = "256,1024";
+  std::string threads;  // e.g. "1,4"; empty: the agent's --threads
   std::string dtype = "f32";
   int32_t repeats = 3;
   int32_t decode_tokens = 64;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "device_agent/environment.h"
 #include "device_agent/external_runtime.h"
@@ -42,17 +43,19 @@ Arch DefaultCompareArch() {
   return a;
 }
 
-absl::StatusOr<std::vector<int>> Prompts(const std::string& list) {
+// A comma list of numbers in [1, max], `flag` and `what` naming it in errors.
+absl::StatusOr<std::vector<int>> Numbers(const std::string& list, const char* flag,
+                                         const char* what, int max) {
   std::vector<int> out;
   for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipEmpty())) {
     int v = 0;
-    if (!absl::SimpleAtoi(s, &v) || v < 1 || v > kMaxContext) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--compare-prompts: \"", s, "\" is not a prompt length in 1..", kMaxContext));
+    if (!absl::SimpleAtoi(s, &v) || v < 1 || v > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": \"", s, "\" is not ", what, " in 1..", max));
     }
     out.push_back(v);
   }
-  if (out.empty()) return absl::InvalidArgumentError("--compare-prompts is empty");
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
   return out;
 }
 
@@ -72,7 +75,13 @@ absl::Status Compare(const CompareFlags& f, int threads) {
   if (!f.arch.empty()) {
     HILNAS_ASSIGN_OR_RETURN(arch, ReadArchFile(f.arch));
   }
-  HILNAS_ASSIGN_OR_RETURN(std::vector<int> prompts, Prompts(f.prompts));
+  HILNAS_ASSIGN_OR_RETURN(std::vector<int> prompts,
+                          Numbers(f.prompts, "--compare-prompts", "a prompt length", kMaxContext));
+  std::vector<int> thread_counts = {threads};
+  if (!f.threads.empty()) {
+    HILNAS_ASSIGN_OR_RETURN(thread_counts,
+                            Numbers(f.threads, "--compare-threads", "a thread count", 1024));
+  }
   const std::map<std::string, Precision> precisions = {
       {"f32", FP32}, {"f16", FP16}, {"q4_0", Q4_0}, {"q8_0", Q8_0}};
   if (precisions.count(f.dtype) == 0) {
@@ -105,16 +114,26 @@ absl::Status Compare(const CompareFlags& f, int threads) {
 
   CompareOptions co;
   co.prompts = prompts;
+  co.threads = thread_counts;
   co.repeats = f.repeats;
   co.decode_tokens = f.decode_tokens;
   co.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-  absl::StatusOr<std::vector<CompareRow>> rows = CompareRuntimes(*hilnas, *llama, req, co);
+  absl::StatusOr<Comparison> result = CompareRuntimes(*hilnas, *llama, req, co);
   std::filesystem::remove_all(work);
-  if (!rows.ok()) return rows.status();
+  if (!result.ok()) return result.status();
   const DeviceIdentity device = ProbeDevice();
-  std::printf("%s: %s weights, %d threads, CPU %s, medians of %d alternating runs\n\n",
-              arch.name.c_str(), f.dtype.c_str(), threads, device.soc().c_str(), f.repeats);
-  std::printf("%s", CompareTable(*rows, "hilnas", "llama.cpp").c_str());
+  std::printf("%s: %s weights, %s threads, CPU %s, medians of %d alternating runs\n\n",
+              arch.name.c_str(), f.dtype.c_str(), absl::StrJoin(thread_counts, ",").c_str(),
+              device.soc().c_str(), f.repeats);
+  std::printf("%s", CompareTable(result->rows, "hilnas", "llama.cpp").c_str());
+  if (!result->scaling.empty()) {
+    // Issue 35 item 3: does hilnas gain from the threads what llama.cpp does?
+    std::printf(
+        "\nWhat the threads give each runtime (ms on %d thread%s / ms on more, medians "
+        "of %d rounds; the / columns >= 1: hilnas gains at least as much)\n\n%s",
+        thread_counts.front(), thread_counts.front() == 1 ? "" : "s", f.repeats,
+        ScalingTable(result->scaling, "hilnas", "llama.cpp").c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -128,6 +147,9 @@ void AddCompareFlags(CLI::App* app, CompareFlags* f) {
                   "architecture to compare (.textproto or config.json, all layers full "
                   "attention); default: 4 x d 512, bench/runtime_compare.sh's full4");
   app->add_option("--compare-prompts", f->prompts, "prompt lengths to compare at, e.g. 256,1024");
+  app->add_option("--compare-threads", f->threads,
+                  "thread counts to compare at, in turn within each round, e.g. 1,4: also "
+                  "prints what the threads give each runtime (default: --threads)");
   app->add_option("--compare-dtype", f->dtype, "weights to compare at: f32 | f16 | q4_0 | q8_0");
   app->add_option("--compare-repeats", f->repeats, "timed runs per runtime and prompt")
       ->check(CLI::Range(1, 100));
