@@ -54,7 +54,10 @@ struct Comparison {
 // Prepares `request`'s model in both runtimes at each thread count (one
 // model each: their memory at once), then for each prompt runs rounds of
 // first, second at each thread count in turn (`repeats` + 1 rounds, the
-// first untimed). Errors name the runtime that failed.
+// first untimed). With several thread counts, an in-process runtime runs
+// the prompt once untimed before each timed run (its threads at a new count
+// are new threads; an external runtime's process warms up on its own).
+// Errors name the runtime that failed.
 absl::StatusOr<Comparison> CompareRuntimes(Runtime& first, Runtime& second,
                                            const BenchmarkRequest& request,
                                            const CompareOptions& options);

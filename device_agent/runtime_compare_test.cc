@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/str_cat.h"
 #include "device_agent/external_runtime.h"
 #include "device_agent/libtorch_runtime.h"
 #include "gmock/gmock.h"
@@ -19,8 +20,41 @@
 namespace hilnas {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// Another runtime, its runs (prompt, decoded tokens) logged in order.
+class LoggedRuntime : public Runtime {
+ public:
+  explicit LoggedRuntime(Runtime& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  std::string version() const override { return inner_.version(); }
+  bool runs_in_process() const override { return inner_.runs_in_process(); }
+  absl::StatusOr<std::unique_ptr<PreparedModel>> Prepare(const BenchmarkRequest& r) override {
+    absl::StatusOr<std::unique_ptr<PreparedModel>> m = inner_.Prepare(r);
+    if (!m.ok()) return m.status();
+    return std::unique_ptr<PreparedModel>(new Logged(*std::move(m), r.threads(), &runs));
+  }
+  std::vector<std::string> runs;  // "threads/prompt/decode"
+
+ private:
+  class Logged : public PreparedModel {
+   public:
+    Logged(std::unique_ptr<PreparedModel> m, int threads, std::vector<std::string>* runs)
+        : m_(std::move(m)), threads_(threads), runs_(runs) {}
+    absl::StatusOr<RunTiming> Run(int prompt, int decode) override {
+      runs_->push_back(absl::StrCat(threads_, "/", prompt, "/", decode));
+      return m_->Run(prompt, decode);
+    }
+
+   private:
+    std::unique_ptr<PreparedModel> m_;
+    int threads_;
+    std::vector<std::string>* runs_;
+  };
+  Runtime& inner_;
+};
 
 // A checkpoint both runtimes read, the built-in runtime, and llama-bench's
 // stand-in (tests/fake_llama_bench: TTFT 0.1 ms a prompt token, 2 ms a
@@ -43,7 +77,6 @@ class RuntimeCompareTest : public ::testing::Test {
     ASSERT_TRUE(SaveCheckpoint(d, work_ + "/ckpt", StorageDtype::kF32).ok());
     req_.set_checkpoint_dir(work_ + "/ckpt");
     req_.set_threads(1);
-    hilnas_ = NewLibtorchRuntime();
   }
   void TearDown() override {
     at::set_num_threads(threads_before_);
@@ -72,7 +105,7 @@ class RuntimeCompareTest : public ::testing::Test {
     o.decode_tokens = 4;
     o.repeats = 2;
     o.progress = [this](const std::string& line) { lines_.push_back(line); };
-    return CompareRuntimes(*hilnas_, *llama, req_, o);
+    return CompareRuntimes(hilnas_runs_, *llama, req_, o);
   }
   std::string Calls() const {
     std::ifstream log(bench_ + ".log");
@@ -82,7 +115,8 @@ class RuntimeCompareTest : public ::testing::Test {
   int threads_before_ = 1;
   std::string work_, bench_;
   BenchmarkRequest req_;
-  std::unique_ptr<Runtime> hilnas_;
+  std::unique_ptr<Runtime> hilnas_ = NewLibtorchRuntime();
+  LoggedRuntime hilnas_runs_{*hilnas_};  // hilnas_, its runs logged
   std::vector<std::string> lines_;
 };
 
@@ -90,6 +124,7 @@ TEST_F(RuntimeCompareTest, RunsAlternateAndRowsAreMedians) {
   absl::StatusOr<Comparison> result = Compare({8, 16}, {});
   ASSERT_TRUE(result.ok()) << result.status();
   const std::vector<std::string>& lines = lines_;
+  EXPECT_EQ(hilnas_runs_.runs.size(), 6u);  // one thread count: no untimed runs between
   const std::vector<CompareRow>& rows = result->rows;
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_TRUE(result->scaling.empty());
@@ -128,6 +163,11 @@ TEST_F(RuntimeCompareTest, ThreadCountsTakeTurnsWithinEachRoundAndGainsArePaired
   EXPECT_THAT(lines[11], HasSubstr("llama.cpp prompt 8, 2 threads run 2"));
   EXPECT_THAT(Calls(), HasSubstr("-p 8 -n 4 -d 0,8 -t 1 "));
   EXPECT_THAT(Calls(), HasSubstr("-p 8 -n 4 -d 0,8 -t 2 "));
+  // The in-process runtime's threads change count every run: each timed
+  // run follows an untimed prompt at its own count (llama-bench's process
+  // warms up on its own).
+  EXPECT_THAT(hilnas_runs_.runs, ElementsAre("1/8/4", "2/8/4", "1/8/1", "1/8/4", "2/8/1", "2/8/4",
+                                             "1/8/1", "1/8/4", "2/8/1", "2/8/4"));
 
   ASSERT_EQ(result->rows.size(), 2u);
   EXPECT_EQ(result->rows[0].threads, 1);
