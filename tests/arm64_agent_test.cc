@@ -233,7 +233,7 @@ TEST_F(Arm64AgentTest, CompareRunsBothRuntimesOnThePhoneInOneCommand) {
                          "/tiny.textproto --prompts 16,32 --repeats 1"),
             &code);
   ASSERT_EQ(code, 0) << out;
-  EXPECT_THAT(out, HasSubstr("tiny: f32 weights, 1 threads"));
+  EXPECT_THAT(out, HasSubstr("tiny: f32 weights, f16 KV caches, 1 threads"));
   EXPECT_THAT(out, HasSubstr("| prompt | hilnas TTFT ms | llama.cpp TTFT ms | ratio |"));
   // The stand-in's times: 0.1 ms a prompt token, 2 ms a decoded token.
   EXPECT_THAT(out, HasSubstr("| 16 | "));
@@ -244,21 +244,28 @@ TEST_F(Arm64AgentTest, CompareRunsBothRuntimesOnThePhoneInOneCommand) {
   std::string calls;
   ASSERT_TRUE(
       ReadFileToString(dir_ + "/phone/data/local/tmp/hilnas/llama/llama-bench.log", &calls).ok());
-  EXPECT_THAT(calls, HasSubstr("-p 32 -n 64 -d 0,32 -t 1 -fa 0 -o json"));
+  EXPECT_THAT(calls, HasSubstr("-p 32 -n 64 -d 0,32 -t 1 -fa 0 -ctk f16 -ctv f16 -o json"));
   // --scaling: both runtimes on 1 and then 2 threads each round, and what
-  // the threads give each (the stand-in's times halve on 2 threads).
+  // the threads give each (the stand-in's times halve on 2 threads); here
+  // with Q4_0 weights and Q8_0 caches on both sides (heads of 32: whole
+  // cache blocks).
+  std::ofstream(dir_ + "/tiny32.textproto")
+      << "name: \"tiny32\" num_layers: 2 d_model: 64 d_ffn: 128 num_heads: 2 num_kv_heads: 1\n"
+         "head_dim: 32 vocab_size: 256 qk_norm: true rope_theta: 10000 norm_eps: 1e-5\n"
+         "attention: FULL attention: FULL\n";
   const std::string scaled =
       Shell(absl::StrCat(env_, script_, "compare --llama-bench ", llama, " --arch ", dir_,
-                         "/tiny.textproto --prompts 16 --repeats 1 --scaling 1,2"),
+                         "/tiny32.textproto --prompts 16 --repeats 1 --scaling 1,2 --dtype q4_0 "
+                         "--kv-dtype q8_0"),
             &code);
   ASSERT_EQ(code, 0) << scaled;
-  EXPECT_THAT(scaled, HasSubstr("tiny: f32 weights, 1,2 threads"));
+  EXPECT_THAT(scaled, HasSubstr("tiny32: q4_0 weights, q8_0 KV caches, 1,2 threads"));
   EXPECT_THAT(scaled, HasSubstr("| prompt | threads | hilnas TTFT ms |"));
   EXPECT_THAT(scaled, HasSubstr("| 16 | 1 -> 2 | "));
   EXPECT_THAT(scaled, HasSubstr(" | 2.00x | "));
   ASSERT_TRUE(
       ReadFileToString(dir_ + "/phone/data/local/tmp/hilnas/llama/llama-bench.log", &calls).ok());
-  EXPECT_THAT(calls, HasSubstr("-p 16 -n 64 -d 0,16 -t 2 -fa 0 -o json"));
+  EXPECT_THAT(calls, HasSubstr("-p 16 -n 64 -d 0,16 -t 2 -fa 1 -ctk q8_0 -ctv q8_0 -o json"));
   EXPECT_THAT(
       Shell(absl::StrCat(env_, script_, "compare --llama-bench ", llama, " --scaling 4"), &code),
       HasSubstr("--scaling 4: not a list of two or more thread counts"));

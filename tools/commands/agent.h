@@ -37,6 +37,7 @@ struct CompareFlags {
   std::string prompts = "256,1024";
   std::string threads;  // e.g. "1,4"; empty: the agent's --threads
   std::string dtype = "f32";
+  std::string kv_dtype = "f16";  // both runtimes' caches: f16 | q8_0
   int32_t repeats = 3;
   int32_t decode_tokens = 64;
 };

@@ -88,6 +88,10 @@ absl::Status Compare(const CompareFlags& f, int threads) {
     return absl::InvalidArgumentError(
         absl::StrCat("--compare-dtype ", f.dtype, " is not one of f32, f16, q4_0, q8_0"));
   }
+  if (f.kv_dtype != "f16" && f.kv_dtype != "q8_0") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compare-kv-dtype ", f.kv_dtype, " is not f16 or q8_0 (caches llama-bench also has)"));
+  }
   // One checkpoint both runtimes read: the same weights on both sides.
   const std::filesystem::path work =
       std::filesystem::temp_directory_path() / absl::StrCat("hilnas-compare-", getpid());
@@ -98,6 +102,7 @@ absl::Status Compare(const CompareFlags& f, int threads) {
   req.set_checkpoint_dir((work / "ckpt").string());
   req.set_threads(threads);
   req.set_precision(precisions.at(f.dtype));
+  req.set_kv_dtype(f.kv_dtype);
 
   LibtorchRuntimeOptions lo;
   std::unique_ptr<Runtime> hilnas = NewLibtorchRuntime(lo);
@@ -106,10 +111,12 @@ absl::Status Compare(const CompareFlags& f, int threads) {
   eo.work_dir = (work / "llama").string();
   eo.export_command = kBuiltinGgufExport;
   const std::string dir = std::filesystem::path(f.llama_bench).parent_path().string();
+  // The same cache on both sides; llama.cpp runs a q8_0 V cache only with
+  // flash attention.
   eo.bench_command = absl::StrCat(
       "LD_LIBRARY_PATH=", ShellQuoted(dir.empty() ? "." : dir), " ", ShellQuoted(f.llama_bench),
-      " -m {model} -p {prompt_tokens} -n {decode_tokens} -d 0,{depth} -t {threads} -r 1 -fa 0 "
-      "-o json");
+      " -m {model} -p {prompt_tokens} -n {decode_tokens} -d 0,{depth} -t {threads} -r 1 -fa ",
+      f.kv_dtype == "q8_0" ? 1 : 0, " -ctk ", f.kv_dtype, " -ctv ", f.kv_dtype, " -o json");
   std::unique_ptr<Runtime> llama = NewExternalRuntime(eo);
 
   CompareOptions co;
@@ -122,9 +129,10 @@ absl::Status Compare(const CompareFlags& f, int threads) {
   std::filesystem::remove_all(work);
   if (!result.ok()) return result.status();
   const DeviceIdentity device = ProbeDevice();
-  std::printf("%s: %s weights, %s threads, CPU %s, medians of %d alternating runs\n\n",
-              arch.name.c_str(), f.dtype.c_str(), absl::StrJoin(thread_counts, ",").c_str(),
-              device.soc().c_str(), f.repeats);
+  std::printf(
+      "%s: %s weights, %s KV caches, %s threads, CPU %s, medians of %d alternating runs\n\n",
+      arch.name.c_str(), f.dtype.c_str(), f.kv_dtype.c_str(),
+      absl::StrJoin(thread_counts, ",").c_str(), device.soc().c_str(), f.repeats);
   std::printf("%s", CompareTable(result->rows, "hilnas", "llama.cpp").c_str());
   if (!result->scaling.empty()) {
     // Issue 35 item 3: does hilnas gain from the threads what llama.cpp does?
@@ -150,6 +158,8 @@ void AddCompareFlags(CLI::App* app, CompareFlags* f) {
   app->add_option("--compare-threads", f->threads,
                   "thread counts to compare at, in turn within each round, e.g. 1,4: also "
                   "prints what the threads give each runtime (default: --threads)");
+  app->add_option("--compare-kv-dtype", f->kv_dtype,
+                  "both runtimes' K/V caches: f16 (llama-bench's default) | q8_0");
   app->add_option("--compare-dtype", f->dtype, "weights to compare at: f32 | f16 | q4_0 | q8_0");
   app->add_option("--compare-repeats", f->repeats, "timed runs per runtime and prompt")
       ->check(CLI::Range(1, 100));
