@@ -157,12 +157,27 @@ namespace {
 // activations stream past them.
 constexpr int64_t kGemmRows = 32;
 
+// A thread takes at least this many of a decode product's weights. The
+// float GEMV's rule is in bytes (256 KiB: 64 Ki f32 weights, model/gemv.cc);
+// in bytes a Q4_0 matrix is 7x smaller for the same multiply-adds, and at
+// 256 KiB full4's fused q/k/v (768 x 512) and its o projection never split:
+// 2-thread Q4_0 decode at depth 2048 spent 0.39 ms a step in products,
+// 0.30-0.31 at 64 KiB, 32 KiB or 16 KiB (bench/step_profile, Zen 4). So the
+// rule counts weights: 64 Ki, the f32 GEMV's.
+constexpr int64_t kQuantGemvGrainWeights = int64_t{64} << 10;
+
 }  // namespace
+
+int64_t QuantGemvGrainRows(int64_t cols) {
+  return std::max<int64_t>(16, kQuantGemvGrainWeights / std::max<int64_t>(cols, 1));
+}
+
+namespace {}  // namespace
 
 void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
   const torch::Tensor& w0 = *products[0].w;
   const QuantType t = QuantTypeOf(w0).value();
-  const int64_t blocks = w0.size(1), row_bytes = blocks * w0.size(2);
+  const int64_t blocks = w0.size(1);
   int64_t row_end[8];  // matrix m owns rows [row_end[m - 1], row_end[m]) of the whole
   int64_t rows = 0;
   for (size_t m = 0; m < n; ++m) {
@@ -176,8 +191,7 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   xq.resize(static_cast<size_t>(blocks * kQ8BlockBytes));
   QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
   const uint8_t* xp = xq.data();
-  const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes);
-  ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
+  ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock), [&](int64_t first, int64_t last) {
     int64_t begin = 0;
     for (size_t m = 0; m < n; begin = row_end[m++]) {
       const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
@@ -209,10 +223,10 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   const uint8_t* wp = w.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
   if (tokens == 1) {
-    const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / (blocks * w.size(2)));
-    ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
-      QuantRowsDot(t, wp, blocks, xq.data(), op, first, last);
-    });
+    ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock),
+                [&](int64_t first, int64_t last) {
+                  QuantRowsDot(t, wp, blocks, xq.data(), op, first, last);
+                });
   } else {
     at::parallel_for(0, (rows + kGemmRows - 1) / kGemmRows, 1, [&](int64_t first, int64_t last) {
       QuantGemm(t, wp, blocks, xq.data(), tokens, op, rows, first * kGemmRows,

@@ -92,6 +92,9 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
 // width: x quantized once into a per-thread buffer (no allocation after the
 // first call), the products' rows split across libtorch's threads.
 void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path);
+// The fewest rows of `cols` weights a thread takes in those products (a
+// share of 64 Ki multiply-adds, whatever the bytes).
+int64_t QuantGemvGrainRows(int64_t cols);
 
 // x [..., cols] f32 times a quantized w^T: [..., rows] f32. One row of x is
 // a GEMV, more a QuantGemm; rows split across libtorch's threads.

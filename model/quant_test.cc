@@ -1,5 +1,7 @@
 #include "model/quant.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -7,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/gemv.h"
 
 namespace hilnas {
 namespace {
@@ -110,6 +113,34 @@ TEST_P(QuantTest, MatmulOfPromptAndTokenAgreesWithTheDequantizedProduct) {
   EXPECT_LT((got - want).abs().max().item<float>(), 0.02 * want.abs().max().item<float>());
   const torch::Tensor one = QuantMatmul(x.narrow(1, 4, 1), q);
   EXPECT_TRUE(torch::allclose(one.view({70}), got[0][4], 1e-5, 1e-5));
+}
+
+// A decode step's fused products split across threads by their
+// multiply-adds, not their bytes: full4's q/k/v (512 + 128 + 128 rows of
+// 512) at Q4_0 are 221 KiB, under the float GEMV's 256 KiB, yet take two
+// threads' shares; and a split gives one thread's bits.
+TEST_P(QuantTest, FusedDecodeProductsSplitByTheirWorkAndKeepTheirBits) {
+  EXPECT_LE(2 * QuantGemvGrainRows(512), 768);
+  EXPECT_LE(2 * QuantGemvGrainRows(512), 512);  // o alone
+  const QuantType t = GetParam();
+  const torch::Tensor wq = QuantizeMatrix(Random(512, 512, 7), t).value();
+  const torch::Tensor wk = QuantizeMatrix(Random(128, 512, 8), t).value();
+  const torch::Tensor wv = QuantizeMatrix(Random(128, 512, 9), t).value();
+  const torch::Tensor x = Random(1, 512, 10).view({512});
+  auto products = [&](int threads) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(threads);
+    torch::Tensor y = torch::zeros({768});
+    float* p = y.data_ptr<float>();
+    const GemvProduct g[3] = {{&wq, p}, {&wk, p + 512}, {&wv, p + 640}};
+    QuantGemvsInto(g, 3, x.data_ptr<float>(), KernelPath::kBest);
+    at::set_num_threads(before);
+    return y;
+  };
+  const torch::Tensor one = products(1);
+  EXPECT_TRUE(torch::equal(products(2), one));
+  EXPECT_TRUE(torch::equal(products(4), one));
+  EXPECT_GT(one.abs().sum().item<float>(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantTest, ::testing::Values(QuantType::kQ4_0, QuantType::kQ8_0),
