@@ -172,8 +172,6 @@ int64_t QuantGemvGrainRows(int64_t cols) {
   return std::max<int64_t>(16, kQuantGemvGrainWeights / std::max<int64_t>(cols, 1));
 }
 
-namespace {}  // namespace
-
 void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
   const torch::Tensor& w0 = *products[0].w;
   const QuantType t = QuantTypeOf(w0).value();
