@@ -1,8 +1,11 @@
 #include "device_agent/external_runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -69,14 +72,86 @@ class ExternalModel : public PreparedModel {
   int threads_;
 };
 
+// Names, sizes and write times of a file, or of a folder's files (not
+// recursive): what tells that an export's input or output changed.
+// nullopt when the path cannot be read.
+std::optional<std::string> Stamp(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto one = [&](const fs::path& p) -> std::optional<std::string> {
+    const uintmax_t size = fs::file_size(p, ec);
+    if (ec) return std::nullopt;
+    const fs::file_time_type t = fs::last_write_time(p, ec);
+    if (ec) return std::nullopt;
+    return absl::StrCat(p.filename().string(), ":", size, ":", t.time_since_epoch().count());
+  };
+  if (!fs::is_directory(path, ec)) return one(path);
+  std::vector<std::string> parts;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    std::optional<std::string> s = one(it->path());
+    if (!s) return std::nullopt;
+    parts.push_back(*std::move(s));
+  }
+  if (ec) return std::nullopt;
+  std::sort(parts.begin(), parts.end());
+  return absl::StrJoin(parts, ";");
+}
+
 class ExternalRuntime : public Runtime {
  private:
+  // The last export: a request for the same model at another thread count
+  // (the runtime comparison's scaling rounds prepare one model per count)
+  // reuses its file, while neither the export's input nor its output has
+  // changed since, instead of writing the same file again.
+  struct LastExport {
+    std::string model;
+    std::string source_stamp;  // the checkpoint's files; "" for an architecture
+    std::string model_stamp;   // the exported file, just after the export
+  };
+
+  absl::StatusOr<std::string> Export(const BenchmarkRequest& req, const std::string& config,
+                                     const std::string& checkpoint, const std::string& tag) {
+    const std::string model =
+        absl::StrCat(options_.work_dir, "/", tag, "/model.", PrecisionName(req.precision()),
+                     options_.export_command == kBuiltinGgufExport ? ".gguf" : "");
+    std::optional<std::string> source =
+        req.has_arch() ? std::optional<std::string>("") : Stamp(checkpoint);
+    if (last_ && source && last_->model == model && last_->source_stamp == *source &&
+        Stamp(model) == last_->model_stamp) {
+      return model;
+    }
+    last_.reset();
+    const std::string dir = std::filesystem::path(model).parent_path().string();
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+    if (options_.export_command == kBuiltinGgufExport) {
+      HILNAS_RETURN_IF_ERROR(BuiltinGgufExport(req, checkpoint, model));
+    } else {
+      HILNAS_ASSIGN_OR_RETURN(
+          std::string cmd,
+          ExpandCommand(options_.export_command, {{"config", config},
+                                                  {"checkpoint", checkpoint},
+                                                  {"model", model},
+                                                  {"precision", PrecisionName(req.precision())}}));
+      absl::StatusOr<CommandOutput> out = RunCapturing(cmd, options_.timeout_s);
+      if (!out.ok()) {
+        // An export that cannot lower the architecture is an unsupported arch.
+        return absl::UnimplementedError(absl::StrCat("export failed: ", out.status().message()));
+      }
+    }
+    if (std::optional<std::string> written = Stamp(model); written && source) {
+      last_ = LastExport{model, *source, *written};
+    }
+    return model;
+  }
+
   // hilnas's own GGUF export (model/gguf_export.h): random weights for an
   // architecture (timing does not depend on their values), or the request's
   // checkpoint, written as llama.cpp's f32 or f16 GGUF.
-  absl::StatusOr<std::string> BuiltinGgufExport(const BenchmarkRequest& req,
-                                                const std::string& checkpoint,
-                                                const std::string& tag) {
+  absl::Status BuiltinGgufExport(const BenchmarkRequest& req, const std::string& checkpoint,
+                                 const std::string& model) {
     GgufExportOptions o;
     if (req.precision() == FP16) {
       o.dtype = GgmlType::kF16;
@@ -89,11 +164,6 @@ class ExternalRuntime : public Runtime {
           absl::StrCat("built-in GGUF export writes fp32, fp16, q4_0 or q8_0, not ",
                        PrecisionName(req.precision())));
     }
-    const std::string dir = absl::StrCat(options_.work_dir, "/", tag);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);  // Prepare makes it only for architectures
-    if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-    const std::string model = absl::StrCat(dir, "/model.", PrecisionName(req.precision()), ".gguf");
     try {
       absl::Status s;
       if (req.has_arch()) {
@@ -109,8 +179,7 @@ class ExternalRuntime : public Runtime {
         s = ExportGguf(checkpoint, model, o);
       }
       if (absl::IsInvalidArgument(s)) return absl::UnimplementedError(s.message());
-      HILNAS_RETURN_IF_ERROR(s);
-      return model;
+      return s;
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("built-in GGUF export: ", e.what()));
     }
@@ -141,21 +210,8 @@ class ExternalRuntime : public Runtime {
       tag = absl::StrCat(std::hash<std::string>()(checkpoint));
     }
     std::string model = checkpoint;
-    if (options_.export_command == kBuiltinGgufExport) {
-      HILNAS_ASSIGN_OR_RETURN(model, BuiltinGgufExport(req, checkpoint, tag));
-    } else if (!options_.export_command.empty()) {
-      model = absl::StrCat(options_.work_dir, "/", tag, "/model.", PrecisionName(req.precision()));
-      HILNAS_ASSIGN_OR_RETURN(
-          std::string cmd,
-          ExpandCommand(options_.export_command, {{"config", config},
-                                                  {"checkpoint", checkpoint},
-                                                  {"model", model},
-                                                  {"precision", PrecisionName(req.precision())}}));
-      absl::StatusOr<CommandOutput> out = RunCapturing(cmd, options_.timeout_s);
-      if (!out.ok()) {
-        // An export that cannot lower the architecture is an unsupported arch.
-        return absl::UnimplementedError(absl::StrCat("export failed: ", out.status().message()));
-      }
+    if (!options_.export_command.empty()) {
+      HILNAS_ASSIGN_OR_RETURN(model, Export(req, config, checkpoint, tag));
     } else if (model.empty()) {
       return absl::UnimplementedError(
           "external runtime without an export command can only run checkpoint_dir requests");
@@ -166,6 +222,7 @@ class ExternalRuntime : public Runtime {
 
  private:
   ExternalRuntimeOptions options_;
+  std::optional<LastExport> last_;
 };
 
 double Number(const nlohmann::json& j, const char* key) {

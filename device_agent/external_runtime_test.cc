@@ -1,5 +1,6 @@
 #include "device_agent/external_runtime.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -203,6 +204,64 @@ TEST(ExternalRuntimeTest, BuiltinGgufExportFeedsTheBenchCommand) {
   r = Measure(*rt, req);
   EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
   EXPECT_THAT(r.failure_message(), HasSubstr("layer 1 has swa attention"));
+}
+
+// The comparison's scaling rounds prepare one model per thread count: the
+// export runs once for them, and again when its input or output changed.
+TEST(ExternalRuntimeTest, SameModelAtAnotherThreadCountReusesTheExport) {
+  const std::string work = ::testing::TempDir() + "/hilnas_external_reuse";
+  std::filesystem::remove_all(work);
+  std::filesystem::create_directories(work);
+  const std::string log = work + "/exports.log";
+  ExternalRuntimeOptions o;
+  o.work_dir = work;
+  o.export_command = absl::StrCat("echo {precision} >> ", log, " && cp {config} {model}");
+  o.bench_command = absl::StrCat("test -s {model} && cat ", kData, "llama_bench.json");
+  std::unique_ptr<Runtime> rt = NewExternalRuntime(o);
+  auto exports = [&] {
+    std::string text;
+    EXPECT_OK(ReadFileToString(log, &text));
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  BenchmarkRequest req = OnePrompt(1);
+  *req.mutable_arch() = ArchToProto(TinyMixedArch());
+  std::string model;
+  for (int threads : {1, 2, 4}) {
+    req.set_threads(threads);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<PreparedModel> m, rt->Prepare(req));
+    EXPECT_OK(m->Run(1024, 32).status());
+  }
+  EXPECT_EQ(exports(), 1);
+  req.set_precision(FP16);  // another file
+  ASSERT_OK(rt->Prepare(req).status());
+  EXPECT_EQ(exports(), 2);
+  ASSERT_OK(rt->Prepare(req).status());
+  EXPECT_EQ(exports(), 2);
+  // The exported file gone or changed: exported again.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(work)) {
+    if (e.path().filename() == "model.fp16") model = e.path().string();
+  }
+  ASSERT_FALSE(model.empty());
+  std::filesystem::remove(model);
+  ASSERT_OK(rt->Prepare(req).status());
+  EXPECT_EQ(exports(), 3);
+  ASSERT_OK(WriteFileAtomically(model, "{}"));
+  ASSERT_OK(rt->Prepare(req).status());
+  EXPECT_EQ(exports(), 4);
+
+  // From a checkpoint: exported again when the checkpoint's files change.
+  const std::string ckpt = work + "/ckpt";
+  std::filesystem::create_directories(ckpt);
+  ASSERT_OK(WriteFileAtomically(ckpt + "/config.json", "{}"));
+  ASSERT_OK(WriteFileAtomically(ckpt + "/model.bin", "weights"));
+  BenchmarkRequest from_ckpt = OnePrompt(1);
+  from_ckpt.set_checkpoint_dir(ckpt);
+  ASSERT_OK(rt->Prepare(from_ckpt).status());
+  ASSERT_OK(rt->Prepare(from_ckpt).status());
+  EXPECT_EQ(exports(), 5);
+  ASSERT_OK(WriteFileAtomically(ckpt + "/model.bin", "other weights"));
+  ASSERT_OK(rt->Prepare(from_ckpt).status());
+  EXPECT_EQ(exports(), 6);
 }
 
 TEST(ExternalRuntimeTest, FailingExportIsUnsupportedArch) {
