@@ -275,6 +275,31 @@ TEST_F(Arm64AgentTest, CompareRunsBothRuntimesOnThePhoneInOneCommand) {
   EXPECT_NE(code, 0);
 }
 
+// One command prices a window layer against a full one on the phone: the
+// bundle pushed, the four variants timed there in rounds on the big core,
+// the tables printed (figures under qemu mean nothing; the mechanism does).
+TEST_F(Arm64AgentTest, PriceWindowsRunsTheFourVariantsOnThePhoneInOneCommand) {
+  std::ofstream(dir_ + "/tiny-window.textproto")
+      << "name: \"tiny-window\" num_layers: 3 d_model: 64 d_ffn: 128 num_heads: 2\n"
+         "num_kv_heads: 1 head_dim: 32 vocab_size: 256 qk_norm: true rope_theta: 10000\n"
+         "norm_eps: 1e-5 sliding_window: 8 attention: FULL attention: FULL attention: FULL\n";
+  int code = 0;
+  const std::string out =
+      Shell(absl::StrCat(env_, script_, "price-windows --arch ", dir_,
+                         "/tiny-window.textproto --prompt 32 --rounds 1 --dtype q4_0 "
+                         "--kv-dtype q8_0"),
+            &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("tiny-window: prompt 32, window 8, q4_0 weights, q8_0 KV cache, "
+                             "1 thread"));
+  EXPECT_THAT(out, HasSubstr("| mixed | F W F |"));
+  EXPECT_THAT(out, HasSubstr("| all-skip | K K K | "));
+  EXPECT_THAT(out, HasSubstr("| attention kernels in the model (all-window / all-full) | "));
+  EXPECT_THAT(Shell(absl::StrCat(env_, script_, "price-windows --prompt many"), &code),
+              HasSubstr("--prompt many: not a number"));
+  EXPECT_NE(code, 0);
+}
+
 TEST_F(Arm64AgentTest, PhoneAgentRefusesAPhoneThatIsNotArm64OrNotThere) {
   int code = 0;
   std::string out = Shell(

@@ -20,4 +20,19 @@ absl::StatusOr<Arch> ReadArchFile(const std::string& file) {
   return arch;
 }
 
+Arch Full4Arch() {
+  Arch a;
+  a.name = "full4";
+  a.num_layers = 4;
+  a.d_model = 512;
+  a.d_ffn = 1536;
+  a.num_heads = 8;
+  a.num_kv_heads = 2;
+  a.head_dim = 64;
+  a.vocab_size = 4096;
+  a.qk_norm = true;
+  a.attention.assign(4, Attention::kFull);
+  return a;
+}
+
 }  // namespace hilnas::tools

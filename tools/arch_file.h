@@ -14,6 +14,11 @@ namespace hilnas::tools {
 // Validated; errors name the file.
 absl::StatusOr<Arch> ReadArchFile(const std::string& file);
 
+// bench/runtime_compare.sh's full4, the agents' one-shot measurements'
+// default shape: 4 layers x d 512, ffn 1536, 8/2 heads x 64, vocab 4096,
+// QK-norm, every layer full attention, no window set.
+Arch Full4Arch();
+
 }  // namespace hilnas::tools
 
 #endif  // HILNAS_TOOLS_ARCH_FILE_H_

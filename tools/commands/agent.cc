@@ -39,6 +39,7 @@ struct AgentCommandOptions {
   int64_t memory_limit_mb = 0;
   bool check_kernels = false;
   CompareFlags compare;
+  PricingFlags pricing;
 };
 
 std::atomic<bool> g_stop{false};
@@ -101,11 +102,16 @@ int RunAgent(const AgentCommandOptions& cl) {
   }
   if (cl.check_kernels)
     return CheckKernelsHere(cl.threads > 0 ? cl.threads : ProbeDevice().cores());
-  if (!cl.compare.llama_bench.empty()) {
-    const int n = cpu_set.empty()
-                      ? ProbeDevice().cores()
-                      : static_cast<int>(ParseCpuSet(cpu_set).value_or(std::vector<int>{1}).size());
-    return CompareWithLlamaBench(cl.compare, cl.threads > 0 ? cl.threads : n);
+  // The one-shot measurements: --threads, else the CPUs the process may use.
+  auto threads_here = [&] {
+    if (cl.threads > 0) return static_cast<int>(cl.threads);
+    return cpu_set.empty()
+               ? ProbeDevice().cores()
+               : static_cast<int>(ParseCpuSet(cpu_set).value_or(std::vector<int>{1}).size());
+  };
+  if (!cl.compare.llama_bench.empty()) return CompareWithLlamaBench(cl.compare, threads_here());
+  if (cl.pricing.price_windows) {
+    return PriceWindowsHere(cl.pricing, threads_here(), cl.memory_limit_mb << 20);
   }
   absl::StatusOr<std::unique_ptr<Runtime>> runtime = RuntimeOf(cl);
   if (!runtime.ok()) return Fail(runtime.status());
@@ -248,6 +254,7 @@ void AddAgentCommand(Cli& cli) {
                 "double-precision reference on --threads threads, print the errors and exit "
                 "(no coordinator)");
   AddCompareFlags(app, &o->compare);
+  AddPricingFlags(app, &o->pricing);
   cli.StableTiming(app, &o->threads);
 }
 

@@ -45,6 +45,20 @@ void AddCompareFlags(CLI::App* app, CompareFlags* flags);
 // Prints the table; the exit code.
 int CompareWithLlamaBench(const CompareFlags& flags, int threads);
 
+// --price-windows and the flags it reads (tools/commands/agent_pricing.cc).
+struct PricingFlags {
+  bool price_windows = false;
+  std::string arch;  // a file; default: full4 with a window of 128
+  int32_t prompt = 2048;
+  int32_t rounds = 3;
+  int32_t decode_tokens = 64;
+  std::string dtype = "f32";
+  std::string kv_dtype = "f16";
+};
+void AddPricingFlags(CLI::App* app, PricingFlags* flags);
+// Prints the tables; the exit code.
+int PriceWindowsHere(const PricingFlags& flags, int threads, int64_t memory_limit_bytes);
+
 }  // namespace hilnas::tools
 
 #endif  // HILNAS_TOOLS_COMMANDS_AGENT_H_

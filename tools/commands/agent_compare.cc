@@ -26,23 +26,6 @@
 namespace hilnas::tools {
 namespace {
 
-// llama.cpp's qwen3 layout at 4 x d 512 (bench/runtime_compare.sh's full4):
-// every layer full attention, as llama.cpp's GGUF models are.
-Arch DefaultCompareArch() {
-  Arch a;
-  a.name = "full4";
-  a.num_layers = 4;
-  a.d_model = 512;
-  a.d_ffn = 1536;
-  a.num_heads = 8;
-  a.num_kv_heads = 2;
-  a.head_dim = 64;
-  a.vocab_size = 4096;
-  a.qk_norm = true;
-  a.attention.assign(4, Attention::kFull);
-  return a;
-}
-
 // A comma list of numbers in [1, max], `flag` and `what` naming it in errors.
 absl::StatusOr<std::vector<int>> Numbers(const std::string& list, const char* flag,
                                          const char* what, int max) {
@@ -71,7 +54,7 @@ absl::Status Compare(const CompareFlags& f, int threads) {
     return absl::NotFoundError(
         absl::StrCat("--compare-llama-bench ", f.llama_bench, ": not an executable file"));
   }
-  Arch arch = DefaultCompareArch();
+  Arch arch = Full4Arch();  // llama.cpp's qwen3 layout; every layer full, as GGUF models are
   if (!f.arch.empty()) {
     HILNAS_ASSIGN_OR_RETURN(arch, ReadArchFile(f.arch));
   }

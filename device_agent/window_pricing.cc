@@ -1,0 +1,283 @@
+#include "device_agent/window_pricing.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "device_agent/environment.h"
+#include "device_agent/protocol.h"
+#include "model/decoder.h"
+#include "model/gemv.h"
+#include "model/op_times.h"
+#include "search_space/counts.h"
+#include "util/median.h"
+#include "util/status_macros.h"
+
+namespace hilnas {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// model/attention.h's records: full layers' kernels and window layers'.
+constexpr char kFullRecord[] = "hilnas::attention";
+constexpr char kWindowRecord[] = "hilnas::attention_window";
+constexpr int64_t kPrefillChunk = 1024;  // as the agents' runtime prefills
+
+struct Variant {
+  std::string name;
+  Arch arch;
+  int full_layers = 0, window_layers = 0;
+  std::optional<Decoder> decoder;
+};
+
+// One variant once: wall times of a generation without hooks, then the
+// attention kernels' times in a second one with them.
+struct Figures {
+  double ttft_ms = 0, decode_ms = 0;
+  double full_prefill_ms = 0, window_prefill_ms = 0, full_decode_ms = 0, window_decode_ms = 0;
+};
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+torch::Tensor Prefill(Decoder& d, const torch::Tensor& tokens, KvCache& cache) {
+  torch::Tensor logits;
+  const int64_t n = tokens.size(1);
+  for (int64_t s = 0; s < n; s += kPrefillChunk) {
+    logits = d.ForwardCached(tokens.narrow(1, s, std::min(kPrefillChunk, n - s)), cache,
+                             /*last_only=*/true);
+  }
+  return logits;
+}
+
+// Greedy decode steps after `logits`; returns the last step's logits.
+torch::Tensor Decode(Decoder& d, torch::Tensor logits, KvCache& cache, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    torch::Tensor next;
+    {
+      at::RecordFunctionGuard unhooked(false);  // the token choice is no kernel's time
+      next = logits.narrow(1, logits.size(1) - 1, 1).argmax(-1);
+    }
+    logits = d.ForwardCached(next, cache, /*last_only=*/true);
+  }
+  return logits;
+}
+
+Figures Measure(Decoder& d, const torch::Tensor& tokens, int decode_tokens) {
+  const int64_t capacity = tokens.size(1) + decode_tokens;
+  Figures f;
+  {
+    KvCache cache = d.NewCache(1, capacity);
+    Clock::time_point t0 = Clock::now();
+    torch::Tensor logits = Prefill(d, tokens, cache);
+    f.ttft_ms = MsSince(t0);
+    t0 = Clock::now();
+    Decode(d, logits, cache, decode_tokens);
+    f.decode_ms = MsSince(t0) / decode_tokens;
+  }
+  KvCache cache = d.NewCache(1, capacity);
+  OpTimer timer;
+  torch::Tensor logits = Prefill(d, tokens, cache);
+  f.full_prefill_ms = 1e3 * timer.Seconds(kFullRecord);
+  f.window_prefill_ms = 1e3 * timer.Seconds(kWindowRecord);
+  timer.Clear();
+  Decode(d, logits, cache, decode_tokens);
+  f.full_decode_ms = 1e3 * timer.Seconds(kFullRecord) / decode_tokens;
+  f.window_decode_ms = 1e3 * timer.Seconds(kWindowRecord) / decode_tokens;
+  return f;
+}
+
+PricingRatio Summarise(const std::vector<double>& per_round) {
+  return {Median(per_round), *std::min_element(per_round.begin(), per_round.end()),
+          *std::max_element(per_round.begin(), per_round.end())};
+}
+
+// Weights and cache of every variant at once, at the widest element the
+// weight dtype stores (2 bytes for the 8- and 4-bit blocks: an estimate
+// from above).
+absl::Status CheckFits(const std::vector<Variant>& variants, const WindowPricingOptions& o) {
+  const int bytes = o.weight_dtype == "f32" ? 4 : 2;
+  int64_t need = 0;
+  for (const Variant& v : variants) {
+    need += EstimateRunBytes(v.arch, o.prompt_tokens + o.decode_tokens, bytes);
+  }
+  const int64_t limit = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : MemAvailableBytes();
+  if (limit > 0 && need > limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("window pricing holds four models of this shape: ", need / (1 << 20),
+                     " MiB at ", o.prompt_tokens + o.decode_tokens, " tokens; this device allows ",
+                     limit / (1 << 20), " MiB"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions& o) {
+  if (o.prompt_tokens < 1 || o.decode_tokens < 1 || o.rounds < 1 || o.threads < 0 ||
+      o.prompt_tokens + int64_t{o.decode_tokens} > kMaxContext) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window pricing needs a prompt, decode tokens and rounds of 1 or more, within ",
+        kMaxContext, " tokens, and threads >= 0 (got ", o.prompt_tokens, ", ", o.decode_tokens,
+        ", ", o.rounds, ", ", o.threads, ")"));
+  }
+  if (base.sliding_window < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        base.name, ": sliding_window is ", base.sliding_window, "; window layers need a window"));
+  }
+  if (o.prompt_tokens <= base.sliding_window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a prompt of ", o.prompt_tokens, " tokens fits the window of ",
+                     base.sliding_window, ": a window layer would cost what a full one does"));
+  }
+  if (base.num_layers < 3) {
+    return absl::InvalidArgumentError(absl::StrCat(base.name, ": ", base.num_layers,
+                                                   " layers; mixed (F W..W F) needs 3 or more"));
+  }
+  const int n = base.num_layers;
+  std::vector<Variant> variants;
+  for (const char* name : {"all-full", "mixed", "all-window", "all-skip"}) {
+    Variant v;
+    v.name = name;
+    v.arch = base;
+    v.arch.attention.resize(n);
+    for (int l = 0; l < n; ++l) {
+      const bool edge = l == 0 || l == n - 1;
+      const std::string kind = name;
+      v.arch.attention[l] = kind == "all-full"     ? Attention::kFull
+                            : kind == "all-skip"   ? Attention::kSkip
+                            : kind == "all-window" ? Attention::kSlidingWindow
+                            : edge                 ? Attention::kFull
+                                                   : Attention::kSlidingWindow;
+      v.full_layers += v.arch.attention[l] == Attention::kFull;
+      v.window_layers += v.arch.attention[l] == Attention::kSlidingWindow;
+    }
+    v.arch.name = absl::StrCat(base.name, "-", name);
+    HILNAS_RETURN_IF_ERROR(ValidateArch(v.arch));
+    variants.push_back(std::move(v));
+  }
+  HILNAS_RETURN_IF_ERROR(CheckFits(variants, o));
+
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  const torch::Tensor tokens =
+      torch::randint(0, base.vocab_size, {1, o.prompt_tokens}, torch::kLong);
+  for (Variant& v : variants) {
+    HILNAS_ASSIGN_OR_RETURN(Decoder d,
+                            Decoder::Create(v.arch, /*seed=*/1, torch::kFloat, o.weight_dtype));
+    HILNAS_RETURN_IF_ERROR(d.SetKvDtype(o.kv_dtype));
+    v.decoder.emplace(std::move(d));
+  }
+  // The decode kernel's form as the agents pick it (model/gemv.h), on the
+  // all-full model's matrices: every variant's products are among them.
+  const std::string form = TuneGemvForm(variants[0].decoder->DecodeMatrices()).Describe();
+  if (o.progress) o.progress(absl::StrCat("decode GEMV form: ", form));
+  // Warm-ups as the agents time (device_agent/protocol.h): until a prompt
+  // runs on memory already mapped.
+  for (Variant& v : variants) {
+    for (int w = 1;; ++w) {
+      KvCache cache = v.decoder->NewCache(1, o.prompt_tokens + o.decode_tokens);
+      const int64_t before = MinorPageFaults();
+      Decode(*v.decoder, Prefill(*v.decoder, tokens, cache), cache, std::min(o.decode_tokens, 4));
+      if (!OneMoreWarmUp(w, 1, MinorPageFaults() - before, cache.bytes())) break;
+    }
+  }
+
+  // figures[round][variant]
+  std::vector<std::vector<Figures>> figures(o.rounds, std::vector<Figures>(variants.size()));
+  for (int r = 0; r < o.rounds; ++r) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const size_t k = (i + r) % variants.size();  // an order that rotates
+      figures[r][k] = Measure(*variants[k].decoder, tokens, o.decode_tokens);
+    }
+    if (o.progress) {
+      std::vector<std::string> parts;
+      for (size_t k = 0; k < variants.size(); ++k) {
+        parts.push_back(absl::StrFormat("%s %.1f ms, %.3f ms/token", variants[k].name,
+                                        figures[r][k].ttft_ms, figures[r][k].decode_ms));
+      }
+      o.progress(absl::StrCat("round ", r + 1, "/", o.rounds, ": ", absl::StrJoin(parts, "; ")));
+    }
+  }
+
+  WindowPricing out;
+  for (size_t k = 0; k < variants.size(); ++k) {
+    std::vector<double> t, d, ap, ad;
+    for (int r = 0; r < o.rounds; ++r) {
+      const Figures& f = figures[r][k];
+      t.push_back(f.ttft_ms);
+      d.push_back(f.decode_ms);
+      ap.push_back(f.full_prefill_ms + f.window_prefill_ms);
+      ad.push_back(f.full_decode_ms + f.window_decode_ms);
+    }
+    std::vector<std::string> letters;
+    for (Attention a : variants[k].arch.attention) {
+      letters.push_back(a == Attention::kFull ? "F" : a == Attention::kSkip ? "K" : "W");
+    }
+    out.rows.push_back({variants[k].name, absl::StrJoin(letters, " "), Median(t), Median(d),
+                        Median(ap), Median(ad)});
+  }
+  enum { kAllFull, kMixed, kAllWindow, kAllSkip };
+  const double mixed_layers =
+      static_cast<double>(variants[kMixed].full_layers) / variants[kMixed].window_layers;
+  std::vector<double> ap, ad, mp, md, lp, ld;
+  for (const std::vector<Figures>& f : figures) {
+    ap.push_back(f[kAllWindow].window_prefill_ms / f[kAllFull].full_prefill_ms);
+    ad.push_back(f[kAllWindow].window_decode_ms / f[kAllFull].full_decode_ms);
+    mp.push_back(mixed_layers * f[kMixed].window_prefill_ms / f[kMixed].full_prefill_ms);
+    md.push_back(mixed_layers * f[kMixed].window_decode_ms / f[kMixed].full_decode_ms);
+    lp.push_back((f[kAllWindow].ttft_ms - f[kAllSkip].ttft_ms) /
+                 (f[kAllFull].ttft_ms - f[kAllSkip].ttft_ms));
+    ld.push_back((f[kAllWindow].decode_ms - f[kAllSkip].decode_ms) /
+                 (f[kAllFull].decode_ms - f[kAllSkip].decode_ms));
+  }
+  out.attention_prefill = Summarise(ap);
+  out.attention_decode = Summarise(ad);
+  out.mixed_prefill = Summarise(mp);
+  out.mixed_decode = Summarise(md);
+  out.layer_prefill = Summarise(lp);
+  out.layer_decode = Summarise(ld);
+  return out;
+}
+
+std::string Cell(const PricingRatio& r) {
+  return absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high);
+}
+
+}  // namespace
+
+absl::StatusOr<WindowPricing> PriceWindowLayers(const Arch& base,
+                                                const WindowPricingOptions& options) {
+  try {
+    return Price(base, options);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("window pricing: ", e.what()));
+  }
+}
+
+std::string WindowPricingTable(const WindowPricing& p) {
+  std::string out =
+      "| variant | layers | TTFT ms | decode ms/token | attention ms, prefill | attention "
+      "ms/step, decode |\n|---|---|---:|---:|---:|---:|\n";
+  for (const WindowPricingRow& r : p.rows) {
+    absl::StrAppendFormat(&out, "| %s | %s | %.1f | %.3f | %.2f | %.4f |\n", r.variant, r.pattern,
+                          r.ttft_ms, r.decode_ms, r.attention_prefill_ms, r.attention_decode_ms);
+  }
+  absl::StrAppend(
+      &out, "\n| window layer / full layer: median of the rounds (range) | prefill | decode |\n",
+      "|---|---:|---:|\n");
+  absl::StrAppend(&out, "| attention kernels in the model (all-window / all-full) | ",
+                  Cell(p.attention_prefill), " | ", Cell(p.attention_decode), " |\n");
+  absl::StrAppend(&out, "| attention kernels, mixed (a window layer / a full one, one model) | ",
+                  Cell(p.mixed_prefill), " | ", Cell(p.mixed_decode), " |\n");
+  absl::StrAppend(&out, "| whole layer, projections included ((W - K) / (F - K)) | ",
+                  Cell(p.layer_prefill), " | ", Cell(p.layer_decode), " |\n");
+  return out;
+}
+
+}  // namespace hilnas

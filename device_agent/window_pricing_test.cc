@@ -1,0 +1,86 @@
+#include "device_agent/window_pricing.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/test_archs.h"
+#include "util/status_matchers.h"
+
+namespace hilnas {
+namespace {
+
+using ::hilnas::testing::StatusIs;
+using ::testing::HasSubstr;
+
+WindowPricingOptions Small() {
+  WindowPricingOptions o;
+  o.prompt_tokens = 48;
+  o.decode_tokens = 3;
+  o.rounds = 2;
+  return o;
+}
+
+// The mechanism, not the figures (bench/window_pricing.sh and the agents
+// measure those): each variant's layers run the kernels their kind names,
+// and every ratio comes from both of the timings it divides.
+TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
+  std::vector<std::string> progress;
+  WindowPricingOptions o = Small();
+  o.progress = [&](const std::string& line) { progress.push_back(line); };
+  ASSERT_OK_AND_ASSIGN(WindowPricing p, PriceWindowLayers(TinyMixedArch(), o));
+  ASSERT_EQ(p.rows.size(), 4u);
+  EXPECT_EQ(p.rows[0].variant, "all-full");
+  EXPECT_EQ(p.rows[0].pattern, "F F F F");
+  EXPECT_EQ(p.rows[1].pattern, "F W W F");
+  EXPECT_EQ(p.rows[2].pattern, "W W W W");
+  EXPECT_EQ(p.rows[3].pattern, "K K K K");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(p.rows[i].attention_prefill_ms, 0) << p.rows[i].variant;
+    EXPECT_GT(p.rows[i].attention_decode_ms, 0) << p.rows[i].variant;
+  }
+  EXPECT_EQ(p.rows[3].attention_prefill_ms, 0);  // no attention layer, no kernel time
+  EXPECT_EQ(p.rows[3].attention_decode_ms, 0);
+  for (const PricingRatio& r :
+       {p.attention_prefill, p.attention_decode, p.mixed_prefill, p.mixed_decode}) {
+    EXPECT_GT(r.median, 0);
+    EXPECT_LE(r.low, r.median);
+    EXPECT_GE(r.high, r.median);
+  }
+  // The decode form pick and one line a round.
+  ASSERT_EQ(progress.size(), 3u);
+  EXPECT_THAT(progress[0], HasSubstr("decode GEMV form"));
+  EXPECT_THAT(progress[2], HasSubstr("round 2/2: all-full"));
+  const std::string table = WindowPricingTable(p);
+  EXPECT_THAT(table, HasSubstr("| mixed | F W W F |"));
+  EXPECT_THAT(table, HasSubstr("| attention kernels in the model (all-window / all-full) |"));
+}
+
+TEST(WindowPricingTest, ShapesWithoutAWindowToPriceAreRefusedByName) {
+  Arch no_window = TinyMixedArch();
+  no_window.sliding_window = 0;
+  no_window.attention.assign(4, Attention::kFull);
+  EXPECT_THAT(PriceWindowLayers(no_window, Small()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sliding_window is 0")));
+  WindowPricingOptions short_prompt = Small();
+  short_prompt.prompt_tokens = 3;
+  EXPECT_THAT(PriceWindowLayers(TinyMixedArch(), short_prompt),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a prompt of 3 tokens fits the window of 3")));
+  Arch two = TinyMixedArch();
+  two.num_layers = 2;
+  two.attention.resize(2);
+  EXPECT_THAT(PriceWindowLayers(two, Small()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs 3 or more")));
+  WindowPricingOptions bad_dtype = Small();
+  bad_dtype.kv_dtype = "q3";
+  EXPECT_THAT(PriceWindowLayers(TinyMixedArch(), bad_dtype),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("q3")));
+  WindowPricingOptions tight = Small();
+  tight.memory_limit_bytes = 1024;
+  EXPECT_THAT(PriceWindowLayers(TinyMixedArch(), tight),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("four models")));
+}
+
+}  // namespace
+}  // namespace hilnas
