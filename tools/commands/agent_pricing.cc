@@ -32,10 +32,10 @@ absl::Status Price(const PricingFlags& f, int threads, int64_t memory_limit_byte
   o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   HILNAS_ASSIGN_OR_RETURN(WindowPricing p, PriceWindowLayers(arch, o));
   std::printf(
-      "%s: prompt %d, window %d, %s weights, %s KV cache, %d thread%s, CPU %s, %d rounds\n\n%s",
+      "%s: prompt %d, window %d, %s weights, %s KV cache, %d thread%s, CPU %s, %d round%s\n\n%s",
       arch.name.c_str(), f.prompt, arch.sliding_window, f.dtype.c_str(), f.kv_dtype.c_str(),
       threads, threads == 1 ? "" : "s", ProbeDevice().soc().c_str(), f.rounds,
-      WindowPricingTable(p).c_str());
+      f.rounds == 1 ? "" : "s", WindowPricingTable(p).c_str());
   return absl::OkStatus();
 }
 
