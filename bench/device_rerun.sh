@@ -19,6 +19,9 @@
 #              hilnas and llama.cpp on 1 then 2 threads back to back, f32
 #              and f16 at 256 and 2048 tokens (ROUNDS, default 3; about 2.5
 #              minutes on a 2-core EPYC at 3), to $OUT/scaling.md
+#     price    window pricing in one process (hilnas agent --price-windows,
+#              as a phone runs it) at 1 and 2 threads, 5 rounds each (about
+#              a minute on a 2-core EPYC), to $OUT/price.md
 #     pinned   one-thread f32/f16 rows at 2048 tokens with both runtimes
 #              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
 #              15): the same vCPU under both, where unpinned rows compare
@@ -44,7 +47,7 @@ PHASE="${2:-all}"
 O="${OUT:-/tmp/device-rerun}"
 P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
 mkdir -p "$O" "$P"
-case "$PHASE" in 1 | 2 | all | pinned | forms | scaling) ;; *) echo "PHASE is 1, 2, all, pinned, forms or scaling, not $PHASE" >&2; exit 2 ;; esac
+case "$PHASE" in 1 | 2 | all | pinned | forms | scaling | price) ;; *) echo "PHASE is 1, 2, all, pinned, forms, scaling or price, not $PHASE" >&2; exit 2 ;; esac
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
@@ -53,7 +56,7 @@ mkdir -p build/tools build/bench
 rm -f build/tools/hilnas build/bench/step_profile build/bench/weight_pages
 cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" "$P/bin/weight_pages" build/bench/
 export LLAMA_BENCH="$P/llama/llama-bench"
-[ -x "$LLAMA_BENCH" ] || [ "$PHASE" = forms ] ||
+[ -x "$LLAMA_BENCH" ] || [ "$PHASE" = forms ] || [ "$PHASE" = price ] ||
   { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
 
 # The VM's steal time (time its vCPUs were ready to run but the host ran
@@ -104,6 +107,15 @@ if [ "$PHASE" = scaling ]; then
   scaling() { ROUNDS="${ROUNDS:-3}" KV_DTYPE=f16 bash bench/thread_scaling.sh 256,2048 f32,f16 1,2 2>&1 |
     tee "$O/scaling.md"; }
   step "thread scaling, paired rounds" scaling
+fi
+if [ "$PHASE" = price ]; then
+  price() {
+    for t in 1 2; do
+      build/tools/hilnas agent --price-windows --threads "$t" --price-rounds 5 2>/dev/null
+      echo
+    done | tee "$O/price.md"
+  }
+  step "window pricing in one process" price
 fi
 if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
   "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }
