@@ -98,11 +98,11 @@ PricingRatio Summarise(const std::vector<double>& per_round) {
           *std::max_element(per_round.begin(), per_round.end())};
 }
 
-// Weights and cache of every variant at once, at the widest element the
-// weight dtype stores (2 bytes for the 8- and 4-bit blocks: an estimate
-// from above).
+// Weights and caches of every variant at once, every element as wide as
+// the wider of the weights' and the cache's (2 bytes for the 8- and 4-bit
+// blocks: an estimate from above).
 absl::Status CheckFits(const std::vector<Variant>& variants, const WindowPricingOptions& o) {
-  const int bytes = o.weight_dtype == "f32" ? 4 : 2;
+  const int bytes = o.weight_dtype == "f32" || o.kv_dtype == "f32" ? 4 : 2;
   int64_t need = 0;
   for (const Variant& v : variants) {
     need += EstimateRunBytes(v.arch, o.prompt_tokens + o.decode_tokens, bytes);
