@@ -34,6 +34,7 @@
 #include "absl/strings/str_split.h"
 #include "device_agent/environment.h"
 #include "device_agent/protocol.h"
+#include "model/attention.h"
 #include "model/blas_core.h"
 #include "model/decoder.h"
 #include "model/gemv.h"
@@ -151,6 +152,10 @@ int Main(int argc, char** argv) {
   // The decode kernel's form as agents and `hilnas run` pick it (model/gemv.h).
   std::printf("decode GEMV form: %s\n",
               hilnas::TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
+  std::printf("decode attention: %s\n", hilnas::TuneDecodeSplit(arch.num_heads, arch.num_kv_heads,
+                                                                arch.head_dim, decoder.kv_dtype())
+                                            .Describe()
+                                            .c_str());
   torch::NoGradGuard no_grad;
   for (int64_t prompt : prompts) {
     std::printf("\n## %s, prompt %lld, %lld thread(s), %s weights, %s KV cache\n",

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
+#include "model/attention.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/gemv.h"
@@ -66,9 +67,10 @@ class LibtorchModel : public PreparedModel {
                                                      " must be positive / non-negative"));
     }
     // Another model prepared since (at another thread count: a comparison's
-    // rounds) may have changed the process's threads or decode form.
+    // rounds) may have changed the process's threads, decode form or split.
     if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     if (CurrentGemvForm() != form_) SetGemvForm(form_);
+    if (DecodeSplitWork() != split_work_) SetDecodeSplitWork(split_work_);
     std::vector<int64_t> prompt;
     try {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + prompt_tokens);
@@ -95,11 +97,18 @@ class LibtorchModel : public PreparedModel {
   // thread count and keeps the fastest for the runs (model/gemv.h): every
   // form gives the same bits, and which one streams fastest is the CPU's.
   // Remembers the thread count it was tuned at, and the form, for the runs.
+  // Likewise where a decode query's attention starts to split over the
+  // threads (model/attention.h): a thread hand-over's cost is the host's.
   void TuneKernels() {
     threads_ = at::get_num_threads();
     const GemvTuning tuning = TuneGemvForm(decoder_.DecodeMatrices());
     form_ = tuning.chosen;
-    kernels_ = absl::StrCat("decode ", GemvKernelName(), ", GEMV form ", tuning.Describe());
+    const Arch& a = decoder_.arch();
+    const DecodeSplitTuning split =
+        TuneDecodeSplit(a.num_heads, a.num_kv_heads, a.head_dim, decoder_.kv_dtype());
+    split_work_ = split.work;
+    kernels_ = absl::StrCat("decode ", GemvKernelName(), ", GEMV form ", tuning.Describe(),
+                            ", decode attention ", split.Describe());
   }
 
  private:
@@ -110,6 +119,7 @@ class LibtorchModel : public PreparedModel {
   std::string kernels_;  // TuneKernels' report
   int threads_ = 1;      // libtorch's intra-op threads for this model's runs
   GemvForm form_ = GemvForm::kOneRow;
+  double split_work_ = DecodeSplitWork();
 
   absl::StatusOr<Generation> Generate(const std::vector<int64_t>& prompt,
                                       const GenerateOptions& o) {

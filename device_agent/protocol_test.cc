@@ -294,6 +294,8 @@ TEST(LibtorchRuntimeTest, MeasuresTinyModelForEveryPromptLength) {
   // the pick is the process's form (model/gemv.h).
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("GEMV form"));
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(GemvFormName(CurrentGemvForm())));
+  // And where its decode attention splits over threads (model/attention.h).
+  EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(", decode attention "));
   if (GemvFormsHere().size() > 1) {
     EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("medians of"));
   }

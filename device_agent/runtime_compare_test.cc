@@ -11,6 +11,7 @@
 #include "device_agent/libtorch_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/attention.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/gemv.h"
@@ -219,11 +220,20 @@ TEST_F(RuntimeCompareTest, APreparedModelRunsAtItsOwnThreadCount) {
   for (GemvForm f : GemvFormsHere()) {
     if (form != GemvFormName(f)) SetGemvForm(f);
   }
+  // Likewise where decode attention splits (model/attention.h): tuned on 2
+  // threads by the second Prepare, kept as it was (nothing to split) by the
+  // first.
+  const double split_at_one = DecodeSplitWork();
+  SetDecodeSplitWork(7);
   ASSERT_TRUE((*one)->Run(8, 2).ok());
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_EQ(std::string(GemvFormName(CurrentGemvForm())), form);
+  EXPECT_NE(DecodeSplitWork(), 7);
   ASSERT_TRUE((*two)->Run(8, 2).ok());
   EXPECT_EQ(at::get_num_threads(), 2);
+  EXPECT_NE(DecodeSplitWork(), 7);
+  EXPECT_THAT((*two)->kernels(), HasSubstr("decode attention "));
+  SetDecodeSplitWork(split_at_one);
 }
 
 TEST_F(RuntimeCompareTest, AFailingRuntimeIsNamed) {

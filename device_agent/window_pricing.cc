@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "device_agent/environment.h"
 #include "device_agent/protocol.h"
+#include "model/attention.h"
 #include "model/decoder.h"
 #include "model/gemv.h"
 #include "model/op_times.h"
@@ -174,9 +175,13 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
     v.decoder.emplace(std::move(d));
   }
   // The decode kernel's form as the agents pick it (model/gemv.h), on the
-  // all-full model's matrices: every variant's products are among them.
+  // all-full model's matrices (every variant's products are among them),
+  // and where decode attention splits (model/attention.h).
   const std::string form = TuneGemvForm(variants[0].decoder->DecodeMatrices()).Describe();
   if (o.progress) o.progress(absl::StrCat("decode GEMV form: ", form));
+  const std::string split =
+      TuneDecodeSplit(base.num_heads, base.num_kv_heads, base.head_dim, o.kv_dtype).Describe();
+  if (o.progress) o.progress(absl::StrCat("decode attention: ", split));
   // Warm-ups as the agents time (device_agent/protocol.h): until a prompt
   // runs on memory already mapped.
   for (Variant& v : variants) {

@@ -47,10 +47,11 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
     EXPECT_LE(r.low, r.median);
     EXPECT_GE(r.high, r.median);
   }
-  // The decode form pick and one line a round.
-  ASSERT_EQ(progress.size(), 3u);
+  // The decode kernels' tunings and one line a round.
+  ASSERT_EQ(progress.size(), 4u);
   EXPECT_THAT(progress[0], HasSubstr("decode GEMV form"));
-  EXPECT_THAT(progress[2], HasSubstr("round 2/2: all-full"));
+  EXPECT_THAT(progress[1], HasSubstr("decode attention"));
+  EXPECT_THAT(progress[3], HasSubstr("round 2/2: all-full"));
   const std::string table = WindowPricingTable(p);
   EXPECT_THAT(table, HasSubstr("| mixed | F W W F |"));
   EXPECT_THAT(table, HasSubstr("| attention kernels in the model (all-window / all-full) |"));

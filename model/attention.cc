@@ -4,6 +4,8 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,10 +14,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "model/gemv.h"
 #include "model/quant.h"
 #include "model/work_split.h"
 #include "util/aligned.h"
+#include "util/median.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -391,7 +397,8 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 // keys x 64 x 2 = 131K) then went from 6.2 to 3.9 us on 2 threads.
 constexpr double kParallelWork = 1e5;
 // The same for one decode query (DecodeAttention), where a split has only
-// the KV heads to share out. On a Zen 5 VM (2026-11-28) a split over 2
+// the KV heads to share out: the default until TuneDecodeSplit measures the
+// host's (attention.h), which is what the runtime then uses. On a Zen 5 VM (2026-11-28) a split over 2
 // threads cost 3.2 us even with the workers spinning (`attention_bench
 // --split-cost 1`: an empty at::parallel_for; two items of 2.25 us took
 // 5.55 us split, 4.49 in a row), so it pays above about 6.4 us of serial
@@ -402,6 +409,9 @@ constexpr double kParallelWork = 1e5;
 // <= 0.15x), and left on one thread it read 0.115-0.145x. A full layer's
 // 256 keys (262K) and up still split.
 constexpr double kDecodeParallelWork = 2e5;
+// The process's threshold: kDecodeParallelWork until TuneDecodeSplit sets
+// the host's (attention.h).
+std::atomic<double> decode_split_work{kDecodeParallelWork};
 
 // What one thread reuses across its items: no allocation per block.
 // Cache-line aligned (util/aligned.h): with malloc's 16-byte alignment the
@@ -978,7 +988,8 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
       AttendItem(it, shape, scratch);
     }
   };
-  if (2.0 * static_cast<double>(h) * n * hd < kDecodeParallelWork || kvh == 1) {
+  if (2.0 * static_cast<double>(h) * n * hd < decode_split_work.load(std::memory_order_relaxed) ||
+      kvh == 1) {
     run(0, kvh);
   } else {
     ParallelFor(0, kvh, 1, run);
@@ -1022,6 +1033,108 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
     return FloatAttention(q, k, v, q_start, k_start, window, block);
   }
   return AtenAttention(q, k, v, q_start, k_start, window, block);
+}
+
+double DecodeSplitWork() { return decode_split_work.load(std::memory_order_relaxed); }
+
+void SetDecodeSplitWork(double multiply_adds) {
+  decode_split_work.store(multiply_adds, std::memory_order_relaxed);
+}
+
+std::string DecodeSplitTuning::Describe() const {
+  if (points.empty()) {
+    return absl::StrFormat("not split (%d thread%s)", threads, threads == 1 ? "" : "s");
+  }
+  std::string out = keys > 0 ? absl::StrFormat("split from %d keys on %d threads", keys, threads)
+                             : absl::StrFormat("not split up to %d keys on %d threads",
+                                               points.back().keys, threads);
+  std::vector<std::string> parts;
+  for (const Point& p : points) {
+    parts.push_back(
+        absl::StrFormat("%d: %.1f us split, %.1f on one", p.keys, p.split_us, p.one_thread_us));
+  }
+  return absl::StrCat(out, " (", absl::StrJoin(parts, "; "), ")");
+}
+
+DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
+                                  const std::string& cache_dtype) {
+  DecodeSplitTuning t;
+  t.threads = at::get_num_threads();
+  t.work = DecodeSplitWork();
+  if (t.threads < 2 || kvh < 2 || h % kvh != 0 || hd < 1) return t;
+  constexpr int64_t kMaxKeys = 2048;
+  const bool q8 = cache_dtype == "q8_0";
+  if (q8 && hd % kQuantBlock != 0) return t;
+  // A cache of kMaxKeys rows per KV head, random values in its dtype.
+  const int64_t row = q8 ? hd / kQuantBlock * kQ8BlockBytes : hd;  // elements or bytes
+  torch::manual_seed(0);
+  const torch::Tensor kf = torch::randn({kvh, kMaxKeys, hd}),
+                      vf = torch::randn({kvh, kMaxKeys, hd});
+  torch::Tensor keys, values;
+  if (q8) {
+    keys = torch::empty({kvh * kMaxKeys * row}, torch::kByte);
+    values = torch::empty({kvh * kMaxKeys * row}, torch::kByte);
+    for (int64_t r = 0; r < kvh * kMaxKeys; ++r) {
+      QuantizeActivationsFast(kf.data_ptr<float>() + r * hd, hd,
+                              keys.data_ptr<uint8_t>() + r * row);
+      QuantizeActivationsFast(vf.data_ptr<float>() + r * hd, hd,
+                              values.data_ptr<uint8_t>() + r * row);
+    }
+  } else if (cache_dtype == "f16") {
+    keys = kf.to(torch::kHalf).contiguous();
+    values = vf.to(torch::kHalf).contiguous();
+  } else {
+    keys = kf;
+    values = vf;
+  }
+  const torch::Tensor q = torch::randn({h, hd});
+  torch::Tensor out = torch::empty({h, hd});
+  auto call = [&](int64_t n) {
+    const int64_t stride = kMaxKeys * row;
+    if (q8) {
+      DecodeAttention(q.data_ptr<float>(), h, kvh, hd, keys.data_ptr<uint8_t>(),
+                      values.data_ptr<uint8_t>(), stride, n, 0, n - 1, out.data_ptr<float>());
+    } else if (keys.scalar_type() == torch::kHalf) {
+      DecodeAttention(q.data_ptr<float>(), h, kvh, hd,
+                      reinterpret_cast<const uint16_t*>(keys.data_ptr<at::Half>()),
+                      reinterpret_cast<const uint16_t*>(values.data_ptr<at::Half>()), stride, n, 0,
+                      n - 1, out.data_ptr<float>());
+    } else {
+      DecodeAttention(q.data_ptr<float>(), h, kvh, hd, keys.data_ptr<float>(),
+                      values.data_ptr<float>(), stride, n, 0, n - 1, out.data_ptr<float>());
+    }
+  };
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  // Microseconds a call, over a batch of calls at one threshold.
+  auto batch_us = [&](int64_t n, double threshold, int calls) {
+    SetDecodeSplitWork(threshold);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) call(n);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           calls;
+  };
+  for (int64_t n = 32; n <= kMaxKeys; n *= 2) {
+    const int calls = static_cast<int>(std::max<int64_t>(4, 4096 / n));
+    batch_us(n, 0, calls);  // the workers awake, the cache rows read once
+    std::vector<double> one, split;
+    for (int b = 0; b < 15; ++b) {
+      one.push_back(batch_us(n, kNever, calls));
+      split.push_back(batch_us(n, 0, calls));
+    }
+    t.points.push_back({n, Median(one), Median(split)});
+  }
+  // The fewest keys from which every longer length also splits faster.
+  size_t from = t.points.size();
+  while (from > 0 && t.points[from - 1].split_us < 0.95 * t.points[from - 1].one_thread_us) --from;
+  if (from < t.points.size()) {
+    t.keys = t.points[from].keys;
+    t.work = 2.0 * static_cast<double>(h) * t.keys * hd;
+  } else {
+    t.work = 2 * 2.0 * static_cast<double>(h) * kMaxKeys * hd;
+  }
+  SetDecodeSplitWork(t.work);
+  return t;
 }
 
 }  // namespace hilnas

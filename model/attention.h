@@ -11,6 +11,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace hilnas {
 
@@ -49,6 +51,39 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const u
 void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const uint8_t* keys,
                      const uint8_t* values, int64_t head_stride, int64_t n, int64_t key_start,
                      int64_t position, float* out, bool window_layer = false);
+
+// DecodeAttention splits one query's KV heads over the process's threads
+// from this much score and value work (multiply-adds: 2 x heads x keys x
+// head_dim) up. Where a split starts to pay is the host's, what handing
+// work to another thread costs (an empty 2-thread region: 0.7-1 us on a
+// 2-vCPU Zen 4, 3.2 us on a Zen 5 VM), so the runtime measures it
+// (TuneDecodeSplit) rather than fix it for one CPU; 2e5 until then.
+// Process-wide, as the GEMV's form (model/gemv.h): set before runs.
+double DecodeSplitWork();
+void SetDecodeSplitWork(double multiply_adds);
+
+struct DecodeSplitTuning {
+  struct Point {
+    int64_t keys;
+    double one_thread_us, split_us;  // medians of DecodeAttention calls
+  };
+  std::vector<Point> points;
+  int threads = 1;
+  double work = 0;   // chosen: DecodeSplitWork() after the tuning
+  int64_t keys = 0;  // the fewest keys split (0: no point of the sweep)
+  // E.g. "split from 128 keys on 2 threads (128: 3.1 us split, 3.9 on one)".
+  std::string Describe() const;
+};
+
+// Times DecodeAttention for one query of this shape (h heads over kvh KV
+// heads of hd) on a cache of `cache_dtype` ("f32", "f16" or "q8_0") at 32
+// to 2048 keys, on one thread and split over the process's threads,
+// interleaved (medians of 15 batches), and sets the work of the fewest
+// keys from which the split is at least 5% faster at that length and every
+// longer one (no such length: the longest's work, doubled). One thread or
+// one KV head: nothing to split, the threshold kept. Takes about 0.1 s.
+DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
+                                  const std::string& cache_dtype);
 
 // [T, S] bool: true where the query at q_start + i may not see the key at
 // k_start + j (a later key, or with `window` > 0 one window or more back).

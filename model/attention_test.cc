@@ -4,11 +4,13 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/quant.h"
 
@@ -218,6 +220,65 @@ TEST(AttentionTest, WindowLayersAreTheirOwnProfilerRecord) {
   EXPECT_EQ(recorded, (std::vector<std::string>{"hilnas::attention", "hilnas::attention_window",
                                                 "hilnas::attention_window", "hilnas::attention"}));
   EXPECT_TRUE(torch::equal(full, window));
+}
+
+}  // namespace
+}  // namespace hilnas
+
+namespace hilnas {
+namespace {
+
+// Where decode attention splits is measured per host; a split changes no
+// bit (each KV head's work is the same on any thread), and the tuning sets
+// the threshold its own points call for.
+TEST(DecodeSplitTest, TuningSetsTheThresholdItsPointsCallForAndSplitsChangeNoBits) {
+  const int before_threads = at::get_num_threads();
+  const double before = DecodeSplitWork();
+  at::set_num_threads(2);
+  const int64_t h = 8, kvh = 2, hd = 64, n = 300;
+  torch::manual_seed(5);
+  const torch::Tensor q = torch::randn({h, hd}), k = torch::randn({kvh, n, hd}),
+                      v = torch::randn({kvh, n, hd});
+  auto attend = [&](double threshold) {
+    SetDecodeSplitWork(threshold);
+    torch::Tensor out = torch::empty({h, hd});
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<float>(), v.data_ptr<float>(),
+                    n * hd, n, 0, n - 1, out.data_ptr<float>());
+    return out;
+  };
+  EXPECT_TRUE(torch::equal(attend(0), attend(std::numeric_limits<double>::infinity())));
+
+  for (const char* cache : {"f32", "f16", "q8_0"}) {
+    const DecodeSplitTuning t = TuneDecodeSplit(h, kvh, hd, cache);
+    EXPECT_EQ(t.threads, 2);
+    ASSERT_EQ(t.points.size(), 7u) << cache;  // 32 .. 2048 keys
+    for (const DecodeSplitTuning::Point& p : t.points) {
+      EXPECT_GT(p.one_thread_us, 0);
+      EXPECT_GT(p.split_us, 0);
+    }
+    EXPECT_EQ(DecodeSplitWork(), t.work);
+    if (t.keys > 0) {
+      EXPECT_EQ(t.work, 2.0 * h * t.keys * hd);
+      // From its length on, every point split faster.
+      for (const DecodeSplitTuning::Point& p : t.points) {
+        if (p.keys >= t.keys) {
+          EXPECT_LT(p.split_us, 0.95 * p.one_thread_us) << p.keys;
+        }
+      }
+      EXPECT_THAT(t.Describe(), ::testing::HasSubstr("split from"));
+    } else {
+      EXPECT_EQ(t.work, 2 * 2.0 * h * 2048 * hd);
+      EXPECT_THAT(t.Describe(), ::testing::HasSubstr("not split up to 2048 keys"));
+    }
+  }
+  // One thread: nothing to split, the threshold kept.
+  at::set_num_threads(1);
+  SetDecodeSplitWork(12345);
+  const DecodeSplitTuning one = TuneDecodeSplit(h, kvh, hd, "f32");
+  EXPECT_TRUE(one.points.empty());
+  EXPECT_EQ(DecodeSplitWork(), 12345);
+  SetDecodeSplitWork(before);
+  at::set_num_threads(before_threads);
 }
 
 }  // namespace

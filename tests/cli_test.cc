@@ -74,6 +74,8 @@ TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
   // Before the runs, the decode kernel's forms were timed on the model and
   // the fastest kept (model/gemv.h TuneGemvForm).
   EXPECT_THAT(r.output, HasSubstr("decode GEMV form: "));
+  // And where decode attention splits over threads (TuneDecodeSplit).
+  EXPECT_THAT(r.output, HasSubstr("decode attention: "));
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
     EXPECT_THAT(r.output, HasSubstr("one-row "));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
 #include "device_agent/protocol.h"
+#include "model/attention.h"
 #include "model/blas_core.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
@@ -130,6 +131,12 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
     std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
                 CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
   }
+  // Where a decode query's attention splits over the threads: timed here
+  // too, as the agents do (model/attention.h).
+  std::printf("decode attention: %s\n",
+              TuneDecodeSplit(a.num_heads, a.num_kv_heads, a.head_dim, decoder.kv_dtype())
+                  .Describe()
+                  .c_str());
   GenerateOptions o;
   o.max_new_tokens = cl.max_new_tokens;
   o.prefill_chunk = cl.prefill_chunk;
