@@ -146,9 +146,9 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
     v.name = name;
     v.arch = base;
     v.arch.attention.resize(n);
+    const std::string kind = name;
     for (int l = 0; l < n; ++l) {
       const bool edge = l == 0 || l == n - 1;
-      const std::string kind = name;
       v.arch.attention[l] = kind == "all-full"     ? Attention::kFull
                             : kind == "all-skip"   ? Attention::kSkip
                             : kind == "all-window" ? Attention::kSlidingWindow
