@@ -1,5 +1,6 @@
 #include "model/attention.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
@@ -398,8 +399,8 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
 constexpr double kParallelWork = 1e5;
 // The same for one decode query (DecodeAttention), where a split has only
 // the KV heads to share out: the default until TuneDecodeSplit measures the
-// host's (attention.h), which is what the runtime then uses. On a Zen 5 VM (2026-11-28) a split over 2
-// threads cost 3.2 us even with the workers spinning (`attention_bench
+// host's (attention.h), which is what the runtime then uses. On a Zen 5 VM
+// (2026-11-28) a split over 2 threads cost 3.2 us even with the workers spinning (`attention_bench
 // --split-cost 1`: an empty at::parallel_for; two items of 2.25 us took
 // 5.55 us split, 4.49 in a row), so it pays above about 6.4 us of serial
 // work, ~130K multiply-adds at this kernel's rate. A window-128 layer's
@@ -1067,9 +1068,10 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
   if (q8 && hd % kQuantBlock != 0) return t;
   // A cache of kMaxKeys rows per KV head, random values in its dtype.
   const int64_t row = q8 ? hd / kQuantBlock * kQ8BlockBytes : hd;  // elements or bytes
-  torch::manual_seed(0);
-  const torch::Tensor kf = torch::randn({kvh, kMaxKeys, hd}),
-                      vf = torch::randn({kvh, kMaxKeys, hd});
+  // Its own generator: the process's global one is the caller's.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  const torch::Tensor kf = torch::randn({kvh, kMaxKeys, hd}, gen),
+                      vf = torch::randn({kvh, kMaxKeys, hd}, gen);
   torch::Tensor keys, values;
   if (q8) {
     keys = torch::empty({kvh * kMaxKeys * row}, torch::kByte);
@@ -1087,7 +1089,7 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
     keys = kf;
     values = vf;
   }
-  const torch::Tensor q = torch::randn({h, hd});
+  const torch::Tensor q = torch::randn({h, hd}, gen);
   torch::Tensor out = torch::empty({h, hd});
   auto call = [&](int64_t n) {
     const int64_t stride = kMaxKeys * row;

@@ -248,6 +248,13 @@ TEST(DecodeSplitTest, TuningSetsTheThresholdItsPointsCallForAndSplitsChangeNoBit
   };
   EXPECT_TRUE(torch::equal(attend(0), attend(std::numeric_limits<double>::infinity())));
 
+  // The tuning leaves the process's random numbers alone.
+  torch::manual_seed(9);
+  const torch::Tensor expected = torch::randn({4});
+  torch::manual_seed(9);
+  TuneDecodeSplit(h, kvh, hd, "f32");
+  EXPECT_TRUE(torch::equal(torch::randn({4}), expected));
+
   for (const char* cache : {"f32", "f16", "q8_0"}) {
     const DecodeSplitTuning t = TuneDecodeSplit(h, kvh, hd, cache);
     EXPECT_EQ(t.threads, 2);
