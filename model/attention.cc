@@ -461,7 +461,13 @@ struct Shape {
 HILNAS_INLINE void LoadQueries(const Item& it, const Shape& sh, int64_t hdp, int64_t rp,
                                Scratch& w) {
   const int64_t hd = sh.hd, r_all = it.g * it.rows;
-  w.qs.assign(rp * hdp, 0.0f);
+  // Zeros only where the rows below write none: a window layer's item is
+  // a few hundred multiply-adds a row, so a row's fixed costs show.
+  if (hd == hdp && rp == r_all) {
+    w.qs.resize(rp * hdp);
+  } else {
+    w.qs.assign(rp * hdp, 0.0f);
+  }
   w.acc.assign(rp * hdp, 0.0f);
   w.m.assign(rp, -std::numeric_limits<float>::infinity());
   w.l.assign(rp, 0.0f);
@@ -652,7 +658,14 @@ HILNAS_INLINE void SoftmaxBlock(const KeyBlock& blk, int64_t hdp, int64_t rp, Sc
       continue;
     }
     const float m_new = std::max(w.m[r], RowMax(row, a, b));
-    const float alpha = std::exp(w.m[r] - m_new);  // 0 on the first block (m = -inf)
+    if (w.m[r] == -std::numeric_limits<float>::infinity()) {
+      // The row's first keys: nothing summed yet (l and acc are zeros), so
+      // nothing to rescale. A window layer's rows have only this block.
+      w.m[r] = m_new;
+      w.l[r] = ExpRow(row, a, b, blk.cp, m_new);
+      continue;
+    }
+    const float alpha = std::exp(w.m[r] - m_new);
     w.m[r] = m_new;
     w.l[r] = w.l[r] * alpha + ExpRow(row, a, b, blk.cp, m_new);
     if (alpha != 1.0f) {
@@ -878,6 +891,35 @@ void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
   }
 }
 
+// One KV head's keys, [s, hd] rows, as dst [hdp, stride]: dst[d][j] =
+// keys[j][d], zeros past s and past hd, in 8 x 8 blocks (both sides' lines
+// used whole). A window layer's prompt reads only window + 15 keys a query
+// but needs every key transposed: torch's strided copy into a zeroed
+// tensor took 0.4-1.2 ms of a 2048-token, window-128 call's 9-12 (Zen 4).
+void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t hdp,
+                   int64_t stride) {
+  constexpr int64_t kB = 8;
+  const int64_t s8 = s / kB * kB, hd8 = hd / kB * kB;
+  for (int64_t j0 = 0; j0 < s8; j0 += kB) {
+    for (int64_t d0 = 0; d0 < hd8; d0 += kB) {
+      float block[kB][kB];
+      for (int64_t j = 0; j < kB; ++j) {
+        for (int64_t d = 0; d < kB; ++d) block[d][j] = keys[(j0 + j) * hd + d0 + d];
+      }
+      for (int64_t d = 0; d < kB; ++d) {
+        std::copy(block[d], block[d] + kB, dst + (d0 + d) * stride + j0);
+      }
+    }
+  }
+  // The edges: keys past the last block of eight, dims past the last eight.
+  for (int64_t d = 0; d < hd; ++d) {
+    const int64_t from = d < hd8 ? s8 : 0;
+    for (int64_t j = from; j < s; ++j) dst[d * stride + j] = keys[j * hd + d];
+    std::fill(dst + d * stride + s, dst + (d + 1) * stride, 0.0f);
+  }
+  std::fill(dst + hd * stride, dst + hdp * stride, 0.0f);
+}
+
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
                              const torch::Tensor& v_in, int64_t q_start, int64_t k_start,
                              int64_t window, int64_t block) {
@@ -912,29 +954,77 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
   // KV head's keys once ([hd_pad, S_pad], zero-padded) instead of per item.
   torch::Tensor kt_all;
   const float* ktp = nullptr;
+  // Its time is the attention's own (hilnas::attention or
+  // hilnas::attention_window), as a layer's share of a prompt counts it.
   if (t > 1) {
-    RECORD_FUNCTION("hilnas::attention_transpose", {});
-    kt_all = torch::zeros({b * kvh, hdp, kt_stride}, q.options());
-    kt_all.narrow(1, 0, hd).narrow(2, 0, s).copy_(k.reshape({b * kvh, s, hd}).transpose(1, 2));
-    ktp = kt_all.data_ptr<float>();
+    kt_all = torch::empty({b * kvh, hdp, kt_stride}, q.options());
+    float* dst = kt_all.data_ptr<float>();
+    const float* src = k.data_ptr<float>();
+    auto transpose = [&](int64_t first, int64_t last) {
+      for (int64_t head = first; head < last; ++head) {
+        TransposeKeys(src + (head / kvh) * k.stride(0) + (head % kvh) * k.stride(1), s, hd,
+                      dst + head * hdp * kt_stride, hdp, kt_stride);
+      }
+    };
+    if (static_cast<double>(b * kvh) * s * hd < kParallelWork) {
+      transpose(0, b * kvh);
+    } else {
+      ParallelChunks(b * kvh, 1, transpose);
+    }
+    ktp = dst;
   }
   // Items from the last query block down: under a causal mask the later
   // blocks see the most keys, and ParallelChunks hands the first items out
   // first, so the small ones fill in at the end.
-  const int64_t heads = b * kvh;
+  const int64_t heads = b * kvh, items = heads * n_qblocks;
+  // Where item `item`'s G heads of queries (and outputs) start, and how
+  // many rows each has.
+  auto rows_of = [&](int64_t item, int64_t& head0, int64_t& rows) {
+    const int64_t bi = (item % heads) / kvh, gi = item % kvh, qb = n_qblocks - 1 - item / heads;
+    head0 = (bi * h + gi * g) * t * hd + qb * bq * hd;
+    rows = std::min(bq, t - qb * bq);
+  };
+  // A small item's rows (a window layer's: 64 of them, 128 keys each) spend
+  // a tenth of their time waiting for the queries and the output lines, read
+  // and written once a call: fetch the next item's queries and this one's
+  // output lines while this one computes. Large items amortise both.
+  constexpr int64_t kPrefetchBytes = int64_t{64} << 10;
+  const int64_t head_bytes = bq * hd * static_cast<int64_t>(sizeof(float));
+  const bool prefetch = t > 1 && g * head_bytes <= kPrefetchBytes;
+  auto fetch_rows = [&](const float* base, int64_t rows, bool for_write) {
+    for (int64_t j = 0; j < g; ++j) {
+      const char* p = reinterpret_cast<const char*>(base + j * t * hd);
+      for (int64_t off = 0; off < rows * hd * static_cast<int64_t>(sizeof(float)); off += 64) {
+        if (for_write) {
+          __builtin_prefetch(p + off, 1, 2);
+        } else {
+          __builtin_prefetch(p + off, 0, 2);
+        }
+      }
+    }
+  };
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
     for (int64_t item = first; item < last; ++item) {
-      const int64_t bi = (item % heads) / kvh, gi = item % kvh, qb = n_qblocks - 1 - item / heads;
-      const int64_t i0 = qb * bq;
-      const int64_t head0 = (bi * h + gi * g) * t * hd + i0 * hd;
+      const int64_t bi = (item % heads) / kvh, gi = item % kvh;
+      int64_t head0, rows;
+      rows_of(item, head0, rows);
+      if (prefetch) {
+        fetch_rows(op + head0, rows, /*for_write=*/true);
+        if (item + 1 < items) {
+          int64_t next0, next_rows;
+          rows_of(item + 1, next0, next_rows);
+          fetch_rows(qp + next0, next_rows, /*for_write=*/false);
+        }
+      }
+      const int64_t i0 = (n_qblocks - 1 - item / heads) * bq;
       const Item it{qp + head0,
                     t * hd,
                     op + head0,
                     kp + bi * k.stride(0) + gi * k.stride(1),
                     vp + bi * v.stride(0) + gi * v.stride(1),
                     ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
-                    std::min(bq, t - i0),
+                    rows,
                     g,
                     q_start + i0};
       AttendItem(it, shape, scratch);
@@ -943,10 +1033,10 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
   const int64_t keys_read =
       window > 0 ? std::min(s, window + bq - 1) : std::min(s, q_start + t - k_start);
   const double work = 2.0 * static_cast<double>(b * h * t) * keys_read * hd;
-  if (work < kParallelWork || heads * n_qblocks == 1) {
-    run(0, heads * n_qblocks);
+  if (work < kParallelWork || items == 1) {
+    run(0, items);
   } else {
-    ParallelChunks(heads * n_qblocks, 1, run);
+    ParallelChunks(items, 1, run);
   }
   return out;
 }

@@ -65,8 +65,9 @@ TEST(BlockedAttentionTest, FloatMatchesTheReferenceToRounding) {
 }
 
 // The float kernel (raw loops, register tiles) on every case of the double
-// test, with head sizes that are and are not a tile multiple, head groups
-// that do not fill a row tile, and keys read from a strided cache.
+// test, with head sizes that are and are not a tile multiple (20: not even
+// a multiple of the key transpose's 8 x 8 blocks), head groups that do not
+// fill a row tile, and keys read from a strided cache.
 TEST(BlockedAttentionTest, FloatKernelMatchesTheReferenceOnEveryShape) {
   torch::manual_seed(5);
   const Case cases[] = {
@@ -76,7 +77,7 @@ TEST(BlockedAttentionTest, FloatKernelMatchesTheReferenceOnEveryShape) {
       {300, 300, 0, 0, 0, 128}, {300, 300, 0, 0, 128, 128}, {1, 700, 699, 0, 0, 128},
   };
   for (const Case& c : cases) {
-    for (int64_t hd : {8, 24, 64}) {
+    for (int64_t hd : {8, 20, 24, 64}) {
       for (const auto& [h, kvh] : {std::pair{8, 2}, {6, 2}, {3, 3}}) {
         auto q = torch::randn({2, h, c.t, hd});
         // Keys and values inside a larger cache: heads strided, rows contiguous.
