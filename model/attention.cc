@@ -1144,7 +1144,8 @@ std::string DecodeSplitTuning::Describe() const {
     parts.push_back(
         absl::StrFormat("%d: %.1f us split, %.1f on one", p.keys, p.split_us, p.one_thread_us));
   }
-  return absl::StrCat(out, " (", absl::StrJoin(parts, "; "), ")");
+  return absl::StrCat(out, " (", absl::StrJoin(parts, "; "),
+                      absl::StrFormat("; tuned in %.2f s)", seconds));
 }
 
 DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
@@ -1206,6 +1207,8 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
                .count() /
            calls;
   };
+  auto pays = [](const DecodeSplitTuning::Point& p) { return p.split_us < 0.95 * p.one_thread_us; };
+  const auto start = std::chrono::steady_clock::now();
   for (int64_t n = 32; n <= kMaxKeys; n *= 2) {
     const int calls = static_cast<int>(std::max<int64_t>(4, 4096 / n));
     batch_us(n, 0, calls);  // the workers awake, the cache rows read once
@@ -1215,10 +1218,17 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
       split.push_back(batch_us(n, 0, calls));
     }
     t.points.push_back({n, Median(one), Median(split)});
+    // Two lengths in a row split faster: a longer one has more work for
+    // the same hand-over, so the sweep stops (its longest lengths are most
+    // of its time, a second or more on a phone's core at a 1B shape).
+    const size_t m = t.points.size();
+    if (m >= 2 && pays(t.points[m - 1]) && pays(t.points[m - 2])) break;
   }
-  // The fewest keys from which every longer length also splits faster.
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The fewest keys from which every longer length measured also splits
+  // faster.
   size_t from = t.points.size();
-  while (from > 0 && t.points[from - 1].split_us < 0.95 * t.points[from - 1].one_thread_us) --from;
+  while (from > 0 && pays(t.points[from - 1])) --from;
   if (from < t.points.size()) {
     t.keys = t.points[from].keys;
     t.work = 2.0 * static_cast<double>(h) * t.keys * hd;
