@@ -442,6 +442,10 @@ struct Item {
   enum class Cache { kF32, kF16, kQ8_0 } cache = Cache::kF32;
   const void* keys_raw = nullptr;
   const void* values_raw = nullptr;
+  // A prompt item's successor (FloatAttention): its queries, laid out
+  // as q, fetched while this item's values are summed; null for none.
+  const float* next_q = nullptr;
+  int64_t next_rows = 0;
 };
 
 struct Shape {
@@ -727,7 +731,25 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
     }
     return;
   }
+  const Item& it = blk.it;
+  const bool fetch =  // on the item's last block of keys
+      it.next_q != nullptr && blk.c0 + blk.cols >= std::min(it.p0 + it.rows, blk.sh.k_end);
+  const int64_t row_bytes = blk.sh.hd * static_cast<int64_t>(sizeof(float));
   for (int64_t r = 0; r < rp; r += kRowTile) {
+    if (fetch) {
+      // This tile's rows of the output, written at the end, and the same
+      // rows of the next item's queries, read at its start: a row each
+      // tile, so the fetches spread over the item's work.
+      for (int64_t i = r; i < std::min(r + kRowTile, blk.r_all); ++i) {
+        const int64_t at = (i % it.g) * it.q_head + (i / it.g) * blk.sh.hd;
+        for (int64_t off = 0; off < row_bytes; off += 64) {
+          __builtin_prefetch(reinterpret_cast<const char*>(it.out + at) + off, 1, 2);
+          if (i / it.g < it.next_rows) {
+            __builtin_prefetch(reinterpret_cast<const char*>(it.next_q + at) + off, 0, 2);
+          }
+        }
+      }
+    }
     const float* p0 = s + r * blk.cp;
     int64_t ta, tb;
     blk.TileRange(r, ta, tb);
@@ -984,49 +1006,31 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
     head0 = (bi * h + gi * g) * t * hd + qb * bq * hd;
     rows = std::min(bq, t - qb * bq);
   };
-  // A small item's rows (a window layer's: 64 of them, 128 keys each) spend
-  // a tenth of their time waiting for the queries and the output lines, read
-  // and written once a call: fetch the next item's queries and this one's
-  // output lines while this one computes. Large items amortise both.
-  constexpr int64_t kPrefetchBytes = int64_t{64} << 10;
-  const int64_t head_bytes = bq * hd * static_cast<int64_t>(sizeof(float));
-  const bool prefetch = t > 1 && g * head_bytes <= kPrefetchBytes;
-  auto fetch_rows = [&](const float* base, int64_t rows, bool for_write) {
-    for (int64_t j = 0; j < g; ++j) {
-      const char* p = reinterpret_cast<const char*>(base + j * t * hd);
-      for (int64_t off = 0; off < rows * hd * static_cast<int64_t>(sizeof(float)); off += 64) {
-        if (for_write) {
-          __builtin_prefetch(p + off, 1, 2);
-        } else {
-          __builtin_prefetch(p + off, 0, 2);
-        }
-      }
-    }
-  };
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
     for (int64_t item = first; item < last; ++item) {
       const int64_t bi = (item % heads) / kvh, gi = item % kvh;
       int64_t head0, rows;
       rows_of(item, head0, rows);
-      if (prefetch) {
-        fetch_rows(op + head0, rows, /*for_write=*/true);
-        if (item + 1 < items) {
-          int64_t next0, next_rows;
-          rows_of(item + 1, next0, next_rows);
-          fetch_rows(qp + next0, next_rows, /*for_write=*/false);
-        }
-      }
       const int64_t i0 = (n_qblocks - 1 - item / heads) * bq;
-      const Item it{qp + head0,
-                    t * hd,
-                    op + head0,
-                    kp + bi * k.stride(0) + gi * k.stride(1),
-                    vp + bi * v.stride(0) + gi * v.stride(1),
-                    ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
-                    rows,
-                    g,
-                    q_start + i0};
+      Item it{qp + head0,
+              t * hd,
+              op + head0,
+              kp + bi * k.stride(0) + gi * k.stride(1),
+              vp + bi * v.stride(0) + gi * v.stride(1),
+              ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
+              rows,
+              g,
+              q_start + i0};
+      // A window layer's rows (128 keys each) waited a tenth of their time
+      // for their queries and output lines, read and written once a call:
+      // the item fetches the next item's queries and its own output lines
+      // as it sums its values (ValueProducts).
+      if (t > 1 && item + 1 < items) {
+        int64_t next0;
+        rows_of(item + 1, next0, it.next_rows);
+        it.next_q = qp + next0;
+      }
       AttendItem(it, shape, scratch);
     }
   };
