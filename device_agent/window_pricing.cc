@@ -27,6 +27,10 @@ using Clock = std::chrono::steady_clock;
 // model/attention.h's records: full layers' kernels and window layers'.
 constexpr char kFullRecord[] = "hilnas::attention";
 constexpr char kWindowRecord[] = "hilnas::attention_window";
+// The weight products' records (model/decoder_layers.cc, model/gemv.h,
+// model/quant.h): the same work in every variant with attention layers.
+constexpr const char* kProductRecords[] = {"hilnas::prompt_mm", "hilnas::gemv",
+                                           "hilnas::quant_matmul"};
 constexpr int64_t kPrefillChunk = 1024;  // as the agents' runtime prefills
 
 struct Variant {
@@ -41,7 +45,14 @@ struct Variant {
 struct Figures {
   double ttft_ms = 0, decode_ms = 0;
   double full_prefill_ms = 0, window_prefill_ms = 0, full_decode_ms = 0, window_decode_ms = 0;
+  double products_prefill_ms = 0, products_decode_ms = 0;  // weight products, same generation
 };
+
+double ProductsMs(const OpTimer& timer) {
+  double seconds = 0;
+  for (const char* name : kProductRecords) seconds += timer.Seconds(name);
+  return 1e3 * seconds;
+}
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -87,16 +98,24 @@ Figures Measure(Decoder& d, const torch::Tensor& tokens, int decode_tokens) {
   torch::Tensor logits = Prefill(d, tokens, cache);
   f.full_prefill_ms = 1e3 * timer.Seconds(kFullRecord);
   f.window_prefill_ms = 1e3 * timer.Seconds(kWindowRecord);
+  f.products_prefill_ms = ProductsMs(timer);
   timer.Clear();
   Decode(d, logits, cache, decode_tokens);
   f.full_decode_ms = 1e3 * timer.Seconds(kFullRecord) / decode_tokens;
   f.window_decode_ms = 1e3 * timer.Seconds(kWindowRecord) / decode_tokens;
+  f.products_decode_ms = ProductsMs(timer) / decode_tokens;
   return f;
 }
 
 PricingRatio Summarise(const std::vector<double>& per_round) {
+  if (per_round.empty()) return {};
   return {Median(per_round), *std::min_element(per_round.begin(), per_round.end()),
           *std::max_element(per_round.begin(), per_round.end())};
+}
+
+// a / b over c / d where every term was measured (> 0), else nothing.
+void PushQuotient(double a, double b, double c, double d, std::vector<double>& to) {
+  if (a > 0 && b > 0 && c > 0 && d > 0) to.push_back((a / b) / (c / d));
 }
 
 // Weights and caches of every variant at once, every element as wide as
@@ -212,28 +231,35 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
 
   WindowPricing out;
   for (size_t k = 0; k < variants.size(); ++k) {
-    std::vector<double> t, d, ap, ad;
+    std::vector<double> t, d, ap, ad, pp, pd;
     for (int r = 0; r < o.rounds; ++r) {
       const Figures& f = figures[r][k];
       t.push_back(f.ttft_ms);
       d.push_back(f.decode_ms);
       ap.push_back(f.full_prefill_ms + f.window_prefill_ms);
       ad.push_back(f.full_decode_ms + f.window_decode_ms);
+      pp.push_back(f.products_prefill_ms);
+      pd.push_back(f.products_decode_ms);
     }
     std::vector<std::string> letters;
     for (Attention a : variants[k].arch.attention) {
       letters.push_back(a == Attention::kFull ? "F" : a == Attention::kSkip ? "K" : "W");
     }
     out.rows.push_back({variants[k].name, absl::StrJoin(letters, " "), Median(t), Median(d),
-                        Median(ap), Median(ad)});
+                        Median(ap), Median(ad), Median(pp), Median(pd)});
   }
   enum { kAllFull, kMixed, kAllWindow, kAllSkip };
   const double mixed_layers =
       static_cast<double>(variants[kMixed].full_layers) / variants[kMixed].window_layers;
-  std::vector<double> ap, ad, mp, md, lp, ld;
+  std::vector<double> ap, ad, np, nd, mp, md, lp, ld;
   for (const std::vector<Figures>& f : figures) {
-    ap.push_back(f[kAllWindow].window_prefill_ms / f[kAllFull].full_prefill_ms);
-    ad.push_back(f[kAllWindow].window_decode_ms / f[kAllFull].full_decode_ms);
+    const Figures &w = f[kAllWindow], &full = f[kAllFull];
+    ap.push_back(w.window_prefill_ms / full.full_prefill_ms);
+    ad.push_back(w.window_decode_ms / full.full_decode_ms);
+    PushQuotient(w.window_prefill_ms, w.products_prefill_ms, full.full_prefill_ms,
+                 full.products_prefill_ms, np);
+    PushQuotient(w.window_decode_ms, w.products_decode_ms, full.full_decode_ms,
+                 full.products_decode_ms, nd);
     mp.push_back(mixed_layers * f[kMixed].window_prefill_ms / f[kMixed].full_prefill_ms);
     md.push_back(mixed_layers * f[kMixed].window_decode_ms / f[kMixed].full_decode_ms);
     lp.push_back((f[kAllWindow].ttft_ms - f[kAllSkip].ttft_ms) /
@@ -243,6 +269,8 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   }
   out.attention_prefill = Summarise(ap);
   out.attention_decode = Summarise(ad);
+  out.normalised_prefill = Summarise(np);
+  out.normalised_decode = Summarise(nd);
   out.mixed_prefill = Summarise(mp);
   out.mixed_decode = Summarise(md);
   out.layer_prefill = Summarise(lp);
@@ -251,6 +279,7 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
 }
 
 std::string Cell(const PricingRatio& r) {
+  if (r.median <= 0) return "n/a";  // a ratio none of whose terms was recorded
   return absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high);
 }
 
@@ -268,16 +297,20 @@ absl::StatusOr<WindowPricing> PriceWindowLayers(const Arch& base,
 std::string WindowPricingTable(const WindowPricing& p) {
   std::string out =
       "| variant | layers | TTFT ms | decode ms/token | attention ms, prefill | attention "
-      "ms/step, decode |\n|---|---|---:|---:|---:|---:|\n";
+      "ms/step, decode | weight products ms, prefill | weight products ms/step, decode "
+      "|\n|---|---|---:|---:|---:|---:|---:|---:|\n";
   for (const WindowPricingRow& r : p.rows) {
-    absl::StrAppendFormat(&out, "| %s | %s | %.1f | %.3f | %.2f | %.4f |\n", r.variant, r.pattern,
-                          r.ttft_ms, r.decode_ms, r.attention_prefill_ms, r.attention_decode_ms);
+    absl::StrAppendFormat(&out, "| %s | %s | %.1f | %.3f | %.2f | %.4f | %.2f | %.4f |\n",
+                          r.variant, r.pattern, r.ttft_ms, r.decode_ms, r.attention_prefill_ms,
+                          r.attention_decode_ms, r.products_prefill_ms, r.products_decode_ms);
   }
   absl::StrAppend(
       &out, "\n| window layer / full layer: median of the rounds (range) | prefill | decode |\n",
       "|---|---:|---:|\n");
   absl::StrAppend(&out, "| attention kernels in the model (all-window / all-full) | ",
                   Cell(p.attention_prefill), " | ", Cell(p.attention_decode), " |\n");
+  absl::StrAppend(&out, "| the same, each model's attention over its own weight products' time | ",
+                  Cell(p.normalised_prefill), " | ", Cell(p.normalised_decode), " |\n");
   absl::StrAppend(&out, "| attention kernels, mixed (a window layer / a full one, one model) | ",
                   Cell(p.mixed_prefill), " | ", Cell(p.mixed_decode), " |\n");
   absl::StrAppend(&out, "| whole layer, projections included ((W - K) / (F - K)) | ",

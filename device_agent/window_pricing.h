@@ -41,6 +41,8 @@ struct WindowPricingRow {
   double decode_ms = 0;             // per token, at the prompt's depth
   double attention_prefill_ms = 0;  // the attention kernels' time in the prompt
   double attention_decode_ms = 0;   // the same per decode step
+  double products_prefill_ms = 0;   // the weight products' time in the prompt
+  double products_decode_ms = 0;    // the same per decode step
 };
 
 // A ratio's median over the rounds and its range.
@@ -52,6 +54,12 @@ struct WindowPricing {
   std::vector<WindowPricingRow> rows;
   // Window layer / full layer, prefill and decode:
   PricingRatio attention_prefill, attention_decode;  // all-window's kernels / all-full's
+  // The same, each model's attention time over its own weight products'
+  // time in the same generation: the products are the same work in both
+  // models, so a host's drift between the two generations cancels (as
+  // bench/window_pricing.sh's second form). Median 0 where no product was
+  // recorded.
+  PricingRatio normalised_prefill, normalised_decode;
   PricingRatio mixed_prefill, mixed_decode;  // mixed's window layers / its full ones, per layer
   PricingRatio layer_prefill, layer_decode;  // (W - K) / (F - K) of TTFT and decode time:
                                              // whole layers, projections included

@@ -41,8 +41,12 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
   }
   EXPECT_EQ(p.rows[3].attention_prefill_ms, 0);  // no attention layer, no kernel time
   EXPECT_EQ(p.rows[3].attention_decode_ms, 0);
-  for (const PricingRatio& r :
-       {p.attention_prefill, p.attention_decode, p.mixed_prefill, p.mixed_decode}) {
+  for (const WindowPricingRow& r : p.rows) {  // every variant multiplies its weights
+    EXPECT_GT(r.products_prefill_ms, 0) << r.variant;
+    EXPECT_GT(r.products_decode_ms, 0) << r.variant;
+  }
+  for (const PricingRatio& r : {p.attention_prefill, p.attention_decode, p.normalised_prefill,
+                                p.normalised_decode, p.mixed_prefill, p.mixed_decode}) {
     EXPECT_GT(r.median, 0);
     EXPECT_LE(r.low, r.median);
     EXPECT_GE(r.high, r.median);
@@ -55,6 +59,8 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
   const std::string table = WindowPricingTable(p);
   EXPECT_THAT(table, HasSubstr("| mixed | F W W F |"));
   EXPECT_THAT(table, HasSubstr("| attention kernels in the model (all-window / all-full) |"));
+  EXPECT_THAT(table, HasSubstr("| the same, each model's attention over its own weight products' "
+                               "time | "));
 }
 
 TEST(WindowPricingTest, ShapesWithoutAWindowToPriceAreRefusedByName) {
