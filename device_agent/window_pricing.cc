@@ -110,7 +110,8 @@ Figures Measure(Decoder& d, const torch::Tensor& tokens, int decode_tokens) {
 PricingRatio Summarise(const std::vector<double>& per_round) {
   if (per_round.empty()) return {};
   return {Median(per_round), *std::min_element(per_round.begin(), per_round.end()),
-          *std::max_element(per_round.begin(), per_round.end())};
+          *std::max_element(per_round.begin(), per_round.end()),
+          static_cast<int>(per_round.size())};
 }
 
 // a / b over c / d where every term was measured (> 0), else nothing.
@@ -279,7 +280,7 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
 }
 
 std::string Cell(const PricingRatio& r) {
-  if (r.median <= 0) return "n/a";  // a ratio none of whose terms was recorded
+  if (r.rounds == 0) return "n/a";  // no round recorded all of the ratio's terms
   return absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high);
 }
 

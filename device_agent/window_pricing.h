@@ -48,6 +48,7 @@ struct WindowPricingRow {
 // A ratio's median over the rounds and its range.
 struct PricingRatio {
   double median = 0, low = 0, high = 0;
+  int rounds = 0;  // rounds that gave the ratio (0: none, e.g. nothing recorded)
 };
 
 struct WindowPricing {
@@ -57,7 +58,7 @@ struct WindowPricing {
   // The same, each model's attention time over its own weight products'
   // time in the same generation: the products are the same work in both
   // models, so a host's drift between the two generations cancels (as
-  // bench/window_pricing.sh's second form). Median 0 where no product was
+  // bench/window_pricing.sh's second form). No rounds where no product was
   // recorded.
   PricingRatio normalised_prefill, normalised_decode;
   PricingRatio mixed_prefill, mixed_decode;  // mixed's window layers / its full ones, per layer

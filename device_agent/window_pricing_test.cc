@@ -47,6 +47,7 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
   }
   for (const PricingRatio& r : {p.attention_prefill, p.attention_decode, p.normalised_prefill,
                                 p.normalised_decode, p.mixed_prefill, p.mixed_decode}) {
+    EXPECT_EQ(r.rounds, 2);
     EXPECT_GT(r.median, 0);
     EXPECT_LE(r.low, r.median);
     EXPECT_GE(r.high, r.median);
