@@ -999,37 +999,33 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
   // blocks see the most keys, and ParallelChunks hands the first items out
   // first, so the small ones fill in at the end.
   const int64_t heads = b * kvh, items = heads * n_qblocks;
-  // Where item `item`'s G heads of queries (and outputs) start, and how
-  // many rows each has.
-  auto rows_of = [&](int64_t item, int64_t& head0, int64_t& rows) {
+  // Item `item`: its batch row, KV head and query block.
+  auto item_at = [&](int64_t item) {
     const int64_t bi = (item % heads) / kvh, gi = item % kvh, qb = n_qblocks - 1 - item / heads;
-    head0 = (bi * h + gi * g) * t * hd + qb * bq * hd;
-    rows = std::min(bq, t - qb * bq);
+    const int64_t i0 = qb * bq;
+    const int64_t head0 = (bi * h + gi * g) * t * hd + i0 * hd;
+    return Item{qp + head0,
+                t * hd,
+                op + head0,
+                kp + bi * k.stride(0) + gi * k.stride(1),
+                vp + bi * v.stride(0) + gi * v.stride(1),
+                ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
+                std::min(bq, t - i0),
+                g,
+                q_start + i0};
   };
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
     for (int64_t item = first; item < last; ++item) {
-      const int64_t bi = (item % heads) / kvh, gi = item % kvh;
-      int64_t head0, rows;
-      rows_of(item, head0, rows);
-      const int64_t i0 = (n_qblocks - 1 - item / heads) * bq;
-      Item it{qp + head0,
-              t * hd,
-              op + head0,
-              kp + bi * k.stride(0) + gi * k.stride(1),
-              vp + bi * v.stride(0) + gi * v.stride(1),
-              ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
-              rows,
-              g,
-              q_start + i0};
+      Item it = item_at(item);
       // A window layer's rows (128 keys each) waited a tenth of their time
       // for their queries and output lines, read and written once a call:
       // the item fetches the next item's queries and its own output lines
       // as it sums its values (ValueProducts).
       if (t > 1 && item + 1 < items) {
-        int64_t next0;
-        rows_of(item + 1, next0, it.next_rows);
-        it.next_q = qp + next0;
+        const Item next = item_at(item + 1);
+        it.next_q = next.q;
+        it.next_rows = next.rows;
       }
       AttendItem(it, shape, scratch);
     }
