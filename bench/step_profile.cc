@@ -39,6 +39,7 @@
 #include "model/decoder.h"
 #include "model/gemv.h"
 #include "model/op_times.h"
+#include "model/prompt_gemm.h"
 #include "proto/arch.pb.h"
 #include "search_space/arch.h"
 #include "search_space/shapes.h"
@@ -152,6 +153,8 @@ int Main(int argc, char** argv) {
   // The decode kernel's form as agents and `hilnas run` pick it (model/gemv.h).
   std::printf("decode GEMV form: %s\n",
               hilnas::TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
+  std::printf("prompt products: %s\n",
+              hilnas::TunePromptGemm(decoder.DecodeMatrices()).Describe().c_str());
   std::printf("decode attention: %s\n", hilnas::TuneDecodeSplit(arch.num_heads, arch.num_kv_heads,
                                                                 arch.head_dim, decoder.kv_dtype())
                                             .Describe()

@@ -14,6 +14,7 @@
 #include "model/generate.h"
 #include "model/kv_prediction.h"
 #include "model/ppd.h"
+#include "model/prompt_gemm.h"
 #include "model/quant.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
@@ -71,6 +72,7 @@ class LibtorchModel : public PreparedModel {
     if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     if (CurrentGemvForm() != form_) SetGemvForm(form_);
     if (DecodeSplitWork() != split_work_) SetDecodeSplitWork(split_work_);
+    if (AutoPromptGemm() != prompt_pick_) SetAutoPromptGemm(prompt_pick_);
     std::vector<int64_t> prompt;
     try {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + prompt_tokens);
@@ -98,17 +100,23 @@ class LibtorchModel : public PreparedModel {
   // form gives the same bits, and which one streams fastest is the CPU's.
   // Remembers the thread count it was tuned at, and the form, for the runs.
   // Likewise where a decode query's attention starts to split over the
-  // threads (model/attention.h): a thread hand-over's cost is the host's.
+  // threads (model/attention.h): a thread hand-over's cost is the host's;
+  // and who computes a prompt's matrix products, hilnas's AVX-512 kernel
+  // or OpenBLAS (model/prompt_gemm.h): which is faster is the host's too.
   void TuneKernels() {
     threads_ = at::get_num_threads();
-    const GemvTuning tuning = TuneGemvForm(decoder_.DecodeMatrices());
+    const std::vector<torch::Tensor> matrices = decoder_.DecodeMatrices();
+    const GemvTuning tuning = TuneGemvForm(matrices);
     form_ = tuning.chosen;
     const Arch& a = decoder_.arch();
     const DecodeSplitTuning split =
         TuneDecodeSplit(a.num_heads, a.num_kv_heads, a.head_dim, decoder_.kv_dtype());
     split_work_ = split.work;
-    kernels_ = absl::StrCat("decode ", GemvKernelName(), ", GEMV form ", tuning.Describe(),
-                            ", decode attention ", split.Describe());
+    const PromptGemmTuning prompt = TunePromptGemm(matrices);
+    prompt_pick_ = AutoPromptGemm();
+    kernels_ =
+        absl::StrCat("prompt products ", prompt.Describe(), ", decode ", GemvKernelName(),
+                     ", GEMV form ", tuning.Describe(), ", decode attention ", split.Describe());
   }
 
  private:
@@ -120,6 +128,7 @@ class LibtorchModel : public PreparedModel {
   int threads_ = 1;      // libtorch's intra-op threads for this model's runs
   GemvForm form_ = GemvForm::kOneRow;
   double split_work_ = DecodeSplitWork();
+  std::optional<bool> prompt_pick_ = AutoPromptGemm();  // kAuto's, as tuned
 
   absl::StatusOr<Generation> Generate(const std::vector<int64_t>& prompt,
                                       const GenerateOptions& o) {

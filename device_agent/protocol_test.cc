@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gemv.h"
+#include "model/prompt_gemm.h"
 #include "model/test_archs.h"
 #include "search_space/arch.h"
 
@@ -296,6 +297,11 @@ TEST(LibtorchRuntimeTest, MeasuresTinyModelForEveryPromptLength) {
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(GemvFormName(CurrentGemvForm())));
   // And where its decode attention splits over threads (model/attention.h).
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(", decode attention "));
+  // And who computed its prompt's products, as timed and kept for its runs
+  // (model/prompt_gemm.h).
+  EXPECT_THAT(r.device().runtime_kernels(),
+              HasSubstr(std::string("prompt products ") +
+                        (UseOwnPromptGemm() ? "hilnas's AVX-512 kernel" : "OpenBLAS")));
   if (GemvFormsHere().size() > 1) {
     EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("medians of"));
   }

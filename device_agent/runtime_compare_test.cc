@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "device_agent/external_runtime.h"
@@ -12,9 +14,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/attention.h"
+#include "model/blas_core.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/gemv.h"
+#include "model/prompt_gemm.h"
 #include "model/test_archs.h"
 #include "search_space/arch.h"
 
@@ -200,8 +204,8 @@ TEST_F(RuntimeCompareTest, ThreadCountsTakeTurnsWithinEachRoundAndGainsArePaired
 }
 
 // Models prepared at two thread counts in one process (a comparison's
-// rounds): each run sets the process's intra-op threads, and the decode form
-// tuned at them, back to its own model's.
+// rounds): each run sets the process's intra-op threads, and the decode form,
+// decode split and prompt product tuned at them, back to its own model's.
 TEST_F(RuntimeCompareTest, APreparedModelRunsAtItsOwnThreadCount) {
   BenchmarkRequest req = req_;
   req.set_threads(1);
@@ -225,10 +229,36 @@ TEST_F(RuntimeCompareTest, APreparedModelRunsAtItsOwnThreadCount) {
   // first.
   const double split_at_one = DecodeSplitWork();
   SetDecodeSplitWork(7);
+  // And who computes its prompt's products (model/prompt_gemm.h): each
+  // model's pick, as its kernels say, whatever was set since.
+  auto prompt_pick = [](const std::string& kernels) -> std::optional<bool> {
+    if (kernels.find("prompt products hilnas's AVX-512 kernel (own ") != std::string::npos) {
+      return true;
+    }
+    if (kernels.find("prompt products OpenBLAS (own ") != std::string::npos) return false;
+    return std::nullopt;  // nothing timed: no AVX-512F, or a choice named in the environment
+  };
+  const std::optional<bool> pick_one = prompt_pick((*one)->kernels());
+  const std::optional<bool> pick_two = prompt_pick((*two)->kernels());
+  if (OwnPromptGemmAvailable() && CurrentPromptGemmChoice() == PromptGemmChoice::kAuto &&
+      OpenBlasThreads() > 0) {
+    ASSERT_TRUE(pick_one && pick_two) << (*one)->kernels() << "\n" << (*two)->kernels();
+  }
+  const std::optional<bool> pick_before = AutoPromptGemm();
+  SetAutoPromptGemm(pick_one ? std::optional<bool>(!*pick_one) : std::nullopt);
   ASSERT_TRUE((*one)->Run(8, 2).ok());
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_EQ(std::string(GemvFormName(CurrentGemvForm())), form);
   EXPECT_NE(DecodeSplitWork(), 7);
+  if (pick_one) {
+    EXPECT_EQ(AutoPromptGemm(), pick_one);
+  }
+  if (pick_two) {
+    SetAutoPromptGemm(!*pick_two);
+    ASSERT_TRUE((*two)->Run(8, 2).ok());
+    EXPECT_EQ(AutoPromptGemm(), pick_two);
+  }
+  SetAutoPromptGemm(pick_before);
   ASSERT_TRUE((*two)->Run(8, 2).ok());
   EXPECT_EQ(at::get_num_threads(), 2);
   EXPECT_NE(DecodeSplitWork(), 7);

@@ -15,6 +15,7 @@
 #include "model/decoder.h"
 #include "model/gemv.h"
 #include "model/op_times.h"
+#include "model/prompt_gemm.h"
 #include "search_space/counts.h"
 #include "util/median.h"
 #include "util/status_macros.h"
@@ -202,6 +203,8 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   const std::string split =
       TuneDecodeSplit(base.num_heads, base.num_kv_heads, base.head_dim, o.kv_dtype).Describe();
   if (o.progress) o.progress(absl::StrCat("decode attention: ", split));
+  const std::string prompt = TunePromptGemm(variants[0].decoder->DecodeMatrices()).Describe();
+  if (o.progress) o.progress(absl::StrCat("prompt products: ", prompt));
   // Warm-ups as the agents time (device_agent/protocol.h): until a prompt
   // runs on memory already mapped.
   for (Variant& v : variants) {

@@ -3,15 +3,22 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/blas_core.h"
+#include "model/gemv.h"
 #include "model/work_split.h"
 #include "util/aligned.h"
+#include "util/median.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,6 +29,9 @@ namespace {
 
 // -1 until HILNAS_PROMPT_GEMM is read.
 std::atomic<int> choice_in_force{-1};
+std::atomic<int64_t> own_calls{0};
+// Under kAuto: -1 until SetAutoPromptGemm, then 0 (OpenBLAS) or 1 (own).
+std::atomic<int> auto_pick{-1};
 
 PromptGemmChoice ChoiceFromEnvironment() {
   const char* value = std::getenv("HILNAS_PROMPT_GEMM");
@@ -41,139 +51,159 @@ PromptGemmChoice ChoiceFromEnvironment() {
 // compiles this file alone, without those two warnings.
 #define HILNAS_AVX512 __attribute__((target("avx512f")))
 
-// Elements of k a pass sums: a tile's six rows of x (12 KiB) stay in L1
-// while it passes over a block's columns.
+// The product is computed as BLIS-style outer products: a micro-tile of up
+// to kTileRows rows of x and kPanel output columns keeps its 2 x kTileRows
+// sums in registers (28 of the 32 zmm), and each element of k adds one
+// row element of x, broadcast, times 32 weights read from a panel that
+// holds them column-contiguous ([kc][32]). Each output is one running sum
+// in k's order, so nothing is reduced across lanes at the end. The
+// dot-product form before it (6 x 4 outputs of 16-lane partial sums,
+// reduced per output and per block of 512) ran at 77-84 GFLOP/s on one
+// Zen 4 thread against OpenBLAS's 84-89 and a 114 GFLOP/s FMA ceiling
+// (bench/core_ceiling); its reductions were about a tenth of its work.
+constexpr int kTileRows = 14;
+constexpr int64_t kPanel = 32;  // output columns per panel: two zmm
+// Elements of k a block of the product sums: a row tile's 14 x 512 floats
+// of x (28 KiB) stay in L1 while it passes over every panel of its chunk
+// of columns (128 columns at most, 256 KiB packed, in L2). On one Zen 4
+// thread (bench/gemm_threads, full4's layer at 256 tokens) blocks of 512
+// ran 5-10% faster than blocks of 128 whose panel stayed in L1, and the
+// order (row tiles outside, panels inside) keeps x's tile in L1 at any
+// prompt length, where panels outside would read all of x once a panel.
 constexpr int64_t kKBlock = 512;
-// Bytes of w per block of columns: stays in L2 (Zen 4/5 1 MiB, Xeon 2 MiB)
-// while every row tile of x passes over it (128 KiB to 512 KiB measured
-// alike within the noise on a Zen 5, bench/gemm_threads).
-constexpr int64_t kBlockBytes = 256 << 10;
-// Rows of x and of w (output rows and columns) a tile computes.
-constexpr int kTileRows = 6;
-constexpr int kTileCols = 4;
 
-// [sum of c0's 16 lanes, c1's, c2's, c3's].
-HILNAS_AVX512 inline __m128 Sum4(__m512 c0, __m512 c1, __m512 c2, __m512 c3) {
-  // Per 128-bit lane: [c0 0+2, c1 0+2, c0 1+3, c1 1+3], the same for c2, c3.
-  const __m512 h01 = _mm512_add_ps(_mm512_unpacklo_ps(c0, c1), _mm512_unpackhi_ps(c0, c1));
-  const __m512 h23 = _mm512_add_ps(_mm512_unpacklo_ps(c2, c3), _mm512_unpackhi_ps(c2, c3));
-  // Per 128-bit lane: [c0's lane sum, c1's, c2's, c3's].
-  const __m512d a = _mm512_castps_pd(h01), b = _mm512_castps_pd(h23);
-  const __m512 g = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                                 _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  // The four lanes added: lanes [0+2, 1+3, ...], then lane 0 = 0+2+1+3.
-  const __m512 g2 = _mm512_add_ps(g, _mm512_shuffle_f32x4(g, g, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512 g4 = _mm512_add_ps(g2, _mm512_shuffle_f32x4(g2, g2, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_castps512_ps128(g4);
-}
-
-// out[r][c] = x_r . w_c over kc elements (plus out[r][c] when accumulate),
-// R rows of x, C rows of w: R * 4 running sums of 16 lanes in registers (24
-// of the 32 at 6 x 4), six loads of x and four of w per 24 FMAs.
-template <int R, int C>
-HILNAS_AVX512 void Tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t kc,
-                        float* out, int64_t ldo, bool accumulate) {
-  __m512 acc[R][kTileCols];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < kTileCols; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  int64_t p = 0;
-  for (; p + 16 <= kc; p += 16) {
-    __m512 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + p);
-    for (int c = 0; c < C; ++c) {
-      const __m512 wv = _mm512_loadu_ps(w + c * ldw + p);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
-    }
-  }
-  if (p < kc) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (kc - p)) - 1);
-    __m512 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = _mm512_maskz_loadu_ps(mask, x + r * ldx + p);
-    for (int c = 0; c < C; ++c) {
-      const __m512 wv = _mm512_maskz_loadu_ps(mask, w + c * ldw + p);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    __m128 s = Sum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-    float* o = out + r * ldo;
-    if (C == kTileCols) {
-      if (accumulate) s = _mm_add_ps(s, _mm_loadu_ps(o));
-      _mm_storeu_ps(o, s);
-    } else {
-      float sums[kTileCols];
-      _mm_storeu_ps(sums, s);
-      for (int c = 0; c < C; ++c) o[c] = accumulate ? o[c] + sums[c] : sums[c];
-    }
-  }
-}
-
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                        bool);
-
+// out[r][0, 32) (columns where the masks are set) = x_r . panel over kc
+// elements, plus out's own values when accumulate: R rows, one broadcast
+// of x_r[p] and two panel vectors per element of k.
 template <int R>
-constexpr TileFn kRow[kTileCols] = {&Tile<R, 1>, &Tile<R, 2>, &Tile<R, 3>, &Tile<R, 4>};
+HILNAS_AVX512 void MicroTile(const float* x, int64_t ldx, const float* panel, int64_t kc,
+                             float* out, int64_t ldo, __mmask16 m0, __mmask16 m1, bool accumulate) {
+  __m512 a0[R], a1[R];
+  for (int r = 0; r < R; ++r) {
+    a0[r] = accumulate ? _mm512_maskz_loadu_ps(m0, out + r * ldo) : _mm512_setzero_ps();
+    a1[r] = accumulate ? _mm512_maskz_loadu_ps(m1, out + r * ldo + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(panel + p * kPanel);
+    const __m512 b1 = _mm512_load_ps(panel + p * kPanel + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xr = _mm512_set1_ps(x[r * ldx + p]);
+      a0[r] = _mm512_fmadd_ps(xr, b0, a0[r]);
+      a1[r] = _mm512_fmadd_ps(xr, b1, a1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(out + r * ldo, m0, a0[r]);
+    _mm512_mask_storeu_ps(out + r * ldo + 16, m1, a1[r]);
+  }
+}
 
-constexpr const TileFn* kTiles[kTileRows] = {kRow<1>, kRow<2>, kRow<3>, kRow<4>, kRow<5>, kRow<6>};
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, __mmask16,
+                        __mmask16, bool);
 
-// rows x kc elements of w (row stride ld) as f32 into out (row stride kc).
-HILNAS_AVX512 void WidenBlock(const uint16_t* w, int64_t ld, int64_t rows, int64_t kc, bool bf16,
-                              float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* src = w + r * ld;
-    float* dst = out + r * kc;
-    int64_t p = 0;
-    uint16_t tail[16] = {};
-    for (; p < kc; p += 16) {
-      const uint16_t* from = src + p;
-      if (p + 16 > kc) {
-        std::memcpy(tail, from, static_cast<size_t>(kc - p) * sizeof(uint16_t));
-        from = tail;
+template <size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> MakeTiles(std::index_sequence<I...>) {
+  return {&MicroTile<static_cast<int>(I) + 1>...};
+}
+constexpr std::array<TileFn, kTileRows> kTiles = MakeTiles(std::make_index_sequence<kTileRows>());
+
+// r[i] = column i of the 16 x 16 matrix whose rows were r[0..15].
+HILNAS_AVX512 inline void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3]
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // per lane L: element 4L + e of rows 4i .. 4i + 3
+    const __m512d lo = _mm512_castps_pd(t[4 * i]), lo2 = _mm512_castps_pd(t[4 * i + 2]);
+    const __m512d hi = _mm512_castps_pd(t[4 * i + 1]), hi2 = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+  }
+  __m512 c[16];
+  for (int e = 0; e < 4; ++e) {  // lane L of r[4i + e] is column 4L + e's rows 4i .. 4i + 3
+    const __m512 u0 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88);
+    const __m512 u1 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xdd);
+    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
+    const __m512 u3 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xdd);
+    c[e] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    c[4 + e] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    c[8 + e] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+    c[12 + e] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = c[i];
+}
+
+// Sixteen elements of a weight row from p (`valid` of them; the rest 0),
+// as f32.
+HILNAS_AVX512 inline __m512 LoadWeights(const void* row, int64_t p, GemmWeights weights,
+                                        __mmask16 valid) {
+  if (weights == GemmWeights::kF32) {
+    return _mm512_maskz_loadu_ps(valid, static_cast<const float*>(row) + p);
+  }
+  const uint16_t* from = static_cast<const uint16_t*>(row) + p;
+  uint16_t tail[16] = {};  // a masked 16-bit load would need AVX-512BW
+  if (valid != 0xffff) {
+    std::memcpy(tail, from, static_cast<size_t>(__builtin_popcount(valid)) * sizeof(uint16_t));
+    from = tail;
+  }
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
+  if (weights == GemmWeights::kBF16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return _mm512_cvtph_ps(h);
+}
+
+// The panel of weight rows [j0, j0 + 32) (rows past n zeros) over k's
+// elements [kb, kb + kc), as f32, [kc][32]: 16 x 16 blocks transposed in
+// registers, f16 and bf16 widened as they are read.
+HILNAS_AVX512 void PackPanel(const void* w, GemmWeights weights, int64_t n, int64_t k, int64_t j0,
+                             int64_t kb, int64_t kc, float* panel) {
+  const size_t element = weights == GemmWeights::kF32 ? sizeof(float) : sizeof(uint16_t);
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t first = j0 + 16 * half;
+    for (int64_t p = 0; p < kc; p += 16) {
+      const __mmask16 valid = static_cast<__mmask16>(kc - p >= 16 ? 0xffff : (1u << (kc - p)) - 1);
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) {
+        r[i] = first + i < n ? LoadWeights(static_cast<const char*>(w) +
+                                               static_cast<size_t>((first + i) * k) * element,
+                                           kb + p, weights, valid)
+                             : _mm512_setzero_ps();
       }
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
-      const __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                            : _mm512_cvtph_ps(h);
-      if (p + 16 > kc) {
-        _mm512_mask_storeu_ps(dst + p, static_cast<__mmask16>((1u << (kc - p)) - 1), f);
-      } else {
-        _mm512_storeu_ps(dst + p, f);
+      Transpose16(r);
+      for (int64_t i = 0; i < 16 && p + i < kc; ++i) {
+        _mm512_store_ps(panel + (p + i) * kPanel + 16 * half, r[i]);
       }
     }
   }
 }
 
 // Output columns [n0, n1) of the product, on the calling thread.
-void Columns(const float* x, const void* w, GemmWeights weights, int64_t m, int64_t n, int64_t k,
-             int64_t n0, int64_t n1, float* out) {
-  thread_local AlignedVector<float> widened;  // on a cache line, as the zmm loads want
+HILNAS_AVX512 void Columns(const float* x, const void* w, GemmWeights weights, int64_t m, int64_t n,
+                           int64_t k, int64_t n0, int64_t n1, float* out) {
+  thread_local AlignedVector<float> packed;  // on a cache line, as the zmm loads want
+  const int64_t panels = (n1 - n0 + kPanel - 1) / kPanel;
   for (int64_t kb = 0; kb < k; kb += kKBlock) {
     const int64_t kc = std::min(kKBlock, k - kb);
-    const int64_t block_rows =
-        std::max<int64_t>(kTileCols, kBlockBytes / (kc * 4) / kTileCols * kTileCols);
-    for (int64_t j0 = n0; j0 < n1; j0 += block_rows) {
-      const int64_t rows = std::min(block_rows, n1 - j0);
-      const float* wb;
-      int64_t ldw;
-      if (weights == GemmWeights::kF32) {
-        wb = static_cast<const float*>(w) + j0 * k + kb;
-        ldw = k;
-      } else {
-        if (static_cast<int64_t>(widened.size()) < rows * kc) {
-          widened.resize(static_cast<size_t>(block_rows * kc));
-        }
-        WidenBlock(static_cast<const uint16_t*>(w) + j0 * k + kb, k, rows, kc,
-                   weights == GemmWeights::kBF16, widened.data());
-        wb = widened.data();
-        ldw = kc;
-      }
-      for (int64_t i = 0; i < m; i += kTileRows) {
-        const int64_t tr = std::min<int64_t>(kTileRows, m - i);
-        for (int64_t j = 0; j < rows; j += kTileCols) {
-          const int64_t tc = std::min<int64_t>(kTileCols, rows - j);
-          kTiles[tr - 1][tc - 1](x + i * k + kb, k, wb + j * ldw, ldw, kc, out + i * n + j0 + j, n,
-                                 kb > 0);
-        }
+    if (static_cast<int64_t>(packed.size()) < panels * kKBlock * kPanel) {
+      packed.resize(static_cast<size_t>(panels * kKBlock * kPanel));
+    }
+    for (int64_t pj = 0; pj < panels; ++pj) {
+      PackPanel(w, weights, n1, k, n0 + pj * kPanel, kb, kc, packed.data() + pj * kc * kPanel);
+    }
+    for (int64_t i = 0; i < m; i += kTileRows) {
+      const TileFn tile = kTiles[std::min<int64_t>(kTileRows, m - i) - 1];
+      for (int64_t pj = 0; pj < panels; ++pj) {
+        const int64_t j = n0 + pj * kPanel, cols = std::min(kPanel, n1 - j);
+        const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+        const __mmask16 m1 = static_cast<__mmask16>(cols >= 32  ? 0xffff
+                                                    : cols > 16 ? (1u << (cols - 16)) - 1
+                                                                : 0);
+        tile(x + i * k + kb, k, packed.data() + pj * kc * kPanel, kc, out + i * n + j, n, m0, m1,
+             kb > 0);
       }
     }
   }
@@ -228,8 +258,99 @@ bool UseOwnPromptGemm() {
     case PromptGemmChoice::kAuto:
       break;
   }
+  const int pick = auto_pick.load(std::memory_order_relaxed);
+  if (pick >= 0) return pick == 1;
   static const bool below = BlasCoreBelowCpu();
   return below;
+}
+
+void SetAutoPromptGemm(std::optional<bool> own) {
+  auto_pick.store(own ? (*own ? 1 : 0) : -1, std::memory_order_relaxed);
+}
+
+std::optional<bool> AutoPromptGemm() {
+  const int pick = auto_pick.load(std::memory_order_relaxed);
+  if (pick < 0) return std::nullopt;
+  return pick == 1;
+}
+
+std::string PromptGemmTuning::Describe() const {
+  if (!timed) {
+    if (!OwnPromptGemmAvailable()) return "OpenBLAS (no AVX-512F: nothing to choose)";
+    if (CurrentPromptGemmChoice() != PromptGemmChoice::kAuto) {
+      return UseOwnPromptGemm() ? "hilnas's AVX-512 kernel (HILNAS_PROMPT_GEMM=own)"
+                                : "OpenBLAS (HILNAS_PROMPT_GEMM=blas)";
+    }
+    return absl::StrCat(UseOwnPromptGemm() ? "hilnas's AVX-512 kernel" : "OpenBLAS",
+                        " (no f32, f16 or bf16 matrix to time)");
+  }
+  return absl::StrFormat(
+      "%s (own %.3f ms, OpenBLAS %.3f ms a pass of %d rows over %.1fM weights, medians of %d)",
+      own ? "hilnas's AVX-512 kernel" : "OpenBLAS", own_ms, blas_ms, rows, weights / 1e6, passes);
+}
+
+PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices) {
+  constexpr int64_t kRows = 64, kMaxWeights = int64_t{16} << 20;
+  PromptGemmTuning tuning;
+  tuning.rows = kRows;
+  if (!OwnPromptGemmAvailable() || CurrentPromptGemmChoice() != PromptGemmChoice::kAuto) {
+    return tuning;
+  }
+  struct Matrix {
+    const at::Tensor* w;
+    GemmWeights layout;
+  };
+  std::vector<Matrix> mats;
+  int64_t k_max = 0, n_max = 0, half_max = 0;
+  for (const at::Tensor& w : matrices) {
+    const std::optional<GemmWeights> layout = GemmWeightsFor(w.scalar_type());
+    if (!layout || w.dim() != 2 || !w.is_contiguous() || w.numel() == 0) continue;
+    if (tuning.weights >= kMaxWeights) break;
+    mats.push_back({&w, *layout});
+    tuning.weights += w.numel();
+    k_max = std::max(k_max, w.size(1));
+    n_max = std::max(n_max, w.size(0));
+    if (*layout != GemmWeights::kF32) half_max = std::max(half_max, w.numel());
+  }
+  if (mats.empty()) return tuning;
+  AlignedVector<float> x(kRows * k_max), out(kRows * n_max), widened(half_max);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.01f - 0.03f;
+  auto pass = [&](bool own) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const Matrix& m : mats) {
+      const int64_t n = m.w->size(0), k = m.w->size(1);
+      if (own) {
+        OwnPromptGemm(x.data(), m.w->data_ptr(), m.layout, kRows, n, k, out.data());
+        continue;
+      }
+      const float* w = nullptr;
+      if (m.layout == GemmWeights::kF32) {
+        w = m.w->data_ptr<float>();
+      } else {  // as Project widens a half matrix for OpenBLAS
+        WidenInto(*m.w, widened.data());
+        w = widened.data();
+      }
+      // Declined (not OpenBLAS, or OpenBlasThreadsScope): nothing to time.
+      if (!PooledSgemm(x.data(), w, kRows, n, k, out.data())) return -1.0;
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double blas_first = pass(false);  // untimed: faults, caches, threads waking
+  if (blas_first < 0) return tuning;
+  const double first = pass(true) + blas_first;
+  tuning.passes = static_cast<int>(std::clamp(150.0 / std::max(first, 1e-3), 3.0, 9.0));
+  std::vector<double> own_ms, blas_ms;
+  for (int p = 0; p < tuning.passes; ++p) {
+    const bool own_first = p % 2 == 0;
+    (own_first ? own_ms : blas_ms).push_back(pass(own_first));
+    (own_first ? blas_ms : own_ms).push_back(pass(!own_first));
+  }
+  tuning.timed = true;
+  tuning.own_ms = Median(own_ms);
+  tuning.blas_ms = Median(blas_ms);
+  tuning.own = tuning.own_ms < tuning.blas_ms;
+  SetAutoPromptGemm(tuning.own);
+  return tuning;
 }
 
 std::string PromptKernelsDescription() {
@@ -245,12 +366,12 @@ bool OwnPromptGemm(const float* x, const void* w, GemmWeights weights, int64_t m
                    int64_t k, float* out) {
   if (!OwnPromptGemmAvailable() || m < 1 || n < 1 || k < 1) return false;
 #if defined(__x86_64__)
+  own_calls.fetch_add(1, std::memory_order_relaxed);
   // Runs of output columns taken by whichever thread is free
-  // (model/work_split.h), about two a thread, each 16 to 128 columns: a
-  // multiple of the tile, and no wider than Columns' weight block at the
-  // full kKBlock (kBlockBytes / (kKBlock * 4) = 128 rows), so a chunk's
-  // weights stay in L2 as before.
-  ParallelChunks(n, ChunkFor(n, at::get_num_threads(), 2, 16, 16, 128),
+  // (model/work_split.h), about two a thread, each 32 to 128 columns:
+  // whole panels, and at most four of them, so a chunk's packed weights
+  // stay in L2.
+  ParallelChunks(n, ChunkFor(n, at::get_num_threads(), 2, kPanel, kPanel, 128),
                  [&](int64_t c0, int64_t c1) { Columns(x, w, weights, m, n, k, c0, c1, out); });
   return true;
 #else
@@ -258,5 +379,7 @@ bool OwnPromptGemm(const float* x, const void* w, GemmWeights weights, int64_t m
   return false;
 #endif
 }
+
+int64_t OwnPromptGemmCalls() { return own_calls.load(std::memory_order_relaxed); }
 
 }  // namespace hilnas

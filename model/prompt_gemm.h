@@ -16,11 +16,13 @@
 #ifndef HILNAS_MODEL_PROMPT_GEMM_H_
 #define HILNAS_MODEL_PROMPT_GEMM_H_
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hilnas {
 
@@ -47,8 +49,43 @@ bool OwnPromptGemmAvailable();
 PromptGemmChoice CurrentPromptGemmChoice();
 void SetPromptGemmChoice(PromptGemmChoice choice);
 
-// Whether prompts' products go to OwnPromptGemm under the choice in force.
+// Whether prompts' products go to OwnPromptGemm under the choice in force:
+// under kAuto, TunePromptGemm's pick once one was made in this process
+// (SetAutoPromptGemm), else the rule without timing (BlasCoreBelowCpu).
 bool UseOwnPromptGemm();
+
+// Under kAuto, who runs prompts' products from now on: the own product
+// (true) or OpenBLAS; nothing returns to the rule without timing. What
+// TunePromptGemm sets, and what a runtime holding several models sets back
+// before each one's runs.
+void SetAutoPromptGemm(std::optional<bool> own);
+std::optional<bool> AutoPromptGemm();
+
+struct PromptGemmTuning {
+  bool timed = false;              // false: nothing to choose (see Describe)
+  bool own = false;                // the pick: OwnPromptGemm was the faster
+  double own_ms = 0, blas_ms = 0;  // medians of one pass each
+  int passes = 0;                  // timed, each
+  int64_t rows = 0;                // prompt rows a pass multiplies
+  int64_t weights = 0;             // weight elements a pass reads
+  // "hilnas's AVX-512 kernel (own 12.1 ms, OpenBLAS 13.0 ms a pass of 64
+  // rows over 14.2M weights, medians of 5)", or why nothing was timed.
+  std::string Describe() const;
+};
+
+// Times a prompt's products both ways, OwnPromptGemm against OpenBLAS
+// (PooledSgemm, after widening half weights as the runtime does), at
+// libtorch's current thread count, on `matrices` (the 2-D f32, f16 and
+// bf16 ones, in order, until 16M weights) times 64 random rows; passes
+// interleaved, each side first in turn, an untimed pass before, 3 to 9 of
+// each (0.2-0.3 s for full4). Under kAuto with the own product
+// available, SetAutoPromptGemm(the faster) and returns what it measured;
+// otherwise times nothing (timed false). Which product is the faster is
+// the host's: on a 2-vCPU Zen 4 the two ran level on one thread and the own
+// product 15-30% faster on two (bench/data/runtime-compare.md); OpenBLAS's
+// core may be below the CPU's (BlasCoreBelowCpu), or a Xeon's two
+// AVX-512 multiply-add ports may favour either.
+PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices);
 
 // For reports, who computes a prompt's products: BlasCoreDescription(),
 // followed by ", computed by hilnas's AVX-512 kernel instead" when
@@ -57,12 +94,17 @@ std::string PromptKernelsDescription();
 
 // out [m, n] = x [m, k] @ w [n, k]^T, row-major and contiguous, x and out
 // f32, w as `weights` says. The output columns are split over ATen's thread
-// pool as PooledSgemm splits them. Every output is one dot product of x's
-// row and w's row summed in 16 lanes in blocks of 512 of k, so results
-// agree with OpenBLAS's to rounding. Returns false, computing nothing, when
+// pool as PooledSgemm splits them. Every output is one running sum of
+// x's row times w's row in k's order (fused multiply-adds), as OpenBLAS's
+// AVX-512 kernels sum, so results agree with OpenBLAS's to rounding and do
+// not depend on the thread count. Returns false, computing nothing, when
 // !OwnPromptGemmAvailable() or a size is below 1.
 bool OwnPromptGemm(const float* x, const void* w, GemmWeights weights, int64_t m, int64_t n,
                    int64_t k, float* out);
+
+// Products OwnPromptGemm has computed in this process (tests: that a
+// prompt's products ran on it).
+int64_t OwnPromptGemmCalls();
 
 }  // namespace hilnas
 

@@ -131,6 +131,9 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
     std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
                 CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
   }
+  // Who computes the prompt's products, hilnas's AVX-512 kernel or
+  // OpenBLAS: timed here, as the agents do (model/prompt_gemm.h).
+  std::printf("prompt products: %s\n", TunePromptGemm(decoder.DecodeMatrices()).Describe().c_str());
   // Where a decode query's attention splits over the threads: timed here
   // too, as the agents do (model/attention.h).
   std::printf("decode attention: %s\n",
