@@ -68,15 +68,15 @@ struct PromptGemmTuning {
   int passes = 0;                  // timed, each
   int64_t rows = 0;                // prompt rows a pass multiplies
   int64_t weights = 0;             // weight elements a pass reads
-  // "hilnas's AVX-512 kernel (own 12.1 ms, OpenBLAS 13.0 ms a pass of 64
-  // rows over 14.2M weights, medians of 5)", or why nothing was timed.
+  // "hilnas's AVX-512 kernel (own 12.1 ms, OpenBLAS 13.0 ms a pass of 128
+  // rows over 8.9M weights, medians of 5)", or why nothing was timed.
   std::string Describe() const;
 };
 
 // Times a prompt's products both ways, OwnPromptGemm against OpenBLAS
 // (PooledSgemm, after widening half weights as the runtime does), at
 // libtorch's current thread count, on `matrices` (the 2-D f32, f16 and
-// bf16 ones, in order, until 16M weights) times 64 random rows; passes
+// bf16 ones, in order, until 8M weights) times 128 rows; passes
 // interleaved, each side first in turn, an untimed pass before, 3 to 9 of
 // each (0.2-0.3 s for full4). Under kAuto with the own product
 // available, SetAutoPromptGemm(the faster) and returns what it measured;

@@ -149,7 +149,7 @@ TEST(PromptGemmTest, TheTunerPicksTheFasterProductUnderAuto) {
   }
   ASSERT_TRUE(t.timed) << t.Describe();
   EXPECT_EQ(t.weights, 96 * 64 + 40 * 64 + 64 * 96);  // the byte matrix is not timed
-  EXPECT_EQ(t.rows, 64);
+  EXPECT_EQ(t.rows, 128);
   EXPECT_GE(t.passes, 3);
   EXPECT_LE(t.passes, 9);
   EXPECT_GT(t.own_ms, 0);
