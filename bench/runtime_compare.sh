@@ -97,6 +97,8 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
     echo "$(basename "$1") $4 $3 $2 $tt $dd ${res:-0} ${huge:-0}" >>"$W/pages.txt"
     # The decode kernel's form the process's tuner picked (model/gemv.h).
     echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^decode GEMV form: \([a-z-]*\).*/\1/p' "$W/run.txt")" >>"$W/forms.txt"
+    # And who computed its prompt's products (model/prompt_gemm.h).
+    echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^prompt products: \([^(]*[^ (]\).*/\1/p' "$W/run.txt")" >>"$W/prompts.txt"
   done
   t=$(cut -d' ' -f1 "$W/h.txt" | median)
   d=$(cut -d' ' -f2 "$W/h.txt" | median)
@@ -186,4 +188,6 @@ if [ -s "$W/pages.txt" ]; then
     END {printf "weights on huge pages (90%% of their mapping or more) in %d of %d hilnas processes%s\n", h, n, bad}' "$W/pages.txt"
   echo "decode GEMV forms the tuner picked (processes):"
   sort "$W/forms.txt" | uniq -c | sed 's/^/ /'
+  echo "prompt products the tuner picked (processes):"
+  sort "$W/prompts.txt" | uniq -c | sed 's/^/ /'
 fi
