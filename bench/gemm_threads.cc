@@ -11,8 +11,9 @@
 //              op, as llama.cpp has;
 //   pool+fuse  as pool, with q/k/v and gate/up each one product;
 //   own        OwnPromptGemm (model/prompt_gemm.h: hilnas's AVX-512
-//              product, what the runtime calls when OpenBLAS's core is
-//              below the CPU's), split as pool splits;
+//              product, what the runtime calls where its tuner, which
+//              times it against pool, finds it faster), split as pool
+//              splits;
 //   own f16    the same over f16 weights, widened a block at a time.
 //
 // Each figure is the minimum over --rounds of the mean of 32 layers

@@ -1,18 +1,19 @@
-// hilnas's own prompt matrix product for AVX-512 CPUs whose OpenBLAS runs
-// narrower kernels than the CPU has (issue 35: the runtime costs what it
-// costs on every CPU it meets).
+// hilnas's own prompt matrix product for AVX-512 CPUs, run where it is the
+// faster of it and OpenBLAS on the host at hand (issue 35: the runtime
+// costs what it costs on every CPU it meets).
 //
 // A host may pin OpenBLAS's core (OPENBLAS_CORETYPE, set on some machines
 // because older OpenBLAS builds fault on newer processors; hilnas keeps a
 // user's setting, model/blas_core.h). On an AMD EPYC Zen 5 whose environment
 // sets Haswell, OpenBLAS's AVX2 SGEMM ran a 256-token full4 prompt's
 // products at about 89 GFLOP/s, and an f16 prompt took 1.1-1.6x
-// llama.cpp's, which runs its own AVX-512 kernels. Here the products run
-// hilnas's AVX-512 kernel instead (165 GFLOP/s on one thread there,
-// bench/gemm_threads; f16 prefill 0.80-1.07x llama.cpp's,
-// bench/data/runtime-compare.md), chosen at run time from the CPU's
-// features and the core OpenBLAS loaded; f16 and bf16 weights are widened a
-// cache-sized block of rows at a time, not a whole matrix.
+// llama.cpp's, which runs its own AVX-512 kernels; hilnas's AVX-512 kernel
+// ran them at 165 GFLOP/s on one thread there (bench/gemm_threads; f16
+// prefill 0.80-1.07x llama.cpp's, bench/data/runtime-compare.md). On a Zen 4
+// whose OpenBLAS runs AVX-512 kernels the two are level on one thread and
+// the own kernel 10-20% faster on two. So the runtime times both on the
+// model's matrices before a job's runs (TunePromptGemm); f16 and bf16
+// weights are widened as they are packed, not a whole matrix at a time.
 #ifndef HILNAS_MODEL_PROMPT_GEMM_H_
 #define HILNAS_MODEL_PROMPT_GEMM_H_
 
