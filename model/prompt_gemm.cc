@@ -302,18 +302,25 @@ PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices) {
   struct Matrix {
     const at::Tensor* w;
     GemmWeights layout;
+    int64_t n;  // rows timed: a prefix of w's where the whole would pass the budget
   };
   std::vector<Matrix> mats;
   int64_t k_max = 0, n_max = 0, half_max = 0;
   for (const at::Tensor& w : matrices) {
     const std::optional<GemmWeights> layout = GemmWeightsFor(w.scalar_type());
     if (!layout || w.dim() != 2 || !w.is_contiguous() || w.numel() == 0) continue;
-    if (tuning.weights >= kMaxWeights) break;
-    mats.push_back({&w, *layout});
-    tuning.weights += w.numel();
-    k_max = std::max(k_max, w.size(1));
-    n_max = std::max(n_max, w.size(0));
-    if (*layout != GemmWeights::kF32) half_max = std::max(half_max, w.numel());
+    const int64_t k = w.size(1);
+    // A large head (a 128K vocabulary) alone would be seconds of products.
+    int64_t n = std::min(w.size(0), (kMaxWeights - tuning.weights) / k);
+    if (n < kPanel) {
+      if (!mats.empty()) break;
+      n = std::min<int64_t>(w.size(0), kPanel);
+    }
+    mats.push_back({&w, *layout, n});
+    tuning.weights += n * k;
+    k_max = std::max(k_max, k);
+    n_max = std::max(n_max, n);
+    if (*layout != GemmWeights::kF32) half_max = std::max(half_max, n * k);
   }
   if (mats.empty()) return tuning;
   AlignedVector<float> x(kRows * k_max), out(kRows * n_max), widened(half_max);
@@ -321,7 +328,7 @@ PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices) {
   auto pass = [&](bool own) {
     const auto t0 = std::chrono::steady_clock::now();
     for (const Matrix& m : mats) {
-      const int64_t n = m.w->size(0), k = m.w->size(1);
+      const int64_t n = m.n, k = m.w->size(1);
       if (own) {
         OwnPromptGemm(x.data(), m.w->data_ptr(), m.layout, kRows, n, k, out.data());
         continue;
@@ -330,7 +337,7 @@ PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices) {
       if (m.layout == GemmWeights::kF32) {
         w = m.w->data_ptr<float>();
       } else {  // as Project widens a half matrix for OpenBLAS
-        WidenInto(*m.w, widened.data());
+        WidenInto(m.w->narrow(0, 0, n), widened.data());
         w = widened.data();
       }
       // Declined (not OpenBLAS, or OpenBlasThreadsScope): nothing to time.

@@ -77,7 +77,8 @@ struct PromptGemmTuning {
 // Times a prompt's products both ways, OwnPromptGemm against OpenBLAS
 // (PooledSgemm, after widening half weights as the runtime does), at
 // libtorch's current thread count, on `matrices` (the 2-D f32, f16 and
-// bf16 ones, in order, until 8M weights) times 128 rows; passes
+// bf16 ones, in order, until 8M weights: of one that would pass that, its
+// first rows) times 128 rows; passes
 // interleaved, each side first in turn, an untimed pass before, 3 to 9 of
 // each (0.2-0.3 s for full4). Under kAuto with the own product
 // available, SetAutoPromptGemm(the faster) and returns what it measured;

@@ -160,6 +160,12 @@ TEST(PromptGemmTest, TheTunerPicksTheFasterProductUnderAuto) {
   EXPECT_NE(t.Describe().find(t.own ? "hilnas's AVX-512 kernel (own " : "OpenBLAS (own "),
             std::string::npos)
       << t.Describe();
+  // A matrix past the 8M weights' budget is timed on its first rows only: a
+  // 128K-vocabulary head is not seconds of products at every Prepare.
+  const torch::Tensor head = torch::zeros({(int64_t{9} << 20) / 512, 512});
+  const PromptGemmTuning big = TunePromptGemm({torch::zeros({64, 512}), head});
+  ASSERT_TRUE(big.timed);
+  EXPECT_EQ(big.weights, int64_t{8} << 20);
 }
 
 // A decoder's prompt through hilnas's product and through OpenBLAS's: the
