@@ -65,12 +65,12 @@ std::optional<bool> AutoPromptGemm();
 struct PromptGemmTuning {
   bool timed = false;              // false: nothing to choose (see Describe)
   bool own = false;                // the pick: OwnPromptGemm was the faster
-  double own_ms = 0, blas_ms = 0;  // medians of one pass each
+  double own_ms = 0, blas_ms = 0;  // the fastest pass of each
   int passes = 0;                  // timed, each
   int64_t rows = 0;                // prompt rows a pass multiplies
   int64_t weights = 0;             // weight elements a pass reads
   // "hilnas's AVX-512 kernel (own 12.1 ms, OpenBLAS 13.0 ms a pass of 128
-  // rows over 8.9M weights, medians of 5)", or why nothing was timed.
+  // rows over 8.9M weights, fastest of 5)", or why nothing was timed.
   std::string Describe() const;
 };
 
@@ -78,15 +78,15 @@ struct PromptGemmTuning {
 // (PooledSgemm, after widening half weights as the runtime does), at
 // libtorch's current thread count, on `matrices` (the 2-D f32, f16 and
 // bf16 ones, in order, until 8M weights: of one that would pass that, its
-// first rows) times 128 rows; passes
-// interleaved, each side first in turn, an untimed pass before, 3 to 9 of
-// each (0.2-0.3 s for full4). Under kAuto with the own product
-// available, SetAutoPromptGemm(the faster) and returns what it measured;
-// otherwise times nothing (timed false). Which product is the faster is
-// the host's: on a 2-vCPU Zen 4 the two ran level on one thread and the own
-// product 15-30% faster on two (bench/data/runtime-compare.md); OpenBLAS's
-// core may be below the CPU's (BlasCoreBelowCpu), or a Xeon's two
-// AVX-512 multiply-add ports may favour either.
+// first rows) times 128 rows; passes interleaved, each side first in turn,
+// an untimed pass before, 3 to 9 of each (0.2-0.3 s for full4), each side's
+// fastest compared. Under kAuto with the own product available,
+// SetAutoPromptGemm(the faster) and returns what it measured; otherwise
+// times nothing (timed false). Which product is the faster is the host's:
+// on a 2-vCPU Zen 4 the two ran level on one thread and the own product
+// 10-20% faster on two (bench/data/runtime-compare.md); OpenBLAS's core may
+// be below the CPU's (BlasCoreBelowCpu), or a Xeon's two AVX-512
+// multiply-add ports may favour either.
 PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices);
 
 // For reports, who computes a prompt's products: BlasCoreDescription(),

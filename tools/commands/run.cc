@@ -119,8 +119,13 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
               PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
   std::printf("built in %.0f ms (%s, dtype %s, %d threads)\n", build_ms, how.c_str(),
               cl.dtype.c_str(), at::get_num_threads());
+  // Who computes the prompt's products, hilnas's AVX-512 kernel or
+  // OpenBLAS: timed here, as the agents do (model/prompt_gemm.h), before
+  // the kernels line names it.
+  const std::string prompt_products = TunePromptGemm(decoder.DecodeMatrices()).Describe();
   std::printf("kernels: prompt matrix products %s; decode %s\n", PromptKernelsDescription().c_str(),
               GemvKernelName());
+  std::printf("prompt products: %s\n", prompt_products.c_str());
   // The decode kernel's form: timed here on these weights and threads
   // (model/gemv.h), or as --gemv-form names it.
   if (!form) {
@@ -131,9 +136,6 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
     std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
                 CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
   }
-  // Who computes the prompt's products, hilnas's AVX-512 kernel or
-  // OpenBLAS: timed here, as the agents do (model/prompt_gemm.h).
-  std::printf("prompt products: %s\n", TunePromptGemm(decoder.DecodeMatrices()).Describe().c_str());
   // Where a decode query's attention splits over the threads: timed here
   // too, as the agents do (model/attention.h).
   std::printf("decode attention: %s\n",
