@@ -293,6 +293,7 @@ PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices) {
   // would weigh the packing (about a tenth of the own product's time at
   // 256 rows on a Zen 4, as OpenBLAS packs too) above a prompt's share.
   constexpr int64_t kRows = 128, kMaxWeights = int64_t{8} << 20;
+  constexpr int64_t kMinColumns = 32;  // a panel's (kPanel, x86 only)
   PromptGemmTuning tuning;
   tuning.rows = kRows;
   if (!OwnPromptGemmAvailable() || CurrentPromptGemmChoice() != PromptGemmChoice::kAuto) {
@@ -311,9 +312,9 @@ PromptGemmTuning TunePromptGemm(const std::vector<at::Tensor>& matrices) {
     const int64_t k = w.size(1);
     // A large head (a 128K vocabulary) alone would be seconds of products.
     int64_t n = std::min(w.size(0), (kMaxWeights - tuning.weights) / k);
-    if (n < kPanel) {
+    if (n < kMinColumns) {
       if (!mats.empty()) break;
-      n = std::min<int64_t>(w.size(0), kPanel);
+      n = std::min(w.size(0), kMinColumns);
     }
     mats.push_back({&w, *layout, n});
     tuning.weights += n * k;
