@@ -151,10 +151,9 @@ int Main(int argc, char** argv) {
   hilnas::Decoder decoder =
       BuildDecoder(arch, dtype, kv_dtype, Arg(argc, argv, "--aten-decode", "0") == "1");
   // The decode kernel's form as agents and `hilnas run` pick it (model/gemv.h).
-  std::printf("decode GEMV form: %s\n",
-              hilnas::TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
-  std::printf("prompt products: %s\n",
-              hilnas::TunePromptGemm(decoder.DecodeMatrices()).Describe().c_str());
+  const std::vector<torch::Tensor> matrices = decoder.DecodeMatrices();
+  std::printf("decode GEMV form: %s\n", hilnas::TuneGemvForm(matrices).Describe().c_str());
+  std::printf("prompt products: %s\n", hilnas::TunePromptGemm(matrices).Describe().c_str());
   std::printf("decode attention: %s\n", hilnas::TuneDecodeSplit(arch.num_heads, arch.num_kv_heads,
                                                                 arch.head_dim, decoder.kv_dtype())
                                             .Describe()

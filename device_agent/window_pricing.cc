@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -198,12 +199,13 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   // The decode kernel's form as the agents pick it (model/gemv.h), on the
   // all-full model's matrices (every variant's products are among them),
   // and where decode attention splits (model/attention.h).
-  const std::string form = TuneGemvForm(variants[0].decoder->DecodeMatrices()).Describe();
+  const std::vector<torch::Tensor> matrices = variants[0].decoder->DecodeMatrices();
+  const std::string form = TuneGemvForm(matrices).Describe();
   if (o.progress) o.progress(absl::StrCat("decode GEMV form: ", form));
   const std::string split =
       TuneDecodeSplit(base.num_heads, base.num_kv_heads, base.head_dim, o.kv_dtype).Describe();
   if (o.progress) o.progress(absl::StrCat("decode attention: ", split));
-  const std::string prompt = TunePromptGemm(variants[0].decoder->DecodeMatrices()).Describe();
+  const std::string prompt = TunePromptGemm(matrices).Describe();
   if (o.progress) o.progress(absl::StrCat("prompt products: ", prompt));
   // Warm-ups as the agents time (device_agent/protocol.h): until a prompt
   // runs on memory already mapped.

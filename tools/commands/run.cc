@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
@@ -122,15 +123,15 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
   // Who computes the prompt's products, hilnas's AVX-512 kernel or
   // OpenBLAS: timed here, as the agents do (model/prompt_gemm.h), before
   // the kernels line names it.
-  const std::string prompt_products = TunePromptGemm(decoder.DecodeMatrices()).Describe();
+  const std::vector<torch::Tensor> matrices = decoder.DecodeMatrices();
+  const std::string prompt_products = TunePromptGemm(matrices).Describe();
   std::printf("kernels: prompt matrix products %s; decode %s\n", PromptKernelsDescription().c_str(),
               GemvKernelName());
   std::printf("prompt products: %s\n", prompt_products.c_str());
   // The decode kernel's form: timed here on these weights and threads
   // (model/gemv.h), or as --gemv-form names it.
   if (!form) {
-    std::printf("decode GEMV form: %s\n",
-                TuneGemvForm(decoder.DecodeMatrices()).Describe().c_str());
+    std::printf("decode GEMV form: %s\n", TuneGemvForm(matrices).Describe().c_str());
   } else {
     SetGemvForm(*form);
     std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
