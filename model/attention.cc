@@ -357,7 +357,8 @@ __attribute__((always_inline)) inline V8 Exp8(V8 x) {
 template <bool kAvx2 = false, typename Y = float>
 __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, const Y* y,
                                                     int64_t ys, int64_t k0, int64_t k1, float* o,
-                                                    int64_t os, bool accumulate) {
+                                                    int64_t os, bool accumulate,
+                                                    int64_t prefetch = 0) {
   V8 a00{}, a01{}, a10{}, a11{}, a20{}, a21{}, a30{}, a31{};
   if (accumulate) {
     a00 = Load8(o);
@@ -371,6 +372,7 @@ __attribute__((always_inline)) inline void Tile4x16(const float* x, int64_t xs, 
   }
   for (int64_t k = k0; k < k1; ++k) {
     const V8 y0 = Load8Of<kAvx2>(y + k * ys), y1 = Load8Of<kAvx2>(y + k * ys + 8);
+    if (prefetch != 0) __builtin_prefetch(y + k * ys + prefetch);
     const float x0 = x[k], x1 = x[xs + k], x2 = x[2 * xs + k], x3 = x[3 * xs + k];
     a00 += x0 * y0;
     a01 += x0 * y1;
@@ -472,7 +474,14 @@ HILNAS_INLINE void LoadQueries(const Item& it, const Shape& sh, int64_t hdp, int
   } else {
     w.qs.assign(rp * hdp, 0.0f);
   }
-  w.acc.assign(rp * hdp, 0.0f);
+  // A prompt's accumulators are written, not added to, by the item's first
+  // key block (ValueProducts), which every row sees: zeros only for decode
+  // (4 MB of them a 2048-token call, 0.18 ms on a Zen 4).
+  if (it.rows == 1) {
+    w.acc.assign(rp * hdp, 0.0f);
+  } else {
+    w.acc.resize(rp * hdp);
+  }
   w.m.assign(rp, -std::numeric_limits<float>::infinity());
   w.l.assign(rp, 0.0f);
   for (int64_t r = 0; r < r_all; ++r) {
@@ -487,6 +496,7 @@ struct KeyBlock {
   const Item& it;
   const Shape& sh;
   int64_t r_all, c0, cols, cp;
+  bool first;  // the item's first block: its value products start the outputs
 
   // The keys [a, b) of this block that row r sees: causal above, window
   // below.
@@ -607,8 +617,11 @@ HILNAS_INLINE void PrefillScores(const KeyBlock& blk, int64_t hdp, int64_t rp, c
     int64_t ta, tb;
     blk.TileRange(r, ta, tb);
     for (int64_t c = ta; c < tb; c += kColTile) {
+      // The next tile's line of each transposed key row (two tiles on,
+      // as a tile starting off a line spans two), fetched meanwhile: a
+      // window layer's row tiles each read their keys' 36 KB from L2.
       Tile4x16(q0, hdp, kt + c, blk.sh.kt_stride, 0, blk.sh.hd, s + r * blk.cp + c, blk.cp,
-               /*accumulate=*/false);
+               /*accumulate=*/false, c + kColTile < tb ? 2 * kColTile : 0);
     }
   }
 }
@@ -753,9 +766,14 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
     const float* p0 = s + r * blk.cp;
     int64_t ta, tb;
     blk.TileRange(r, ta, tb);
+    if (blk.first && ta >= tb) {
+      // No keys for these rows in the first block (none of the kernel's
+      // callers does this): start them at zero.
+      std::fill(w.acc.data() + r * hdp, w.acc.data() + (r + kRowTile) * hdp, 0.0f);
+    }
     for (int64_t d = 0; d < hdp && ta < tb; d += kColTile) {
       Tile4x16<kAvx2>(p0, blk.cp, v + d, vs, ta, tb, w.acc.data() + r * hdp + d, hdp,
-                      /*accumulate=*/true);
+                      /*accumulate=*/!blk.first);
     }
   }
 }
@@ -849,7 +867,8 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     // A score tile starts where its rows' keys start, so its last one may
     // reach a tile past `cols`: the row has room for it (zeros).
     const int64_t cols = std::min(sh.bk, hi - c0);
-    const KeyBlock blk{it, sh, r_all, c0, cols, RoundUp(cols, kColTile) + (decode ? 0 : kColTile)};
+    const KeyBlock blk{
+        it, sh, r_all, c0, cols, RoundUp(cols, kColTile) + (decode ? 0 : kColTile), c0 == lo};
     w.s.resize(rp * blk.cp);
     float* s = w.s.data();
     const KV* kb = keys + (c0 - sh.k_start) * row;
@@ -917,20 +936,48 @@ void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
 // keys[j][d], zeros past s and past hd, in 8 x 8 blocks (both sides' lines
 // used whole). A window layer's prompt reads only window + 15 keys a query
 // but needs every key transposed: torch's strided copy into a zeroed
-// tensor took 0.4-1.2 ms of a 2048-token, window-128 call's 9-12 (Zen 4).
-void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t hdp,
-                   int64_t stride) {
+// tensor took 0.4-1.2 ms of a 2048-token, window-128 call's 9-12 (Zen 4),
+// and blocks moved one float at a time 0.47 ms (perf, attention_bench).
+// kVector: each block in eight registers of eight lanes, transposed by
+// shuffles (the AVX copy, and arm64's NEON); otherwise one float at a time.
+template <bool kVector>
+__attribute__((always_inline)) inline void TransposeKeysBody(const float* keys, int64_t s,
+                                                             int64_t hd, float* dst, int64_t hdp,
+                                                             int64_t stride) {
   constexpr int64_t kB = 8;
   const int64_t s8 = s / kB * kB, hd8 = hd / kB * kB;
   for (int64_t j0 = 0; j0 < s8; j0 += kB) {
     for (int64_t d0 = 0; d0 < hd8; d0 += kB) {
+      const float* src = keys + j0 * hd + d0;
+      float* to = dst + d0 * stride + j0;
+      if constexpr (kVector) {
+        // Rows of keys j0..j0+7 in, rows of dims d0..d0+7 out, through
+        // shuffles of eight lanes (AVX's unpack, shuffle and 128-bit
+        // permute where the copy is compiled for AVX).
+        V8 r[kB], t[kB], u[kB];
+        for (int i = 0; i < kB; ++i) r[i] = Load8(src + i * hd);
+        for (int i = 0; i < kB; i += 2) {
+          t[i] = __builtin_shuffle(r[i], r[i + 1], I8{0, 8, 1, 9, 4, 12, 5, 13});
+          t[i + 1] = __builtin_shuffle(r[i], r[i + 1], I8{2, 10, 3, 11, 6, 14, 7, 15});
+        }
+        for (int i = 0; i < kB; i += 4) {
+          u[i] = __builtin_shuffle(t[i], t[i + 2], I8{0, 1, 8, 9, 4, 5, 12, 13});
+          u[i + 1] = __builtin_shuffle(t[i], t[i + 2], I8{2, 3, 10, 11, 6, 7, 14, 15});
+          u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], I8{0, 1, 8, 9, 4, 5, 12, 13});
+          u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], I8{2, 3, 10, 11, 6, 7, 14, 15});
+        }
+        for (int i = 0; i < 4; ++i) {
+          Store8(to + i * stride, __builtin_shuffle(u[i], u[i + 4], I8{0, 1, 2, 3, 8, 9, 10, 11}));
+          Store8(to + (i + 4) * stride,
+                 __builtin_shuffle(u[i], u[i + 4], I8{4, 5, 6, 7, 12, 13, 14, 15}));
+        }
+        continue;
+      }
       float block[kB][kB];
       for (int64_t j = 0; j < kB; ++j) {
-        for (int64_t d = 0; d < kB; ++d) block[d][j] = keys[(j0 + j) * hd + d0 + d];
+        for (int64_t d = 0; d < kB; ++d) block[d][j] = src[j * hd + d];
       }
-      for (int64_t d = 0; d < kB; ++d) {
-        std::copy(block[d], block[d] + kB, dst + (d0 + d) * stride + j0);
-      }
+      for (int64_t d = 0; d < kB; ++d) std::copy(block[d], block[d] + kB, to + d * stride);
     }
   }
   // The edges: keys past the last block of eight, dims past the last eight.
@@ -940,6 +987,24 @@ void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t
     std::fill(dst + d * stride + s, dst + (d + 1) * stride, 0.0f);
   }
   std::fill(dst + hd * stride, dst + hdp * stride, 0.0f);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx"))) void TransposeKeysAvx(const float* keys, int64_t s, int64_t hd,
+                                                     float* dst, int64_t hdp, int64_t stride) {
+  TransposeKeysBody<true>(keys, s, hd, dst, hdp, stride);
+}
+#endif
+
+void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t hdp,
+                   int64_t stride) {
+#if defined(__x86_64__)
+  static const bool avx = __builtin_cpu_supports("avx");
+  if (avx) return TransposeKeysAvx(keys, s, hd, dst, hdp, stride);
+  TransposeKeysBody<false>(keys, s, hd, dst, hdp, stride);
+#else
+  TransposeKeysBody<true>(keys, s, hd, dst, hdp, stride);  // NEON
+#endif
 }
 
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
