@@ -938,9 +938,9 @@ void AttendItem(const Item& it, const Shape& sh, Scratch& w) {
 // but needs every key transposed: torch's strided copy into a zeroed
 // tensor took 0.4-1.2 ms of a 2048-token, window-128 call's 9-12 (Zen 4),
 // and blocks moved one float at a time 0.47 ms (perf, attention_bench).
-// kVector: each block in eight registers of eight lanes, transposed by
-// shuffles (the AVX copy, and arm64's NEON); otherwise one float at a time.
-template <bool kVector>
+// Each block goes through eight registers of eight lanes, transposed by
+// shuffles: AVX's unpack, shuffle and 128-bit permute in the AVX copy,
+// NEON's on arm64, SSE's in the x86 baseline.
 __attribute__((always_inline)) inline void TransposeKeysBody(const float* keys, int64_t s,
                                                              int64_t hd, float* dst, int64_t hdp,
                                                              int64_t stride) {
@@ -950,34 +950,24 @@ __attribute__((always_inline)) inline void TransposeKeysBody(const float* keys, 
     for (int64_t d0 = 0; d0 < hd8; d0 += kB) {
       const float* src = keys + j0 * hd + d0;
       float* to = dst + d0 * stride + j0;
-      if constexpr (kVector) {
-        // Rows of keys j0..j0+7 in, rows of dims d0..d0+7 out, through
-        // shuffles of eight lanes (AVX's unpack, shuffle and 128-bit
-        // permute where the copy is compiled for AVX).
-        V8 r[kB], t[kB], u[kB];
-        for (int i = 0; i < kB; ++i) r[i] = Load8(src + i * hd);
-        for (int i = 0; i < kB; i += 2) {
-          t[i] = __builtin_shuffle(r[i], r[i + 1], I8{0, 8, 1, 9, 4, 12, 5, 13});
-          t[i + 1] = __builtin_shuffle(r[i], r[i + 1], I8{2, 10, 3, 11, 6, 14, 7, 15});
-        }
-        for (int i = 0; i < kB; i += 4) {
-          u[i] = __builtin_shuffle(t[i], t[i + 2], I8{0, 1, 8, 9, 4, 5, 12, 13});
-          u[i + 1] = __builtin_shuffle(t[i], t[i + 2], I8{2, 3, 10, 11, 6, 7, 14, 15});
-          u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], I8{0, 1, 8, 9, 4, 5, 12, 13});
-          u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], I8{2, 3, 10, 11, 6, 7, 14, 15});
-        }
-        for (int i = 0; i < 4; ++i) {
-          Store8(to + i * stride, __builtin_shuffle(u[i], u[i + 4], I8{0, 1, 2, 3, 8, 9, 10, 11}));
-          Store8(to + (i + 4) * stride,
-                 __builtin_shuffle(u[i], u[i + 4], I8{4, 5, 6, 7, 12, 13, 14, 15}));
-        }
-        continue;
+      // Rows of keys j0..j0+7 in, rows of dims d0..d0+7 out.
+      V8 r[kB], t[kB], u[kB];
+      for (int i = 0; i < kB; ++i) r[i] = Load8(src + i * hd);
+      for (int i = 0; i < kB; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], I8{0, 8, 1, 9, 4, 12, 5, 13});
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], I8{2, 10, 3, 11, 6, 14, 7, 15});
       }
-      float block[kB][kB];
-      for (int64_t j = 0; j < kB; ++j) {
-        for (int64_t d = 0; d < kB; ++d) block[d][j] = src[j * hd + d];
+      for (int i = 0; i < kB; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], I8{0, 1, 8, 9, 4, 5, 12, 13});
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], I8{2, 3, 10, 11, 6, 7, 14, 15});
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], I8{0, 1, 8, 9, 4, 5, 12, 13});
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], I8{2, 3, 10, 11, 6, 7, 14, 15});
       }
-      for (int64_t d = 0; d < kB; ++d) std::copy(block[d], block[d] + kB, to + d * stride);
+      for (int i = 0; i < 4; ++i) {
+        Store8(to + i * stride, __builtin_shuffle(u[i], u[i + 4], I8{0, 1, 2, 3, 8, 9, 10, 11}));
+        Store8(to + (i + 4) * stride,
+               __builtin_shuffle(u[i], u[i + 4], I8{4, 5, 6, 7, 12, 13, 14, 15}));
+      }
     }
   }
   // The edges: keys past the last block of eight, dims past the last eight.
@@ -992,7 +982,7 @@ __attribute__((always_inline)) inline void TransposeKeysBody(const float* keys, 
 #if defined(__x86_64__)
 __attribute__((target("avx"))) void TransposeKeysAvx(const float* keys, int64_t s, int64_t hd,
                                                      float* dst, int64_t hdp, int64_t stride) {
-  TransposeKeysBody<true>(keys, s, hd, dst, hdp, stride);
+  TransposeKeysBody(keys, s, hd, dst, hdp, stride);
 }
 #endif
 
@@ -1001,10 +991,8 @@ void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t
 #if defined(__x86_64__)
   static const bool avx = __builtin_cpu_supports("avx");
   if (avx) return TransposeKeysAvx(keys, s, hd, dst, hdp, stride);
-  TransposeKeysBody<false>(keys, s, hd, dst, hdp, stride);
-#else
-  TransposeKeysBody<true>(keys, s, hd, dst, hdp, stride);  // NEON
 #endif
+  TransposeKeysBody(keys, s, hd, dst, hdp, stride);
 }
 
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
