@@ -1197,19 +1197,26 @@ std::string DecodeSplitTuning::Describe() const {
     parts.push_back(
         absl::StrFormat("%d: %.1f us split, %.1f on one", p.keys, p.split_us, p.one_thread_us));
   }
+  if (!retimed.empty()) parts.push_back(absl::StrCat("timed twice: ", retimed));
   return absl::StrCat(out, " (", absl::StrJoin(parts, "; "),
                       absl::StrFormat("; tuned in %.2f s)", seconds));
 }
 
+namespace {
+// The longest cache TuneDecodeSplit times: a full layer's at 2048 tokens.
+constexpr int64_t kDecodeSweepMaxKeys = 2048;
+}  // namespace
+
 DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
                                   const std::string& cache_dtype) {
-  DecodeSplitTuning t;
-  t.threads = at::get_num_threads();
-  t.work = DecodeSplitWork();
-  if (t.threads < 2 || kvh < 2 || h % kvh != 0 || hd < 1) return t;
-  constexpr int64_t kMaxKeys = 2048;
+  // Nothing to split: the threshold kept.
+  DecodeSplitTuning none;
+  none.threads = at::get_num_threads();
+  none.work = DecodeSplitWork();
+  if (none.threads < 2 || kvh < 2 || h % kvh != 0 || hd < 1) return none;
+  constexpr int64_t kMaxKeys = kDecodeSweepMaxKeys;
   const bool q8 = cache_dtype == "q8_0";
-  if (q8 && hd % kQuantBlock != 0) return t;
+  if (q8 && hd % kQuantBlock != 0) return none;
   // A cache of kMaxKeys rows per KV head, random values in its dtype.
   const int64_t row = q8 ? hd / kQuantBlock * kQ8BlockBytes : hd;  // elements or bytes
   // Its own generator: the process's global one is the caller's.
@@ -1251,24 +1258,35 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
     }
   };
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  // Microseconds a call, over a batch of calls at one threshold.
-  auto batch_us = [&](int64_t n, double threshold, int calls) {
-    SetDecodeSplitWork(threshold);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) call(n);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-               .count() /
-           calls;
-  };
+  DecodeSplitTuning t = SweepDecodeSplit(
+      none.threads, 2.0 * static_cast<double>(h) * hd, [&](int64_t n, bool split, int calls) {
+        SetDecodeSplitWork(split ? 0 : kNever);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) call(n);
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                   .count() /
+               calls;
+      });
+  SetDecodeSplitWork(t.work);
+  return t;
+}
+
+DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key,
+                                   const DecodeBatchTimer& timer) {
+  DecodeSplitTuning t;
+  t.threads = threads;
+  constexpr int64_t kMaxKeys = kDecodeSweepMaxKeys;
+  constexpr int kBatches = 15;
+  auto calls_at = [](int64_t n) { return static_cast<int>(std::max<int64_t>(4, 4096 / n)); };
   auto pays = [](const DecodeSplitTuning::Point& p) { return p.split_us < 0.95 * p.one_thread_us; };
   const auto start = std::chrono::steady_clock::now();
   for (int64_t n = 32; n <= kMaxKeys; n *= 2) {
-    const int calls = static_cast<int>(std::max<int64_t>(4, 4096 / n));
-    batch_us(n, 0, calls);  // the workers awake, the cache rows read once
+    const int calls = calls_at(n);
+    timer(n, true, calls);  // the workers awake, the cache rows read once
     std::vector<double> one, split;
-    for (int b = 0; b < 15; ++b) {
-      one.push_back(batch_us(n, kNever, calls));
-      split.push_back(batch_us(n, 0, calls));
+    for (int b = 0; b < kBatches; ++b) {
+      one.push_back(timer(n, false, calls));
+      split.push_back(timer(n, true, calls));
     }
     t.points.push_back({n, Median(one), Median(split)});
     // Two lengths in a row split faster: a longer one has more work for
@@ -1277,18 +1295,44 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
     const size_t m = t.points.size();
     if (m >= 2 && pays(t.points[m - 1]) && pays(t.points[m - 2])) break;
   }
-  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The fewest keys from which every longer length measured also splits
-  // faster.
-  size_t from = t.points.size();
-  while (from > 0 && pays(t.points[from - 1])) --from;
-  if (from < t.points.size()) {
-    t.keys = t.points[from].keys;
-    t.work = 2.0 * static_cast<double>(h) * t.keys * hd;
-  } else {
-    t.work = 2 * 2.0 * static_cast<double>(h) * kMaxKeys * hd;
+  // faster (points.size(): none).
+  auto split_from = [&] {
+    size_t from = t.points.size();
+    while (from > 0 && pays(t.points[from - 1])) --from;
+    return from;
+  };
+  const size_t from = split_from();
+  const bool any_pays = std::any_of(t.points.begin(), t.points.end(), pays);
+  if (!any_pays || std::any_of(t.points.begin(), t.points.begin() + from, pays)) {
+    t.retimed =
+        any_pays ? absl::StrFormat("a length split faster than a longer one (%s)",
+                                   from < t.points.size()
+                                       ? absl::StrFormat("first: from %d keys", t.points[from].keys)
+                                       : std::string("first: not split"))
+                 : "no length split faster";
+    std::vector<std::vector<double>> one(t.points.size()), split(t.points.size());
+    for (const DecodeSplitTuning::Point& p : t.points) timer(p.keys, true, calls_at(p.keys));
+    for (int b = 0; b < kBatches; ++b) {
+      for (size_t i = 0; i < t.points.size(); ++i) {
+        const int calls = calls_at(t.points[i].keys);
+        one[i].push_back(timer(t.points[i].keys, false, calls));
+        split[i].push_back(timer(t.points[i].keys, true, calls));
+      }
+    }
+    for (size_t i = 0; i < t.points.size(); ++i) {
+      t.points[i].one_thread_us = Median(one[i]);
+      t.points[i].split_us = Median(split[i]);
+    }
   }
-  SetDecodeSplitWork(t.work);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const size_t chosen = split_from();
+  if (chosen < t.points.size()) {
+    t.keys = t.points[chosen].keys;
+    t.work = work_per_key * t.keys;
+  } else {
+    t.work = 2 * work_per_key * kMaxKeys;
+  }
   return t;
 }
 

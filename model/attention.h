@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,10 +73,32 @@ struct DecodeSplitTuning {
   double work = 0;     // chosen: DecodeSplitWork() after the tuning
   int64_t keys = 0;    // the fewest keys split (0: no point of the sweep)
   double seconds = 0;  // the sweep's own time
+  // Why the sweep's lengths were timed a second time, all together (empty:
+  // they were not); `points` then holds the second timing.
+  std::string retimed;
   // E.g. "split from 128 keys on 2 threads (128: 3.1 us split, 3.9 on one;
   // 256: 5.0 us split, 7.8 on one; tuned in 0.04 s)".
   std::string Describe() const;
 };
+
+// Microseconds a DecodeAttention call takes at `keys` keys, split over the
+// process's threads or on one, over a batch of `calls` calls.
+using DecodeBatchTimer = std::function<double(int64_t keys, bool split, int calls)>;
+
+// TuneDecodeSplit's sweep and choice over any timer (its tests give it made
+// up times; it sets nothing). `work_per_key` is the multiply-adds one key
+// costs (2 x heads x head_dim).
+//
+// A split's gain grows with the keys, as the work handed over grows and the
+// hand-over does not; on a shared host a burst of the host's other work
+// during one length's batches breaks that (seen on a 2-vCPU Zen 4: 1024
+// keys split 1.41x faster, then 2048 keys not at all, and the process left
+// its full layers' decode attention on one thread). So a sweep whose
+// outcome contradicts it, a length that splits faster followed by a longer
+// one that does not, or no length faster split at all, is timed once more,
+// every length it measured batch by batch in turn, so that a burst falls on
+// all of them alike, and the choice made on that.
+DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key, const DecodeBatchTimer& timer);
 
 // Times DecodeAttention for one query of this shape (h heads over kvh KV
 // heads of hd) on a cache of `cache_dtype` ("f32", "f16" or "q8_0") at 32
@@ -84,7 +107,8 @@ struct DecodeSplitTuning {
 // split at least 5% faster (longer ones have more work for the same
 // hand-over), and sets the work of the fewest keys from which the split is
 // that much faster at every length measured (no such length: the longest's
-// work, doubled). One thread or one KV head: nothing to split, the
+// work, doubled); a sweep that contradicts itself is timed again, all its
+// lengths in turn (SweepDecodeSplit). One thread or one KV head: nothing to split, the
 // threshold kept. Takes 0.02 s at full4's heads (8 over 2 x 64) and
 // 0.07-0.1 s at a Llama-3.2-1B's (32 over 8) on a 2-vCPU Zen 4.
 DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
