@@ -33,22 +33,31 @@ trap 'rm -rf "$W"' EXIT
 IFS=, read -ra prompt_list <<<"$PROMPTS"
 IFS=, read -ra precision_list <<<"$PRECISIONS"
 
-echo "| round | weights | prompt | hilnas prefill ms $T1 / $T2 | x | llama.cpp prefill ms $T1 / $T2 | x | hilnas decode ms/tok $T1 / $T2 | x | llama.cpp decode ms/tok $T1 / $T2 | x |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| round | weights | prompt | hilnas prefill ms $T1 / $T2 | x | llama.cpp prefill ms $T1 / $T2 | x | hilnas decode ms/tok $T1 / $T2 | x | llama.cpp decode ms/tok $T1 / $T2 | x | hilnas prompt products $T1 / $T2 |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+# Who computed a hilnas process's prompt products (its tuner's pick, model/
+# prompt_gemm.h; one process per thread count a round): "own" or "OpenBLAS".
+pick() {  # PRECISION THREADS
+  local k
+  k=$(sed -n "/^prompt products the tuner picked/,\$ s/^ *[0-9]* full4 $1 $2 threads: //p" "$W/round.md" |
+    head -1 | sed -e "s/^hilnas's .*/own/" -e 's/^OpenBLAS.*/OpenBLAS/')
+  echo "${k:-?}"
+}
 for r in $(seq "$ROUNDS"); do
   for pr in "${precision_list[@]}"; do
     for p in "${prompt_list[@]}"; do
       # runtime_compare's row: | full4 | pr | threads | prompt | hTTFT | lTTFT | x | hdec | ldec | x |
       KV_DTYPE="${KV_DTYPE:-f16}" REPEATS=1 bash bench/runtime_compare.sh full4 "$p" "$T1,$T2" "$pr" \
         >"$W/round.md" 2>&1 || { cat "$W/round.md" >&2; exit 1; }
-      awk -F'|' -v r="$r" -v pr="$pr" -v p="$p" -v t1="$T1" -v t2="$T2" '
+      awk -F'|' -v r="$r" -v pr="$pr" -v p="$p" -v t1="$T1" -v t2="$T2" \
+        -v k1="$(pick "$pr" "$T1")" -v k2="$(pick "$pr" "$T2")" '
         function s(x) { gsub(/ /, "", x); return x }
         $2 ~ /full4/ && s($3) == pr && s($5) == p { ht[s($4)] = s($6); lt[s($4)] = s($7); hd[s($4)] = s($9); ld[s($4)] = s($10) }
         END {
           if (!(t1 in ht) || !(t2 in ht)) { print "no rows for " pr " " p > "/dev/stderr"; exit 1 }
-          printf "| %s | %s | %s | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.2f / %.2f | %.2f | %.2f / %.2f | %.2f |\n",
+          printf "| %s | %s | %s | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.2f / %.2f | %.2f | %.2f / %.2f | %.2f | %s / %s |\n",
             r, pr, p, ht[t1], ht[t2], ht[t1] / ht[t2], lt[t1], lt[t2], lt[t1] / lt[t2],
-            hd[t1], hd[t2], hd[t1] / hd[t2], ld[t1], ld[t2], ld[t1] / ld[t2]
+            hd[t1], hd[t2], hd[t1] / hd[t2], ld[t1], ld[t2], ld[t1] / ld[t2], k1, k2
           print pr, p, ht[t1] / ht[t2], lt[t1] / lt[t2], hd[t1] / hd[t2], ld[t1] / ld[t2] >> "'"$W/x.txt"'"
         }' "$W/round.md"
     done
