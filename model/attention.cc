@@ -1277,18 +1277,29 @@ DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key,
   t.threads = threads;
   constexpr int64_t kMaxKeys = kDecodeSweepMaxKeys;
   constexpr int kBatches = 15;
-  auto calls_at = [](int64_t n) { return static_cast<int>(std::max<int64_t>(4, 4096 / n)); };
   auto pays = [](const DecodeSplitTuning::Point& p) { return p.split_us < 0.95 * p.one_thread_us; };
+  // The medians of kBatches batches on one thread and split at each of
+  // `lengths`, after a warm-up of each (the workers awake, the cache rows
+  // read once); a round times every length in turn.
+  auto time_lengths = [&](const std::vector<int64_t>& lengths) {
+    auto calls_at = [](int64_t n) { return static_cast<int>(std::max<int64_t>(4, 4096 / n)); };
+    for (int64_t n : lengths) timer(n, true, calls_at(n));
+    std::vector<std::vector<double>> one(lengths.size()), split(lengths.size());
+    for (int b = 0; b < kBatches; ++b) {
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        one[i].push_back(timer(lengths[i], false, calls_at(lengths[i])));
+        split[i].push_back(timer(lengths[i], true, calls_at(lengths[i])));
+      }
+    }
+    std::vector<DecodeSplitTuning::Point> points;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      points.push_back({lengths[i], Median(one[i]), Median(split[i])});
+    }
+    return points;
+  };
   const auto start = std::chrono::steady_clock::now();
   for (int64_t n = 32; n <= kMaxKeys; n *= 2) {
-    const int calls = calls_at(n);
-    timer(n, true, calls);  // the workers awake, the cache rows read once
-    std::vector<double> one, split;
-    for (int b = 0; b < kBatches; ++b) {
-      one.push_back(timer(n, false, calls));
-      split.push_back(timer(n, true, calls));
-    }
-    t.points.push_back({n, Median(one), Median(split)});
+    t.points.push_back(time_lengths({n})[0]);
     // Two lengths in a row split faster: a longer one has more work for
     // the same hand-over, so the sweep stops (its longest lengths are most
     // of its time, a second or more on a phone's core at a 1B shape).
@@ -1311,19 +1322,9 @@ DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key,
                                        ? absl::StrFormat("first: from %d keys", t.points[from].keys)
                                        : std::string("first: not split"))
                  : "no length split faster";
-    std::vector<std::vector<double>> one(t.points.size()), split(t.points.size());
-    for (const DecodeSplitTuning::Point& p : t.points) timer(p.keys, true, calls_at(p.keys));
-    for (int b = 0; b < kBatches; ++b) {
-      for (size_t i = 0; i < t.points.size(); ++i) {
-        const int calls = calls_at(t.points[i].keys);
-        one[i].push_back(timer(t.points[i].keys, false, calls));
-        split[i].push_back(timer(t.points[i].keys, true, calls));
-      }
-    }
-    for (size_t i = 0; i < t.points.size(); ++i) {
-      t.points[i].one_thread_us = Median(one[i]);
-      t.points[i].split_us = Median(split[i]);
-    }
+    std::vector<int64_t> lengths;
+    for (const DecodeSplitTuning::Point& p : t.points) lengths.push_back(p.keys);
+    t.points = time_lengths(lengths);
   }
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const size_t chosen = split_from();
