@@ -18,6 +18,7 @@
 #include "model/quant.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
+#include "util/cpu_features.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -117,6 +118,11 @@ class LibtorchModel : public PreparedModel {
     kernels_ =
         absl::StrCat("prompt products ", prompt.Describe(), ", decode ", GemvKernelName(),
                      ", GEMV form ", tuning.Describe(), ", decode attention ", split.Describe());
+    // A capped agent prices candidates as a CPU without the dropped
+    // instructions would run them; its DeviceIdentity says so.
+    if (const std::string capped = CpuFeaturesCapNote(); !capped.empty()) {
+      absl::StrAppend(&kernels_, "; ", capped);
+    }
   }
 
  private:

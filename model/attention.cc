@@ -22,6 +22,7 @@
 #include "model/quant.h"
 #include "model/work_split.h"
 #include "util/aligned.h"
+#include "util/cpu_features.h"
 #include "util/median.h"
 
 #if defined(__aarch64__)
@@ -914,8 +915,7 @@ __attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, con
 template <typename KV>
 void AttendItemAs(const Item& it, const Shape& sh, Scratch& w) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  static const bool avx2 = KernelCpuFeatures().Avx2FmaF16c();  // util/cpu_features.h
   if (avx2) return AttendItemAvx2<KV>(it, sh, w);
 #endif
   AttendItemPortable<KV>(it, sh, w);
@@ -989,7 +989,7 @@ __attribute__((target("avx"))) void TransposeKeysAvx(const float* keys, int64_t 
 void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t hdp,
                    int64_t stride) {
 #if defined(__x86_64__)
-  static const bool avx = __builtin_cpu_supports("avx");
+  static const bool avx = KernelCpuFeatures().avx;
   if (avx) return TransposeKeysAvx(keys, s, hd, dst, hdp, stride);
 #endif
   TransposeKeysBody(keys, s, hd, dst, hdp, stride);

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/work_split.h"
+#include "util/cpu_features.h"
 
 namespace hilnas {
 namespace {
@@ -28,16 +29,27 @@ std::string LoadedCore() {
   return name == nullptr ? "" : name;
 }
 
+// Whether HILNAS_CPU_FEATURES caps the features (util/cpu_features.h).
+bool FeaturesCapped() { return !CpuFeaturesCapNote().empty(); }
+
 std::string WantedCore() {
 #if defined(__x86_64__)
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512vl");
-  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return BlasCoreForFeatures(avx512, avx2_fma);
+  // The features the kernels may use: under HILNAS_CPU_FEATURES=avx2
+  // OpenBLAS runs its Haswell kernels too, under =portable its SSE3 ones.
+  const CpuFeatures& c = KernelCpuFeatures();
+  const bool avx512 = c.avx512f && c.avx512cd && c.avx512bw && c.avx512dq && c.avx512vl;
+  const std::string core = BlasCoreForFeatures(avx512, c.avx2 && c.fma);
+  return core.empty() && FeaturesCapped() ? "Prescott" : core;
 #else
   return "";  // OpenBLAS's arm64 table reads the core type, not a model list
 #endif
+}
+
+// Whether the loaded core is the one wanted: at least as wide on a CPU
+// whose features are its own, no wider under a cap (a cap stands for a CPU
+// without the wider instructions).
+bool CoreFits(absl::string_view loaded, absl::string_view wanted) {
+  return FeaturesCapped() ? BlasCoreMatches(loaded, wanted) : BlasCoreCovers(loaded, wanted);
 }
 
 }  // namespace
@@ -58,6 +70,13 @@ bool BlasCoreCovers(absl::string_view loaded, absl::string_view wanted) {
   return false;
 }
 
+bool BlasCoreMatches(absl::string_view loaded, absl::string_view wanted) {
+  const std::string have = absl::AsciiStrToLower(loaded);
+  const std::string want = absl::AsciiStrToLower(wanted);
+  // OpenBLAS's Zen core runs its Haswell kernels.
+  return want.empty() || have == want || (want == "haswell" && have == "zen");
+}
+
 bool SetBlasCoreForCpu() {
   const char* mode = std::getenv("HILNAS_BLAS_CORE");
   const std::string how = mode == nullptr ? "" : mode;
@@ -65,7 +84,7 @@ bool SetBlasCoreForCpu() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr && how != "auto") return false;
   const std::string loaded = LoadedCore();
   const std::string wanted = WantedCore();
-  if (loaded.empty() || BlasCoreCovers(loaded, wanted)) return false;
+  if (loaded.empty() || CoreFits(loaded, wanted)) return false;
   setenv(kPinnedFrom, loaded.c_str(), 1);
   setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
   return true;
@@ -86,7 +105,7 @@ void ReexecForBlasCore(char** argv) {
 
 bool BlasCoreBelowCpu() {
   const std::string loaded = LoadedCore();
-  return !loaded.empty() && !BlasCoreCovers(loaded, WantedCore());
+  return !loaded.empty() && !CoreFits(loaded, WantedCore());
 }
 
 std::string BlasCoreDescription() {
@@ -95,9 +114,9 @@ std::string BlasCoreDescription() {
   std::string out = absl::StrCat("OpenBLAS ", loaded);
   const char* from = std::getenv(kPinnedFrom);
   const std::string wanted = WantedCore();
-  if (from != nullptr && BlasCoreCovers(loaded, wanted)) {
+  if (from != nullptr && CoreFits(loaded, wanted)) {
     absl::StrAppend(&out, " (pinned by hilnas: OpenBLAS chose ", from, ")");
-  } else if (!BlasCoreCovers(loaded, wanted)) {
+  } else if (!CoreFits(loaded, wanted)) {
     absl::StrAppend(&out, " (below this CPU's ", wanted,
                     std::getenv("OPENBLAS_CORETYPE") != nullptr
                         ? ": OPENBLAS_CORETYPE is set; HILNAS_BLAS_CORE=auto overrides it)"

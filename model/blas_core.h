@@ -30,8 +30,14 @@ std::string BlasCoreForFeatures(bool avx512, bool avx2_fma);
 // cover SkylakeX; those, SkylakeX and Zen cover Haswell.
 bool BlasCoreCovers(absl::string_view loaded, absl::string_view wanted);
 
+// Whether the loaded core runs `wanted`'s kernels, no wider (Zen runs
+// Haswell's): what a HILNAS_CPU_FEATURES cap asks for (util/cpu_features.h),
+// so an AVX-512 host capped at avx2 pins OpenBLAS to Haswell.
+bool BlasCoreMatches(absl::string_view loaded, absl::string_view wanted);
+
 // When the BLAS is OpenBLAS and its core falls short of what
-// BlasCoreForFeatures asks for this CPU, sets OPENBLAS_CORETYPE to that and
+// BlasCoreForFeatures asks for this CPU (under a HILNAS_CPU_FEATURES cap:
+// is not what the capped features ask for), sets OPENBLAS_CORETYPE to that and
 // returns true: the program must re-execute itself for it to count, since
 // OpenBLAS reads the variable only when it is loaded (ReexecWithTimingThreads
 // takes that as a reason to re-execute; PinBlasCoreToCpu does it alone).

@@ -15,6 +15,7 @@
 #include "model/quant.h"
 #include "model/work_split.h"
 #include "util/aligned.h"
+#include "util/cpu_features.h"
 #include "util/median.h"
 
 #if defined(__x86_64__)
@@ -185,14 +186,15 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) void RowsFourAvx512vl(
   RowsSideBySide<4>(w, x, y, in, first, last, bf16);
 }
 
+// The CPU's features as the kernels may use them (util/cpu_features.h:
+// HILNAS_CPU_FEATURES caps them).
 bool HasAvx512vl() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  static const bool ok = KernelCpuFeatures().avx512f && KernelCpuFeatures().avx512vl;
   return ok;
 }
 
 bool HasAvx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = KernelCpuFeatures().Avx2FmaF16c();
   return ok;
 }
 
@@ -299,7 +301,7 @@ void Rows(const W* w, const float* x, float* y, int64_t in, int64_t first, int64
     }
     if (HasAvx2()) return RowsAvx2(w, x, y, in, first, last, bf16, form);
 #elif defined(__aarch64__)
-    return RowsNeonForm(w, x, y, in, first, last, bf16, form);
+    if (KernelCpuFeatures().neon) return RowsNeonForm(w, x, y, in, first, last, bf16, form);
 #endif
   }
   RowsPortable(w, x, y, in, first, last, bf16);
@@ -311,7 +313,7 @@ const char* GemvKernelName() {
 #if defined(__x86_64__)
   if (HasAvx2()) return "avx2+fma+f16c";
 #elif defined(__aarch64__)
-  return "neon";
+  if (KernelCpuFeatures().neon) return "neon";
 #endif
   return "portable";
 }
@@ -360,7 +362,7 @@ bool RunsHere(GemvForm form) {
 #if defined(__x86_64__)
   return HasAvx2() && (form != GemvForm::kFourRows || HasAvx512vl());
 #elif defined(__aarch64__)
-  return true;
+  return KernelCpuFeatures().neon;
 #else
   return false;  // the portable loop
 #endif
@@ -511,7 +513,7 @@ void WidenHalves(const uint16_t* src, int64_t n, bool bf16, float* out) {
 #if defined(__x86_64__)
   if (HasAvx2()) return WidenAvx2(src, out, n, bf16);
 #elif defined(__aarch64__)
-  return WidenNeon(src, out, n, bf16);
+  if (KernelCpuFeatures().neon) return WidenNeon(src, out, n, bf16);
 #endif
   for (int64_t i = 0; i < n; ++i) out[i] = Widen1(src[i], bf16);
 }

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "model/decoder.h"
 #include "model/test_archs.h"
+#include "util/cpu_features.h"
 
 namespace hilnas {
 namespace {
@@ -127,8 +128,7 @@ TEST(GemvFormTest, EveryFormGivesTheSameBits) {
   const int threads = at::get_num_threads();
   const std::vector<GemvForm> forms = GemvFormsHere();
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (KernelCpuFeatures().Avx2FmaF16c()) {
     EXPECT_GE(forms.size(), 3u);  // the side-by-side forms are checked here, not skipped
   }
 #endif

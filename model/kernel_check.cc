@@ -13,6 +13,7 @@
 #include "model/gemv.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
+#include "util/cpu_features.h"
 
 namespace hilnas {
 namespace {
@@ -239,6 +240,9 @@ std::string KernelCheck::Report() const {
                         "relative; prompt matrix products %s)\n",
                         ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance,
                         PromptKernelsDescription());
+  if (const std::string capped = CpuFeaturesCapNote(); !capped.empty()) {
+    absl::StrAppend(&out, "kernels: ", capped, "\n");
+  }
   return out;
 }
 

@@ -1,10 +1,16 @@
 #include "model/kernel_check.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gemv.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
+#include "util/cpu_features.h"
 
 namespace hilnas {
 namespace {
@@ -36,12 +42,44 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   }
   EXPECT_THAT(check->Report(), HasSubstr("kernels: ok (gemv path "));
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (KernelCpuFeatures().Avx2FmaF16c()) {
     EXPECT_EQ(check->gemv_path, "avx2+fma+f16c");
     EXPECT_THAT(check->quant_path, ::testing::AnyOf("avx2", "avx512vnni"));
   }
 #endif
+}
+
+// Each kernel takes its path from the features util/cpu_features.h hands
+// it, so ctest's runs of this binary under HILNAS_CPU_FEATURES=avx2 and
+// =portable (model/CMakeLists.txt) run an AVX2-only CPU's and a baseline
+// CPU's paths, and every exactness test above and beside this one checks
+// them. Without a cap the paths are the CPU's own.
+TEST(KernelCheckTest, TheKernelsTakeThePathsOfTheFeaturesTheyAreGiven) {
+  const CpuFeatures& c = KernelCpuFeatures();
+  const std::vector<GemvForm> forms = GemvFormsHere();
+  const bool four_rows = std::find(forms.begin(), forms.end(), GemvForm::kFourRows) != forms.end();
+#if defined(__x86_64__)
+  EXPECT_EQ(GemvKernelName(), std::string(c.Avx2FmaF16c() ? "avx2+fma+f16c" : "portable"));
+  EXPECT_EQ(QuantKernelName(), std::string(!c.Avx2FmaF16c()             ? "portable"
+                                           : c.avx512vl && c.avx512vnni ? "avx512vnni"
+                                                                        : "avx2"));
+  EXPECT_EQ(OwnPromptGemmAvailable(), c.avx512f);
+  EXPECT_EQ(four_rows, c.Avx2FmaF16c() && c.avx512f && c.avx512vl);
+  EXPECT_EQ(forms.size(), c.Avx2FmaF16c() ? (four_rows ? 4u : 3u) : 1u);
+#elif defined(__aarch64__)
+  EXPECT_EQ(GemvKernelName(), std::string(c.neon ? "neon" : "portable"));
+  EXPECT_EQ(QuantKernelName(), std::string(!c.neon     ? "portable"
+                                           : c.dotprod ? "neon+dotprod"
+                                                       : "neon"));
+  EXPECT_EQ(four_rows, c.neon);
+#endif
+  const char* cap = std::getenv(kCpuFeaturesVariable);
+  if (cap != nullptr && std::string(cap) != "native") {
+    absl::StatusOr<KernelCheck> check = CheckKernels(1);
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_THAT(check->Report(), HasSubstr(std::string("kernels: features capped by ") +
+                                           kCpuFeaturesVariable + "=" + cap));
+  }
 }
 
 TEST(KernelCheckTest, AFailedRowFailsTheCheckAndIsNamed) {

@@ -18,6 +18,7 @@
 #include "model/gemv.h"
 #include "model/work_split.h"
 #include "util/aligned.h"
+#include "util/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -226,7 +227,7 @@ std::optional<GemmWeights> GemmWeightsFor(c10::ScalarType type) {
 
 bool OwnPromptGemmAvailable() {
 #if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx512f");
+  static const bool ok = KernelCpuFeatures().avx512f;  // util/cpu_features.h
   return ok;
 #else
   return false;

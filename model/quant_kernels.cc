@@ -17,15 +17,12 @@
 
 #include "model/quant.h"
 #include "util/aligned.h"
+#include "util/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #elif defined(__aarch64__)
 #include <arm_neon.h>
-#include <sys/auxv.h>
-#ifndef HWCAP_ASIMDDP
-#define HWCAP_ASIMDDP (1 << 20)
-#endif
 #endif
 
 namespace hilnas {
@@ -114,15 +111,15 @@ namespace vnni {
 }  // namespace vnni
 #pragma GCC pop_options
 
+// The CPU's features as the kernels may use them (util/cpu_features.h).
 bool HasQuantAvx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = KernelCpuFeatures().Avx2FmaF16c();
   return ok;
 }
 
 bool HasVnni() {
   static const bool ok =
-      HasQuantAvx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+      HasQuantAvx2() && KernelCpuFeatures().avx512vl && KernelCpuFeatures().avx512vnni;
   return ok;
 }
 #endif  // __x86_64__
@@ -170,7 +167,7 @@ namespace neon_dot {
 #pragma GCC pop_options
 
 bool HasDotProduct() {
-  static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  static const bool ok = KernelCpuFeatures().dotprod;
   return ok;
 }
 #endif  // __aarch64__
@@ -189,7 +186,7 @@ const char* QuantKernelName() {
   if (HasVnni()) return "avx512vnni";
   if (HasQuantAvx2()) return "avx2";
 #elif defined(__aarch64__)
-  return HasDotProduct() ? "neon+dotprod" : "neon";
+  if (KernelCpuFeatures().neon) return HasDotProduct() ? "neon+dotprod" : "neon";
 #endif
   return "portable";
 }
@@ -221,7 +218,9 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
       gemm = avx2::Gemm;
     }
 #elif defined(__aarch64__)
-    gemm = path == KernelPath::kBest && HasDotProduct() ? neon_dot::Gemm : neon::Gemm;
+    if (KernelCpuFeatures().neon) {
+      gemm = path == KernelPath::kBest && HasDotProduct() ? neon_dot::Gemm : neon::Gemm;
+    }
 #endif
   }
   if (tokens == 1) return gemm(t, w, blocks, x, tokens, c, ldc, first, last);

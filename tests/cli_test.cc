@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/process.h"
+#include "util/cpu_features.h"
 #include "util/status_matchers.h"
 #include "util/textproto.h"
 
@@ -76,8 +77,7 @@ TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
   EXPECT_THAT(r.output, HasSubstr("decode GEMV form: "));
   // And where decode attention splits over threads (TuneDecodeSplit).
   EXPECT_THAT(r.output, HasSubstr("decode attention: "));
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (KernelCpuFeatures().Avx2FmaF16c()) {
     EXPECT_THAT(r.output, HasSubstr("one-row "));
     EXPECT_THAT(r.output, HasSubstr("two-rows "));
     EXPECT_THAT(r.output, HasSubstr(" passes over "));
@@ -106,7 +106,7 @@ TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
   EXPECT_THAT(plain.output, HasSubstr("kernels: prompt matrix products OpenBLAS "));
   EXPECT_THAT(plain.output, Not(HasSubstr("below this CPU's")));
   EXPECT_EQ(StatsLine(pinned.output).value("generated_tokens", 0), 2);
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+  if (!KernelCpuFeatures().avx2 || !KernelCpuFeatures().fma) {
     GTEST_SKIP() << "no AVX2+FMA: Prescott is as good as OpenBLAS gets here";
   }
   // The user's choice is kept and reported as below the CPU's.
@@ -124,7 +124,7 @@ TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
     EXPECT_EQ(own, r->output.find("computed by hilnas's AVX-512 kernel instead; decode") !=
                        std::string::npos)
         << r->output;
-    if (!__builtin_cpu_supports("avx512f")) {
+    if (!KernelCpuFeatures().avx512f) {
       EXPECT_FALSE(own) << r->output;
     }
   }
@@ -139,10 +139,48 @@ TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
   ASSERT_EQ(named.exit_code, 0) << named.output;
   EXPECT_THAT(named.output, HasSubstr("(pinned by hilnas: OpenBLAS chose Prescott); decode"));
   // (Without AVX-512F the line says there was nothing to choose.)
-  EXPECT_THAT(named.output, HasSubstr(__builtin_cpu_supports("avx512f")
+  EXPECT_THAT(named.output, HasSubstr(KernelCpuFeatures().avx512f
                                           ? "prompt products: OpenBLAS (HILNAS_PROMPT_GEMM=blas)"
                                           : "prompt products: OpenBLAS (no AVX-512F"));
   EXPECT_THAT(named.output, Not(HasSubstr("hilnas's AVX-512")));
+}
+
+// HILNAS_CPU_FEATURES=avx2 runs what an AVX2-only CPU (AMD Zen 2/3)
+// would: no AVX-512 kernel of hilnas's, OpenBLAS pinned to its Haswell
+// kernels, and every line that names kernels says the features are capped.
+// A value the build does not know is refused before anything runs.
+TEST(CliTest, RunUnderAnAvx2CapUsesNoAvx512) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "an x86-64 cap";
+#else
+  const std::string run = "run --arch " + SourceDir() +
+                          "/configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 "
+                          "--threads 1";
+  ::setenv("HILNAS_CPU_FEATURES", "avx-512", 1);
+  Result bad = Hilnas(run);
+  ::setenv("HILNAS_CPU_FEATURES", "avx2", 1);
+  Result capped = Hilnas(run);
+  ::unsetenv("HILNAS_CPU_FEATURES");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("HILNAS_CPU_FEATURES=avx-512: not a cap this build knows"));
+  EXPECT_THAT(bad.output, Not(HasSubstr("model:")));
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
+  EXPECT_EQ(StatsLine(capped.output).value("generated_tokens", 0), 2);
+  EXPECT_THAT(capped.output, HasSubstr("features capped by HILNAS_CPU_FEATURES=avx2"));
+  EXPECT_THAT(capped.output, Not(HasSubstr("four-rows")));
+  EXPECT_THAT(capped.output, Not(HasSubstr("hilnas's AVX-512")));
+  const CpuFeatures host = HostCpuFeatures();
+  if (!host.avx512f) {
+    EXPECT_THAT(capped.output, HasSubstr("(nothing of this CPU's dropped)"));
+    return;
+  }
+  EXPECT_THAT(capped.output, HasSubstr("(not used: avx512f"));
+  EXPECT_THAT(capped.output, HasSubstr("prompt products: OpenBLAS (no AVX-512F"));
+  // OpenBLAS loads an AVX-512 core on this CPU (SkylakeX or Cooperlake),
+  // too wide for the cap: hilnas pins Haswell's and says from what.
+  EXPECT_THAT(capped.output, HasSubstr("prompt matrix products OpenBLAS Haswell (pinned by hilnas: "
+                                       "OpenBLAS chose "));
+#endif
 }
 
 TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {
@@ -169,8 +207,7 @@ TEST(CliTest, RunTakesTheDecodeFormByName) {
   const std::string run = "run --arch " + SourceDir() +
                           "/configs/tiny-arch.textproto --prompt-tokens 16 --max-new-tokens 2 "
                           "--threads 1";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (KernelCpuFeatures().Avx2FmaF16c()) {
     Result named = Hilnas(run + " --gemv-form two-rows");
     ASSERT_EQ(named.exit_code, 0) << named.output;
     EXPECT_THAT(named.output, HasSubstr("decode GEMV form: two-rows (--gemv-form)"));

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/blas_core.h"
+#include "util/cpu_features.h"
 #include "util/subprocess.h"
 
 namespace hilnas::tools {
@@ -42,8 +43,9 @@ void NormaliseFlagNames(std::vector<std::string>& args) {
 }  // namespace
 
 Cli::Cli(std::string program, std::string description)
-    : program_(std::move(program)), description_(std::move(description)), app_(description_,
-                                                                               program_) {
+    : program_(std::move(program)),
+      description_(std::move(description)),
+      app_(description_, program_) {
   app_.require_subcommand(1);
   app_.option_defaults()->always_capture_default();
   app_.get_formatter()->column_width(34);
@@ -51,8 +53,8 @@ Cli::Cli(std::string program, std::string description)
 
 CLI::App* Cli::AddApp(const std::string& name, const std::string& synopsis,
                       const std::string& summary) {
-  CLI::App* app = app_.add_subcommand(name, absl::StrCat(summary, "\n\nusage: ", program_, " ",
-                                                         name, " ", synopsis));
+  CLI::App* app = app_.add_subcommand(
+      name, absl::StrCat(summary, "\n\nusage: ", program_, " ", name, " ", synopsis));
   synopses_.push_back({name, absl::StrCat(synopsis, "\n", summary)});
   return app;
 }
@@ -73,9 +75,9 @@ std::vector<CLI::App*> Cli::commands() const {
 }
 
 std::string Cli::Usage() const {
-  std::string out = absl::StrCat(description_, "\n\nusage: ", program_,
-                                 " COMMAND [ARGS] [--flags]   (", program_,
-                                 " COMMAND --help lists a command's flags)\n\n");
+  std::string out =
+      absl::StrCat(description_, "\n\nusage: ", program_, " COMMAND [ARGS] [--flags]   (", program_,
+                   " COMMAND --help lists a command's flags)\n\n");
   for (const auto& [name, text] : synopses_) {
     const std::vector<std::string> lines = absl::StrSplit(text, '\n');
     absl::StrAppend(&out, "  ", name, " ", lines[0], "\n");
@@ -85,6 +87,12 @@ std::string Cli::Usage() const {
 }
 
 int Cli::Main(int argc, char** argv, const std::string& implied_command) {
+  // A HILNAS_CPU_FEATURES cap the kernels would ignore is an error here,
+  // before anything is timed with the CPU's own features by mistake.
+  if (const absl::Status cap = CheckCpuFeaturesCap(); !cap.ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", program_.c_str(), std::string(cap.message()).c_str());
+    return 2;
+  }
   // OpenBLAS's kernels from this CPU's features (model/blas_core.h): the
   // one re-execution below makes it count.
   const bool blas_core_set = SetBlasCoreForCpu();

@@ -23,6 +23,7 @@
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
 #include "tools/common.h"
+#include "util/cpu_features.h"
 #include "util/mapping_pages.h"
 #include "util/status_macros.h"
 
@@ -125,8 +126,10 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
   // the kernels line names it.
   const std::vector<torch::Tensor> matrices = decoder.DecodeMatrices();
   const std::string prompt_products = TunePromptGemm(matrices).Describe();
-  std::printf("kernels: prompt matrix products %s; decode %s\n", PromptKernelsDescription().c_str(),
-              GemvKernelName());
+  const std::string capped = CpuFeaturesCapNote();  // util/cpu_features.h
+  std::printf("kernels: prompt matrix products %s; decode %s%s%s\n",
+              PromptKernelsDescription().c_str(), GemvKernelName(), capped.empty() ? "" : "; ",
+              capped.c_str());
   std::printf("prompt products: %s\n", prompt_products.c_str());
   // The decode kernel's form: timed here on these weights and threads
   // (model/gemv.h), or as --gemv-form names it.
