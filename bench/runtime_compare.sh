@@ -14,6 +14,11 @@
 #              GGUF of the same weights hilnas exports at that type (its
 #              q4_0/q8_0 tensors are llama-quantize --pure's: quant_exact.sh)
 #
+# HILNAS_CPU_FEATURES=avx2 (util/cpu_features.h) runs hilnas as on an
+# AVX2-only CPU; pair it with a llama-bench built the same way
+# (-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# -DGGML_AVX512=OFF) to compare the runtimes on that instruction set.
+#
 # KV_DTYPE=f16 stores hilnas's KV cache in f16, as llama-bench's default
 # cache is (default f32); KV_DTYPE=q8_0 stores both runtimes' caches as
 # Q8_0 blocks (llama.cpp then needs flash attention, -fa 1).
@@ -97,6 +102,8 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
     echo "$(basename "$1") $4 $3 $2 $tt $dd ${res:-0} ${huge:-0}" >>"$W/pages.txt"
     # The decode kernel's form the process's tuner picked (model/gemv.h).
     echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^decode GEMV form: \([a-z-]*\).*/\1/p' "$W/run.txt")" >>"$W/forms.txt"
+    # The kernels it ran (and, under HILNAS_CPU_FEATURES, the cap).
+    sed -n 's/^kernels: //p' "$W/run.txt" >>"$W/kernels.txt"
     # And who computed its prompt's products (model/prompt_gemm.h).
     echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^prompt products: \([^(]*[^ (]\).*/\1/p' "$W/run.txt")" >>"$W/prompts.txt"
   done
@@ -190,4 +197,6 @@ if [ -s "$W/pages.txt" ]; then
   sort "$W/forms.txt" | uniq -c | sed 's/^/ /'
   echo "prompt products the tuner picked (processes):"
   sort "$W/prompts.txt" | uniq -c | sed 's/^/ /'
+  echo "kernels (processes; hilnas run's kernels line):"
+  sort "$W/kernels.txt" | uniq -c | sed 's/^/ /'
 fi

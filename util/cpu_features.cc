@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,21 +20,14 @@ namespace hilnas {
 namespace {
 
 // Each feature's name beside its flag, in the order Names() lists them.
-template <typename F>
-void ForEachFeature(const CpuFeatures& c, F&& f) {
-  f("avx", c.avx);
-  f("avx2", c.avx2);
-  f("fma", c.fma);
-  f("f16c", c.f16c);
-  f("avx512f", c.avx512f);
-  f("avx512cd", c.avx512cd);
-  f("avx512bw", c.avx512bw);
-  f("avx512dq", c.avx512dq);
-  f("avx512vl", c.avx512vl);
-  f("avx512vnni", c.avx512vnni);
-  f("neon", c.neon);
-  f("dotprod", c.dotprod);
-}
+constexpr std::pair<const char*, bool CpuFeatures::*> kFeatures[] = {
+    {"avx", &CpuFeatures::avx},           {"avx2", &CpuFeatures::avx2},
+    {"fma", &CpuFeatures::fma},           {"f16c", &CpuFeatures::f16c},
+    {"avx512f", &CpuFeatures::avx512f},   {"avx512cd", &CpuFeatures::avx512cd},
+    {"avx512bw", &CpuFeatures::avx512bw}, {"avx512dq", &CpuFeatures::avx512dq},
+    {"avx512vl", &CpuFeatures::avx512vl}, {"avx512vnni", &CpuFeatures::avx512vnni},
+    {"neon", &CpuFeatures::neon},         {"dotprod", &CpuFeatures::dotprod},
+};
 
 struct Capped {
   CpuFeatures features;
@@ -62,9 +56,9 @@ const Capped& KernelCapped() {
 
 std::string CpuFeatures::Names() const {
   std::vector<std::string> names;
-  ForEachFeature(*this, [&](const char* name, bool set) {
-    if (set) names.push_back(name);
-  });
+  for (const auto& [name, flag] : kFeatures) {
+    if (this->*flag) names.push_back(name);
+  }
   return names.empty() ? "none" : absl::StrJoin(names, " ");
 }
 
@@ -90,10 +84,10 @@ CpuFeatures HostCpuFeatures() {
 
 absl::StatusOr<CpuFeatures> CapCpuFeatures(const CpuFeatures& host, absl::string_view cap) {
   if (cap.empty() || cap == "native") return host;
-  CpuFeatures out = host;
   if (cap == "portable") return CpuFeatures{};
 #if defined(__x86_64__)
   if (cap == "avx2") {
+    CpuFeatures out = host;
     out.avx512f = out.avx512cd = out.avx512bw = out.avx512dq = out.avx512vl = false;
     out.avx512vnni = false;
     return out;
@@ -101,6 +95,7 @@ absl::StatusOr<CpuFeatures> CapCpuFeatures(const CpuFeatures& host, absl::string
   constexpr char kHere[] = "native, avx2 or portable on x86-64";
 #elif defined(__aarch64__)
   if (cap == "neon") {
+    CpuFeatures out = host;
     out.dotprod = false;
     return out;
   }
@@ -124,15 +119,10 @@ std::string CpuFeaturesCapNote() {
   const Capped& capped = KernelCapped();
   if (capped.cap.empty()) return "";
   const CpuFeatures host = HostCpuFeatures();
-  std::vector<std::string> dropped;
-  // The flags the host has and the cap cleared, paired by name.
-  std::vector<std::pair<const char*, bool>> kept;
-  ForEachFeature(capped.features, [&](const char* name, bool set) { kept.push_back({name, set}); });
-  size_t i = 0;
-  ForEachFeature(host, [&](const char* name, bool set) {
-    if (set && !kept[i].second) dropped.push_back(name);
-    ++i;
-  });
+  std::vector<std::string> dropped;  // what this CPU has and the cap cleared
+  for (const auto& [name, flag] : kFeatures) {
+    if (host.*flag && !(capped.features.*flag)) dropped.push_back(name);
+  }
   return absl::StrCat("features capped by ", kCpuFeaturesVariable, "=", capped.cap,
                       dropped.empty()
                           ? " (nothing of this CPU's dropped)"
