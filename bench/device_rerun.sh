@@ -22,6 +22,14 @@
 #     price    window pricing in one process (hilnas agent --price-windows,
 #              as a phone runs it) at 1 and 2 threads, 5 rounds each (about
 #              a minute on a 2-core EPYC), to $OUT/price.md
+#     avx2     an AVX2-only CPU's paths on this host (util/cpu_features.h):
+#              f32/f16 at 1 and 2 threads with hilnas under
+#              HILNAS_CPU_FEATURES=avx2 and the bundle's llama.cpp with its
+#              AVX2 (haswell) CPU variant alone beside it, then window
+#              pricing at 1 and 2 threads under the cap, to $OUT/avx2.md
+#              (the bundle's llama.cpp must be a -DGGML_BACKEND_DL=ON
+#              -DGGML_CPU_ALL_VARIANTS=ON build; about 3 minutes on a
+#              2-core EPYC)
 #     pinned   one-thread f32/f16 rows at 2048 tokens with both runtimes
 #              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
 #              15): the same vCPU under both, where unpinned rows compare
@@ -47,7 +55,7 @@ PHASE="${2:-all}"
 O="${OUT:-/tmp/device-rerun}"
 P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
 mkdir -p "$O" "$P"
-case "$PHASE" in 1 | 2 | all | pinned | forms | scaling | price) ;; *) echo "PHASE is 1, 2, all, pinned, forms, scaling or price, not $PHASE" >&2; exit 2 ;; esac
+case "$PHASE" in 1 | 2 | all | pinned | forms | scaling | price | avx2) ;; *) echo "PHASE is 1, 2, all, pinned, forms, scaling, price or avx2, not $PHASE" >&2; exit 2 ;; esac
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
@@ -116,6 +124,32 @@ if [ "$PHASE" = price ]; then
     done | tee "$O/price.md"
   }
   step "window pricing in one process" price
+fi
+if [ "$PHASE" = avx2 ]; then
+  # llama.cpp's DL build loads the best-scoring libggml-cpu-*.so in its
+  # executable's folder (or the working directory): a copy of llama-bench
+  # beside the haswell variant alone runs AVX2 + FMA + F16C kernels, as on
+  # an AVX2-only CPU (its other libraries come through its RPATH).
+  L2="$O/llama-avx2"
+  [ -f "$P/llama/libggml-cpu-haswell.so" ] || {
+    echo "the bundle's llama.cpp has no libggml-cpu-haswell.so: build it with -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON" >&2
+    exit 1
+  }
+  rm -rf "$L2" && mkdir -p "$L2" && cp "$LLAMA_BENCH" "$P/llama/libggml-cpu-haswell.so" "$L2/"
+  avx2() {
+    {
+      echo "llama.cpp: $("$L2/llama-bench" --list-devices 2>&1 | grep -m1 -i 'loaded CPU backend')"
+      HILNAS_CPU_FEATURES=avx2 LLAMA_BENCH="$L2/llama-bench" KV_DTYPE=f16 REPEATS=$R \
+        bash bench/runtime_compare.sh full4 256,2048 1,2 f32,f16 2>&1 | grep -v placeholder
+      echo
+      for t in 1 2; do
+        HILNAS_CPU_FEATURES=avx2 build/tools/hilnas agent --price-windows --threads "$t" \
+          --price-rounds 5 2>/dev/null
+        echo
+      done
+    } | tee "$O/avx2.md"
+  }
+  step "AVX2 paths on both sides" avx2
 fi
 if [ "$PHASE" = 1 ] || [ "$PHASE" = all ]; then
   "$P/check.sh" 2>&1 | tee "$O/check.txt" || { echo "the bundle's outputs differ: not the same program" >&2; exit 1; }
