@@ -214,26 +214,32 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
   EXPECT_THAT(out, Not(HasSubstr("OVER TOLERANCE")));
 }
 
-// HILNAS_CPU_FEATURES caps the arm64 kernels too (util/cpu_features.h):
-// under `neon` the quantized products leave SDOT for the baseline NEON
-// path, under `portable` every kernel takes its portable loop, both still
-// holding to the double reference; an x86 cap is refused by name.
-TEST_F(Arm64AgentTest, CappedFeaturesTakeTheirPathsOnArm64) {
-  const std::string agent =
-      "HILNAS_AGENT_EMULATOR=qemu-aarch64-static sh " + kBundle + "/hilnas-agent";
+// HILNAS_CPU_FEATURES caps the arm64 kernels too (util/cpu_features.h),
+// set on the phone by `phone-agent --cpu-features`: under `neon` the
+// quantized products leave SDOT for the baseline NEON path (a phone of
+// Cortex-A53-class cores), under `portable` every kernel takes its
+// portable loop, both still holding to the double reference. An x86 cap is
+// refused by the script before anything is pushed, and by the agent.
+TEST_F(Arm64AgentTest, CappedFeaturesTakeTheirPathsOnThePhone) {
   int code = 0;
   const std::string neon =
-      Shell("HILNAS_CPU_FEATURES=neon " + agent + " --check-kernels --threads 2", &code);
+      Shell(env_ + script_ + "check-kernels --threads 2 --cpu-features neon", &code);
   EXPECT_EQ(code, 0) << neon;
   EXPECT_THAT(neon, HasSubstr("kernels: ok (gemv path neon, quantized path neon, 2 threads"));
   EXPECT_THAT(neon, HasSubstr("features capped by HILNAS_CPU_FEATURES=neon (not used: dotprod)"));
   const std::string portable =
-      Shell("HILNAS_CPU_FEATURES=portable " + agent + " --check-kernels --threads 2", &code);
+      Shell(env_ + script_ + "check-kernels --threads 2 --cpu-features portable", &code);
   EXPECT_EQ(code, 0) << portable;
   EXPECT_THAT(portable,
               HasSubstr("kernels: ok (gemv path portable, quantized path portable, 2 threads"));
-  const std::string x86 =
-      Shell("HILNAS_CPU_FEATURES=avx2 " + agent + " --check-kernels --threads 2", &code);
+  const std::string refused = Shell(env_ + script_ + "check-kernels --cpu-features avx2", &code);
+  EXPECT_NE(code, 0) << refused;
+  EXPECT_THAT(refused, HasSubstr("--cpu-features avx2: not native, neon or portable"));
+  const std::string x86 = Shell(
+      "HILNAS_CPU_FEATURES=avx2 HILNAS_AGENT_EMULATOR=qemu-aarch64-static "
+      "sh " +
+          kBundle + "/hilnas-agent --check-kernels --threads 2",
+      &code);
   EXPECT_EQ(code, 2) << x86;
   EXPECT_THAT(x86, HasSubstr("HILNAS_CPU_FEATURES=avx2: not a cap this build knows"));
 }
