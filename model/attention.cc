@@ -915,8 +915,8 @@ __attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, con
 template <typename KV>
 void AttendItemAs(const Item& it, const Shape& sh, Scratch& w) {
 #if defined(__x86_64__)
-  static const bool avx2 = KernelCpuFeatures().Avx2FmaF16c();  // util/cpu_features.h
-  if (avx2) return AttendItemAvx2<KV>(it, sh, w);
+  if (KernelCpuFeatures().Avx2FmaF16c())
+    return AttendItemAvx2<KV>(it, sh, w);  // util/cpu_features.h
 #endif
   AttendItemPortable<KV>(it, sh, w);
 }
@@ -989,8 +989,7 @@ __attribute__((target("avx"))) void TransposeKeysAvx(const float* keys, int64_t 
 void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t hdp,
                    int64_t stride) {
 #if defined(__x86_64__)
-  static const bool avx = KernelCpuFeatures().avx;
-  if (avx) return TransposeKeysAvx(keys, s, hd, dst, hdp, stride);
+  if (KernelCpuFeatures().avx) return TransposeKeysAvx(keys, s, hd, dst, hdp, stride);
 #endif
   TransposeKeysBody(keys, s, hd, dst, hdp, stride);
 }

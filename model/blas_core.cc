@@ -29,9 +29,6 @@ std::string LoadedCore() {
   return name == nullptr ? "" : name;
 }
 
-// Whether HILNAS_CPU_FEATURES caps the features (util/cpu_features.h).
-bool FeaturesCapped() { return !CpuFeaturesCapNote().empty(); }
-
 std::string WantedCore() {
 #if defined(__x86_64__)
   // The features the kernels may use: under HILNAS_CPU_FEATURES=avx2
@@ -39,7 +36,7 @@ std::string WantedCore() {
   const CpuFeatures& c = KernelCpuFeatures();
   const bool avx512 = c.avx512f && c.avx512cd && c.avx512bw && c.avx512dq && c.avx512vl;
   const std::string core = BlasCoreForFeatures(avx512, c.avx2 && c.fma);
-  return core.empty() && FeaturesCapped() ? "Prescott" : core;
+  return core.empty() && CpuFeaturesCapped() ? "Prescott" : core;
 #else
   return "";  // OpenBLAS's arm64 table reads the core type, not a model list
 #endif
@@ -49,7 +46,7 @@ std::string WantedCore() {
 // whose features are its own, no wider under a cap (a cap stands for a CPU
 // without the wider instructions).
 bool CoreFits(absl::string_view loaded, absl::string_view wanted) {
-  return FeaturesCapped() ? BlasCoreMatches(loaded, wanted) : BlasCoreCovers(loaded, wanted);
+  return CpuFeaturesCapped() ? BlasCoreMatches(loaded, wanted) : BlasCoreCovers(loaded, wanted);
 }
 
 }  // namespace

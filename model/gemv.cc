@@ -188,15 +188,9 @@ __attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) void RowsFourAvx512vl(
 
 // The CPU's features as the kernels may use them (util/cpu_features.h:
 // HILNAS_CPU_FEATURES caps them).
-bool HasAvx512vl() {
-  static const bool ok = KernelCpuFeatures().avx512f && KernelCpuFeatures().avx512vl;
-  return ok;
-}
+bool HasAvx512vl() { return KernelCpuFeatures().avx512f && KernelCpuFeatures().avx512vl; }
 
-bool HasAvx2() {
-  static const bool ok = KernelCpuFeatures().Avx2FmaF16c();
-  return ok;
-}
+bool HasAvx2() { return KernelCpuFeatures().Avx2FmaF16c(); }
 
 __attribute__((target("avx2,fma,f16c"))) void WidenAvx2(const uint16_t* w, float* out, int64_t n,
                                                         bool bf16) {

@@ -227,8 +227,7 @@ std::optional<GemmWeights> GemmWeightsFor(c10::ScalarType type) {
 
 bool OwnPromptGemmAvailable() {
 #if defined(__x86_64__)
-  static const bool ok = KernelCpuFeatures().avx512f;  // util/cpu_features.h
-  return ok;
+  return KernelCpuFeatures().avx512f;  // util/cpu_features.h
 #else
   return false;
 #endif

@@ -112,15 +112,10 @@ namespace vnni {
 #pragma GCC pop_options
 
 // The CPU's features as the kernels may use them (util/cpu_features.h).
-bool HasQuantAvx2() {
-  static const bool ok = KernelCpuFeatures().Avx2FmaF16c();
-  return ok;
-}
+bool HasQuantAvx2() { return KernelCpuFeatures().Avx2FmaF16c(); }
 
 bool HasVnni() {
-  static const bool ok =
-      HasQuantAvx2() && KernelCpuFeatures().avx512vl && KernelCpuFeatures().avx512vnni;
-  return ok;
+  return HasQuantAvx2() && KernelCpuFeatures().avx512vl && KernelCpuFeatures().avx512vnni;
 }
 #endif  // __x86_64__
 
@@ -166,10 +161,7 @@ namespace neon_dot {
 }  // namespace neon_dot
 #pragma GCC pop_options
 
-bool HasDotProduct() {
-  static const bool ok = KernelCpuFeatures().dotprod;
-  return ok;
-}
+bool HasDotProduct() { return KernelCpuFeatures().dotprod; }
 #endif  // __aarch64__
 
 }  // namespace

@@ -109,6 +109,8 @@ absl::StatusOr<CpuFeatures> CapCpuFeatures(const CpuFeatures& host, absl::string
 
 const CpuFeatures& KernelCpuFeatures() { return KernelCapped().features; }
 
+bool CpuFeaturesCapped() { return !KernelCapped().cap.empty(); }
+
 absl::Status CheckCpuFeaturesCap() {
   const char* value = std::getenv(kCpuFeaturesVariable);
   if (value == nullptr) return absl::OkStatus();

@@ -51,6 +51,10 @@ absl::StatusOr<CpuFeatures> CapCpuFeatures(const CpuFeatures& host, absl::string
 // user sees it as an error.
 const CpuFeatures& KernelCpuFeatures();
 
+// Whether HILNAS_CPU_FEATURES caps the kernels' features (set to a valid
+// value other than "native").
+bool CpuFeaturesCapped();
+
 // OK when HILNAS_CPU_FEATURES is unset or valid on this CPU's architecture.
 absl::Status CheckCpuFeaturesCap();
 

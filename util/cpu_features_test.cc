@@ -81,7 +81,9 @@ TEST(CpuFeaturesTest, TheKernelsFeaturesFollowTheVariable) {
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_EQ(KernelCpuFeatures().Names(), want->Names());
   EXPECT_TRUE(CheckCpuFeaturesCap().ok());
-  if (value == nullptr || std::string(value) == "native") {
+  const bool capped = value != nullptr && std::string(value) != "native" && value[0] != '\0';
+  EXPECT_EQ(CpuFeaturesCapped(), capped);
+  if (!capped) {
     EXPECT_EQ(CpuFeaturesCapNote(), "");
   } else {
     EXPECT_THAT(CpuFeaturesCapNote(), HasSubstr(std::string("HILNAS_CPU_FEATURES=") + value));
