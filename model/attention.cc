@@ -915,8 +915,8 @@ __attribute__((target("avx2,fma,f16c"))) void AttendItemAvx2(const Item& it, con
 template <typename KV>
 void AttendItemAs(const Item& it, const Shape& sh, Scratch& w) {
 #if defined(__x86_64__)
-  if (KernelCpuFeatures().Avx2FmaF16c())
-    return AttendItemAvx2<KV>(it, sh, w);  // util/cpu_features.h
+  // The CPU's features as the kernels may use them (util/cpu_features.h).
+  if (KernelCpuFeatures().Avx2FmaF16c()) return AttendItemAvx2<KV>(it, sh, w);
 #endif
   AttendItemPortable<KV>(it, sh, w);
 }
