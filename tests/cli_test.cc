@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -35,6 +36,12 @@ using Result = ::hilnas::testing::CommandResult;
 Result Hilnas(const std::string& args) { return ::hilnas::testing::RunHilnas(args); }
 
 std::string SourceDir() { return HILNAS_SOURCE_DIR; }
+
+// `hilnas run` of configs/tiny-arch.textproto on one thread.
+std::string TinyRun(int prompt_tokens, int new_tokens) {
+  return absl::StrCat("run --arch ", SourceDir(), "/configs/tiny-arch.textproto --prompt-tokens ",
+                      prompt_tokens, " --max-new-tokens ", new_tokens, " --threads 1");
+}
 
 TEST(CliTest, ShapesShowPrintsTheExactFlash350mCount) {
   Result r = Hilnas("shapes show mobilellm-flash-350m");
@@ -90,9 +97,7 @@ TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
 // Prescott stands in for the fallback; HILNAS_BLAS_CORE=auto lets hilnas
 // override it as it would OpenBLAS's own choice.
 TEST(CliTest, RunPinsOpenBlasToTheCpusKernels) {
-  const std::string run = "run --arch " + SourceDir() +
-                          "/configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 "
-                          "--threads 1";
+  const std::string run = TinyRun(32, 2);
   ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
   Result kept = Hilnas(run);
   ::setenv("HILNAS_BLAS_CORE", "auto", 1);
@@ -153,9 +158,7 @@ TEST(CliTest, RunUnderAnAvx2CapUsesNoAvx512) {
 #if !defined(__x86_64__)
   GTEST_SKIP() << "an x86-64 cap";
 #else
-  const std::string run = "run --arch " + SourceDir() +
-                          "/configs/tiny-arch.textproto --prompt-tokens 32 --max-new-tokens 2 "
-                          "--threads 1";
+  const std::string run = TinyRun(32, 2);
   ::setenv("HILNAS_CPU_FEATURES", "avx-512", 1);
   Result bad = Hilnas(run);
   ::setenv("HILNAS_CPU_FEATURES", "avx2", 1);
@@ -184,9 +187,7 @@ TEST(CliTest, RunUnderAnAvx2CapUsesNoAvx512) {
 }
 
 TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {
-  const std::string run = "run --arch " + SourceDir() +
-                          "/configs/tiny-arch.textproto --prompt-tokens 24 --max-new-tokens 3 "
-                          "--threads 1";
+  const std::string run = TinyRun(24, 3);
   Result r = Hilnas(run + " --warmups 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("warm-up 1/2: TTFT"));
@@ -204,9 +205,7 @@ TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {
 // --gemv-form names the decode kernel's form instead of timing them, and
 // a name that is none of them fails before anything is built.
 TEST(CliTest, RunTakesTheDecodeFormByName) {
-  const std::string run = "run --arch " + SourceDir() +
-                          "/configs/tiny-arch.textproto --prompt-tokens 16 --max-new-tokens 2 "
-                          "--threads 1";
+  const std::string run = TinyRun(16, 2);
   if (KernelCpuFeatures().Avx2FmaF16c()) {
     Result named = Hilnas(run + " --gemv-form two-rows");
     ASSERT_EQ(named.exit_code, 0) << named.output;
