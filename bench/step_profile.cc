@@ -154,6 +154,12 @@ int Main(int argc, char** argv) {
   const std::vector<torch::Tensor> matrices = decoder.DecodeMatrices();
   std::printf("decode GEMV form: %s\n", hilnas::TuneGemvForm(matrices).Describe().c_str());
   std::printf("prompt products: %s\n", hilnas::TunePromptGemm(matrices).Describe().c_str());
+  const absl::StatusOr<hilnas::ThreadPoolTuning> pool = hilnas::TuneDecodeThreadPool(decoder);
+  if (!pool.ok()) {
+    std::fprintf(stderr, "step_profile: %s\n", std::string(pool.status().message()).c_str());
+    return 1;
+  }
+  std::printf("decode thread pool: %s\n", pool->Describe().c_str());
   std::printf("decode attention: %s\n", hilnas::TuneDecodeSplit(arch.num_heads, arch.num_kv_heads,
                                                                 arch.head_dim, decoder.kv_dtype())
                                             .Describe()

@@ -72,6 +72,7 @@ class LibtorchModel : public PreparedModel {
     // rounds) may have changed the process's threads, decode form or split.
     if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     if (CurrentGemvForm() != form_) SetGemvForm(form_);
+    if (CurrentThreadPool() != pool_) SetThreadPool(pool_);
     if (DecodeSplitWork() != split_work_) SetDecodeSplitWork(split_work_);
     if (AutoPromptGemm() != prompt_pick_) SetAutoPromptGemm(prompt_pick_);
     std::vector<int64_t> prompt;
@@ -104,25 +105,31 @@ class LibtorchModel : public PreparedModel {
   // threads (model/attention.h): a thread hand-over's cost is the host's;
   // and who computes a prompt's matrix products, hilnas's AVX-512 kernel
   // or OpenBLAS (model/prompt_gemm.h): which is faster is the host's too.
-  void TuneKernels() {
+  absl::Status TuneKernels() {
     threads_ = at::get_num_threads();
     const std::vector<torch::Tensor> matrices = decoder_.DecodeMatrices();
     const GemvTuning tuning = TuneGemvForm(matrices);
     form_ = tuning.chosen;
+    // The pool before the attention's split: its threshold is the pool's
+    // hand-over cost (model/work_split.h).
+    const absl::StatusOr<ThreadPoolTuning> pool = TuneDecodeThreadPool(decoder_);
+    if (!pool.ok()) return pool.status();
+    pool_ = pool->chosen;
     const Arch& a = decoder_.arch();
     const DecodeSplitTuning split =
         TuneDecodeSplit(a.num_heads, a.num_kv_heads, a.head_dim, decoder_.kv_dtype());
     split_work_ = split.work;
     const PromptGemmTuning prompt = TunePromptGemm(matrices);
     prompt_pick_ = AutoPromptGemm();
-    kernels_ =
-        absl::StrCat("prompt products ", prompt.Describe(), ", decode ", GemvKernelName(),
-                     ", GEMV form ", tuning.Describe(), ", decode attention ", split.Describe());
+    kernels_ = absl::StrCat("prompt products ", prompt.Describe(), ", decode ", GemvKernelName(),
+                            ", GEMV form ", tuning.Describe(), ", decode thread pool ",
+                            pool->Describe(), ", decode attention ", split.Describe());
     // A capped agent prices candidates as a CPU without the dropped
     // instructions would run them; its DeviceIdentity says so.
     if (const std::string capped = CpuFeaturesCapNote(); !capped.empty()) {
       absl::StrAppend(&kernels_, "; ", capped);
     }
+    return absl::OkStatus();
   }
 
  private:
@@ -133,6 +140,7 @@ class LibtorchModel : public PreparedModel {
   std::string kernels_;  // TuneKernels' report
   int threads_ = 1;      // libtorch's intra-op threads for this model's runs
   GemvForm form_ = GemvForm::kOneRow;
+  ThreadPool pool_ = CurrentThreadPool();
   double split_work_ = DecodeSplitWork();
   std::optional<bool> prompt_pick_ = AutoPromptGemm();  // kAuto's, as tuned
 
@@ -210,11 +218,11 @@ class LibtorchRuntime : public Runtime {
       if (!kvp.ok()) return Classify(kvp.status());
       auto model = std::make_unique<LibtorchModel>(std::make_shared<KvPredictor>(*std::move(kvp)),
                                                    chunk, req.seed());
-      model->TuneKernels();
+      HILNAS_RETURN_IF_ERROR(Classify(model->TuneKernels()));
       return std::unique_ptr<PreparedModel>(std::move(model));
     }
     auto model = std::make_unique<LibtorchModel>(*std::move(decoder), chunk, req.seed());
-    model->TuneKernels();
+    HILNAS_RETURN_IF_ERROR(Classify(model->TuneKernels()));
     return std::unique_ptr<PreparedModel>(std::move(model));
   }
 

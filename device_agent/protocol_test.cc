@@ -6,12 +6,14 @@
 #include <deque>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "device_agent/libtorch_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gemv.h"
 #include "model/prompt_gemm.h"
 #include "model/test_archs.h"
+#include "model/work_split.h"
 #include "search_space/arch.h"
 
 namespace hilnas {
@@ -295,7 +297,12 @@ TEST(LibtorchRuntimeTest, MeasuresTinyModelForEveryPromptLength) {
   // the pick is the process's form (model/gemv.h).
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr("GEMV form"));
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(GemvFormName(CurrentGemvForm())));
-  // And where its decode attention splits over threads (model/attention.h).
+  // And the pool its decode step splits on, as tuned and kept
+  // (model/work_split.h), and where its decode attention splits over
+  // threads (model/attention.h).
+  EXPECT_THAT(
+      r.device().runtime_kernels(),
+      HasSubstr(absl::StrCat(", decode thread pool ", ThreadPoolName(CurrentThreadPool()))));
   EXPECT_THAT(r.device().runtime_kernels(), HasSubstr(", decode attention "));
   // And who computed its prompt's products, as timed and kept for its runs
   // (model/prompt_gemm.h).

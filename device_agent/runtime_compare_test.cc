@@ -20,6 +20,7 @@
 #include "model/gemv.h"
 #include "model/prompt_gemm.h"
 #include "model/test_archs.h"
+#include "model/work_split.h"
 #include "search_space/arch.h"
 
 namespace hilnas {
@@ -229,6 +230,10 @@ TEST_F(RuntimeCompareTest, APreparedModelRunsAtItsOwnThreadCount) {
   // first.
   const double split_at_one = DecodeSplitWork();
   SetDecodeSplitWork(7);
+  // And the pool its decode splits on (model/work_split.h): OpenMP for the
+  // one-thread model (nothing splits), whatever the 2-thread one kept.
+  EXPECT_THAT((*one)->kernels(), HasSubstr("decode thread pool openmp (one thread"));
+  SetThreadPool(ThreadPool::kSpin);
   // And who computes its prompt's products (model/prompt_gemm.h): each
   // model's pick, as its kernels say, whatever was set since.
   auto prompt_pick = [](const std::string& kernels) -> std::optional<bool> {
@@ -250,6 +255,7 @@ TEST_F(RuntimeCompareTest, APreparedModelRunsAtItsOwnThreadCount) {
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_EQ(std::string(GemvFormName(CurrentGemvForm())), form);
   EXPECT_NE(DecodeSplitWork(), 7);
+  EXPECT_EQ(CurrentThreadPool(), ThreadPool::kOpenMp);
   if (pick_one) {
     EXPECT_EQ(AutoPromptGemm(), pick_one);
   }

@@ -202,6 +202,8 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   const std::vector<torch::Tensor> matrices = variants[0].decoder->DecodeMatrices();
   const std::string form = TuneGemvForm(matrices).Describe();
   if (o.progress) o.progress(absl::StrCat("decode GEMV form: ", form));
+  HILNAS_ASSIGN_OR_RETURN(const ThreadPoolTuning pool, TuneDecodeThreadPool(*variants[0].decoder));
+  if (o.progress) o.progress(absl::StrCat("decode thread pool: ", pool.Describe()));
   const std::string split =
       TuneDecodeSplit(base.num_heads, base.num_kv_heads, base.head_dim, o.kv_dtype).Describe();
   if (o.progress) o.progress(absl::StrCat("decode attention: ", split));

@@ -52,13 +52,14 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
     EXPECT_LE(r.low, r.median);
     EXPECT_GE(r.high, r.median);
   }
-  // The kernels' tunings (decode form and split, the prompt's products) and
-  // one line a round.
-  ASSERT_EQ(progress.size(), 5u);
+  // The kernels' tunings (decode form, thread pool and split, the prompt's
+  // products) and one line a round.
+  ASSERT_EQ(progress.size(), 6u);
   EXPECT_THAT(progress[0], HasSubstr("decode GEMV form"));
-  EXPECT_THAT(progress[1], HasSubstr("decode attention"));
-  EXPECT_THAT(progress[2], HasSubstr("prompt products: "));
-  EXPECT_THAT(progress[4], HasSubstr("round 2/2: all-full"));
+  EXPECT_THAT(progress[1], HasSubstr("decode thread pool: "));
+  EXPECT_THAT(progress[2], HasSubstr("decode attention"));
+  EXPECT_THAT(progress[3], HasSubstr("prompt products: "));
+  EXPECT_THAT(progress[5], HasSubstr("round 2/2: all-full"));
   const std::string table = WindowPricingTable(p);
   EXPECT_THAT(table, HasSubstr("| mixed | F W W F |"));
   EXPECT_THAT(table, HasSubstr("| attention kernels in the model (all-window / all-full) |"));

@@ -593,6 +593,23 @@ std::vector<torch::Tensor> Decoder::DecodeMatrices() const {
   return out;
 }
 
+absl::StatusOr<ThreadPoolTuning> TuneDecodeThreadPool(Decoder& decoder, int64_t keys) {
+  if (keys < 0) return absl::InvalidArgumentError(absl::StrCat("keys ", keys, " < 0"));
+  try {
+    torch::NoGradGuard no_grad;
+    KvCache cache = decoder.NewCache(1, keys + 1);
+    cache.SetLength(keys);
+    const torch::Tensor token = torch::ones({1, 1}, torch::kLong);
+    return TuneThreadPool([&] {
+      decoder.ForwardCached(token, cache, /*last_only=*/true);
+      cache.SetLength(keys);
+    });
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("timing the thread pools on a decode step: ", e.what()));
+  }
+}
+
 std::vector<std::pair<std::string, std::vector<int64_t>>> ExpectedTensorShapes(const Arch& a) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   out.push_back({"model.embed_tokens.weight", {a.vocab_size, a.d_model}});

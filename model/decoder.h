@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/work_split.h"
 #include "search_space/arch.h"
 
 // The module tree is a torch::nn::Module; callers of module() include
@@ -240,6 +241,15 @@ class Decoder {
   explicit Decoder(std::shared_ptr<decoder_internal::DecoderImpl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<decoder_internal::DecoderImpl> impl_;
 };
+
+// Which pool a decode step's splits run on (model/work_split.h), timed on
+// this model's own decode step at `keys` cached keys (a zeroed cache, the
+// length set back after each step) and the faster kept for the process:
+// what the agents and `hilnas run` do before their runs, after the GEMV's
+// form is chosen and before decode attention's split is, whose threshold is
+// a hand-over's cost and so the pool's. Errors (an arch too big for the
+// memory at hand, say) come back as a status, libtorch's included.
+absl::StatusOr<ThreadPoolTuning> TuneDecodeThreadPool(Decoder& decoder, int64_t keys = 256);
 
 // RoPE inverse frequencies theta^(-2i/hd) (double, hd/2 of them), with the
 // arch's rope_scaling applied (linear, or Llama 3.1's llama3).

@@ -455,6 +455,43 @@ TEST(DecoderTest, DecodeOnTheSpinPoolGivesOpenMpsBits) {
   at::set_num_threads(threads);
 }
 
+// The pool is tuned on the model's own decode step, which leaves the cache
+// as it found it (the step's length set back each time), and a generation
+// after it gives the same tokens as one that was never tuned.
+TEST(DecoderTest, TheThreadPoolIsTunedOnTheModelsDecodeStep) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  Arch a = TinyMixedArch();
+  a.num_layers = 2;
+  a.attention = {Attention::kFull, Attention::kSlidingWindow};
+  torch::NoGradGuard no_grad;
+  auto d = Decoder::Create(a, 5, torch::kFloat);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const torch::Tensor tokens = Tokens(40, a.vocab_size, 7);
+  auto last_logits = [&] {
+    KvCache cache = d->NewCache(1, 40);
+    d->ForwardCached(tokens.narrow(1, 0, 36), cache, /*last_only=*/true);
+    torch::Tensor out;
+    for (int64_t p = 36; p < 40; ++p) {
+      out = d->ForwardCached(tokens.narrow(1, p, 1), cache, /*last_only=*/true);
+    }
+    return out;
+  };
+  SetThreadPool(ThreadPool::kOpenMp);
+  const torch::Tensor before = last_logits();
+  absl::StatusOr<ThreadPoolTuning> t = TuneDecodeThreadPool(*d, 64);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->fixed.empty()) << t->Describe();
+  EXPECT_EQ(CurrentThreadPool(), t->chosen);
+  EXPECT_GE(t->rounds, 5);
+  EXPECT_GT(t->openmp_ms, 0);
+  EXPECT_GT(t->spin_ms, 0);
+  EXPECT_TRUE(torch::equal(last_logits(), before));
+  EXPECT_FALSE(TuneDecodeThreadPool(*d, -1).ok());
+  SetThreadPool(ThreadPool::kOpenMp);
+  at::set_num_threads(threads);
+}
+
 TEST(DecoderTest, SlidingWindowIgnoresTokensOutsideTheWindow) {
   Arch a = TinyMixedArch();
   a.num_layers = 1;

@@ -16,6 +16,10 @@
 
 #include <sched.h>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "util/median.h"
+
 namespace hilnas {
 namespace {
 
@@ -33,12 +37,13 @@ unsigned UsableCpus() {
 // call, OpenMP when unset, until SetThreadPool.
 std::atomic<ThreadPool>& CurrentPool() {
   static std::atomic<ThreadPool> pool{[] {
-    const char* v = std::getenv("HILNAS_THREAD_POOL");
-    if (v == nullptr || std::string(v) == "openmp") return ThreadPool::kOpenMp;
-    if (std::string(v) == "spin") return ThreadPool::kSpin;
-    std::fprintf(stderr, "hilnas: HILNAS_THREAD_POOL=%s is neither openmp nor spin; using openmp\n",
-                 v);
-    return ThreadPool::kOpenMp;
+    const absl::StatusOr<std::optional<ThreadPool>> named = ThreadPoolFromEnvironment();
+    if (!named.ok()) {  // tools refuse to start on it (Cli::Main); a library says so
+      std::fprintf(stderr, "hilnas: %s; using openmp\n",
+                   std::string(named.status().message()).c_str());
+      return ThreadPool::kOpenMp;
+    }
+    return named->value_or(ThreadPool::kOpenMp);
   }()};
   return pool;
 }
@@ -176,6 +181,20 @@ class Pool {
 
 }  // namespace
 
+const char* ThreadPoolName(ThreadPool pool) {
+  return pool == ThreadPool::kSpin ? "spin" : "openmp";
+}
+
+absl::StatusOr<std::optional<ThreadPool>> ThreadPoolFromEnvironment() {
+  const char* v = std::getenv("HILNAS_THREAD_POOL");
+  if (v == nullptr) return std::optional<ThreadPool>();
+  for (ThreadPool p : {ThreadPool::kOpenMp, ThreadPool::kSpin}) {
+    if (std::string(v) == ThreadPoolName(p)) return std::optional<ThreadPool>(p);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("HILNAS_THREAD_POOL=", v, " is neither openmp nor spin"));
+}
+
 void SetThreadPool(ThreadPool pool) { CurrentPool().store(pool, std::memory_order_relaxed); }
 
 ThreadPool CurrentThreadPool() { return CurrentPool().load(std::memory_order_relaxed); }
@@ -232,6 +251,90 @@ void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, in
       run_chunk(c);
     }
   });
+}
+
+ThreadPool ChooseThreadPool(double openmp_ms, double spin_ms) {
+  return spin_ms > 0 && openmp_ms > 0 && spin_ms < openmp_ms * (1 - kThreadPoolMargin)
+             ? ThreadPool::kSpin
+             : ThreadPool::kOpenMp;
+}
+
+std::string ThreadPoolTuning::Describe() const {
+  if (!fixed.empty()) return absl::StrCat(ThreadPoolName(chosen), " (", fixed, ")");
+  return absl::StrFormat(
+      "%s (a decode step %.3f ms on openmp, %.3f on spin: medians of %d rounds of %d steps on %d "
+      "threads; tuned in %.2f s)",
+      ThreadPoolName(chosen), openmp_ms, spin_ms, rounds, steps_a_round, threads, seconds);
+}
+
+namespace {
+
+double MillisecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+ThreadPoolTuning TuneThreadPool(absl::FunctionRef<void()> step) {
+  ThreadPoolTuning t;
+  const auto start = std::chrono::steady_clock::now();
+  t.threads = at::get_num_threads();
+  const absl::StatusOr<std::optional<ThreadPool>> named = ThreadPoolFromEnvironment();
+  if (named.ok() && named->has_value()) {
+    t.chosen = **named;
+    t.fixed = absl::StrCat("HILNAS_THREAD_POOL=", ThreadPoolName(t.chosen));
+  } else if (t.threads < 2) {
+    t.fixed = "one thread: nothing splits";
+  }
+  if (!t.fixed.empty()) {
+    SetThreadPool(t.chosen);
+    return t;
+  }
+  const ThreadPool pools[2] = {ThreadPool::kOpenMp, ThreadPool::kSpin};
+  // Each pool's timing starts kLeadInMs after the switch to it, the calls
+  // meanwhile untimed: the other pool's workers go on spinning after their
+  // last split, on the CPUs this pool's workers need, and the kernel's
+  // scheduler takes a few milliseconds to move this pool's workers off
+  // them (on a 2-vCPU Zen 4, probed with splits of two 2 us shares while
+  // this was written: a spin-pool split took 2.1 us beyond its shares after
+  // 1.2 ms of lead-in in some processes, its worker never in time, and 0.3
+  // after 12 ms). A run switches pools once, from its prompt to its decode.
+  constexpr double kLeadInMs = 5;
+  auto lead_in = [&](absl::FunctionRef<void()> call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+      call();
+    } while (MillisecondsSince(t0) < kLeadInMs);
+  };
+  // Steps: one untimed on each pool (faults, workers starting), which also
+  // sizes the rounds: about 0.4 s in all, 5 to 12 rounds.
+  double step_ms = 0;
+  for (ThreadPool p : pools) {
+    SetThreadPool(p);
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    step_ms = std::max(step_ms, MillisecondsSince(t0));
+  }
+  t.steps_a_round = step_ms > 10 ? 1 : 3;  // a billion-parameter model's steps: 1 a round
+  const double round_ms = 2 * (std::max(kLeadInMs, step_ms) + t.steps_a_round * step_ms);
+  t.rounds = static_cast<int>(std::clamp(400.0 / round_ms, 5.0, 12.0));
+  std::vector<double> ms[2];
+  for (int r = 0; r < t.rounds; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const int i = (r + k) % 2;  // each pool leads in turn
+      SetThreadPool(pools[i]);
+      lead_in(step);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s = 0; s < t.steps_a_round; ++s) step();
+      ms[i].push_back(MillisecondsSince(t0) / t.steps_a_round);
+    }
+  }
+  t.openmp_ms = Median(ms[0]);
+  t.spin_ms = Median(ms[1]);
+  t.chosen = ChooseThreadPool(t.openmp_ms, t.spin_ms);
+  SetThreadPool(t.chosen);
+  t.seconds = MillisecondsSince(start) / 1e3;
+  return t;
 }
 
 int64_t ChunkFor(int64_t n, int threads, int per_thread, int64_t align, int64_t lo, int64_t hi) {

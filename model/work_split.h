@@ -15,8 +15,11 @@
 #define HILNAS_MODEL_WORK_SPLIT_H_
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 
 namespace hilnas {
 
@@ -61,9 +64,10 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // bench/data/runtime-compare.md) an empty split costs 0.07-0.19 us here
 // against libgomp's 0.70-0.99, a split of two 2.45 us items 2.80-2.84
 // against 3.10-3.42, but libgomp's split is cheap enough there that decode
-// steps on 2 threads did not differ beyond the host's noise; so OpenMP
-// stays the default until the spin pool is timed on the Zen 5 it was
-// written for.
+// steps on 2 threads did not differ beyond the host's noise. So neither
+// is fixed: OpenMP is the default, and the runtime times both on the model
+// at hand before its runs (TuneThreadPool) and keeps the spin pool only
+// where it is measurably faster.
 //
 // Prompts stay on OpenMP either way (at::parallel_for, ParallelChunks): a
 // prompt's layers also run libtorch's own ops, which split over libgomp's
@@ -73,10 +77,53 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // 4. A decode step's libtorch ops are too small to split.
 //
 // HILNAS_THREAD_POOL=openmp|spin (read at the first call) sets it for a
-// process, so one build can be timed both ways.
+// process, so one build can be timed both ways; unset, the runtime times
+// both on the model at hand and keeps the faster (TuneThreadPool below).
 enum class ThreadPool { kOpenMp, kSpin };
 void SetThreadPool(ThreadPool pool);
 ThreadPool CurrentThreadPool();
+const char* ThreadPoolName(ThreadPool pool);  // "openmp", "spin"
+// The pool HILNAS_THREAD_POOL names; nullopt when it is unset.
+// INVALID_ARGUMENT naming the variable and its value when it names
+// neither (Cli::Main refuses to start then).
+absl::StatusOr<std::optional<ThreadPool>> ThreadPoolFromEnvironment();
+
+// Which pool a decode step's splits run on is the host's to decide, as the
+// GEMV's form and decode attention's split are (issue 35: nothing tuned to
+// one model of CPU): the hand-over libgomp makes cost 0.7-1 us on a 2-vCPU
+// Zen 4, where the two pools' decode steps read the same within the host's
+// noise, and 3.2 us on a Zen 5 VM, ~21 of them a step.
+struct ThreadPoolTuning {
+  ThreadPool chosen = ThreadPool::kOpenMp;
+  // Why nothing was timed ("HILNAS_THREAD_POOL=spin", "one thread"); empty
+  // when both pools were timed.
+  std::string fixed;
+  int threads = 1;
+  double openmp_ms = 0, spin_ms = 0;  // medians: a decode step's time on each
+  int rounds = 0;                     // timed, per pool
+  int steps_a_round = 0;              // steps a round's time sums
+  double seconds = 0;                 // the tuning's own time
+  // E.g. "openmp (a decode step 1.094 ms on openmp, 1.087 on spin: medians
+  // of 12 rounds of 3 steps on 2 threads; tuned in 0.31 s)".
+  std::string Describe() const;
+};
+
+// The tuner's rule: the spin pool when its step's median beats OpenMP's by
+// more than kThreadPoolMargin of OpenMP's; else OpenMP (a tie, or noise,
+// keeps the default every other part of a run also uses).
+constexpr double kThreadPoolMargin = 0.03;
+ThreadPool ChooseThreadPool(double openmp_ms, double spin_ms);
+
+// Times `step` (one decode step of the model at hand, say) on each pool at
+// the process's threads, in rounds that alternate which pool goes first;
+// each pool's part of a round runs the step untimed for 5 ms after the
+// switch (the other pool's workers still hold the CPUs meanwhile) and then
+// times 3 steps (1 where a step takes over 10 ms); 5 to 12 rounds, about
+// 0.3 s in all for small models, 11 steps a pool for large ones. Then
+// SetThreadPool(ChooseThreadPool(...)) and returns what it measured. With
+// one thread, or a pool HILNAS_THREAD_POOL names, it times nothing and
+// sets that pool (OpenMP for one thread: nothing splits).
+ThreadPoolTuning TuneThreadPool(absl::FunctionRef<void()> step);
 
 // One pause in a spin-wait: PAUSE on x86, YIELD on arm64.
 inline void CpuRelax() {

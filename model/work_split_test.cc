@@ -6,9 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -203,6 +205,83 @@ TEST_F(WorkSplitTest, ParallelForNestedCallRunsInline) {
   EXPECT_EQ(inner.load(), at::get_num_threads() >= 2 ? 2 : 1);
   EXPECT_EQ(flagged.load(), inner.load());
   EXPECT_FALSE(InParallelRegion());
+}
+
+// The tuner's rule: the spin pool only when it beats OpenMP by more than
+// the margin; ties, noise and missing times keep OpenMP.
+TEST(ThreadPoolTuningTest, SpinOnlyWhenClearlyFaster) {
+  EXPECT_EQ(ChooseThreadPool(1.0, 0.9), ThreadPool::kSpin);
+  EXPECT_EQ(ChooseThreadPool(1.0, 1.0 - kThreadPoolMargin / 2), ThreadPool::kOpenMp);
+  EXPECT_EQ(ChooseThreadPool(1.0, 1.0), ThreadPool::kOpenMp);
+  EXPECT_EQ(ChooseThreadPool(0.9, 1.0), ThreadPool::kOpenMp);
+  EXPECT_EQ(ChooseThreadPool(0, 0), ThreadPool::kOpenMp);
+}
+
+TEST(ThreadPoolTuningTest, TheVariableNamesAPoolOrIsRefused) {
+  ::unsetenv("HILNAS_THREAD_POOL");
+  auto unset = ThreadPoolFromEnvironment();
+  ::setenv("HILNAS_THREAD_POOL", "spin", 1);
+  auto spin = ThreadPoolFromEnvironment();
+  ::setenv("HILNAS_THREAD_POOL", "tbb", 1);
+  auto bad = ThreadPoolFromEnvironment();
+  ::unsetenv("HILNAS_THREAD_POOL");
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->has_value());
+  ASSERT_TRUE(spin.ok());
+  EXPECT_EQ(spin->value(), ThreadPool::kSpin);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("HILNAS_THREAD_POOL=tbb"), std::string::npos);
+}
+
+// A step that takes `openmp_us` on OpenMP and `spin_us` on the spin pool,
+// as a busy wait (ParallelFor over the threads, so each pool's split runs
+// too). The tuner must keep the pool whose step is faster, and leave it
+// set; the times differ 2x, far beyond a loaded host's noise on medians.
+ThreadPoolTuning TuneOnStep(double openmp_us, double spin_us) {
+  return TuneThreadPool([&] {
+    const double us = CurrentThreadPool() == ThreadPool::kSpin ? spin_us : openmp_us;
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3));
+    ParallelFor(0, 2, 1, [&](int64_t, int64_t) {
+      while (std::chrono::steady_clock::now() < until) CpuRelax();
+    });
+  });
+}
+
+TEST_F(WorkSplitTest, TheTunerKeepsThePoolWhoseStepIsFaster) {
+  at::set_num_threads(2);
+  const ThreadPoolTuning spin = TuneOnStep(400, 200);
+  EXPECT_EQ(spin.chosen, ThreadPool::kSpin) << spin.Describe();
+  EXPECT_EQ(CurrentThreadPool(), ThreadPool::kSpin);
+  EXPECT_TRUE(spin.fixed.empty());
+  EXPECT_EQ(spin.threads, 2);
+  EXPECT_GE(spin.rounds, 5);
+  EXPECT_LE(spin.rounds, 12);
+  EXPECT_GT(spin.openmp_ms, spin.spin_ms);
+  EXPECT_NE(spin.Describe().find("spin (a decode step"), std::string::npos) << spin.Describe();
+
+  const ThreadPoolTuning openmp = TuneOnStep(200, 400);
+  EXPECT_EQ(openmp.chosen, ThreadPool::kOpenMp) << openmp.Describe();
+  EXPECT_EQ(CurrentThreadPool(), ThreadPool::kOpenMp);
+}
+
+TEST_F(WorkSplitTest, TheTunerTimesNothingForOneThreadOrANamedPool) {
+  int steps = 0;
+  at::set_num_threads(1);
+  SetThreadPool(ThreadPool::kSpin);
+  const ThreadPoolTuning one = TuneThreadPool([&] { ++steps; });
+  EXPECT_EQ(one.chosen, ThreadPool::kOpenMp);
+  EXPECT_EQ(CurrentThreadPool(), ThreadPool::kOpenMp);
+  EXPECT_EQ(one.Describe(), "openmp (one thread: nothing splits)");
+
+  at::set_num_threads(2);
+  ::setenv("HILNAS_THREAD_POOL", "spin", 1);
+  const ThreadPoolTuning named = TuneThreadPool([&] { ++steps; });
+  ::unsetenv("HILNAS_THREAD_POOL");
+  EXPECT_EQ(named.chosen, ThreadPool::kSpin);
+  EXPECT_EQ(CurrentThreadPool(), ThreadPool::kSpin);
+  EXPECT_EQ(named.Describe(), "spin (HILNAS_THREAD_POOL=spin)");
+  EXPECT_EQ(steps, 0);
 }
 
 TEST(ChunkForTest, SizesChunks) {

@@ -28,6 +28,7 @@ nlohmann::json StatsLine(const std::string& output) {
   return nlohmann::json::parse(output.substr(at + 7, end - at - 7), nullptr, false);
 }
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -41,6 +42,14 @@ std::string SourceDir() { return HILNAS_SOURCE_DIR; }
 std::string TinyRun(int prompt_tokens, int new_tokens) {
   return absl::StrCat("run --arch ", SourceDir(), "/configs/tiny-arch.textproto --prompt-tokens ",
                       prompt_tokens, " --max-new-tokens ", new_tokens, " --threads 1");
+}
+
+// `args` run with one environment variable set to `value` (unset after).
+Result HilnasWith(const char* variable, const char* value, const std::string& args) {
+  ::setenv(variable, value, 1);
+  Result r = Hilnas(args);
+  ::unsetenv(variable);
+  return r;
 }
 
 TEST(CliTest, ShapesShowPrintsTheExactFlash350mCount) {
@@ -159,11 +168,8 @@ TEST(CliTest, RunUnderAnAvx2CapUsesNoAvx512) {
   GTEST_SKIP() << "an x86-64 cap";
 #else
   const std::string run = TinyRun(32, 2);
-  ::setenv("HILNAS_CPU_FEATURES", "avx-512", 1);
-  Result bad = Hilnas(run);
-  ::setenv("HILNAS_CPU_FEATURES", "avx2", 1);
-  Result capped = Hilnas(run);
-  ::unsetenv("HILNAS_CPU_FEATURES");
+  Result bad = HilnasWith("HILNAS_CPU_FEATURES", "avx-512", run);
+  Result capped = HilnasWith("HILNAS_CPU_FEATURES", "avx2", run);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("HILNAS_CPU_FEATURES=avx-512: not a cap this build knows"));
   EXPECT_THAT(bad.output, Not(HasSubstr("model:")));
@@ -184,6 +190,28 @@ TEST(CliTest, RunUnderAnAvx2CapUsesNoAvx512) {
   EXPECT_THAT(capped.output, HasSubstr("prompt matrix products OpenBLAS Haswell (pinned by hilnas: "
                                        "OpenBLAS chose "));
 #endif
+}
+
+// On 2 threads `hilnas run` times both pools on the model's decode step
+// and names the one it keeps, with both times; HILNAS_THREAD_POOL names it
+// instead, and a value naming no pool stops the tool before a model is
+// built.
+TEST(CliTest, RunTimesTheThreadPoolsOrTakesTheNamedOne) {
+  std::string run = TinyRun(32, 2);
+  run.replace(run.find("--threads 1"), 11, "--threads 2");
+  Result tuned = Hilnas(run);
+  Result named = HilnasWith("HILNAS_THREAD_POOL", "spin", run);
+  Result bad = HilnasWith("HILNAS_THREAD_POOL", "gomp", run);
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_THAT(tuned.output, ContainsRegex("decode thread pool: (openmp|spin) \\(a decode step "
+                                          "[0-9.]+ ms on openmp, [0-9.]+ on spin"));
+  EXPECT_EQ(StatsLine(tuned.output).value("generated_tokens", 0), 2);
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_THAT(named.output, HasSubstr("decode thread pool: spin (HILNAS_THREAD_POOL=spin)"));
+  EXPECT_EQ(StatsLine(named.output).value("generated_tokens", 0), 2);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("HILNAS_THREAD_POOL=gomp is neither openmp nor spin"));
+  EXPECT_THAT(bad.output, Not(HasSubstr("model:")));
 }
 
 TEST(CliTest, RunWarmsUpBeforeTheTimedGeneration) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/blas_core.h"
+#include "model/work_split.h"
 #include "util/cpu_features.h"
 #include "util/subprocess.h"
 
@@ -91,6 +92,12 @@ int Cli::Main(int argc, char** argv, const std::string& implied_command) {
   // before anything is timed with the CPU's own features by mistake.
   if (const absl::Status cap = CheckCpuFeaturesCap(); !cap.ok()) {
     std::fprintf(stderr, "%s: error: %s\n", program_.c_str(), std::string(cap.message()).c_str());
+    return 2;
+  }
+  // Likewise a HILNAS_THREAD_POOL that names no pool (model/work_split.h).
+  if (const auto pool = ThreadPoolFromEnvironment(); !pool.ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", program_.c_str(),
+                 std::string(pool.status().message()).c_str());
     return 2;
   }
   // OpenBLAS's kernels from this CPU's features (model/blas_core.h): the

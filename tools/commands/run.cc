@@ -140,6 +140,12 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
     std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
                 CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
   }
+  // Which pool a decode step's splits run on, timed on this model's step
+  // as the agents do (model/work_split.h); before the attention's split,
+  // whose threshold is the pool's hand-over cost.
+  const absl::StatusOr<ThreadPoolTuning> pool = TuneDecodeThreadPool(decoder);
+  if (!pool.ok()) return Fail(pool.status());
+  std::printf("decode thread pool: %s\n", pool->Describe().c_str());
   // Where a decode query's attention splits over the threads: timed here
   // too, as the agents do (model/attention.h).
   std::printf("decode attention: %s\n",
