@@ -19,6 +19,11 @@
 # (-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 # -DGGML_AVX512=OFF) to compare the runtimes on that instruction set.
 #
+# Each hilnas process times its decode step on libgomp's workers and on
+# its spin pool and keeps the faster (model/work_split.h); the table ends
+# with the picks and both step times. HILNAS_THREAD_POOL=openmp|spin names
+# the pool instead, for all of them.
+#
 # KV_DTYPE=f16 stores hilnas's KV cache in f16, as llama-bench's default
 # cache is (default f32); KV_DTYPE=q8_0 stores both runtimes' caches as
 # Q8_0 blocks (llama.cpp then needs flash attention, -fa 1).
@@ -104,6 +109,9 @@ hilnas_row() {  # CKPT PROMPT THREADS WEIGHTS
     echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^decode GEMV form: \([a-z-]*\).*/\1/p' "$W/run.txt")" >>"$W/forms.txt"
     # The kernels it ran (and, under HILNAS_CPU_FEATURES, the cap).
     sed -n 's/^kernels: //p' "$W/run.txt" >>"$W/kernels.txt"
+    # The pool its decode steps split on (model/work_split.h), with the
+    # two step times behind the pick.
+    echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^decode thread pool: \([a-z]*\) (\(a decode step [0-9.]* ms on openmp, [0-9.]* on spin\|[^)]*\).*/\1 (\2)/p' "$W/run.txt")" >>"$W/pools.txt"
     # And who computed its prompt's products (model/prompt_gemm.h).
     echo "$(basename "$1") $4 $3 threads: $(sed -n 's/^prompt products: \([^(]*[^ (]\).*/\1/p' "$W/run.txt")" >>"$W/prompts.txt"
   done
@@ -195,6 +203,9 @@ if [ -s "$W/pages.txt" ]; then
     END {printf "weights on huge pages (90%% of their mapping or more) in %d of %d hilnas processes%s\n", h, n, bad}' "$W/pages.txt"
   echo "decode GEMV forms the tuner picked (processes):"
   sort "$W/forms.txt" | uniq -c | sed 's/^/ /'
+  echo "decode thread pools the tuner picked (processes; its step on each pool):"
+  sort "$W/pools.txt" | sed 's/ (.*//' | uniq -c | sed 's/^/ /'
+  sed 's/^/   /' "$W/pools.txt"
   echo "prompt products the tuner picked (processes):"
   sort "$W/prompts.txt" | uniq -c | sed 's/^/ /'
   echo "kernels (processes; hilnas run's kernels line):"
