@@ -30,6 +30,14 @@
 #              (the bundle's llama.cpp must be a -DGGML_BACKEND_DL=ON
 #              -DGGML_CPU_ALL_VARIANTS=ON build; about 3 minutes on a
 #              2-core EPYC)
+#     pools    which pool a decode step's splits run on (model/
+#              work_split.h): bench/thread_pools.sh, full4 with
+#              HILNAS_THREAD_POOL=openmp, =spin and tuned in turn, f32 and
+#              f16 at 256 and 2048 tokens on 2 threads (and 4 where 4 CPUs
+#              are free), then on 2 threads under OMP_WAIT_POLICY=PASSIVE;
+#              the tuned pick against the faster named pool, to
+#              $OUT/pools.md (no llama-bench needed; about 3.5 minutes on a
+#              2-core EPYC at ROUNDS 3)
 #     pinned   one-thread f32/f16 rows at 2048 tokens with both runtimes
 #              pinned to one vCPU, for each of PIN_LIST's (default 0 5 10
 #              15): the same vCPU under both, where unpinned rows compare
@@ -55,7 +63,7 @@ PHASE="${2:-all}"
 O="${OUT:-/tmp/device-rerun}"
 P="${HILNAS_PORTABLE:-/tmp/hilnas-portable}"
 mkdir -p "$O" "$P"
-case "$PHASE" in 1 | 2 | all | pinned | forms | scaling | price | avx2) ;; *) echo "PHASE is 1, 2, all, pinned, forms, scaling, price or avx2, not $PHASE" >&2; exit 2 ;; esac
+case "$PHASE" in 1 | 2 | all | pinned | forms | scaling | price | avx2 | pools) ;; *) echo "PHASE is 1, 2, all, pinned, forms, scaling, price, avx2 or pools, not $PHASE" >&2; exit 2 ;; esac
 tar xJf "$BUNDLE" -C "$P" || { echo "cannot unpack $BUNDLE into $P" >&2; exit 1; }
 [ -x /usr/bin/python3 ] || ln -s "$(command -v python3)" /usr/bin/python3
 mkdir -p build/tools build/bench
@@ -64,7 +72,7 @@ mkdir -p build/tools build/bench
 rm -f build/tools/hilnas build/bench/step_profile build/bench/weight_pages
 cp "$P/bin/hilnas" build/tools/ && cp "$P/bin/step_profile" "$P/bin/weight_pages" build/bench/
 export LLAMA_BENCH="$P/llama/llama-bench"
-[ -x "$LLAMA_BENCH" ] || [ "$PHASE" = forms ] || [ "$PHASE" = price ] ||
+[ -x "$LLAMA_BENCH" ] || [ "$PHASE" = forms ] || [ "$PHASE" = price ] || [ "$PHASE" = pools ] ||
   { echo "the bundle has no llama-bench (portable_bundle.sh's LLAMA_BIN)" >&2; exit 1; }
 
 # The VM's steal time (time its vCPUs were ready to run but the host ran
@@ -124,6 +132,20 @@ if [ "$PHASE" = price ]; then
     done | tee "$O/price.md"
   }
   step "window pricing in one process" price
+fi
+if [ "$PHASE" = pools ]; then
+  pools() {
+    local threads=2
+    [ "$(nproc)" -ge 4 ] && threads=2,4
+    {
+      ROUNDS="${ROUNDS:-3}" bash bench/thread_pools.sh 256,2048 f32,f16 "$threads"
+      echo
+      echo "Under OMP_WAIT_POLICY=PASSIVE:"
+      echo
+      OMP_WAIT_POLICY=PASSIVE ROUNDS=2 bash bench/thread_pools.sh 256,2048 f32,f16 2
+    } 2>&1 | tee "$O/pools.md"
+  }
+  step "decode thread pools, named and tuned" pools
 fi
 if [ "$PHASE" = avx2 ]; then
   # llama.cpp's DL build loads the best-scoring libggml-cpu-*.so in its
