@@ -456,8 +456,8 @@ TEST(DecoderTest, DecodeOnTheSpinPoolGivesOpenMpsBits) {
 }
 
 // The pool is tuned on the model's own decode step, which leaves the cache
-// as it found it (the step's length set back each time), and a generation
-// after it gives the same tokens as one that was never tuned.
+// as it found it (the step's length set back each time); a generation
+// after it ends in the same logits, bit for bit, as one before it.
 TEST(DecoderTest, TheThreadPoolIsTunedOnTheModelsDecodeStep) {
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
