@@ -92,7 +92,11 @@ absl::StatusOr<std::optional<ThreadPool>> ThreadPoolFromEnvironment();
 // GEMV's form and decode attention's split are (issue 35: nothing tuned to
 // one model of CPU): the hand-over libgomp makes cost 0.7-1 us on a 2-vCPU
 // Zen 4, where the two pools' decode steps read the same within the host's
-// noise, and 3.2 us on a Zen 5 VM, ~21 of them a step.
+// noise, and 3.2 us on a Zen 5 VM, ~21 of them a step. Where another busy
+// process shares the CPUs (a phone's UI), an OpenMP split waits for a
+// worker the kernel must schedule: on that Zen 4 with a busy loop on one of
+// its 2 vCPUs, full4 decoded 2.6-4.2x faster on the spin pool, which the
+// tuner kept in every process (bench/data/runtime-compare.md).
 struct ThreadPoolTuning {
   ThreadPool chosen = ThreadPool::kOpenMp;
   // Why nothing was timed ("HILNAS_THREAD_POOL=spin", "one thread"); empty
