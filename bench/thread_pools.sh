@@ -38,16 +38,11 @@ IFS=, read -ra precision_list <<<"$PRECISIONS"
 IFS=, read -ra thread_list <<<"$THREADS"
 
 run() {  # MODE PROMPT THREADS WEIGHTS: prints "decode_ms pick"
-  local out
-  if [ "$1" = tuned ]; then
-    out=$(env -u HILNAS_THREAD_POOL "$B" run --arch "$W/full4.textproto" --prompt-tokens "$2" \
-      --max-new-tokens 65 --threads "$3" --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f16}" \
-      --warmups 1 2>&1)
-  else
-    out=$(HILNAS_THREAD_POOL="$1" "$B" run --arch "$W/full4.textproto" --prompt-tokens "$2" \
-      --max-new-tokens 65 --threads "$3" --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f16}" \
-      --warmups 1 2>&1)
-  fi || { echo "$out" >&2; exit 1; }
+  local out pool=(-u HILNAS_THREAD_POOL)  # tuned: the variable unset
+  [ "$1" = tuned ] || pool=(HILNAS_THREAD_POOL="$1")
+  out=$(env "${pool[@]}" "$B" run --arch "$W/full4.textproto" --prompt-tokens "$2" \
+    --max-new-tokens 65 --threads "$3" --weight-dtype "$4" --kv-dtype "${KV_DTYPE:-f16}" \
+    --warmups 1 2>&1) || { echo "$out" >&2; exit 1; }
   echo "$out" | sed -n 's/^decode thread pool: //p' >>"$W/picks.txt"
   printf '%s %s\n' \
     "$(echo "$out" | sed -n 's/^stats: //p' |

@@ -88,17 +88,15 @@ std::string Cli::Usage() const {
 }
 
 int Cli::Main(int argc, char** argv, const std::string& implied_command) {
-  // A HILNAS_CPU_FEATURES cap the kernels would ignore is an error here,
-  // before anything is timed with the CPU's own features by mistake.
-  if (const absl::Status cap = CheckCpuFeaturesCap(); !cap.ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", program_.c_str(), std::string(cap.message()).c_str());
-    return 2;
-  }
-  // Likewise a HILNAS_THREAD_POOL that names no pool (model/work_split.h).
-  if (const auto pool = ThreadPoolFromEnvironment(); !pool.ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", program_.c_str(),
-                 std::string(pool.status().message()).c_str());
-    return 2;
+  // The variables the kernels read, checked before anything runs: a
+  // HILNAS_CPU_FEATURES cap they would ignore (nothing is then timed with
+  // the CPU's own features by mistake), a HILNAS_THREAD_POOL that names no
+  // pool (model/work_split.h).
+  for (const absl::Status& s : {CheckCpuFeaturesCap(), ThreadPoolFromEnvironment().status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: error: %s\n", program_.c_str(), std::string(s.message()).c_str());
+      return 2;
+    }
   }
   // OpenBLAS's kernels from this CPU's features (model/blas_core.h): the
   // one re-execution below makes it count.
