@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -185,7 +186,20 @@ OpenBlasThreadsScope::~OpenBlasThreadsScope() {
   --open_scopes;
 }
 
-bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out) {
+namespace {
+
+// A float buffer of the calling thread's, grown to at least `floats` and
+// kept for the thread's next product (a prompt's every projection reuses it).
+float* ThreadBuffer(std::vector<float>& buffer, int64_t floats) {
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
+// PooledSgemm's body. rows(first, last) gives w's rows [first, last) as
+// f32 (last - first) x k, called on the thread whose OpenBLAS call reads
+// them; when the split runs along x's rows, once for all n rows.
+bool PooledProduct(const float* x, absl::FunctionRef<const float*(int64_t, int64_t)> rows,
+                   int64_t m, int64_t n, int64_t k, float* out) {
   const OpenBlasCalls& blas = OpenBlas();
   constexpr int64_t kMaxDim = int64_t{1} << 30;  // cblas takes int sizes
   if (blas.sgemm == nullptr || m < 1 || n < 1 || k < 1 || m > kMaxDim || n > kMaxDim ||
@@ -213,13 +227,44 @@ bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k
                static_cast<int>(n));
   };
   if (m > n) {
+    const float* w = rows(0, n);
     ParallelChunks(m, ChunkFor(m, threads, 4, 1, 256, m),
                    [&](int64_t r0, int64_t r1) { call(r1 - r0, n, x + r0 * k, w, out + r0 * n); });
   } else {
     ParallelChunks(n, ChunkFor(n, threads, 4, 16, 256, n),
-                   [&](int64_t c0, int64_t c1) { call(m, c1 - c0, x, w + c0 * k, out + c0); });
+                   [&](int64_t c0, int64_t c1) { call(m, c1 - c0, x, rows(c0, c1), out + c0); });
   }
   return true;
+}
+
+}  // namespace
+
+bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out) {
+  return PooledProduct(
+      x, [&](int64_t first, int64_t) { return w + first * k; }, m, n, k, out);
+}
+
+bool PooledSgemmWidened(const float* x, WeightRowsToF32 widen, int64_t m, int64_t n, int64_t k,
+                        float* out) {
+  // The whole matrix, widened once and split over the threads, where the
+  // product splits along x's rows (every call reads all of w); else each
+  // call's own rows, widened by the thread that multiplies them into a
+  // buffer of its own, still in its cache when OpenBLAS packs them.
+  thread_local std::vector<float> whole_buffer, chunk_buffer;
+  return PooledProduct(
+      x,
+      [&](int64_t first, int64_t last) -> const float* {
+        if (m > n) {  // PooledProduct's split along x's rows: asks once, for [0, n)
+          float* whole = ThreadBuffer(whole_buffer, n * k);
+          ParallelChunks(n, ChunkFor(n, at::get_num_threads(), 4, 1, 64, n),
+                         [&](int64_t r0, int64_t r1) { widen(r0, r1, whole + r0 * k); });
+          return whole;
+        }
+        float* buffer = ThreadBuffer(chunk_buffer, (last - first) * k);
+        widen(first, last, buffer);
+        return buffer;
+      },
+      m, n, k, out);
 }
 
 }  // namespace hilnas

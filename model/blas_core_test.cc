@@ -3,6 +3,10 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <cstring>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +65,46 @@ TEST(BlasCoreTest, PooledProductEqualsLibtorchs) {
     EXPECT_LT((out - want).abs().max().item<float>(), 1e-4 * std::sqrt(static_cast<float>(k)))
         << m << "x" << n << "x" << k;
   }
+  at::set_num_threads(saved);
+}
+
+// A weight widened row block by row block as the threads multiply it gives
+// the bits of the product over the whole widened matrix, both ways the
+// product splits (outputs for short prompts, x's rows for long ones), and
+// each row is widened once a product.
+TEST(BlasCoreTest, WidenedProductWidensEachRowOnceAndMatchesTheWidenedMatrix) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::manual_seed(4);
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 5},
+                                {17, 50, 33},
+                                {256, 1000, 512},
+                                {600, 300, 64},
+                                {5, 1, 9}}) {
+    const torch::Tensor x = torch::randn({m, k});
+    const torch::Tensor w = torch::randn({n, k}).to(torch::kHalf).to(torch::kFloat);
+    torch::Tensor want = torch::full({m, n}, std::nanf(""));
+    ASSERT_TRUE(
+        PooledSgemm(x.data_ptr<float>(), w.data_ptr<float>(), m, n, k, want.data_ptr<float>()))
+        << "libtorch did not load OpenBLAS";
+    std::vector<std::atomic<int>> widened(static_cast<size_t>(n));
+    torch::Tensor out = torch::full({m, n}, std::nanf(""));
+    ASSERT_TRUE(PooledSgemmWidened(
+        x.data_ptr<float>(),
+        [&](int64_t first, int64_t last, float* buf) {
+          std::memcpy(buf, w.data_ptr<float>() + first * k, (last - first) * k * sizeof(float));
+          for (int64_t r = first; r < last; ++r) widened[r].fetch_add(1);
+        },
+        m, n, k, out.data_ptr<float>()));
+    EXPECT_TRUE(torch::equal(out, want)) << m << "x" << n << "x" << k;
+    for (int64_t r = 0; r < n; ++r) ASSERT_EQ(widened[r].load(), 1) << "row " << r;
+  }
+  bool called = false;
+  torch::Tensor one = torch::zeros({1});
+  EXPECT_FALSE(PooledSgemmWidened(
+      one.data_ptr<float>(), [&](int64_t, int64_t, float*) { called = true; }, 0, 4, 8,
+      one.data_ptr<float>()));
+  EXPECT_FALSE(called);  // an empty product is declined before anything is widened
   at::set_num_threads(saved);
 }
 

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "model/blas_core.h"
 #include "model/internal/decoder_layers.h"
@@ -79,18 +81,22 @@ torch::nn::Embedding MakeEmbedding(int64_t rows, int64_t dim) {
 //
 // Weights stored in half precision (Decoder::StoreWeightsAs) are computed
 // in x's dtype: a one-token product reads them as they are (WeightGemv,
-// half the bytes), a prompt widens the matrix once and multiplies in f32.
+// half the bytes), a prompt widens the matrix once and multiplies in f32
+// (without autograd, through OpenBLAS: each thread widens the rows it
+// multiplies, WidenedPromptProduct below).
 //
-// Without autograd the widened matrix goes into one buffer per thread,
+// Otherwise, without autograd, the widened matrix goes into one buffer per thread,
 // reused by every projection: a fresh f32 copy per matrix and prompt is
 // memory the kernel must fault in and zero each time (glibc hands large
 // blocks back on free), which made a fresh process's 256-token f16 prefill
-// on 2 threads 1.5x its f32 one (bench/data/runtime-compare.md).
+// on 2 threads 1.5x its f32 one (bench/data/runtime-compare.md). Larger
+// matrices, and backward, take a copy of their own.
+constexpr int64_t kMaxWidenedScratch = int64_t{16} << 20;  // elements: 64 MiB of f32
+
 torch::Tensor Widened(const torch::Tensor& w, torch::ScalarType type) {
   // Backward keeps the widened matrix; a vocabulary-sized head (all-position
   // logits in eval) would pin a gigabyte: both take a copy of their own.
-  constexpr int64_t kMaxScratchElements = int64_t{16} << 20;  // 64 MiB of f32
-  if (torch::GradMode::is_enabled() || w.numel() > kMaxScratchElements) return w.to(type);
+  if (torch::GradMode::is_enabled() || w.numel() > kMaxWidenedScratch) return w.to(type);
   thread_local torch::Tensor scratch;
   if (!scratch.defined() || scratch.scalar_type() != type || scratch.numel() < w.numel()) {
     scratch = torch::empty({w.numel()}, torch::TensorOptions().dtype(type));
@@ -116,6 +122,15 @@ std::optional<GemmWeights> OwnGemmWeights(const torch::Tensor& x, const torch::T
   return GemmWeightsFor(w.scalar_type());
 }
 
+// A prompt product's operands: x's rows as one contiguous [tokens, k]
+// matrix, and the output [..., n] they are written to (w [n, k]).
+std::pair<torch::Tensor, torch::Tensor> PromptOperands(const torch::Tensor& x,
+                                                       const torch::Tensor& w) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  return {x.reshape({-1, w.size(1)}).contiguous(), torch::empty(shape, x.options())};
+}
+
 // x @ w^T for a prompt: without autograd, f32, through OwnPromptGemm when
 // it is chosen (w f32, f16 or bf16: half weights widen a block at a time),
 // else PooledSgemm (one thread pool for the prompt's every op); else
@@ -126,10 +141,7 @@ torch::Tensor PromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
               w.scalar_type() == torch::kFloat && w.dim() == 2 && w.is_contiguous())) {
     RECORD_FUNCTION("hilnas::prompt_mm", {});
     const int64_t n = w.size(0), k = w.size(1);
-    const torch::Tensor rows = x.reshape({-1, k}).contiguous();
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = n;
-    torch::Tensor out = torch::empty(shape, x.options());
+    const auto [rows, out] = PromptOperands(x, w);
     if (own ? OwnPromptGemm(rows.data_ptr<float>(), w.data_ptr(), *own, rows.size(0), n, k,
                             out.data_ptr<float>())
             : PooledSgemm(rows.data_ptr<float>(), w.data_ptr<float>(), rows.size(0), n, k,
@@ -138,6 +150,32 @@ torch::Tensor PromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
     }
   }
   return torch::matmul(x, w.to(x.scalar_type()).t());
+}
+
+// x @ w^T for a prompt over half-precision weights, each thread widening
+// the rows it multiplies (PooledSgemmWidened), without autograd, for
+// matrices Widened would keep a scratch copy of; nothing where OpenBLAS
+// declines (then Widened and PromptProduct).
+std::optional<torch::Tensor> WidenedPromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
+  if (torch::GradMode::is_enabled() || x.scalar_type() != torch::kFloat || w.dim() != 2 ||
+      !w.is_contiguous() || w.numel() > kMaxWidenedScratch ||
+      (w.scalar_type() != torch::kHalf && w.scalar_type() != torch::kBFloat16)) {
+    return std::nullopt;
+  }
+  RECORD_FUNCTION("hilnas::prompt_mm", {});
+  const int64_t n = w.size(0), k = w.size(1);
+  const auto [rows, out] = PromptOperands(x, w);
+  const bool bf16 = w.scalar_type() == torch::kBFloat16;
+  const auto* src = static_cast<const uint16_t*>(w.data_ptr());
+  if (!PooledSgemmWidened(
+          rows.data_ptr<float>(),
+          [&](int64_t first, int64_t last, float* buf) {
+            WidenHalves(src + first * k, (last - first) * k, bf16, buf);
+          },
+          rows.size(0), n, k, out.data_ptr<float>())) {
+    return std::nullopt;
+  }
+  return out;
 }
 
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
@@ -149,6 +187,7 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w) {
       return WeightGemv(w, x).view(shape);
     }
     if (OwnGemmWeights(x, w)) return PromptProduct(x, w);
+    if (std::optional<torch::Tensor> out = WidenedPromptProduct(x, w)) return *out;
     return PromptProduct(x, Widened(w, x.scalar_type()));
   }
   if (x.numel() == w.size(1)) {
