@@ -214,11 +214,9 @@ bool PooledProduct(const float* x, absl::FunctionRef<const float*(int64_t, int64
     blas.set_threads(1);
   }
   // Chunks taken by whichever thread is free (model/work_split.h), about
-  // four a thread, each one single-threaded OpenBLAS call. Each call packs
-  // the whole of the operand it does not split, so the split runs along the
-  // longer side and no chunk is thinner than 256 (rows of x, or columns in
-  // multiples of 16, the widest SGEMM micro-tile): a prompt's rows when it
-  // has more of them than the weight has outputs, else the outputs.
+  // four a thread, each one single-threaded OpenBLAS call, split along the
+  // longer side (PooledSplitsAlongRows) and no thinner than 256 (rows of x,
+  // or columns in multiples of 16, the widest SGEMM micro-tile).
   const int threads = at::get_num_threads();
   auto call = [&](int64_t rows, int64_t cols, const float* xp, const float* wp, float* op) {
     // Row-major C = X W^T: CblasRowMajor (101), NoTrans (111), Trans (112).
@@ -226,7 +224,7 @@ bool PooledProduct(const float* x, absl::FunctionRef<const float*(int64_t, int64
                1.0f, xp, static_cast<int>(k), wp, static_cast<int>(k), 0.0f, op,
                static_cast<int>(n));
   };
-  if (m > n) {
+  if (PooledSplitsAlongRows(m, n)) {
     const float* w = rows(0, n);
     ParallelChunks(m, ChunkFor(m, threads, 4, 1, 256, m),
                    [&](int64_t r0, int64_t r1) { call(r1 - r0, n, x + r0 * k, w, out + r0 * n); });
@@ -244,25 +242,20 @@ bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k
       x, [&](int64_t first, int64_t) { return w + first * k; }, m, n, k, out);
 }
 
+bool PooledSplitsAlongRows(int64_t m, int64_t n) { return m > n; }
+
 bool PooledSgemmWidened(const float* x, WeightRowsToF32 widen, int64_t m, int64_t n, int64_t k,
                         float* out) {
-  // The whole matrix, widened once and split over the threads, where the
-  // product splits along x's rows (every call reads all of w); else each
-  // call's own rows, widened by the thread that multiplies them into a
+  if (PooledSplitsAlongRows(m, n)) return false;  // every call reads all of w: widen it once
+  // Each call's own rows, widened by the thread that multiplies them into a
   // buffer of its own, still in its cache when OpenBLAS packs them.
-  thread_local std::vector<float> whole_buffer, chunk_buffer;
+  thread_local std::vector<float> buffer;
   return PooledProduct(
       x,
       [&](int64_t first, int64_t last) -> const float* {
-        if (m > n) {  // PooledProduct's split along x's rows: asks once, for [0, n)
-          float* whole = ThreadBuffer(whole_buffer, n * k);
-          ParallelChunks(n, ChunkFor(n, at::get_num_threads(), 4, 1, 64, n),
-                         [&](int64_t r0, int64_t r1) { widen(r0, r1, whole + r0 * k); });
-          return whole;
-        }
-        float* buffer = ThreadBuffer(chunk_buffer, (last - first) * k);
-        widen(first, last, buffer);
-        return buffer;
+        float* rows = ThreadBuffer(buffer, (last - first) * k);
+        widen(first, last, rows);
+        return rows;
       },
       m, n, k, out);
 }

@@ -80,19 +80,25 @@ std::string BlasCoreDescription();
 // when the BLAS is not OpenBLAS or the product is empty.
 bool PooledSgemm(const float* x, const float* w, int64_t m, int64_t n, int64_t k, float* out);
 
+// Whether PooledSgemm splits an m x n product along x's rows (then every
+// OpenBLAS call reads all of w) rather than along w's: when x has more rows
+// than w. Each call packs the whole of the operand it does not split, so the
+// split runs along the longer side.
+bool PooledSplitsAlongRows(int64_t m, int64_t n);
+
 // PooledSgemm over a weight stored in another type (f16 or bf16, model/
 // decoder_layers.cc): widen(first, last, buf) writes w's rows [first, last)
 // as f32 into buf ((last - first) * k floats). Each thread widens the rows
 // its own OpenBLAS call multiplies, right before the call, into a buffer of
-// its own that is still in its cache when OpenBLAS packs it; where the
-// product splits along x's rows (every call reads all of w) the threads
-// widen the whole matrix into one buffer first. A separate pass widening
-// the whole matrix before every product cost 5.5 ms of a 2-thread
+// its own that is still in its cache when OpenBLAS packs it. A separate pass
+// widening the whole matrix before every product cost 5.5 ms of a 2-thread
 // 256-token f16 prefill of 80 on a Zen 3 (bench/data/runtime-compare.md).
 // The buffers are the threads' own and kept (n * k floats at most): callers
 // keep large matrices off this path. The same calls on the same values as
-// PooledSgemm over the widened matrix, so the same bits. Returns false as
-// PooledSgemm does, without calling widen.
+// PooledSgemm over the widened matrix, so the same bits. Returns false
+// without calling widen where PooledSgemm would, and where the product
+// splits along x's rows (PooledSplitsAlongRows: every call reads all of w,
+// so the caller widens it once, as model/decoder_layers.cc's Widened does).
 using WeightRowsToF32 = absl::FunctionRef<void(int64_t first, int64_t last, float* buf)>;
 bool PooledSgemmWidened(const float* x, WeightRowsToF32 widen, int64_t m, int64_t n, int64_t k,
                         float* out);

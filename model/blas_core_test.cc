@@ -69,9 +69,9 @@ TEST(BlasCoreTest, PooledProductEqualsLibtorchs) {
 }
 
 // A weight widened row block by row block as the threads multiply it gives
-// the bits of the product over the whole widened matrix, both ways the
-// product splits (outputs for short prompts, x's rows for long ones), and
-// each row is widened once a product.
+// the bits of the product over the whole widened matrix where the product
+// splits along the outputs, each row widened once a product; where it
+// splits along x's rows it is declined before anything is widened.
 TEST(BlasCoreTest, WidenedProductWidensEachRowOnceAndMatchesTheWidenedMatrix) {
   const int saved = at::get_num_threads();
   at::set_num_threads(2);
@@ -79,8 +79,8 @@ TEST(BlasCoreTest, WidenedProductWidensEachRowOnceAndMatchesTheWidenedMatrix) {
   for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 5},
                                 {17, 50, 33},
                                 {256, 1000, 512},
-                                {600, 300, 64},
-                                {5, 1, 9}}) {
+                                {300, 300, 64}}) {
+    ASSERT_FALSE(PooledSplitsAlongRows(m, n)) << m << "x" << n;
     const torch::Tensor x = torch::randn({m, k});
     const torch::Tensor w = torch::randn({n, k}).to(torch::kHalf).to(torch::kFloat);
     torch::Tensor want = torch::full({m, n}, std::nanf(""));
@@ -98,6 +98,17 @@ TEST(BlasCoreTest, WidenedProductWidensEachRowOnceAndMatchesTheWidenedMatrix) {
         m, n, k, out.data_ptr<float>()));
     EXPECT_TRUE(torch::equal(out, want)) << m << "x" << n << "x" << k;
     for (int64_t r = 0; r < n; ++r) ASSERT_EQ(widened[r].load(), 1) << "row " << r;
+  }
+  // Where the split runs along x's rows every call reads all of w: declined
+  // with nothing widened, for the caller to widen w once.
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{600, 300}, {5, 1}}) {
+    ASSERT_TRUE(PooledSplitsAlongRows(m, n)) << m << "x" << n;
+    bool widened = false;
+    torch::Tensor x = torch::randn({m, 8}), out = torch::empty({m, n});
+    EXPECT_FALSE(PooledSgemmWidened(
+        x.data_ptr<float>(), [&](int64_t, int64_t, float*) { widened = true; }, m, n, 8,
+        out.data_ptr<float>()));
+    EXPECT_FALSE(widened) << m << "x" << n;
   }
   bool called = false;
   torch::Tensor one = torch::zeros({1});

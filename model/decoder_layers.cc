@@ -155,15 +155,17 @@ torch::Tensor PromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
 // x @ w^T for a prompt over half-precision weights, each thread widening
 // the rows it multiplies (PooledSgemmWidened), without autograd, for
 // matrices Widened would keep a scratch copy of; nothing where OpenBLAS
-// declines (then Widened and PromptProduct).
+// declines or the product splits along x's rows (a prompt longer than w
+// has outputs: then Widened, once, and PromptProduct).
 std::optional<torch::Tensor> WidenedPromptProduct(const torch::Tensor& x, const torch::Tensor& w) {
   if (torch::GradMode::is_enabled() || x.scalar_type() != torch::kFloat || w.dim() != 2 ||
       !w.is_contiguous() || w.numel() > kMaxWidenedScratch ||
       (w.scalar_type() != torch::kHalf && w.scalar_type() != torch::kBFloat16)) {
     return std::nullopt;
   }
-  RECORD_FUNCTION("hilnas::prompt_mm", {});
   const int64_t n = w.size(0), k = w.size(1);
+  if (x.size(-1) != k || PooledSplitsAlongRows(x.numel() / k, n)) return std::nullopt;
+  RECORD_FUNCTION("hilnas::prompt_mm", {});
   const auto [rows, out] = PromptOperands(x, w);
   const bool bf16 = w.scalar_type() == torch::kBFloat16;
   const auto* src = static_cast<const uint16_t*>(w.data_ptr());
