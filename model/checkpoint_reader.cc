@@ -263,6 +263,7 @@ absl::StatusOr<Decoder> CheckpointReader::Load(torch::Dtype dtype, absl::string_
                        ": lm_head.weight differs from model.embed_tokens.weight but config.json "
                        "says tie_word_embeddings"));
     }
+    decoder.FinishLoading();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat(st_path, ": ", e.what_without_backtrace()));
   }

@@ -31,13 +31,10 @@ void AddRow(float* row, const torch::Tensor& bias, int64_t n) {
   for (int64_t i = 0; i < n; ++i) row[i] += b[i];
 }
 
-// Row `token` of an embedding table stored in f32, bf16 or f16, as f32.
+// Row `token` of an embedding table stored in f32, bf16, f16 or quantized
+// (either form, model/quant.h), as f32.
 void EmbeddingRow(const torch::Tensor& table, int64_t token, float* out) {
-  if (std::optional<QuantType> q = QuantTypeOf(table)) {
-    const int64_t row_bytes = table.size(1) * table.size(2);
-    DequantizeRow(*q, table.data_ptr<uint8_t>() + token * row_bytes, QuantColumns(table), out);
-    return;
-  }
+  if (QuantTypeOf(table)) return DequantizeMatrixRow(table, token, out);
   const int64_t d = table.size(1);
   switch (table.scalar_type()) {
     case torch::kFloat: {

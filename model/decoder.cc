@@ -315,6 +315,17 @@ void PackParameters(torch::nn::Module& module, PackValues values,
   }
 }
 
+// Each Q4_0 matrix of `module` in the grouped form (model/quant.h), in
+// place, where this CPU's kernels read that form: the same bytes in the
+// same buffer. A tied head is the embedding's own tensor: grouped once.
+void GroupQuantizedMatrices(torch::nn::Module& module) {
+  if (!QuantGroupsRowsHere()) return;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (torch::Tensor& p : module.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) GroupQuantRows(p);
+  }
+}
+
 // A rows x cols matrix of N(0, std) draws from `gen`, handed to `store` a
 // block of rows at a time (at most 16 MiB of f32) and written into `out`
 // (the matrix's stored form, where the decoder keeps it), so the f32 matrix
@@ -401,6 +412,8 @@ absl::StatusOr<Decoder> Decoder::CreateImpl(const Arch& arch, uint64_t seed, tor
     if (!store) {  // stored matrices are not converted back, and are packed
       impl->to(dtype);
       PackParameters(*impl, PackValues::kAll);
+    } else {
+      GroupQuantizedMatrices(*impl);
     }
     return d;
   } catch (const c10::Error& e) {
@@ -447,6 +460,11 @@ absl::StatusOr<Decoder::ParameterSetter> Decoder::SetterFor(absl::string_view we
   });
 }
 
+void Decoder::FinishLoading() {
+  torch::NoGradGuard no_grad;
+  GroupQuantizedMatrices(*impl_);
+}
+
 absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
   HILNAS_ASSIGN_OR_RETURN(const MatrixStore store, StorageFor(*impl_, name));
   if (!store) return absl::OkStatus();
@@ -456,6 +474,7 @@ absl::Status Decoder::StoreWeightsAs(absl::string_view name) {
     // loaded big12 at Q4_0 decoded at 22.8 ms/token from small pages, 17.4
     // from huge ones).
     PackParameters(*impl_, PackValues::kAll, store);
+    GroupQuantizedMatrices(*impl_);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("storing ", impl_->arch_.name, " as ", name, ": ",
                                             e.what_without_backtrace()));

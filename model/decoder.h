@@ -144,6 +144,11 @@ class Decoder {
   using ParameterSetter =
       std::function<void(torch::Tensor& param, const torch::Tensor& rows, int64_t row0)>;
   absl::StatusOr<ParameterSetter> SetterFor(absl::string_view weight_dtype) const;
+  // After a loader's last SetterFor write: each matrix in the form the
+  // kernels read it in (Q4_0 grouped eight rows at a time where
+  // QuantGroupsRowsHere(), model/quant.h). Create and StoreWeightsAs do
+  // this themselves.
+  void FinishLoading();
 
   const Arch& arch() const;
   torch::Dtype dtype() const;  // what activations, norms and the cache compute in

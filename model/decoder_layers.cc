@@ -211,7 +211,7 @@ std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
     out = WeightGemvs(ws, x);
     for (size_t m = 0; m < ws.size(); ++m) {
       std::vector<int64_t> shape = x.sizes().vec();
-      shape.back() = ws[m].size(0);
+      shape.back() = QuantRows(ws[m]);
       out[m] = out[m].view(shape);
     }
     return out;
@@ -221,17 +221,15 @@ std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
 }
 
 torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& tokens) {
-  const QuantType t = QuantTypeOf(table).value();
-  const int64_t cols = QuantColumns(table), row_bytes = table.size(1) * table.size(2);
+  const int64_t cols = QuantColumns(table), rows = QuantRows(table);
   const torch::Tensor ids = tokens.to(torch::kLong).contiguous();
   std::vector<int64_t> shape = ids.sizes().vec();
   shape.push_back(cols);
   torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat));
   const int64_t* id = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
-    TORCH_CHECK(id[i] >= 0 && id[i] < table.size(0), "token ", id[i], " outside the vocabulary");
-    DequantizeRow(t, table.data_ptr<uint8_t>() + id[i] * row_bytes, cols,
-                  out.data_ptr<float>() + i * cols);
+    TORCH_CHECK(id[i] >= 0 && id[i] < rows, "token ", id[i], " outside the vocabulary");
+    DequantizeMatrixRow(table, id[i], out.data_ptr<float>() + i * cols);
   }
   return out;
 }

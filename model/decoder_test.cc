@@ -679,6 +679,47 @@ TEST(DecoderTest, InPlaceDecodeEqualsTheAtenModules) {
   }
 }
 
+// Q4_0 matrices of whole groups of eight rows are kept grouped
+// (model/quant.h) where this CPU's kernels read them so, however the decoder
+// came to hold them: drawn as Q4_0, stored after drawing, or loaded from a
+// checkpoint. The three hold the same weights: the same logits, prompt and
+// decode.
+TEST(DecoderTest, Q4MatricesAreKeptGroupedWhereTheKernelsReadThem) {
+  const Arch a = TinyMixedArch();
+  const std::string dir = ::testing::TempDir() + "/q4_grouped";
+  std::filesystem::remove_all(dir);
+  ASSERT_OK_AND_ASSIGN(Decoder f32, Decoder::Create(a, 3));
+  ASSERT_OK(SaveCheckpoint(f32, dir, StorageDtype::kF32));
+  ASSERT_OK_AND_ASSIGN(Decoder drawn, Decoder::Create(a, 3, torch::kFloat, "q4_0"));
+  ASSERT_OK_AND_ASSIGN(Decoder stored, Decoder::Create(a, 3));
+  ASSERT_OK(stored.StoreWeightsAs("q4_0"));
+  ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(dir));
+  ASSERT_OK_AND_ASSIGN(Decoder loaded, reader->Load(torch::kFloat, "q4_0"));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = Tokens(9, a.vocab_size, 5);
+  torch::Tensor want;
+  for (auto* d : {&drawn, &stored, &loaded}) {
+    int grouped = 0, q4 = 0;
+    for (const auto& [name, t] : d->NamedTensors()) {
+      if (QuantTypeOf(t) != QuantType::kQ4_0) continue;
+      ++q4;
+      grouped += QuantGrouped(t);
+      EXPECT_EQ(QuantGrouped(t), QuantGroupsRowsHere() && QuantRows(t) % 8 == 0) << name;
+    }
+    EXPECT_GT(q4, 0);
+    EXPECT_EQ(grouped > 0, QuantGroupsRowsHere()) << QuantKernelName();
+    KvCache cache = d->NewCache(1, 12);
+    torch::Tensor got = d->ForwardCached(tokens, cache, true);
+    for (int step = 0; step < 3; ++step) {
+      got = torch::cat({got, d->ForwardCached(got.narrow(1, got.size(1) - 1, 1).argmax(-1), cache,
+                                              true)},
+                       1);
+    }
+    if (!want.defined()) want = got;
+    EXPECT_TRUE(torch::equal(got, want));
+  }
+}
+
 // Q8_0 weights move the logits by about their rounding, Q4_0 by more; a
 // model whose rows are not whole blocks, or an unknown format, is refused
 // by name and left as it was.

@@ -492,7 +492,7 @@ std::vector<torch::Tensor> WeightGemvs(const std::vector<torch::Tensor>& ws, con
   std::vector<torch::Tensor> ys;
   std::vector<GemvProduct> products;
   for (const torch::Tensor& w : ws) {
-    ys.push_back(torch::empty({w.size(0)}, xc.options()));
+    ys.push_back(torch::empty({QuantRows(w)}, xc.options()));
     products.push_back({&w, ys.back().data_ptr<float>()});
   }
   WeightGemvsInto(products.data(), products.size(), xc.data_ptr<float>(), path);

@@ -131,21 +131,71 @@ absl::StatusOr<torch::Tensor> QuantizeMatrix(const torch::Tensor& w, QuantType t
 
 std::optional<QuantType> QuantTypeOf(const torch::Tensor& w) {
   if (!w.defined() || w.dim() != 3 || w.scalar_type() != torch::kUInt8) return std::nullopt;
-  if (w.size(2) == kQ4BlockBytes) return QuantType::kQ4_0;
+  if (w.size(2) == kQ4BlockBytes || w.size(2) == kQ4GroupBlockBytes) return QuantType::kQ4_0;
   if (w.size(2) == kQ8BlockBytes) return QuantType::kQ8_0;
   return std::nullopt;
 }
 
+bool QuantGrouped(const torch::Tensor& w) {
+  return w.defined() && w.dim() == 3 && w.scalar_type() == torch::kUInt8 &&
+         w.size(2) == kQ4GroupBlockBytes;
+}
+
+int64_t QuantRows(const torch::Tensor& w) {
+  return QuantGrouped(w) ? w.size(0) * kQ4GroupRows : w.size(0);
+}
+
+bool GroupQuantRows(torch::Tensor& w) {
+  if (QuantTypeOf(w) != QuantType::kQ4_0 || QuantGrouped(w) ||
+      !w.is_contiguous() || w.size(0) % kQ4GroupRows != 0) {
+    return false;
+  }
+  const int64_t groups = w.size(0) / kQ4GroupRows, blocks = w.size(1);
+  const int64_t row_bytes = blocks * kQ4BlockBytes, group_bytes = kQ4GroupRows * row_bytes;
+  uint8_t* data = w.data_ptr<uint8_t>();
+  // Each group's eight rows are copied aside, then written back grouped
+  // over themselves: the same bytes, so the same storage holds them.
+  at::parallel_for(0, groups, 16, [&](int64_t first, int64_t last) {
+    std::vector<uint8_t> rows(static_cast<size_t>(group_bytes));
+    for (int64_t k = first; k < last; ++k) {
+      uint8_t* group = data + k * group_bytes;
+      std::memcpy(rows.data(), group, rows.size());
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* out = group + b * kQ4GroupBlockBytes;
+        for (int64_t r = 0; r < kQ4GroupRows; ++r) {
+          const uint8_t* block = rows.data() + r * row_bytes + b * kQ4BlockBytes;
+          std::memcpy(out + 2 * r, block, 2);
+          for (int j = 0; j < 4; ++j) {
+            std::memcpy(out + 16 + 32 * j + 4 * r, block + 2 + 4 * j, 4);
+          }
+        }
+      }
+    }
+  });
+  w.set_data(w.view({groups, blocks, kQ4GroupBlockBytes}));
+  return true;
+}
+
+void DequantizeMatrixRow(const torch::Tensor& w, int64_t r, float* out) {
+  const QuantType t = QuantTypeOf(w).value();
+  const int64_t blocks = w.size(1);
+  const uint8_t* data = w.data_ptr<uint8_t>();
+  if (!QuantGrouped(w)) return DequantizeRow(t, data + r * blocks * w.size(2), blocks * kQuantBlock, out);
+  const uint8_t* group = data + r / kQ4GroupRows * blocks * kQ4GroupBlockBytes;
+  uint8_t block[kQ4BlockBytes];
+  for (int64_t b = 0; b < blocks; ++b) {
+    UngroupQ4Block(group + b * kQ4GroupBlockBytes, r % kQ4GroupRows, block);
+    DequantizeRow(t, block, kQuantBlock, out + b * kQuantBlock);
+  }
+}
+
 torch::Tensor DequantizeMatrix(const torch::Tensor& q) {
-  const QuantType t = QuantTypeOf(q).value();
-  const int64_t rows = q.size(0), cols = QuantColumns(q), row_bytes = q.size(1) * q.size(2);
+  const int64_t rows = QuantRows(q), cols = QuantColumns(q);
   torch::Tensor out = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kFloat));
   const torch::Tensor qc = q.contiguous();
-  const uint8_t* src = qc.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   at::parallel_for(0, rows, 64, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r)
-      DequantizeRow(t, src + r * row_bytes, cols, dst + r * cols);
+    for (int64_t r = first; r < last; ++r) DequantizeMatrixRow(qc, r, dst + r * cols);
   });
   return out;
 }
@@ -172,6 +222,26 @@ int64_t QuantGemvGrainRows(int64_t cols) {
   return std::max<int64_t>(16, kQuantGemvGrainWeights / std::max<int64_t>(cols, 1));
 }
 
+namespace {
+
+// c[i * ldc + o] = w[o] . x_i for rows o in [first, last) of w in either
+// form. A grouped matrix computes the groups whose first row lies in
+// [first, last), whole (their rows past `last` too): any split of a
+// matrix's rows into ranges computes each group once.
+void QuantRowsInto(const torch::Tensor& w, const uint8_t* xq, int64_t tokens, float* c,
+                   int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  const int64_t blocks = w.size(1);
+  const uint8_t* data = w.data_ptr<uint8_t>();
+  if (!QuantGrouped(w)) {
+    return QuantGemm(*QuantTypeOf(w), data, blocks, xq, tokens, c, ldc, first, last, path);
+  }
+  const int64_t g0 = (first + kQ4GroupRows - 1) / kQ4GroupRows;
+  const int64_t g1 = (last + kQ4GroupRows - 1) / kQ4GroupRows;
+  if (g0 < g1) QuantGroupsGemm(data, blocks, xq, tokens, c, ldc, g0, g1, path);
+}
+
+}  // namespace
+
 void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
   const torch::Tensor& w0 = *products[0].w;
   const QuantType t = QuantTypeOf(w0).value();
@@ -182,7 +252,7 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
     const torch::Tensor& w = *products[m].w;
     TORCH_CHECK(QuantTypeOf(w) == t && w.size(1) == blocks && w.is_contiguous(),
                 "WeightGemv: quantized matrices must be contiguous, of one type and width");
-    rows += w.size(0);
+    rows += QuantRows(w);
     row_end[m] = rows;
   }
   thread_local AlignedVector<uint8_t> xq;
@@ -194,16 +264,15 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
     for (size_t m = 0; m < n; begin = row_end[m++]) {
       const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
       if (lo >= hi) continue;
-      QuantRowsDot(t, products[m].w->data_ptr<uint8_t>(), blocks, xp, products[m].y, lo - begin,
-                   hi - begin, path);
+      QuantRowsInto(*products[m].w, xp, 1, products[m].y, 0, lo - begin, hi - begin, path);
     }
   });
 }
 
 torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   RECORD_FUNCTION("hilnas::quant_matmul", {});
-  const QuantType t = QuantTypeOf(w).value();
-  const int64_t cols = QuantColumns(w), rows = w.size(0), blocks = w.size(1);
+  TORCH_CHECK(QuantTypeOf(w).has_value(), "QuantMatmul: w is not a quantized matrix");
+  const int64_t cols = QuantColumns(w), rows = QuantRows(w), blocks = w.size(1);
   TORCH_CHECK(x.size(-1) == cols, "QuantMatmul: x has ", x.size(-1), " columns, w ", cols);
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
@@ -218,17 +287,17 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = rows;
   torch::Tensor out = torch::empty({tokens, rows}, torch::TensorOptions().dtype(torch::kFloat));
-  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const torch::Tensor wc = w.contiguous();
   float* op = out.data_ptr<float>();
   if (tokens == 1) {
     ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock),
                 [&](int64_t first, int64_t last) {
-                  QuantRowsDot(t, wp, blocks, xq.data(), op, first, last);
+                  QuantRowsInto(wc, xq.data(), 1, op, 0, first, last, KernelPath::kBest);
                 });
   } else {
     at::parallel_for(0, (rows + kGemmRows - 1) / kGemmRows, 1, [&](int64_t first, int64_t last) {
-      QuantGemm(t, wp, blocks, xq.data(), tokens, op, rows, first * kGemmRows,
-                std::min(rows, last * kGemmRows));
+      QuantRowsInto(wc, xq.data(), tokens, op, rows, first * kGemmRows,
+                    std::min(rows, last * kGemmRows), KernelPath::kBest);
     });
   }
   return out.view(shape).to(x.scalar_type());

@@ -63,6 +63,29 @@ inline int32_t Dot32(const int8_t* w, const int8_t* x) {
   return s;
 }
 
+// Grouped Q4_0 (model/quant.h): each row's block taken out of its group.
+void GemmGroupsPortable(const uint8_t* g, int64_t blocks, const Acts& x, int64_t tokens, float* c,
+                        int64_t ldc, int64_t first, int64_t last) {
+  uint8_t block[kQ4BlockBytes];
+  int8_t unpacked[32];
+  for (int64_t k = first; k < last; ++k) {
+    const uint8_t* group = g + k * blocks * kQ4GroupBlockBytes;
+    for (int64_t r = 0; r < kQ4GroupRows; ++r) {
+      for (int64_t i = 0; i < tokens; ++i) {
+        float sum = 0;
+        for (int64_t b = 0; b < blocks; ++b) {
+          UngroupQ4Block(group + b * kQ4GroupBlockBytes, r, block);
+          Unpack(QuantType::kQ4_0, block, unpacked);
+          const int8_t* xb =
+              reinterpret_cast<const int8_t*>(x.q + i * x.stride + b * kQ8Bytes + 2);
+          sum += BlockScale(block) * x.d[i * blocks + b] * static_cast<float>(Dot32(unpacked, xb));
+        }
+        c[i * ldc + k * kQ4GroupRows + r] = sum;
+      }
+    }
+  }
+}
+
 void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const Acts& x, int64_t tokens,
                   float* c, int64_t ldc, int64_t first, int64_t last) {
   const int64_t bs = QuantBlockBytes(t);
@@ -183,10 +206,12 @@ const char* QuantKernelName() {
   return "portable";
 }
 
-void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
-               float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
-  // The activations' scales as floats and their blocks' sums, once per
-  // call: each is used by every row of the call.
+namespace {
+
+// `tokens` rows of activations as the kernels read them: the scales as
+// floats and the blocks' sums, once per call (each is used by every row of
+// the call), in per-thread buffers.
+Acts ActsOf(const uint8_t* xq, int64_t blocks, int64_t tokens) {
   thread_local AlignedVector<float> xd;
   thread_local AlignedVector<int32_t> xs;
   xd.resize(static_cast<size_t>(tokens * blocks));
@@ -198,7 +223,34 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(blk[2 + j]);
     xs[k] = sum;
   }
-  const Acts x{xq, blocks * kQ8Bytes, xd.data(), xs.data()};
+  return Acts{xq, blocks * kQ8Bytes, xd.data(), xs.data()};
+}
+
+}  // namespace
+
+bool QuantGroupsRowsHere() {
+#if defined(__x86_64__)
+  return HasQuantAvx2();
+#else
+  return false;  // NEON and the portable loop read rows
+#endif
+}
+
+void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, int64_t tokens,
+                     float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  const Acts x = ActsOf(xq, blocks, tokens);
+#if defined(__x86_64__)
+  if (path != KernelPath::kPortable && HasQuantAvx2()) {
+    const auto gemm = path == KernelPath::kBest && HasVnni() ? vnni::GemmGroups : avx2::GemmGroups;
+    return gemm(groups, blocks, x, tokens, c, ldc, first, last);
+  }
+#endif
+  GemmGroupsPortable(groups, blocks, x, tokens, c, ldc, first, last);
+}
+
+void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
+               float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  const Acts x = ActsOf(xq, blocks, tokens);
   using Kernel = void (*)(QuantType, const uint8_t*, int64_t, const Acts&, int64_t, float*, int64_t,
                           int64_t, int64_t);
   Kernel gemm = GemmPortable;
@@ -221,7 +273,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     // Rows regrouped eight at a time (quant_x86.inc's GroupTile), about
     // 256 KiB of them at once, each chunk against every token.
     const auto grouped = gemm == vnni::Gemm ? vnni::GemmQ4Grouped : avx2::GemmQ4Grouped;
-    const int64_t regrouped_row = blocks * vnni::kGroupBlockBytes / vnni::kGroupRows;
+    const int64_t regrouped_row = blocks * kQ4GroupBlockBytes / kQ4GroupRows;
     const int64_t rows_per = std::max<int64_t>(8, (int64_t{256} << 10) / regrouped_row / 8 * 8);
     for (int64_t r0 = first; r0 < last; r0 += rows_per) {
       grouped(w, blocks, x, tokens, c, ldc, r0, std::min(last, r0 + rows_per));

@@ -32,6 +32,27 @@ double ReferenceDot(QuantType t, const uint8_t* row, const uint8_t* xq, int64_t 
   return s;
 }
 
+// One decode step's fused products of quantized matrices (QuantGemvsInto,
+// as WeightGemvsInto runs them) on `threads` threads: their outputs one
+// after another, zeros where nothing was written.
+torch::Tensor FusedProducts(const std::vector<const torch::Tensor*>& ws, const torch::Tensor& x,
+                            int threads) {
+  int64_t rows = 0;
+  for (const torch::Tensor* w : ws) rows += QuantRows(*w);
+  torch::Tensor y = torch::zeros({rows});
+  std::vector<GemvProduct> products;
+  float* p = y.data_ptr<float>();
+  for (const torch::Tensor* w : ws) {
+    products.push_back({w, p});
+    p += QuantRows(*w);
+  }
+  const int before = at::get_num_threads();
+  at::set_num_threads(threads);
+  QuantGemvsInto(products.data(), products.size(), x.data_ptr<float>(), KernelPath::kBest);
+  at::set_num_threads(before);
+  return y;
+}
+
 class QuantTest : public ::testing::TestWithParam<QuantType> {};
 
 TEST_P(QuantTest, DequantizedWeightsStayWithinHalfAStep) {
@@ -127,16 +148,7 @@ TEST_P(QuantTest, FusedDecodeProductsSplitByTheirWorkAndKeepTheirBits) {
   const torch::Tensor wk = QuantizeMatrix(Random(128, 512, 8), t).value();
   const torch::Tensor wv = QuantizeMatrix(Random(128, 512, 9), t).value();
   const torch::Tensor x = Random(1, 512, 10).view({512});
-  auto products = [&](int threads) {
-    const int before = at::get_num_threads();
-    at::set_num_threads(threads);
-    torch::Tensor y = torch::zeros({768});
-    float* p = y.data_ptr<float>();
-    const GemvProduct g[3] = {{&wq, p}, {&wk, p + 512}, {&wv, p + 640}};
-    QuantGemvsInto(g, 3, x.data_ptr<float>(), KernelPath::kBest);
-    at::set_num_threads(before);
-    return y;
-  };
+  auto products = [&](int threads) { return FusedProducts({&wq, &wk, &wv}, x, threads); };
   const torch::Tensor one = products(1);
   EXPECT_TRUE(torch::equal(products(2), one));
   EXPECT_TRUE(torch::equal(products(4), one));
@@ -145,6 +157,102 @@ TEST_P(QuantTest, FusedDecodeProductsSplitByTheirWorkAndKeepTheirBits) {
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantTest, ::testing::Values(QuantType::kQ4_0, QuantType::kQ8_0),
                          [](const auto& info) { return std::string(QuantTypeName(info.param)); });
+
+// x's rows as Q8_0 activations, one after another.
+std::vector<uint8_t> Activations(const torch::Tensor& x) {
+  const int64_t tokens = x.size(0), cols = x.size(1);
+  std::vector<uint8_t> xq(tokens * cols / 32 * 34);
+  for (int64_t i = 0; i < tokens; ++i) {
+    QuantizeActivations(x.data_ptr<float>() + i * cols, cols, xq.data() + i * cols / 32 * 34);
+  }
+  return xq;
+}
+
+// Q4_0 rows grouped eight at a time (model/quant.h) are the same weights in
+// the same storage, and every path's products over them are the row form's:
+// a prompt's bit for bit where the row form's kernel regroups per call
+// (x86), and within f32 rounding of a double reference on every path.
+TEST(QuantTest, GroupedQ4RowsHoldTheSameWeightsAndProducts) {
+  for (const auto& [cols, tokens] :
+       std::vector<std::pair<int64_t, int64_t>>{{320, 7}, {320, 1}, {2048, 5}}) {
+    const int64_t rows = 48, blocks = cols / 32;
+    const torch::Tensor q = QuantizeMatrix(Random(rows, cols, 11), QuantType::kQ4_0).value();
+    torch::Tensor g = q.clone();
+    const void* storage = g.data_ptr();
+    ASSERT_TRUE(GroupQuantRows(g));
+    EXPECT_TRUE(QuantGrouped(g));
+    EXPECT_FALSE(QuantGrouped(q));
+    EXPECT_EQ(g.data_ptr(), storage);  // in place
+    EXPECT_EQ(g.sizes(), (std::vector<int64_t>{rows / 8, blocks, 144}));
+    EXPECT_EQ(QuantTypeOf(g), QuantType::kQ4_0);
+    EXPECT_EQ(QuantRows(g), rows);
+    EXPECT_EQ(QuantColumns(g), cols);
+    EXPECT_FALSE(torch::equal(g.reshape({-1}), q.reshape({-1})));  // reordered...
+    EXPECT_TRUE(torch::equal(DequantizeMatrix(g), DequantizeMatrix(q)));  // ...not changed
+    EXPECT_FALSE(GroupQuantRows(g));  // once
+
+    const std::vector<uint8_t> xq = Activations(Random(tokens, cols, 12));
+    for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
+      std::vector<float> grouped(tokens * rows), by_rows(tokens * rows);
+      QuantGroupsGemm(g.data_ptr<uint8_t>(), blocks, xq.data(), tokens, grouped.data(), rows, 0,
+                      rows / 8, path);
+      QuantGemm(QuantType::kQ4_0, q.data_ptr<uint8_t>(), blocks, xq.data(), tokens,
+                by_rows.data(), rows, 0, rows, path);
+      if (tokens > 1 && path != KernelPath::kPortable && QuantGroupsRowsHere()) {
+        EXPECT_EQ(grouped, by_rows) << QuantKernelName() << " path " << static_cast<int>(path);
+      }
+      for (int64_t i = 0; i < tokens; ++i) {
+        for (int64_t o = 0; o < rows; ++o) {
+          const double want = ReferenceDot(QuantType::kQ4_0, q.data_ptr<uint8_t>() + o * blocks * 18,
+                                           xq.data() + i * blocks * 34, cols);
+          EXPECT_NEAR(grouped[i * rows + o], want, 1e-5 * (std::fabs(want) + 1) * (cols / 320.0))
+              << "path " << static_cast<int>(path) << " cols " << cols << " token " << i
+              << " row " << o;
+        }
+      }
+    }
+    // Through the ATen product and an embedding's row lookup.
+    const torch::Tensor x = Random(tokens, cols, 13);
+    EXPECT_TRUE(torch::allclose(QuantMatmul(x, g), QuantMatmul(x, q), 1e-5, 1e-5));
+    std::vector<float> row(cols);
+    DequantizeMatrixRow(g, 13, row.data());
+    EXPECT_TRUE(torch::equal(torch::from_blob(row.data(), {cols}), DequantizeMatrix(q)[13]));
+  }
+}
+
+TEST(QuantTest, OnlyQ4MatricesOfWholeGroupsAreGrouped) {
+  torch::Tensor odd = QuantizeMatrix(Random(45, 64, 14), QuantType::kQ4_0).value();
+  torch::Tensor q8 = QuantizeMatrix(Random(48, 64, 15), QuantType::kQ8_0).value();
+  torch::Tensor f32 = Random(48, 64, 16);
+  const torch::Tensor odd_before = odd.clone(), q8_before = q8.clone();
+  EXPECT_FALSE(GroupQuantRows(odd));
+  EXPECT_FALSE(GroupQuantRows(q8));
+  EXPECT_FALSE(GroupQuantRows(f32));
+  EXPECT_TRUE(torch::equal(odd, odd_before));
+  EXPECT_TRUE(torch::equal(q8, q8_before));
+  EXPECT_EQ(QuantRows(odd), 45);
+  EXPECT_EQ(QuantRows(f32), 48);
+}
+
+// A decode step's fused products over grouped matrices, split across
+// threads at any row: each group computed once, by the share holding its
+// first row, so every output is written and the bits are one thread's.
+TEST(QuantTest, GroupedDecodeProductsSplitAnywhereAndKeepTheirBits) {
+  torch::Tensor wq = QuantizeMatrix(Random(512, 512, 17), QuantType::kQ4_0).value();
+  torch::Tensor wk = QuantizeMatrix(Random(136, 512, 18), QuantType::kQ4_0).value();
+  torch::Tensor wv = QuantizeMatrix(Random(120, 512, 19), QuantType::kQ4_0).value();
+  const torch::Tensor want = torch::cat({DequantizeMatrix(wq), DequantizeMatrix(wk),
+                                         DequantizeMatrix(wv)}).matmul(Random(1, 512, 20).view({512}));
+  for (torch::Tensor* w : {&wq, &wk, &wv}) ASSERT_TRUE(GroupQuantRows(*w));
+  const torch::Tensor x = Random(1, 512, 20).view({512});
+  auto products = [&](int threads) { return FusedProducts({&wq, &wk, &wv}, x, threads); };
+  const torch::Tensor one = products(1);
+  EXPECT_TRUE(torch::equal(products(2), one));
+  EXPECT_TRUE(torch::equal(products(3), one));
+  EXPECT_TRUE(torch::equal(products(4), one));
+  EXPECT_EQ((one == 0).sum().item<int64_t>(), 0);
+  EXPECT_LT((one - want).abs().max().item<float>(), 0.02 * want.abs().max().item<float>());
+}
 
 TEST(QuantTest, WidthsOffTheBlockAreRefusedByName) {
   const auto q = QuantizeMatrix(torch::zeros({4, 100}), QuantType::kQ4_0);
