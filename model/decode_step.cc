@@ -69,7 +69,7 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
                     const float* q, int64_t h, int64_t kvh, int64_t hd, int64_t pos, float* out,
                     bool window_layer, int64_t chunk) {
   const int64_t slots = cache_k.size(2), head_stride = cache_k.stride(1);
-  const int64_t row = cache_k.size(3);  // a row's length in the cache's elements
+  const int64_t row = cache_k.size(3);       // a row's length in the cache's elements
   const int64_t slot = (pos % slots) * row;  // the row's offset in each head
   int64_t n = std::min(pos + 1, slots);      // a ring's slots hold the last n positions
   int64_t first = 0;                         // offset of the first key read in each head
@@ -108,7 +108,7 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
     std::copy(v + j * hd, v + (j + 1) * hd, vp + j * head_stride + slot);
   }
   DecodeAttention(q, h, kvh, hd, kp + first, vp + first, head_stride, n, pos + 1 - n, pos, out,
-                    window_layer);
+                  window_layer);
 }
 
 }  // namespace

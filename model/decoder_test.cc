@@ -711,9 +711,8 @@ TEST(DecoderTest, Q4MatricesAreKeptGroupedWhereTheKernelsReadThem) {
     KvCache cache = d->NewCache(1, 12);
     torch::Tensor got = d->ForwardCached(tokens, cache, true);
     for (int step = 0; step < 3; ++step) {
-      got = torch::cat({got, d->ForwardCached(got.narrow(1, got.size(1) - 1, 1).argmax(-1), cache,
-                                              true)},
-                       1);
+      got = torch::cat(
+          {got, d->ForwardCached(got.narrow(1, got.size(1) - 1, 1).argmax(-1), cache, true)}, 1);
     }
     if (!want.defined()) want = got;
     EXPECT_TRUE(torch::equal(got, want));

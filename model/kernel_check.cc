@@ -183,37 +183,53 @@ void CheckQ8CacheAttention(KernelCheck& out) {
 // without SDOT) and the portable loop, against a double product of the
 // dequantized weights and activations. Integer sums are exact on every
 // path, so only the f32 sums over blocks separate them from the reference.
+// Q4_0 rows grouped eight at a time (model/quant.h), as a decoder holds
+// them on x86, likewise: each path reads that form too.
 void CheckQuantized(KernelCheck& out) {
+  using Case = std::tuple<QuantType, bool, int64_t, int64_t, int64_t>;  // grouped, rows, in, tokens
+  std::vector<Case> cases;
   for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
     for (auto [rows, in, tokens] :
          {std::tuple<int64_t, int64_t, int64_t>{67, 1024, 1}, {131, 576, 7}, {5, 32, 4}}) {
-      const torch::Tensor q = QuantizeMatrix(torch::randn({rows, in}), t).value();
-      const torch::Tensor x = torch::randn({tokens, in});
-      const int64_t blocks = in / kQuantBlock;
-      std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * 34));
-      torch::Tensor xr = torch::empty({tokens, in});
-      for (int64_t i = 0; i < tokens; ++i) {
-        QuantizeActivations(x.data_ptr<float>() + i * in, in, xq.data() + i * blocks * 34);
-        DequantizeRow(QuantType::kQ8_0, xq.data() + i * blocks * 34, in,
-                      xr.data_ptr<float>() + i * in);
-      }
-      const torch::Tensor wd = DequantizeMatrix(q).to(torch::kDouble), xd = xr.to(torch::kDouble);
-      const torch::Tensor want = torch::mm(xd, wd.t()), scale = torch::mm(xd.abs(), wd.abs().t());
-      auto path = [&](KernelPath p) {
-        torch::Tensor c = torch::empty({tokens, rows});
+      cases.emplace_back(t, false, rows, in, tokens);
+    }
+  }
+  cases.emplace_back(QuantType::kQ4_0, true, 64, 1024, 1);
+  cases.emplace_back(QuantType::kQ4_0, true, 136, 576, 7);
+  for (const auto& [t, grouped, rows, in, tokens] : cases) {
+    torch::Tensor q = QuantizeMatrix(torch::randn({rows, in}), t).value();
+    if (grouped) GroupQuantRows(q);
+    const torch::Tensor x = torch::randn({tokens, in});
+    const int64_t blocks = in / kQuantBlock;
+    std::vector<uint8_t> xq(static_cast<size_t>(tokens * blocks * 34));
+    torch::Tensor xr = torch::empty({tokens, in});
+    for (int64_t i = 0; i < tokens; ++i) {
+      QuantizeActivations(x.data_ptr<float>() + i * in, in, xq.data() + i * blocks * 34);
+      DequantizeRow(QuantType::kQ8_0, xq.data() + i * blocks * 34, in,
+                    xr.data_ptr<float>() + i * in);
+    }
+    const torch::Tensor wd = DequantizeMatrix(q).to(torch::kDouble), xd = xr.to(torch::kDouble);
+    const torch::Tensor want = torch::mm(xd, wd.t()), scale = torch::mm(xd.abs(), wd.abs().t());
+    auto path = [&](KernelPath p) {
+      torch::Tensor c = torch::empty({tokens, rows});
+      if (grouped) {
+        QuantGroupsGemm(q.data_ptr<uint8_t>(), blocks, xq.data(), tokens, c.data_ptr<float>(), rows,
+                        0, rows / kQ4GroupRows, p);
+      } else {
         QuantGemm(t, q.data_ptr<uint8_t>(), blocks, xq.data(), tokens, c.data_ptr<float>(), rows, 0,
                   rows, p);
-        return GemvError(c, want, scale);
-      };
-      KernelCheckRow row;
-      row.kernel = absl::StrCat(QuantTypeName(t), " ", rows, "x", in, " x", tokens);
-      row.best_error = GemvError(QuantMatmul(x, q), want, scale);
-      row.baseline_error = path(KernelPath::kBaseline);
-      row.portable_error = path(KernelPath::kPortable);
-      row.ok = std::max({row.best_error, *row.baseline_error, *row.portable_error}) <=
-               KernelCheck::kTolerance;
-      out.rows.push_back(row);
-    }
+      }
+      return GemvError(c, want, scale);
+    };
+    KernelCheckRow row;
+    row.kernel =
+        absl::StrCat(QuantTypeName(t), grouped ? " grouped " : " ", rows, "x", in, " x", tokens);
+    row.best_error = GemvError(QuantMatmul(x, q), want, scale);
+    row.baseline_error = path(KernelPath::kBaseline);
+    row.portable_error = path(KernelPath::kPortable);
+    row.ok = std::max({row.best_error, *row.baseline_error, *row.portable_error}) <=
+             KernelCheck::kTolerance;
+    out.rows.push_back(row);
   }
 }
 

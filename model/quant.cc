@@ -146,8 +146,8 @@ int64_t QuantRows(const torch::Tensor& w) {
 }
 
 bool GroupQuantRows(torch::Tensor& w) {
-  if (QuantTypeOf(w) != QuantType::kQ4_0 || QuantGrouped(w) ||
-      !w.is_contiguous() || w.size(0) % kQ4GroupRows != 0) {
+  if (QuantTypeOf(w) != QuantType::kQ4_0 || QuantGrouped(w) || !w.is_contiguous() ||
+      w.size(0) % kQ4GroupRows != 0) {
     return false;
   }
   const int64_t groups = w.size(0) / kQ4GroupRows, blocks = w.size(1);
@@ -180,7 +180,8 @@ void DequantizeMatrixRow(const torch::Tensor& w, int64_t r, float* out) {
   const QuantType t = QuantTypeOf(w).value();
   const int64_t blocks = w.size(1);
   const uint8_t* data = w.data_ptr<uint8_t>();
-  if (!QuantGrouped(w)) return DequantizeRow(t, data + r * blocks * w.size(2), blocks * kQuantBlock, out);
+  if (!QuantGrouped(w))
+    return DequantizeRow(t, data + r * blocks * w.size(2), blocks * kQuantBlock, out);
   const uint8_t* group = data + r / kQ4GroupRows * blocks * kQ4GroupBlockBytes;
   uint8_t block[kQ4BlockBytes];
   for (int64_t b = 0; b < blocks; ++b) {
@@ -228,8 +229,8 @@ namespace {
 // form. A grouped matrix computes the groups whose first row lies in
 // [first, last), whole (their rows past `last` too): any split of a
 // matrix's rows into ranges computes each group once.
-void QuantRowsInto(const torch::Tensor& w, const uint8_t* xq, int64_t tokens, float* c,
-                   int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+void QuantRowsInto(const torch::Tensor& w, const uint8_t* xq, int64_t tokens, float* c, int64_t ldc,
+                   int64_t first, int64_t last, KernelPath path) {
   const int64_t blocks = w.size(1);
   const uint8_t* data = w.data_ptr<uint8_t>();
   if (!QuantGrouped(w)) {

@@ -91,9 +91,9 @@ inline void UngroupQ4Block(const uint8_t* group_block, int64_t r, uint8_t* block
   std::memcpy(block, group_block + 2 * r, 2);
   for (int j = 0; j < 4; ++j) std::memcpy(block + 2 + 4 * j, group_block + 16 + 32 * j + 4 * r, 4);
 }
-bool QuantGrouped(const torch::Tensor& w);     // [rows / 8, blocks, 144] uint8
-int64_t QuantRows(const torch::Tensor& w);     // a matrix's rows, in any stored form
-bool QuantGroupsRowsHere();                    // whether this CPU's kernels read groups
+bool QuantGrouped(const torch::Tensor& w);  // [rows / 8, blocks, 144] uint8
+int64_t QuantRows(const torch::Tensor& w);  // a matrix's rows, in any stored form
+bool QuantGroupsRowsHere();                 // whether this CPU's kernels read groups
 // w (Q4_0, contiguous, in the row form) regrouped in place, the same
 // storage viewed as [rows / 8, blocks, 144]. False, w untouched, where w is
 // not such a matrix or its rows are not a multiple of 8. Every path reads

@@ -76,8 +76,7 @@ void GemmGroupsPortable(const uint8_t* g, int64_t blocks, const Acts& x, int64_t
         for (int64_t b = 0; b < blocks; ++b) {
           UngroupQ4Block(group + b * kQ4GroupBlockBytes, r, block);
           Unpack(QuantType::kQ4_0, block, unpacked);
-          const int8_t* xb =
-              reinterpret_cast<const int8_t*>(x.q + i * x.stride + b * kQ8Bytes + 2);
+          const int8_t* xb = reinterpret_cast<const int8_t*>(x.q + i * x.stride + b * kQ8Bytes + 2);
           sum += BlockScale(block) * x.d[i * blocks + b] * static_cast<float>(Dot32(unpacked, xb));
         }
         c[i * ldc + k * kQ4GroupRows + r] = sum;

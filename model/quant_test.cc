@@ -187,27 +187,28 @@ TEST(QuantTest, GroupedQ4RowsHoldTheSameWeightsAndProducts) {
     EXPECT_EQ(QuantTypeOf(g), QuantType::kQ4_0);
     EXPECT_EQ(QuantRows(g), rows);
     EXPECT_EQ(QuantColumns(g), cols);
-    EXPECT_FALSE(torch::equal(g.reshape({-1}), q.reshape({-1})));  // reordered...
+    EXPECT_FALSE(torch::equal(g.reshape({-1}), q.reshape({-1})));         // reordered...
     EXPECT_TRUE(torch::equal(DequantizeMatrix(g), DequantizeMatrix(q)));  // ...not changed
-    EXPECT_FALSE(GroupQuantRows(g));  // once
+    EXPECT_FALSE(GroupQuantRows(g));                                      // once
 
     const std::vector<uint8_t> xq = Activations(Random(tokens, cols, 12));
     for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
       std::vector<float> grouped(tokens * rows), by_rows(tokens * rows);
       QuantGroupsGemm(g.data_ptr<uint8_t>(), blocks, xq.data(), tokens, grouped.data(), rows, 0,
                       rows / 8, path);
-      QuantGemm(QuantType::kQ4_0, q.data_ptr<uint8_t>(), blocks, xq.data(), tokens,
-                by_rows.data(), rows, 0, rows, path);
+      QuantGemm(QuantType::kQ4_0, q.data_ptr<uint8_t>(), blocks, xq.data(), tokens, by_rows.data(),
+                rows, 0, rows, path);
       if (tokens > 1 && path != KernelPath::kPortable && QuantGroupsRowsHere()) {
         EXPECT_EQ(grouped, by_rows) << QuantKernelName() << " path " << static_cast<int>(path);
       }
       for (int64_t i = 0; i < tokens; ++i) {
         for (int64_t o = 0; o < rows; ++o) {
-          const double want = ReferenceDot(QuantType::kQ4_0, q.data_ptr<uint8_t>() + o * blocks * 18,
-                                           xq.data() + i * blocks * 34, cols);
+          const double want =
+              ReferenceDot(QuantType::kQ4_0, q.data_ptr<uint8_t>() + o * blocks * 18,
+                           xq.data() + i * blocks * 34, cols);
           EXPECT_NEAR(grouped[i * rows + o], want, 1e-5 * (std::fabs(want) + 1) * (cols / 320.0))
-              << "path " << static_cast<int>(path) << " cols " << cols << " token " << i
-              << " row " << o;
+              << "path " << static_cast<int>(path) << " cols " << cols << " token " << i << " row "
+              << o;
         }
       }
     }
@@ -241,8 +242,9 @@ TEST(QuantTest, GroupedDecodeProductsSplitAnywhereAndKeepTheirBits) {
   torch::Tensor wq = QuantizeMatrix(Random(512, 512, 17), QuantType::kQ4_0).value();
   torch::Tensor wk = QuantizeMatrix(Random(136, 512, 18), QuantType::kQ4_0).value();
   torch::Tensor wv = QuantizeMatrix(Random(120, 512, 19), QuantType::kQ4_0).value();
-  const torch::Tensor want = torch::cat({DequantizeMatrix(wq), DequantizeMatrix(wk),
-                                         DequantizeMatrix(wv)}).matmul(Random(1, 512, 20).view({512}));
+  const torch::Tensor want =
+      torch::cat({DequantizeMatrix(wq), DequantizeMatrix(wk), DequantizeMatrix(wv)})
+          .matmul(Random(1, 512, 20).view({512}));
   for (torch::Tensor* w : {&wq, &wk, &wv}) ASSERT_TRUE(GroupQuantRows(*w));
   const torch::Tensor x = Random(1, 512, 20).view({512});
   auto products = [&](int threads) { return FusedProducts({&wq, &wk, &wv}, x, threads); };
