@@ -73,18 +73,19 @@ inline int64_t QuantColumns(const torch::Tensor& w) { return w.size(1) * kQuantB
 torch::Tensor DequantizeMatrix(const torch::Tensor& q);  // f32 [rows, cols], either form
 
 // Q4_0 rows grouped eight at a time, as a decoder keeps its Q4_0 matrices
-// where the kernels read them so (x86 with AVX2: QuantGroupsRowsHere):
-// a uint8 tensor [rows / 8, cols / 32, 144], the same bytes as the row form
-// in another order (llama.cpp's CPU backend repacks Q4_0 likewise, its
-// q4_0_8x8). Block b of group g is the eight rows' block b: their f16
-// scales (bytes 0..15, row r's at 2r), then four chunks of 32 bytes, chunk
-// j holding bytes 4j..4j+3 of each row's 16 bytes of nibbles (row r's at
-// 16 + 32j + 4r). One 32-bit lane is one row: four activation bytes
-// broadcast to every lane feed all eight rows at once, and the f32 work is
-// one conversion, product and FMA per eight rows, where a row at a time
-// spends those on each. A one-thread Q4_0 GEMV over 8 MiB of weights read
-// them 2.2x faster grouped, over 512 MiB 1.4x (Xeon, model 207; the prompt
-// kernel regrouped its rows per call before).
+// where the kernels read them so (x86 with AVX2, aarch64 with NEON:
+// QuantGroupsRowsHere): a uint8 tensor [rows / 8, cols / 32, 144], the same
+// bytes as the row form in another order (llama.cpp's CPU backend repacks
+// Q4_0 likewise, its q4_0_8x8 and q4_0_4x4). Block b of group g is the
+// eight rows' block b: their f16 scales (bytes 0..15, row r's at 2r), then
+// four chunks of 32 bytes, chunk j holding bytes 4j..4j+3 of each row's 16
+// bytes of nibbles (row r's at 16 + 32j + 4r). One 32-bit lane is one row:
+// four activation bytes broadcast to every lane feed all eight rows at once
+// (four a 128-bit NEON register), and the f32 work is one conversion,
+// product and FMA per eight rows, where a row at a time spends those on
+// each. A one-thread Q4_0 GEMV over 8 MiB of weights read them 2.2x faster
+// grouped, over 512 MiB 1.4x (Xeon, model 207; the prompt kernel regrouped
+// its rows per call before).
 inline constexpr int64_t kQ4GroupRows = 8, kQ4GroupBlockBytes = 144;
 // Row r's block (kQ4BlockBytes) out of a grouped block.
 inline void UngroupQ4Block(const uint8_t* group_block, int64_t r, uint8_t* block) {

@@ -160,6 +160,9 @@ inline int8x16x2_t UnpackNeon(QuantType t, const uint8_t* block) {
 // HILNAS_NEON_DOT(w, x) is the four int32 partial sums of a block's w . x.
 namespace neon {
 #define HILNAS_NEON_DOT(w, x) DotPairs(w, x)
+#define HILNAS_NEON_DOT_LANE(acc, w, x, lane) \
+  vaddq_s32(acc,                              \
+            DotLanePairs(w, vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), lane))))
 inline int32x4_t DotPairs(int8x16x2_t w, const int8_t* x) {
   const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
   const int16x8_t p0 = vmull_s8(vget_low_s8(w.val[0]), vget_low_s8(x0));
@@ -169,7 +172,15 @@ inline int32x4_t DotPairs(int8x16x2_t w, const int8_t* x) {
   return vaddq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)),
                    vaddq_s32(vpaddlq_s16(p2), vpaddlq_s16(p3)));
 }
+// Lane r: the sum of w's and x's four bytes in lane r (x holds the same
+// four bytes in every lane), through SMULL and two pairwise adds.
+inline int32x4_t DotLanePairs(int8x16_t w, int8x16_t x) {
+  const int16x8_t p0 = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+  const int16x8_t p1 = vmull_high_s8(w, x);
+  return vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1));
+}
 #include "model/internal/quant_neon.inc"
+#undef HILNAS_NEON_DOT_LANE
 #undef HILNAS_NEON_DOT
 }  // namespace neon
 
@@ -178,7 +189,9 @@ inline int32x4_t DotPairs(int8x16x2_t w, const int8_t* x) {
 namespace neon_dot {
 #define HILNAS_NEON_DOT(w, x) \
   vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(x)), w.val[1], vld1q_s8((x) + 16))
+#define HILNAS_NEON_DOT_LANE(acc, w, x, lane) vdotq_laneq_s32(acc, w, x, lane)
 #include "model/internal/quant_neon.inc"
+#undef HILNAS_NEON_DOT_LANE
 #undef HILNAS_NEON_DOT
 }  // namespace neon_dot
 #pragma GCC pop_options
@@ -230,17 +243,26 @@ Acts ActsOf(const uint8_t* xq, int64_t blocks, int64_t tokens) {
 bool QuantGroupsRowsHere() {
 #if defined(__x86_64__)
   return HasQuantAvx2();
+#elif defined(__aarch64__)
+  return KernelCpuFeatures().neon;
 #else
-  return false;  // NEON and the portable loop read rows
+  return false;  // the portable loop reads rows
 #endif
 }
 
 void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, int64_t tokens,
-                     float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+                     float* c, int64_t ldc, int64_t first, int64_t last,
+                     [[maybe_unused]] KernelPath path) {  // one path but on x86 and aarch64
   const Acts x = ActsOf(xq, blocks, tokens);
 #if defined(__x86_64__)
   if (path != KernelPath::kPortable && HasQuantAvx2()) {
     const auto gemm = path == KernelPath::kBest && HasVnni() ? vnni::GemmGroups : avx2::GemmGroups;
+    return gemm(groups, blocks, x, tokens, c, ldc, first, last);
+  }
+#elif defined(__aarch64__)
+  if (path != KernelPath::kPortable && KernelCpuFeatures().neon) {
+    const auto gemm =
+        path == KernelPath::kBest && HasDotProduct() ? neon_dot::GemmGroups : neon::GemmGroups;
     return gemm(groups, blocks, x, tokens, c, ldc, first, last);
   }
 #endif
