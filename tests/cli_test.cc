@@ -100,6 +100,37 @@ TEST(CliTest, RunGeneratesAndReportsTtftAndDecodeSpeed) {
   }
 }
 
+// A Q4_0 run names its integer kernels and keeps every Q4_0 matrix with
+// rows grouped eight at a time where the kernels read them so (x86 with
+// AVX2, aarch64 with NEON: model/quant.h), none under the portable cap;
+// float weights print no such line.
+TEST(CliTest, RunKeepsQ4RowsGroupedWhereTheKernelsReadThem) {
+  const std::string run = TinyRun(32, 2) + " --weight-dtype q4_0 --kv-dtype q8_0";
+  Result q4 = Hilnas(run);
+  Result portable = HilnasWith("HILNAS_CPU_FEATURES", "portable", run);
+  Result f32 = Hilnas(TinyRun(32, 2));
+  ASSERT_EQ(q4.exit_code, 0) << q4.output;
+  ASSERT_EQ(portable.exit_code, 0) << portable.output;
+  EXPECT_EQ(StatsLine(q4.output).value("generated_tokens", 0), 2);
+  EXPECT_EQ(StatsLine(portable.output).value("generated_tokens", 0), 2);
+  // tiny-arch: 6 layers, 4 with attention (q, k, v, o), each an MLP
+  // (gate, up, down), and the tied embedding: 35 matrices, all of whole
+  // groups of eight rows.
+#if defined(__x86_64__)
+  const bool grouped_here = KernelCpuFeatures().Avx2FmaF16c();
+#else
+  const bool grouped_here = KernelCpuFeatures().neon;
+#endif
+  if (grouped_here) {
+    EXPECT_THAT(q4.output, HasSubstr("integer products; Q4_0 rows grouped eight at a time in 35 "
+                                     "of 35 matrices"));
+  }
+  EXPECT_THAT(portable.output,
+              HasSubstr("quantized products: portable integer products; Q4_0 rows grouped eight "
+                        "at a time in 0 of 35 matrices"));
+  EXPECT_THAT(f32.output, Not(HasSubstr("quantized products:")));
+}
+
 // OpenBLAS loaded with a core below the CPU's (as Debian 12's does on an
 // Emerald Rapids host, where it falls back to Prescott) is pinned to the
 // CPU's own by one re-execution (model/blas_core.h). OPENBLAS_CORETYPE=

@@ -20,6 +20,7 @@
 #include "model/generate.h"
 #include "model/kv_prediction.h"
 #include "model/prompt_gemm.h"
+#include "model/quant.h"
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
 #include "tools/common.h"
@@ -106,6 +107,28 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
   return Built{*std::move(decoder), ms, how, kvp};
 }
 
+// For quantized weights: the kernels their products run on, and how many
+// Q4_0 matrices the decoder keeps with rows grouped for them
+// (model/quant.h). Empty for float weights.
+std::string QuantizedProducts(const Decoder& decoder) {
+  int quantized = 0, q4 = 0, grouped = 0;
+  for (const auto& [name, t] : decoder.NamedTensors()) {
+    const std::optional<QuantType> type = QuantTypeOf(t);
+    if (!type) continue;
+    ++quantized;
+    if (*type != QuantType::kQ4_0) continue;
+    ++q4;
+    grouped += QuantGrouped(t);
+  }
+  if (quantized == 0) return "";
+  std::string s = absl::StrCat(QuantKernelName(), " integer products");
+  if (q4 > 0) {
+    absl::StrAppend(&s, "; Q4_0 rows grouped eight at a time in ", grouped, " of ", q4,
+                    " matrices");
+  }
+  return s;
+}
+
 std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   auto t = torch::randint(vocab, {n}, gen, torch::kLong);
@@ -131,6 +154,8 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
               PromptKernelsDescription().c_str(), GemvKernelName(), capped.empty() ? "" : "; ",
               capped.c_str());
   std::printf("prompt products: %s\n", prompt_products.c_str());
+  const std::string quantized = QuantizedProducts(decoder);
+  if (!quantized.empty()) std::printf("quantized products: %s\n", quantized.c_str());
   // The decode kernel's form: timed here on these weights and threads
   // (model/gemv.h), or as --gemv-form names it.
   if (!form) {
