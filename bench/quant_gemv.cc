@@ -1,0 +1,130 @@
+// A decode step's Q4_0 GEMV on one thread, over the two forms a Q4_0 matrix
+// takes (model/quant.h): rows as GGUF stores them (QuantRowsDot, what the
+// runtime ran before it grouped them) and rows grouped eight at a time
+// (QuantGroupsGemm, what a decoder keeps on x86 and NEON), over matrices of
+// several sizes: what fits L2, L3, and what streams from memory on most
+// hosts. Rounds alternate the forms; medians of --rounds, each the mean of
+// as many passes as read about 64 MiB, and their ratio (> 1: grouped
+// faster). The weights are random nibbles under one scale (the kernels'
+// work does not depend on the values); the two forms' products are checked
+// to agree before anything is timed.
+//
+// usage: quant_gemv [--cols 512] [--mib 1,8,64,512] [--rounds 7]
+#include <torch/torch.h>
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "model/quant.h"
+
+namespace quant_gemv_main {  // one of hilnas-bench's programs (bench/benches.h)
+
+namespace {
+
+using hilnas::bench::Arg;
+using hilnas::bench::Median;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void Usage(const std::string& why) {
+  std::fprintf(stderr,
+               "quant_gemv: %s\nusage: quant_gemv [--cols 512] [--mib 1,8,64,512] "
+               "[--rounds 7]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int64_t Positive(const std::string& s, const char* name) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v <= 0)
+    Usage(std::string(name) + " " + s + ": not a positive integer");
+  return v;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  const int64_t cols = Positive(Arg(argc, argv, "--cols", "512"), "--cols");
+  const int rounds = static_cast<int>(Positive(Arg(argc, argv, "--rounds", "7"), "--rounds"));
+  if (cols % hilnas::kQuantBlock != 0) Usage("--cols must be a multiple of 32");
+  std::vector<int64_t> sizes;
+  for (absl::string_view s : absl::StrSplit(Arg(argc, argv, "--mib", "1,8,64,512"), ',')) {
+    const int64_t mib = Positive(std::string(s), "--mib");
+    if (mib > 2048) Usage("--mib " + std::string(s) + ": at most 2048 (two copies are held)");
+    sizes.push_back(mib);
+  }
+  at::set_num_threads(1);
+  const int64_t blocks = cols / hilnas::kQuantBlock;
+  const int64_t row_bytes = blocks * hilnas::kQ4BlockBytes;
+  std::printf("Q4_0 GEMV, 1 thread, rows of %lld weights; quantized path %s%s\n\n",
+              static_cast<long long>(cols), hilnas::QuantKernelName(),
+              hilnas::QuantGroupsRowsHere() ? "" : " (a decoder here keeps rows as stored)");
+  std::printf(
+      "| MiB | rows | rows as stored ms | grouped ms | GB/s stored | GB/s grouped | "
+      "grouped speed-up |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t mib : sizes) {
+    const int64_t rows = (mib << 20) / row_bytes / hilnas::kQ4GroupRows * hilnas::kQ4GroupRows;
+    if (rows == 0) Usage("--mib " + std::to_string(mib) + " holds no group of 8 rows");
+    torch::Tensor stored =
+        torch::randint(256, {rows, blocks, hilnas::kQ4BlockBytes}, torch::kUInt8);
+    const uint16_t scale = c10::Half(0.01f).x;
+    stored.select(2, 0).fill_(scale & 0xff);
+    stored.select(2, 1).fill_(scale >> 8);
+    torch::Tensor grouped = stored.clone();
+    hilnas::GroupQuantRows(grouped);
+    std::vector<float> x(cols);
+    for (int64_t i = 0; i < cols; ++i) x[i] = std::sin(0.1 * i);
+    std::vector<uint8_t> xq(blocks * hilnas::kQ8BlockBytes);
+    hilnas::QuantizeActivations(x.data(), cols, xq.data());
+    std::vector<float> y_stored(rows), y_grouped(rows);
+    auto by_rows = [&] {
+      hilnas::QuantRowsDot(hilnas::QuantType::kQ4_0, stored.data_ptr<uint8_t>(), blocks, xq.data(),
+                           y_stored.data(), 0, rows);
+    };
+    auto by_groups = [&] {
+      hilnas::QuantGroupsGemm(grouped.data_ptr<uint8_t>(), blocks, xq.data(), 1, y_grouped.data(),
+                              0, 0, rows / hilnas::kQ4GroupRows);
+    };
+    by_rows();
+    by_groups();
+    for (int64_t o = 0; o < rows; ++o) {
+      if (std::fabs(y_stored[o] - y_grouped[o]) > 1e-4 * (std::fabs(y_stored[o]) + 1)) {
+        std::fprintf(stderr, "quant_gemv: row %lld: %g stored, %g grouped\n",
+                     static_cast<long long>(o), y_stored[o], y_grouped[o]);
+        return 1;
+      }
+    }
+    const int passes = static_cast<int>(std::max<int64_t>(1, 64 / mib));
+    auto time = [&](auto&& pass) {
+      const auto t0 = Clock::now();
+      for (int p = 0; p < passes; ++p) pass();
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / passes;
+    };
+    std::vector<double> ms_rows, ms_groups;
+    for (int r = 0; r < rounds; ++r) {
+      if (r % 2 == 0) {
+        ms_rows.push_back(time(by_rows));
+        ms_groups.push_back(time(by_groups));
+      } else {
+        ms_groups.push_back(time(by_groups));
+        ms_rows.push_back(time(by_rows));
+      }
+    }
+    const double a = Median(ms_rows), b = Median(ms_groups);
+    const double bytes = static_cast<double>(stored.numel());
+    std::printf("| %lld | %lld | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
+                static_cast<long long>(mib), static_cast<long long>(rows), a, b, bytes / a / 1e6,
+                bytes / b / 1e6, a / b);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace quant_gemv_main
