@@ -83,9 +83,9 @@ torch::Tensor DequantizeMatrix(const torch::Tensor& q);  // f32 [rows, cols], ei
 // four activation bytes broadcast to every lane feed all eight rows at once
 // (four a 128-bit NEON register), and the f32 work is one conversion,
 // product and FMA per eight rows, where a row at a time spends those on
-// each. A one-thread Q4_0 GEMV over 8 MiB of weights read them 2.2x faster
-// grouped, over 512 MiB 1.4x (Xeon, model 207; the prompt kernel regrouped
-// its rows per call before).
+// each. A one-thread Q4_0 GEMV over 8 MiB of weights read them 2.1-2.4x
+// faster grouped, over 512 MiB 1.6x (bench/quant_gemv, Xeon model 207; the
+// prompt kernel regrouped its rows per call before).
 inline constexpr int64_t kQ4GroupRows = 8, kQ4GroupBlockBytes = 144;
 // Row r's block (kQ4BlockBytes) out of a grouped block.
 inline void UngroupQ4Block(const uint8_t* group_block, int64_t r, uint8_t* block) {
