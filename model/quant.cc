@@ -160,16 +160,7 @@ bool GroupQuantRows(torch::Tensor& w) {
     for (int64_t k = first; k < last; ++k) {
       uint8_t* group = data + k * group_bytes;
       std::memcpy(rows.data(), group, rows.size());
-      for (int64_t b = 0; b < blocks; ++b) {
-        uint8_t* out = group + b * kQ4GroupBlockBytes;
-        for (int64_t r = 0; r < kQ4GroupRows; ++r) {
-          const uint8_t* block = rows.data() + r * row_bytes + b * kQ4BlockBytes;
-          std::memcpy(out + 2 * r, block, 2);
-          for (int j = 0; j < 4; ++j) {
-            std::memcpy(out + 16 + 32 * j + 4 * r, block + 2 + 4 * j, 4);
-          }
-        }
-      }
+      GroupQ4Blocks(rows.data(), row_bytes, blocks, group);
     }
   });
   w.set_data(w.view({groups, blocks, kQ4GroupBlockBytes}));

@@ -87,6 +87,17 @@ torch::Tensor DequantizeMatrix(const torch::Tensor& q);  // f32 [rows, cols], ei
 // faster grouped, over 512 MiB 1.6x (bench/quant_gemv, Xeon model 207; the
 // prompt kernel regrouped its rows per call before).
 inline constexpr int64_t kQ4GroupRows = 8, kQ4GroupBlockBytes = 144;
+// Eight rows' blocks (row_bytes apart, `blocks` each) as grouped blocks at
+// `out` (blocks * kQ4GroupBlockBytes bytes).
+inline void GroupQ4Blocks(const uint8_t* rows, int64_t row_bytes, int64_t blocks, uint8_t* out) {
+  for (int64_t b = 0; b < blocks; ++b, out += kQ4GroupBlockBytes) {
+    for (int64_t r = 0; r < kQ4GroupRows; ++r) {
+      const uint8_t* block = rows + r * row_bytes + b * kQ4BlockBytes;
+      std::memcpy(out + 2 * r, block, 2);
+      for (int j = 0; j < 4; ++j) std::memcpy(out + 16 + 32 * j + 4 * r, block + 2 + 4 * j, 4);
+    }
+  }
+}
 // Row r's block (kQ4BlockBytes) out of a grouped block.
 inline void UngroupQ4Block(const uint8_t* group_block, int64_t r, uint8_t* block) {
   std::memcpy(block, group_block + 2 * r, 2);
