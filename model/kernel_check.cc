@@ -184,7 +184,7 @@ void CheckQ8CacheAttention(KernelCheck& out) {
 // dequantized weights and activations. Integer sums are exact on every
 // path, so only the f32 sums over blocks separate them from the reference.
 // Q4_0 rows grouped eight at a time (model/quant.h), as a decoder holds
-// them on x86, likewise: each path reads that form too.
+// them on x86 and NEON, likewise: each path reads that form too.
 void CheckQuantized(KernelCheck& out) {
   using Case = std::tuple<QuantType, bool, int64_t, int64_t, int64_t>;  // grouped, rows, in, tokens
   std::vector<Case> cases;
