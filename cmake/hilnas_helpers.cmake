@@ -111,7 +111,10 @@ function(hilnas_cc_test)
   if("process" IN_LIST A_LABELS OR HILNAS_SANITIZE)
     gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
   else()
-    add_test(NAME ${A_NAME} COMMAND ${A_NAME})
+    # --gtest_brief: a failing case's lines are all such a run prints, so
+    # a CI log cut to its head and tail still shows them (155 passing
+    # model/ cases hid the one that failed in the middle of one).
+    add_test(NAME ${A_NAME} COMMAND ${A_NAME} --gtest_brief=1)
     set_tests_properties(${A_NAME} PROPERTIES ${props})
   endif()
 endfunction()
