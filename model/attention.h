@@ -106,8 +106,9 @@ DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key, const Decod
 // threads, interleaved (medians of 15 batches), until two lengths in a row
 // split at least 5% faster (longer ones have more work for the same
 // hand-over), and sets the work of the fewest keys from which the split is
-// that much faster at every length measured (no such length: the longest's
-// work, doubled); a sweep that contradicts itself is timed again, all its
+// that much faster at every length measured (no such length: twice the
+// work of 2048 keys, the longest a sweep times, even where it stopped
+// shorter); a sweep that contradicts itself is timed again, all its
 // lengths in turn (SweepDecodeSplit). One thread or one KV head: nothing to
 // split, the threshold kept. Takes 0.02 s at full4's heads (8 over 2 x 64)
 // and 0.07-0.1 s at a Llama-3.2-1B's (32 over 8) on a 2-vCPU Zen 4, about

@@ -295,8 +295,12 @@ TEST(DecodeSplitTest, TuningSetsTheThresholdItsPointsCallForAndSplitsChangeNoBit
       }
       EXPECT_THAT(t.Describe(), ::testing::HasSubstr("split from"));
     } else {
+      // Not split up to the longest length timed: 2048 keys, or a shorter
+      // one where the first sweep stopped and its second timing contradicted
+      // it (SweepDecodeSplitTest.AStopThatTheSecondTimingDoesNotBearOut).
       EXPECT_EQ(t.work, 2 * 2.0 * h * 2048 * hd);
-      EXPECT_THAT(t.Describe(), ::testing::HasSubstr("not split up to 2048 keys"));
+      EXPECT_THAT(t.Describe(), ::testing::HasSubstr(absl::StrCat("not split up to ",
+                                                                  t.points.back().keys, " keys")));
     }
   }
   // One thread: nothing to split, the threshold kept.
@@ -390,6 +394,30 @@ TEST(SweepDecodeSplitTest, NoLengthFasterSplitIsTimedAgainAndThenNotSplit) {
   EXPECT_EQ(t.work, 2 * 1024.0 * 2048);
   EXPECT_THAT(t.Describe(), ::testing::HasSubstr("not split up to 2048 keys"));
   EXPECT_EQ(made_up.log.size(), 7u * 31 + 7 + 7 * 30);
+}
+
+// The first sweep stops at two lengths in a row that split faster (128 and
+// 256 keys) after a shorter one that did not (64, while 32 did), so its
+// lengths are timed again; in the second timing none splits faster (a burst
+// on the other thread). Nothing is split, up to the sweep's 2048 keys, and
+// the description names the longest length timed. (On a CI host under load
+// this is what the tuning test met, where it expected 2048 keys timed.)
+TEST(SweepDecodeSplitTest, AStopThatTheSecondTimingDoesNotBearOut) {
+  int calls = 0;
+  const DecodeBatchTimer timer = [&](int64_t keys, bool split, int) {
+    const bool first_sweep = calls++ < 4 * 31;  // 4 lengths: a warm-up and 15 pairs each
+    const double one = 0.1 * keys;
+    if (!split) return one;
+    return first_sweep && keys != 64 ? 0.5 * one : 2 * one;
+  };
+  const DecodeSplitTuning t = SweepDecodeSplit(2, 1024, timer);
+  ASSERT_EQ(t.points.size(), 4u);
+  EXPECT_EQ(t.points.back().keys, 256);
+  EXPECT_EQ(t.retimed, "a length split faster than a longer one (first: from 128 keys)");
+  EXPECT_EQ(t.keys, 0);
+  EXPECT_EQ(t.work, 2 * 1024.0 * 2048);
+  EXPECT_THAT(t.Describe(), ::testing::HasSubstr("not split up to 256 keys on 2 threads"));
+  EXPECT_EQ(calls, 4 * 31 + 4 + 4 * 30);
 }
 
 // A burst that outlasts the second timing too: the choice is the first
