@@ -75,6 +75,26 @@ TEST(PromptGemmTest, AgreesWithTheDoubleProductAtEveryEdge) {
   at::set_num_threads(saved);
 }
 
+// One thread takes every column, blocked 128 at a time as a thread's
+// chunk is: each output the same sum in k's order on 1, 2 or 3 threads.
+TEST(PromptGemmTest, AnyNumberOfThreadsGivesTheSameBits) {
+  if (!OwnPromptGemmAvailable()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  const int saved = at::get_num_threads();
+  torch::manual_seed(36);
+  const int64_t m = 30, n = 300, k = 1100;
+  const torch::Tensor w = torch::randn({n, k}), x = torch::randn({m, k});
+  std::vector<torch::Tensor> outs;
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    outs.push_back(torch::empty({m, n}));
+    ASSERT_TRUE(OwnPromptGemm(x.data_ptr<float>(), w.data_ptr(), GemmWeights::kF32, m, n, k,
+                              outs.back().data_ptr<float>()));
+  }
+  at::set_num_threads(saved);
+  EXPECT_TRUE(torch::equal(outs[0], outs[1]));
+  EXPECT_TRUE(torch::equal(outs[0], outs[2]));
+}
+
 TEST(PromptGemmTest, ReadsF32F16AndBf16Only) {
   EXPECT_EQ(GemmWeightsFor(torch::kFloat), GemmWeights::kF32);
   EXPECT_EQ(GemmWeightsFor(torch::kHalf), GemmWeights::kF16);
