@@ -63,28 +63,6 @@ inline int32_t Dot32(const int8_t* w, const int8_t* x) {
   return s;
 }
 
-// Grouped Q4_0 (model/quant.h): each row's block taken out of its group.
-void GemmGroupsPortable(const uint8_t* g, int64_t blocks, const Acts& x, int64_t tokens, float* c,
-                        int64_t ldc, int64_t first, int64_t last) {
-  uint8_t block[kQ4BlockBytes];
-  int8_t unpacked[32];
-  for (int64_t k = first; k < last; ++k) {
-    const uint8_t* group = g + k * blocks * kQ4GroupBlockBytes;
-    for (int64_t r = 0; r < kQ4GroupRows; ++r) {
-      for (int64_t i = 0; i < tokens; ++i) {
-        float sum = 0;
-        for (int64_t b = 0; b < blocks; ++b) {
-          UngroupQ4Block(group + b * kQ4GroupBlockBytes, r, block);
-          Unpack(QuantType::kQ4_0, block, unpacked);
-          const int8_t* xb = reinterpret_cast<const int8_t*>(x.q + i * x.stride + b * kQ8Bytes + 2);
-          sum += BlockScale(block) * x.d[i * blocks + b] * static_cast<float>(Dot32(unpacked, xb));
-        }
-        c[i * ldc + k * kQ4GroupRows + r] = sum;
-      }
-    }
-  }
-}
-
 void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const Acts& x, int64_t tokens,
                   float* c, int64_t ldc, int64_t first, int64_t last) {
   const int64_t bs = QuantBlockBytes(t);
@@ -100,6 +78,24 @@ void GemmPortable(QuantType t, const uint8_t* w, int64_t blocks, const Acts& x, 
                static_cast<float>(Dot32(unpacked, xb));
       }
       c[i * ldc + o] = sum;
+    }
+  }
+}
+
+// Grouped Q4_0 (model/quant.h): each row's blocks taken out of its group
+// once, into the row form, and that row through GemmPortable.
+void GemmGroupsPortable(const uint8_t* g, int64_t blocks, const Acts& x, int64_t tokens, float* c,
+                        int64_t ldc, int64_t first, int64_t last) {
+  thread_local std::vector<uint8_t> row;
+  row.resize(static_cast<size_t>(blocks * kQ4BlockBytes));
+  for (int64_t k = first; k < last; ++k) {
+    const uint8_t* group = g + k * blocks * kQ4GroupBlockBytes;
+    for (int64_t r = 0; r < kQ4GroupRows; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        UngroupQ4Block(group + b * kQ4GroupBlockBytes, r, row.data() + b * kQ4BlockBytes);
+      }
+      GemmPortable(QuantType::kQ4_0, row.data(), blocks, x, tokens, c + k * kQ4GroupRows + r, ldc,
+                   0, 1);
     }
   }
 }
