@@ -115,7 +115,10 @@ std::string BlasCoreDescription() {
   if (from != nullptr && CoreFits(loaded, wanted)) {
     absl::StrAppend(&out, " (pinned by hilnas: OpenBLAS chose ", from, ")");
   } else if (!CoreFits(loaded, wanted)) {
-    absl::StrAppend(&out, " (below this CPU's ", wanted,
+    // Under a cap a core may miss by being too wide (a user's
+    // OPENBLAS_CORETYPE=SkylakeX under HILNAS_CPU_FEATURES=avx2).
+    const bool wider = CpuFeaturesCapped() && BlasCoreCovers(loaded, wanted);
+    absl::StrAppend(&out, wider ? " (wider than the cap's " : " (below this CPU's ", wanted,
                     std::getenv("OPENBLAS_CORETYPE") != nullptr
                         ? ": OPENBLAS_CORETYPE is set; HILNAS_BLAS_CORE=auto overrides it)"
                         : ")");

@@ -62,7 +62,8 @@ bool BlasCoreBelowCpu();
 
 // For reports: "OpenBLAS SkylakeX (pinned by hilnas: OpenBLAS chose
 // Prescott)", "OpenBLAS Cooperlake", "OpenBLAS Prescott (below this CPU's
-// SkylakeX: OPENBLAS_CORETYPE ...)", or "not OpenBLAS".
+// SkylakeX: OPENBLAS_CORETYPE ...)", "OpenBLAS SkylakeX (wider than the
+// cap's Haswell: OPENBLAS_CORETYPE ...)", or "not OpenBLAS".
 std::string BlasCoreDescription();
 
 // out [m, n] = x [m, k] @ w [n, k]^T (row-major, contiguous f32) with the
