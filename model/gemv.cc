@@ -198,6 +198,15 @@ __attribute__((target("avx2,fma,f16c"))) void WidenAvx2(const uint16_t* w, float
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Widen(w + i, bf16));
   for (; i < n; ++i) out[i] = Widen1(w[i], bf16);
 }
+
+__attribute__((target("avx2,fma,f16c"))) void NarrowAvx2(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = c10::Half(x[i]).x;
+}
 #endif
 
 #if defined(__aarch64__)
@@ -270,6 +279,15 @@ void WidenNeon(const uint16_t* w, float* out, int64_t n, bool bf16) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) vst1q_f32(out + i, Widen4(w + i, bf16));
   for (; i < n; ++i) out[i] = Widen1(w[i], bf16);
+}
+
+// FCVTN rounds as FPCR says: to nearest, ties to even, unless a program
+// changed it.
+void NarrowNeon(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+  for (; i < n; ++i) out[i] = c10::Half(x[i]).x;
 }
 #endif
 
@@ -510,6 +528,15 @@ void WidenHalves(const uint16_t* src, int64_t n, bool bf16, float* out) {
   if (KernelCpuFeatures().neon) return WidenNeon(src, out, n, bf16);
 #endif
   for (int64_t i = 0; i < n; ++i) out[i] = Widen1(src[i], bf16);
+}
+
+void NarrowToHalves(const float* src, int64_t n, uint16_t* out) {
+#if defined(__x86_64__)
+  if (HasAvx2()) return NarrowAvx2(src, out, n);
+#elif defined(__aarch64__)
+  if (KernelCpuFeatures().neon) return NarrowNeon(src, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = c10::Half(src[i]).x;
 }
 
 void WidenInto(const torch::Tensor& w, float* out) {

@@ -112,6 +112,12 @@ void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x,
 // GCC 12's vector _Float16 conversion both widen one value at a time.
 void WidenHalves(const uint16_t* src, int64_t n, bool bf16, float* out);
 
+// n floats rounded to f16 (to nearest, ties to even: c10::Half's and
+// ATen's conversion, the same bits for every value but NaN's payload) on
+// the calling thread, with F16C's VCVTPS2PH or NEON's FCVTN where the CPU
+// has them: c10::Half converts one value at a time in integer steps.
+void NarrowToHalves(const float* src, int64_t n, uint16_t* out);
+
 // w (bf16 or f16, contiguous) widened into out (w.numel() floats) by
 // WidenHalves, split across libtorch's threads: a prompt multiplies by the
 // widened matrix (model/decoder_layers.cc).

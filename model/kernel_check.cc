@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -139,6 +140,27 @@ void CheckHalfCacheAttention(KernelCheck& out) {
     AddAttentionRow(kvh == h ? "attention decode f16 cache mha" : "attention decode f16 cache", got,
                     want, out);
   }
+}
+
+// A prompt's keys and values written into an f16 cache (NarrowToHalves:
+// F16C on x86, NEON's FCVTN on arm64) hold c10::Half's bits, value for
+// value, on 203 values (a tail after every vector width) spanning half's
+// range, past it (to infinity) and below it (subnormals, zero).
+void CheckHalfCacheWrite(KernelCheck& out) {
+  const torch::Tensor x = torch::cat(
+      {torch::randn({101}) * 300, torch::randn({100}) * 1e-6, torch::tensor({7e4f, -1e5f})});
+  std::vector<uint16_t> got(static_cast<size_t>(x.numel()));
+  NarrowToHalves(x.data_ptr<float>(), x.numel(), got.data());
+  const torch::Tensor want = x.to(torch::kHalf);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    differ += got[static_cast<size_t>(i)] != want.data_ptr<at::Half>()[i].x;
+  }
+  KernelCheckRow row;
+  row.kernel = "cache write f16 (c10::Half's bits)";
+  row.best_error = static_cast<double>(differ) / static_cast<double>(x.numel());
+  row.ok = differ == 0;
+  out.rows.push_back(row);
 }
 
 // Decode over a Q8_0 cache (--kv-dtype q8_0): integer scores against the
@@ -279,6 +301,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
     CheckPromptGemm(out);
     CheckAttention(out);
     CheckHalfCacheAttention(out);
+    CheckHalfCacheWrite(out);
     CheckQ8CacheAttention(out);
     CheckQuantized(out);
   } catch (const c10::Error& e) {

@@ -27,10 +27,11 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   EXPECT_EQ(check->gemv_path, GemvKernelName());
   // 3 types x 3 shapes of GEMV, each again in every other form this CPU
   // runs, the same of the prompt product where the CPU has AVX-512, 8
-  // attention cases (4 f32, 2 over an f16 cache, 2 over a q8_0 cache), 2
-  // block types x 3 shapes, and 2 shapes of Q4_0 rows grouped eight at a time
+  // attention cases (4 f32, 2 over an f16 cache, 2 over a q8_0 cache), the
+  // f16 cache write, 2 block types x 3 shapes, and 2 shapes of Q4_0 rows
+  // grouped eight at a time
   const size_t other_forms = GemvFormsHere().size() - 1;
-  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 34u : 25u) + 9 * other_forms);
+  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 35u : 26u) + 9 * other_forms);
   EXPECT_EQ(
       std::count_if(check->rows.begin(), check->rows.end(),
                     [](const KernelCheckRow& r) { return r.kernel.rfind("q4_0 grouped", 0) == 0; }),
@@ -41,6 +42,8 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   EXPECT_EQ(form_rows, 9 * other_forms);
   EXPECT_EQ(check->quant_path, QuantKernelName());
   for (const KernelCheckRow& row : check->rows) {
+    // The cache write's error is the share of values whose bits differ.
+    if (row.kernel.rfind("cache write", 0) == 0) continue;
     EXPECT_GT(row.best_error, 0) << row.kernel << ": a float sum equal to the double one "
                                  << "everywhere means the check compared a thing with itself";
   }

@@ -1,0 +1,97 @@
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/gemv.h"
+#include "model/internal/decoder_layers.h"
+#include "model/quant.h"
+
+namespace hilnas {
+namespace {
+
+using decoder_internal::ToCacheForm;
+using decoder_internal::WriteCacheRows;
+
+// The vector conversions (F16C, NEON) round as c10::Half does, value for
+// value: ties, subnormals, overflow to infinity, signed zeros, and a tail
+// shorter than a vector. (Run under the avx2 and portable caps too:
+// model_test_avx2, model_test_portable.)
+TEST(NarrowToHalvesTest, RoundsEveryValueAsC10Half) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -2.5f,
+                          65504.0f,
+                          65520.0f,  // rounds up past the largest half: infinity
+                          1e6f,
+                          -1e6f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          6.0e-8f,  // the smallest subnormal half
+                          3.0e-8f,
+                          1.0e-5f,  // subnormal in half
+                          -7.3e-6f,
+                          1.0f + 1.0f / 2048,  // a tie between two halves: to even
+                          1.0f + 3.0f / 2048,
+                          std::ldexp(1.0f, -24) * 1.5f};
+  torch::manual_seed(11);
+  const torch::Tensor r = torch::randn({203}) * 300;
+  for (int64_t i = 0; i < r.numel(); ++i) x.push_back(r[i].item<float>());
+  std::vector<uint16_t> out(x.size() + 1, 0xABCD);
+  NarrowToHalves(x.data(), static_cast<int64_t>(x.size()), out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(out[i], c10::Half(x[i]).x) << "x[" << i << "] = " << x[i];
+  }
+  EXPECT_EQ(out.back(), 0xABCD) << "wrote past n";
+}
+
+// A prompt's keys and values go into a full layer's cache in one pass, the
+// same bits as ToCacheForm and ATen's copy gave: f32, f16 and Q8_0 caches,
+// transposed inputs (a prompt's [B, T, KVH, hd] viewed as [B, KVH, T, hd]),
+// rows after a cached prefix; positions outside the chunk untouched. 4200
+// rows: two shares of at least 1 MiB of f32 on two threads.
+TEST(WriteCacheRowsTest, WritesTheBitsToCacheFormAndACopyWrite) {
+  torch::NoGradGuard no_grad;
+  const int saved_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::manual_seed(5);
+  const int64_t b = 2, kvh = 3, t = 700, hd = 64, capacity = 720, start = 13;
+  const torch::Tensor x = (torch::randn({b, t, kvh, hd}) * 4).transpose(1, 2);
+  ASSERT_FALSE(x.is_contiguous());
+  for (torch::Dtype storage : {torch::kFloat, torch::kHalf, torch::kByte}) {
+    const int64_t row = storage == torch::kByte ? hd / kQuantBlock * kQ8BlockBytes : hd;
+    const torch::Tensor fill = torch::full({b, kvh, capacity, row}, 7, torch::kByte).to(storage);
+    torch::Tensor want = fill.clone(), got = fill.clone();
+    want.narrow(2, start, t).copy_(ToCacheForm(x, storage));
+    ASSERT_TRUE(WriteCacheRows(x, got, start)) << storage;
+    EXPECT_TRUE(torch::equal(got, want)) << storage;
+  }
+  at::set_num_threads(saved_threads);
+}
+
+TEST(WriteCacheRowsTest, DeclinesWhatItDoesNotWriteAndRefusesPositionsPastTheCache) {
+  torch::manual_seed(6);
+  torch::Tensor cache = torch::zeros({1, 2, 8, 64});
+  const torch::Tensor x = torch::randn({1, 2, 4, 64});
+  {
+    torch::NoGradGuard no_grad;
+    // Rows that are not contiguous along head_dim, and a bf16 cache.
+    EXPECT_FALSE(WriteCacheRows(torch::randn({1, 2, 64, 4}).transpose(2, 3), cache, 0));
+    torch::Tensor bf16 = torch::zeros({1, 2, 8, 64}, torch::kBFloat16);
+    EXPECT_FALSE(WriteCacheRows(x, bf16, 0));
+    EXPECT_TRUE(torch::equal(cache, torch::zeros_like(cache)));
+    EXPECT_THROW(WriteCacheRows(x, cache, 5), c10::Error);  // positions 5..8 of 8
+    EXPECT_THROW(WriteCacheRows(torch::randn({1, 3, 4, 64}), cache, 0), c10::Error);
+    EXPECT_TRUE(WriteCacheRows(x, cache, 4));
+  }
+  // Training: autograd must see the copy.
+  EXPECT_FALSE(WriteCacheRows(x, cache, 0));
+}
+
+}  // namespace
+}  // namespace hilnas
