@@ -353,8 +353,9 @@ bool WriteCacheRows(const torch::Tensor& x, torch::Tensor& cache, int64_t start)
   const int64_t s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2);
   // A share reads at least 1 MiB of f32 rows: the pass is bound by memory
   // (about 60 us for a 2048-token chunk of full4's 2 KV heads on one Zen 5
-  // thread), and under step_profile's hooks a split of 256-row shares took
-  // 5.8-8.4 ms of a 2-thread prefill against 1.4 on the caller alone.
+  // thread). Split into 256-row shares on 2 threads it gained nothing in
+  // TTFT (266-293 ms either way, `hilnas run`) and read 5.8-8.4 ms a step
+  // under step_profile's hooks against 1.4 on the caller alone.
   const int64_t grain = std::max<int64_t>(256, (int64_t{1} << 20) / (hd * 4));
   at::parallel_for(0, b * kvh * t, grain, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
