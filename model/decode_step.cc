@@ -3,6 +3,7 @@
 // as the ATen modules (decoder_test holds them to it token for token).
 #include <algorithm>
 
+#include "model/gemv.h"
 #include "model/internal/decoder_layers.h"
 #include "util/aligned.h"
 
@@ -91,11 +92,9 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
   if (cache_k.scalar_type() == torch::kHalf) {
     auto* kp = reinterpret_cast<uint16_t*>(cache_k.data_ptr<at::Half>());
     auto* vp = reinterpret_cast<uint16_t*>(cache_v.data_ptr<at::Half>());
-    for (int64_t j = 0; j < kvh; ++j) {
-      for (int64_t e = 0; e < hd; ++e) {
-        kp[j * head_stride + slot + e] = c10::Half(k[j * hd + e]).x;
-        vp[j * head_stride + slot + e] = c10::Half(v[j * hd + e]).x;
-      }
+    for (int64_t j = 0; j < kvh; ++j) {  // c10::Half's bits (NarrowToHalvesTest)
+      NarrowToHalves(k + j * hd, hd, kp + j * head_stride + slot);
+      NarrowToHalves(v + j * hd, hd, vp + j * head_stride + slot);
     }
     DecodeAttention(q, h, kvh, hd, kp + first, vp + first, head_stride, n, pos + 1 - n, pos, out,
                     window_layer);
