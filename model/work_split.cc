@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,11 @@ namespace hilnas {
 namespace {
 
 thread_local bool in_pool_share = false;
+
+// HoldSpinPoolWorkersForTest's: workers that see a post start nothing.
+std::atomic<bool> hold_workers{false};
+// SpinPoolSharesRevoked's count.
+std::atomic<int64_t> revoked{0};
 
 // CPUs this process may run on (its affinity mask, which a pinned agent
 // narrows), at least 1.
@@ -48,56 +55,199 @@ std::atomic<ThreadPool>& CurrentPool() {
   return pool;
 }
 
-// Workers that take a call's parts from a counter (model/work_split.h,
-// ParallelFor). One call at a time: a second caller waits for the first.
+// Workers that each take one share of a call from a slot of their own
+// (model/work_split.h, ParallelFor). One call at a time: a second caller
+// waits for the first.
 //
-// state_ holds the call's number (high 32 bits), whether it still admits
-// workers (bit 31) and how many have joined it (low 31 bits). A worker
-// joins by compare-and-swap on the number it saw while the call admits;
-// the caller, out of parts, closes the call and waits for the workers that
-// joined to leave. A worker that wakes late finds the call closed and
-// touches nothing of it, so the caller never waits for a sleeping worker
-// and the next call may rewrite the call's fields.
+// A hand-over between cores is paid in cache-line transfers, a few hundred
+// nanoseconds each on a VM, and a split costs the transfers on the way
+// from the caller's post to its seeing the last share done. So a share
+// moves as two threads hand work through words they spin on (the floor
+// `attention_bench --split-cost 1` measures): each worker's slot has a
+// line only the caller writes, the post (the call's number, and the share
+// itself: its bounds and the caller's function, by value, not through the
+// caller's stack), and a line only the worker writes, its state (the last
+// call it finished, and whether it sleeps). A post to a spinning worker is
+// seen, run and marked done with no other line of the pool's moved
+// between the cores. Through a shared counter of parts, join and leave
+// counts, and the share's bounds read from the caller's frames, a split of
+// two 2.3 us items took 1.3-1.5 us more than one item on a Zen 5 VM, and
+// 0.8-0.9 us this way (bench/data/runtime-compare.md, "The spin pool's
+// hand-over").
+//
+// The caller never waits on a worker that is not running:
+// - A worker about to sleep says so in its state first, and a post to a
+//   sleeping worker is cold: the worker claims it by compare-and-swap on
+//   a third word once awake, and the caller, out of its own work, takes
+//   back every cold share not yet claimed.
+// - A worker the kernel took off its CPU while it spun (another process
+//   on that CPU: a phone's UI, a VM's neighbour) has a hot post it has not
+//   started. Before it runs a hot share a worker writes the call's number
+//   to a word of its own (start); a caller that has waited kRevokeAfter
+//   for a share revokes the post, reads start, and publishes who owns the
+//   share: the worker if it had started, else the caller, which runs it.
+//   Both sides write, then read the other's word (seq_cst), so at least
+//   one sees the other; a worker that sees the revocation waits for the
+//   verdict.
+// A worker reads a share only when it may run it; a call's number in each
+// word keeps an old post, claim or start from being read as a newer one.
 class Pool {
  public:
+  using Fn = absl::FunctionRef<void(int64_t, int64_t)>;
+
   static Pool& Get() {
     static Pool* pool = new Pool;  // never destroyed: workers may sleep past exit
     return *pool;
   }
 
-  void Run(int parts, absl::FunctionRef<void(int)> part) {
+  // fn over [begin, end) in `parts` shares of `share` (the last short):
+  // share 0 on the caller.
+  void Run(int parts, int64_t begin, int64_t end, int64_t share, Fn fn) {
     std::lock_guard<std::mutex> one_call(call_mu_);
     Grow(parts - 1);
-    part_ = &part;
-    parts_ = parts;
-    next_.store(1, std::memory_order_relaxed);
-    left_.store(0, std::memory_order_relaxed);
-    error_ = nullptr;
-    const uint64_t call = (state_.load(std::memory_order_relaxed) >> 32) + 1;
-    state_.store(call << 32 | kAdmits, std::memory_order_seq_cst);
+    if (error_) error_ = nullptr;
+    const uint64_t call = ++calls_;
+    const int helpers = parts - 1;
+    // More threads in this call than CPUs (qemu on a small host, a
+    // phone's cores taken by its UI): the workers spin briefly after it,
+    // as libgomp drops GOMP_SPINCOUNT to 1000 when oversubscribed.
+    const unsigned spin_us = static_cast<unsigned>(parts) > cpus_ ? 5 : 100;
+    for (int w = 0; w < helpers; ++w) {
+      Slot& s = *slots_[w];
+      s.fn.emplace(fn);
+      s.first = std::min(end, begin + (w + 1) * share);
+      s.last = std::min(end, s.first + share);
+      s.spin_us.store(spin_us, std::memory_order_relaxed);
+      // Read before the post, as the worker writes its state before it
+      // reads the post: one of the two sees the other (both seq_cst).
+      cold_[w] = (s.state.load(std::memory_order_seq_cst) & kAsleep) != 0;
+      s.post.store(call << kPostBits | (cold_[w] ? kCold : kHot), std::memory_order_seq_cst);
+    }
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(sleep_mu_);
       wake_.notify_all();
     }
-    Take(0);
-    for (int p = next_.fetch_add(1, std::memory_order_relaxed); p < parts;
-         p = next_.fetch_add(1, std::memory_order_relaxed)) {
-      Take(p);
+    Take(fn, begin, std::min(end, begin + share));
+    for (int w = 0; w < helpers; ++w) {
+      Slot& s = *slots_[w];
+      taken_[w] = cold_[w] && Claim(s, call, /*by_caller=*/true);
+      if (taken_[w]) Take(fn, s.first, s.last);
     }
-    const uint64_t joined = state_.fetch_and(~kAdmits, std::memory_order_acq_rel) & kJoined;
-    while (left_.load(std::memory_order_acquire) < static_cast<int>(joined)) CpuRelax();
+    for (int w = 0; w < helpers; ++w) {
+      if (taken_[w]) continue;
+      Slot& s = *slots_[w];
+      // A cold share was claimed (the worker is running it) or is a hot
+      // one's, which may be revoked once, after kRevokeAfter.
+      bool may_revoke = !cold_[w];
+      std::chrono::steady_clock::time_point since;
+      for (int i = 1; s.state.load(std::memory_order_acquire) >> 1 != call; ++i) {
+        CpuRelax();
+        if (!may_revoke || i % 64 != 0) continue;
+        const auto now = std::chrono::steady_clock::now();
+        if (i == 64) {
+          since = now;
+        } else if (now - since > kRevokeAfter) {
+          may_revoke = false;
+          if (Revoke(s, call)) {
+            revoked.fetch_add(1, std::memory_order_relaxed);
+            Take(fn, s.first, s.last);
+            break;
+          }
+        }
+      }
+    }
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
-  static constexpr uint64_t kAdmits = uint64_t{1} << 31;
-  static constexpr uint64_t kJoined = kAdmits - 1;
+  // Slot::post: the call's number << kPostBits | one of these.
+  static constexpr int kPostBits = 3;
+  static constexpr uint64_t kPostState = (uint64_t{1} << kPostBits) - 1;
+  static constexpr uint64_t kHot = 0;         // to a spinning worker
+  static constexpr uint64_t kCold = 1;        // to a sleeping one: claimed first
+  static constexpr uint64_t kRevoking = 2;    // a hot share the caller has waited on
+  static constexpr uint64_t kCallerOwns = 3;  // revoked before the worker started
+  static constexpr uint64_t kWorkerOwns = 4;  // revoked, but the worker had started
+  static constexpr uint64_t kAsleep = 1;      // in Slot::state
+  // How long the caller, out of its own work, waits on a hot share before
+  // it asks whether the worker has started: past the few hundred
+  // nanoseconds a spinning worker takes to see a post, short of a
+  // scheduler's tick (milliseconds), which a worker taken off its CPU
+  // waits for.
+  static constexpr std::chrono::microseconds kRevokeAfter{5};
 
-  // A part, with its exception kept for the caller.
-  void Take(int p) {
+  struct Slot {
+    // Written by the caller: the call's number << kPostBits | a post's
+    // state; the share before it; how long the worker spins.
+    alignas(64) std::atomic<uint64_t> post{0};
+    std::optional<Fn> fn;  // a FunctionRef is copied, not assigned
+    int64_t first = 0, last = 0;
+    std::atomic<unsigned> spin_us{100};  // set with each post, read as the worker waits
+    // Written by the worker: the last call whose share it ran << 1 |
+    // kAsleep while it sleeps (or is about to). A worker not yet started
+    // counts as asleep.
+    alignas(64) std::atomic<uint64_t> state{kAsleep};
+    // Written by the worker: the last call whose hot share it started.
+    // Read by the caller only when it revokes, so it stays in the
+    // worker's cache.
+    alignas(64) std::atomic<uint64_t> start{0};
+    // A cold share's owner: its call's number << 1 | 1 when the caller
+    // took it back, | 0 when the worker claimed it.
+    alignas(64) std::atomic<uint64_t> claim{0};
+  };
+
+  // The cold share of `call` for the caller or the worker: false when the
+  // other had it first, or when the call is over (a worker that saw an
+  // old post wakes after the caller has taken back that share and newer
+  // ones: the word only moves forward, so the worker's claim fails).
+  static bool Claim(Slot& s, uint64_t call, bool by_caller) {
+    uint64_t c = s.claim.load(std::memory_order_acquire);
+    while (c >> 1 < call) {
+      if (s.claim.compare_exchange_weak(c, call << 1 | (by_caller ? 1 : 0),
+                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The hot share of `call`, not yet done: the caller's when its worker
+  // has not started it.
+  static bool Revoke(Slot& s, uint64_t call) {
+    s.post.store(call << kPostBits | kRevoking, std::memory_order_seq_cst);
+    const bool started = s.start.load(std::memory_order_seq_cst) == call;
+    s.post.store(call << kPostBits | (started ? kWorkerOwns : kCallerOwns),
+                 std::memory_order_release);
+    return !started;
+  }
+
+  // Whether the worker runs the hot share of `call` (its post read as
+  // `post`): it says it starts, then reads the post again.
+  static bool Start(Slot& s, uint64_t call, uint64_t post) {
+    if ((post & kPostState) == kCallerOwns) return false;
+    s.start.store(call, std::memory_order_seq_cst);
+    for (;;) {
+      post = s.post.load(std::memory_order_seq_cst);
+      if (post >> kPostBits != call) return false;  // the caller took it and went on
+      switch (post & kPostState) {
+        case kHot:
+        case kWorkerOwns:
+          return true;
+        case kCallerOwns:
+          return false;
+        default:  // kRevoking: the verdict is a store away
+          CpuRelax();
+      }
+    }
+  }
+
+  // A share, with its exception kept for the caller. An empty share (a
+  // range shorter than its parts) runs nothing, as at::parallel_for's.
+  void Take(Fn fn, int64_t first, int64_t last) {
+    if (first >= last) return;
     in_pool_share = true;
     try {
-      (*part_)(p);
+      fn(first, last);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
@@ -106,77 +256,78 @@ class Pool {
   }
 
   void Grow(int workers) {
-    if (static_cast<int>(workers_) >= workers) return;
-    while (static_cast<int>(workers_) < workers) {
-      // From the last call's number: the call about to be posted is its.
-      std::thread(&Pool::Work, this, state_.load(std::memory_order_relaxed) >> 32).detach();
-      ++workers_;
+    if (static_cast<int>(slots_.size()) >= workers) return;
+    // The CPUs, for Run's spin: read when the pool grows, not on every
+    // call (a system call).
+    cpus_ = UsableCpus();
+    while (static_cast<int>(slots_.size()) < workers) {
+      slots_.push_back(std::make_unique<Slot>());
+      cold_.push_back(false);
+      taken_.push_back(false);
+      std::thread(&Pool::Work, this, slots_.back().get()).detach();
     }
-    // More workers than CPUs (qemu on a small host, a phone's cores taken
-    // by its UI): spin briefly, as libgomp drops GOMP_SPINCOUNT to 1000
-    // when oversubscribed. Read when the pool grows, not on every call
-    // (a system call).
-    spin_us_.store(workers_ + 1 > UsableCpus() ? 5 : 100, std::memory_order_relaxed);
   }
 
-  void Work(uint64_t seen) {
+  void Work(Slot* slot) {
+    uint64_t seen = 0;  // the last call posted to this worker that it handled
     for (;;) {
-      uint64_t s = state_.load(std::memory_order_acquire);
-      if ((s >> 32) == seen) {
-        s = Wait(seen);
+      const uint64_t post = Wait(*slot, seen);
+      seen = post >> kPostBits;
+      while (hold_workers.load(std::memory_order_relaxed)) CpuRelax();
+      if ((post & kPostState) == kCold ? !Claim(*slot, seen, /*by_caller=*/false)
+                                       : !Start(*slot, seen, post)) {
+        continue;  // the caller's
       }
-      seen = s >> 32;
-      // Join while the call admits; a closed call is left alone.
-      while ((s >> 32) == seen && (s & kAdmits) != 0 &&
-             !state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
-                                           std::memory_order_acquire)) {
-      }
-      if ((s >> 32) != seen || (s & kAdmits) == 0) continue;
-      for (int p = next_.fetch_add(1, std::memory_order_relaxed); p < parts_;
-           p = next_.fetch_add(1, std::memory_order_relaxed)) {
-        Take(p);
-      }
-      left_.fetch_add(1, std::memory_order_release);
+      Take(*slot->fn, slot->first, slot->last);
+      slot->state.store(seen << 1, std::memory_order_release);
     }
   }
 
-  // Spins, then sleeps, until a call after `seen` is posted; returns state_.
-  uint64_t Wait(uint64_t seen) {
+  // Spins, then sleeps, until `slot` holds a post of a call after `seen`;
+  // returns it, the worker's state awake.
+  uint64_t Wait(Slot& slot, uint64_t seen) {
+    auto awake = [&](uint64_t post) {
+      if ((slot.state.load(std::memory_order_relaxed) & kAsleep) != 0) {
+        slot.state.store(seen << 1, std::memory_order_relaxed);
+      }
+      return post;
+    };
+    uint64_t post = slot.post.load(std::memory_order_acquire);
+    if (post >> kPostBits != seen) return awake(post);
     const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::microseconds(spin_us_.load(std::memory_order_relaxed));
+                       std::chrono::microseconds(slot.spin_us.load(std::memory_order_relaxed));
     for (int i = 1;; ++i) {
-      const uint64_t s = state_.load(std::memory_order_acquire);
-      if ((s >> 32) != seen) return s;
+      post = slot.post.load(std::memory_order_acquire);
+      if (post >> kPostBits != seen) return awake(post);
       CpuRelax();
       if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
     }
+    // Asleep from here on; a post made before the caller could see it
+    // (read after the state is written, both seq_cst) is run now.
+    slot.state.store(seen << 1 | kAsleep, std::memory_order_seq_cst);
+    post = slot.post.load(std::memory_order_seq_cst);
+    if (post >> kPostBits != seen) return awake(post);
     std::unique_lock<std::mutex> lock(sleep_mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    uint64_t s;
     wake_.wait(lock, [&] {
-      s = state_.load(std::memory_order_seq_cst);
-      return (s >> 32) != seen;
+      post = slot.post.load(std::memory_order_seq_cst);
+      return post >> kPostBits != seen;
     });
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
-    return s;
+    return awake(post);
   }
 
   std::mutex call_mu_;
-  unsigned workers_ = 0;  // under call_mu_
-  // Each on a cache line of its own: the caller spins on left_ while a
-  // worker takes parts from next_.
-  alignas(64) std::atomic<uint64_t> state_{0};
-  alignas(64) std::atomic<int> next_{0};
-  alignas(64) std::atomic<int> left_{0};
-  // Written only while no worker has joined.
-  alignas(64) const absl::FunctionRef<void(int)>* part_ = nullptr;
-  int parts_ = 0;
+  // Under call_mu_:
+  uint64_t calls_ = 0;
+  unsigned cpus_ = 1;                         // UsableCpus() when the pool last grew
+  std::vector<std::unique_ptr<Slot>> slots_;  // one a worker
+  std::vector<bool> cold_, taken_;            // this call's share w + 1: posted cold, taken back
+  std::exception_ptr error_;                  // read by the caller, set under error_mu_
   std::mutex error_mu_;
-  std::exception_ptr error_;
-  std::atomic<unsigned> spin_us_{100};
+  alignas(64) std::atomic<int> sleepers_{0};
   std::mutex sleep_mu_;
   std::condition_variable wake_;
-  std::atomic<int> sleepers_{0};
 };
 
 }  // namespace
@@ -194,6 +345,10 @@ absl::StatusOr<std::optional<ThreadPool>> ThreadPoolFromEnvironment() {
   return absl::InvalidArgumentError(
       absl::StrCat("HILNAS_THREAD_POOL=", v, " is neither openmp nor spin"));
 }
+
+void HoldSpinPoolWorkersForTest(bool hold) { hold_workers.store(hold, std::memory_order_relaxed); }
+
+int64_t SpinPoolSharesRevoked() { return revoked.load(std::memory_order_relaxed); }
 
 void SetThreadPool(ThreadPool pool) { CurrentPool().store(pool, std::memory_order_relaxed); }
 
@@ -215,11 +370,7 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
     return;
   }
   // at::parallel_for's shares: ceil(range / parts) each, the last short.
-  const int64_t share = (range - 1) / parts + 1;
-  Pool::Get().Run(static_cast<int>(parts), [&](int p) {
-    const int64_t first = begin + p * share;
-    if (first < end) fn(first, std::min(end, first + share));
-  });
+  Pool::Get().Run(static_cast<int>(parts), begin, end, (range - 1) / parts + 1, fn);
 }
 
 void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, int64_t)> fn) {

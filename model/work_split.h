@@ -48,23 +48,31 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 //
 // kOpenMp: at::parallel_for, libgomp's workers; the default.
 //
-// kSpin: hilnas's own workers. The first share runs on the caller; the
-// first exception a share throws is rethrown on the caller once every
-// share has ended. The workers spin on one word for about 0.1 ms after
-// their last share (as libgomp's do under GOMP_SPINCOUNT 10000,
-// util/subprocess.h), a few microseconds when there are more of them than
-// CPUs (qemu, a phone's cores shared with its UI), then sleep on a
-// condition variable; a call that finds them asleep wakes them and does not
-// wait for them: whatever shares are left when the caller runs out are the
-// caller's. Written because an empty libgomp region over 2 threads cost
-// 3.2 us on a Zen 5 VM even with its workers spinning, against 0.9 us for
-// two threads handing work through a counter they spin on, and a decode
-// step splits about 21 times (17 products, 4 attention calls). On a Zen 4
-// VM (2026-11-28; `attention_bench --split-cost 1`,
+// kSpin: hilnas's own workers. The first share runs on the caller, share
+// w + 1 on worker w, handed over through a cache line of the worker's own
+// that carries the share (its bounds and fn) and a line only the worker
+// writes back, so that a hand-over moves as few lines between cores as
+// two threads spinning on a counter do; the first exception a share throws
+// is rethrown on the caller once every share has ended. The workers spin
+// on their line for about 0.1 ms after their last share (as libgomp's do
+// under GOMP_SPINCOUNT 10000, util/subprocess.h), a few microseconds when
+// there are more of them than CPUs (qemu, a phone's cores shared with its
+// UI), then sleep on a condition variable; a call that finds one asleep
+// wakes it and does not wait for it: a sleeper's share not yet claimed
+// when the caller runs out of its own is the caller's. Written because an empty libgomp region over
+// 2 threads cost 3.2 us on a Zen 5 VM even with its workers spinning, against 0.9 us for two
+// threads handing work through a counter they spin on, and a decode step splits about 21 times (17
+// products, 4 attention calls). On a Zen 4 VM (2026-11-28; `attention_bench --split-cost 1`,
 // bench/data/runtime-compare.md) an empty split costs 0.07-0.19 us here
 // against libgomp's 0.70-0.99, a split of two 2.45 us items 2.80-2.84
 // against 3.10-3.42, but libgomp's split is cheap enough there that decode
-// steps on 2 threads did not differ beyond the host's noise. So neither
+// steps on 2 threads did not differ beyond the host's noise. (Those
+// figures are of an earlier form of the pool, whose workers took shares
+// from a shared counter and read them from the caller's stack: on a Zen 5
+// VM its split of two 2.3 us items took 3.8-4.1 us, the slots' 3.3-3.4,
+// and a window layer's 128-key decode attention went from not paying to
+// split to paying; bench/data/runtime-compare.md, "The spin pool's
+// hand-over".) So neither
 // is fixed: OpenMP is the default, and the runtime times both on the model
 // at hand before its runs (TuneThreadPool) and keeps the spin pool only
 // where it is measurably faster.
@@ -128,6 +136,16 @@ ThreadPool ChooseThreadPool(double openmp_ms, double spin_ms);
 // one thread, or a pool HILNAS_THREAD_POOL names, it times nothing and
 // sets that pool (OpenMP for one thread: nothing splits).
 ThreadPoolTuning TuneThreadPool(absl::FunctionRef<void()> step);
+
+// For tests of the spin pool: while held, its workers see their posts but
+// start none, as workers the kernel has taken off their CPUs would, so a
+// call's shares are all the caller's (a hot share revoked after a few
+// microseconds, a cold one taken back).
+void HoldSpinPoolWorkersForTest(bool hold);
+// Hot shares (posted to a spinning worker) the spin pool's callers have
+// revoked and run themselves, their worker not started a few microseconds
+// on, since the process started.
+int64_t SpinPoolSharesRevoked();
 
 // One pause in a spin-wait: PAUSE on x86, YIELD on arm64.
 inline void CpuRelax() {

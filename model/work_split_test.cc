@@ -156,14 +156,89 @@ TEST_F(WorkSplitTest, ParallelForRunsASecondShareOnAWorker) {
   }
 }
 
-// Many calls in a row, some after the workers have gone to sleep: every
-// index once in each, none lost, none run twice.
+// A worker that cannot start (taken off its CPU while it spun, asleep)
+// leaves its share to the caller: held workers here, posted to just after
+// a call (spinning: a hot post, revoked) and after they have slept (a
+// cold one, taken back). Without that the call would wait for the hold's
+// end (2 s later, or when the call returns) and share 1 would run on the
+// worker. Released, the
+// workers run shares again.
+TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
+  at::set_num_threads(2);
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
+  // Share 1 on a worker (share 0 spins up to 5 s for it: the caller goes
+  // on at once, the worker still spinning); its thread.
+  auto second_on_a_worker = [] {
+    std::atomic<bool> done{false};
+    std::thread::id second;
+    ParallelFor(0, 2, 1, [&](int64_t a, int64_t) {
+      if (a == 0) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!done.load() && std::chrono::steady_clock::now() < until) CpuRelax();
+      } else {
+        second = std::this_thread::get_id();
+        done.store(true);
+      }
+    });
+    return second;
+  };
+  // A call while every worker is held, `pause_ms` after a share ran on a
+  // worker: true when both shares ran on the caller, once each.
+  auto call_held = [&](int pause_ms) {
+    std::mutex mu;
+    std::condition_variable returned_cv;
+    bool returned = false;
+    std::thread release([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      returned_cv.wait_for(lock, std::chrono::seconds(2), [&] { return returned; });
+      HoldSpinPoolWorkersForTest(false);
+    });  // started first: a thread's start can outlast a worker's spin
+    if (second_on_a_worker() == std::this_thread::get_id()) return false;
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    HoldSpinPoolWorkersForTest(true);
+    std::vector<std::thread::id> ran(2);
+    std::atomic<int> runs{0};
+    ParallelFor(0, 2, 1, [&](int64_t a, int64_t) {
+      ran[static_cast<size_t>(a)] = std::this_thread::get_id();
+      runs.fetch_add(1);
+    });
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      returned = true;
+      returned_cv.notify_all();
+    }
+    release.join();
+    return runs.load() == 2 && ran[0] == std::this_thread::get_id() &&
+           ran[1] == std::this_thread::get_id();
+  };
+  // Just after a share ran on the worker, it spins: a hot post, revoked.
+  // (A host that takes the worker off its CPU at that moment makes the
+  // post cold: tried again.)
+  const int64_t revoked = SpinPoolSharesRevoked();
+  for (int attempt = 0; attempt < 20 && SpinPoolSharesRevoked() == revoked; ++attempt) {
+    EXPECT_TRUE(call_held(0)) << "attempt " << attempt;
+  }
+  EXPECT_GT(SpinPoolSharesRevoked(), revoked) << "no post was hot in 20 attempts";
+  // After 20 ms the worker sleeps: a cold post, taken back.
+  const int64_t before_cold = SpinPoolSharesRevoked();
+  EXPECT_TRUE(call_held(20));
+  EXPECT_EQ(SpinPoolSharesRevoked(), before_cold);
+  // The worker, released, skips the share it lost and takes the next.
+  EXPECT_NE(second_on_a_worker(), std::this_thread::get_id());
+}
+
+// Many calls in a row, some after the workers have gone to sleep, some
+// about when they go (a worker's spin lasts 0.1 ms: a post then may find
+// it asleep, going to sleep, or waking from an older call's post, and a
+// share posted cold may be claimed or taken back): every index once in
+// each, none lost, none run twice.
 TEST_F(WorkSplitTest, ParallelForCallsInARowLoseNothing) {
   for (int threads : {2, 3}) {
     at::set_num_threads(threads);
     std::vector<std::atomic<int>> seen(97);
     for (int call = 0; call < 3000; ++call) {
       if (call % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (call % 7 == 3) std::this_thread::sleep_for(std::chrono::microseconds(60 + call % 80));
       ParallelFor(0, 97, 1, [&](int64_t a, int64_t b) {
         for (int64_t i = a; i < b; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
       });
