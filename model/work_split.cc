@@ -27,8 +27,9 @@ namespace {
 
 thread_local bool in_pool_share = false;
 
-// HoldSpinPoolWorkersForTest's: workers that see a post start nothing.
-std::atomic<bool> hold_workers{false};
+// SetSpinPoolWorkersForTest's: workers that never sleep, and that see a
+// post but start nothing.
+std::atomic<bool> awake_workers{false}, hold_workers{false};
 // SpinPoolSharesRevoked's count.
 std::atomic<int64_t> revoked{0};
 
@@ -300,7 +301,10 @@ class Pool {
       post = slot.post.load(std::memory_order_acquire);
       if (post >> kPostBits != seen) return awake(post);
       CpuRelax();
-      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > until &&
+          !awake_workers.load(std::memory_order_relaxed)) {
+        break;
+      }
     }
     // Asleep from here on; a post made before the caller could see it
     // (read after the state is written, both seq_cst) is run now.
@@ -346,7 +350,10 @@ absl::StatusOr<std::optional<ThreadPool>> ThreadPoolFromEnvironment() {
       absl::StrCat("HILNAS_THREAD_POOL=", v, " is neither openmp nor spin"));
 }
 
-void HoldSpinPoolWorkersForTest(bool hold) { hold_workers.store(hold, std::memory_order_relaxed); }
+void SetSpinPoolWorkersForTest(bool stay_awake, bool hold) {
+  awake_workers.store(stay_awake, std::memory_order_relaxed);
+  hold_workers.store(hold, std::memory_order_relaxed);
+}
 
 int64_t SpinPoolSharesRevoked() { return revoked.load(std::memory_order_relaxed); }
 

@@ -137,11 +137,13 @@ ThreadPool ChooseThreadPool(double openmp_ms, double spin_ms);
 // sets that pool (OpenMP for one thread: nothing splits).
 ThreadPoolTuning TuneThreadPool(absl::FunctionRef<void()> step);
 
-// For tests of the spin pool: while held, its workers see their posts but
-// start none, as workers the kernel has taken off their CPUs would, so a
-// call's shares are all the caller's (a hot share revoked after a few
-// microseconds, a cold one taken back).
-void HoldSpinPoolWorkersForTest(bool hold);
+// For tests of the spin pool: `stay_awake` keeps its workers spinning (no
+// sleep after their spin); while `hold`, they see their posts but start
+// none, as workers the kernel has taken off their CPUs would, so a call's
+// shares are all the caller's (a hot share revoked after a few
+// microseconds, a cold one taken back). (false, false) is the pool's own
+// behaviour.
+void SetSpinPoolWorkersForTest(bool stay_awake, bool hold);
 // Hot shares (posted to a spinning worker) the spin pool's callers have
 // revoked and run themselves, their worker not started a few microseconds
 // on, since the process started.

@@ -157,17 +157,16 @@ TEST_F(WorkSplitTest, ParallelForRunsASecondShareOnAWorker) {
 }
 
 // A worker that cannot start (taken off its CPU while it spun, asleep)
-// leaves its share to the caller: held workers here, posted to just after
-// a call (spinning: a hot post, revoked) and after they have slept (a
-// cold one, taken back). Without that the call would wait for the hold's
-// end (2 s later, or when the call returns) and share 1 would run on the
-// worker. Released, the
-// workers run shares again.
+// leaves its share to the caller: held workers here, kept awake after a
+// share ran on one (a hot post, revoked), and asleep after 20 ms (a cold
+// post, taken back, or, on a host too busy to let the worker reach its
+// sleep, a hot one revoked). Without that the call would wait for the
+// hold's end (2 s later, or when the call returns) and share 1 would run
+// on the worker. Released, the workers run shares again.
 TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
   at::set_num_threads(2);
   if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
-  // Share 1 on a worker (share 0 spins up to 5 s for it: the caller goes
-  // on at once, the worker still spinning); its thread.
+  // Share 1 on a worker (share 0 spins up to 5 s for it); its thread.
   auto second_on_a_worker = [] {
     std::atomic<bool> done{false};
     std::thread::id second;
@@ -182,20 +181,22 @@ TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
     });
     return second;
   };
-  // A call while every worker is held, `pause_ms` after a share ran on a
-  // worker: true when both shares ran on the caller, once each.
-  auto call_held = [&](int pause_ms) {
+  // A call while every worker is held, after a share ran on a worker kept
+  // awake or left to sleep: true when both shares ran on the caller, once
+  // each.
+  auto call_held = [&](bool stay_awake) {
     std::mutex mu;
     std::condition_variable returned_cv;
     bool returned = false;
     std::thread release([&] {
       std::unique_lock<std::mutex> lock(mu);
       returned_cv.wait_for(lock, std::chrono::seconds(2), [&] { return returned; });
-      HoldSpinPoolWorkersForTest(false);
-    });  // started first: a thread's start can outlast a worker's spin
+      SetSpinPoolWorkersForTest(false, false);
+    });
+    SetSpinPoolWorkersForTest(stay_awake, false);
     if (second_on_a_worker() == std::this_thread::get_id()) return false;
-    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-    HoldSpinPoolWorkersForTest(true);
+    if (!stay_awake) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    SetSpinPoolWorkersForTest(stay_awake, true);
     std::vector<std::thread::id> ran(2);
     std::atomic<int> runs{0};
     ParallelFor(0, 2, 1, [&](int64_t a, int64_t) {
@@ -211,18 +212,10 @@ TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
     return runs.load() == 2 && ran[0] == std::this_thread::get_id() &&
            ran[1] == std::this_thread::get_id();
   };
-  // Just after a share ran on the worker, it spins: a hot post, revoked.
-  // (A host that takes the worker off its CPU at that moment makes the
-  // post cold: tried again.)
   const int64_t revoked = SpinPoolSharesRevoked();
-  for (int attempt = 0; attempt < 20 && SpinPoolSharesRevoked() == revoked; ++attempt) {
-    EXPECT_TRUE(call_held(0)) << "attempt " << attempt;
-  }
-  EXPECT_GT(SpinPoolSharesRevoked(), revoked) << "no post was hot in 20 attempts";
-  // After 20 ms the worker sleeps: a cold post, taken back.
-  const int64_t before_cold = SpinPoolSharesRevoked();
-  EXPECT_TRUE(call_held(20));
-  EXPECT_EQ(SpinPoolSharesRevoked(), before_cold);
+  EXPECT_TRUE(call_held(/*stay_awake=*/true));
+  EXPECT_EQ(SpinPoolSharesRevoked(), revoked + 1);  // the hot post's
+  EXPECT_TRUE(call_held(/*stay_awake=*/false));
   // The worker, released, skips the share it lost and takes the next.
   EXPECT_NE(second_on_a_worker(), std::this_thread::get_id());
 }
