@@ -72,8 +72,8 @@ std::atomic<ThreadPool>& CurrentPool() {
 // seen, run and marked done with no other line of the pool's moved
 // between the cores. Through a shared counter of parts, join and leave
 // counts, and the share's bounds read from the caller's frames, a split of
-// two 2.3 us items took 1.3-1.5 us more than one item on a Zen 5 VM, and
-// 0.8-0.9 us this way (bench/data/runtime-compare.md, "The spin pool's
+// two 2.4 us items took 1.6-1.8 us more than one item on a Zen 5 VM, and
+// 1.0-1.1 us this way (bench/data/runtime-compare.md, "The spin pool's
 // hand-over").
 //
 // The caller never waits on a worker that is not running:

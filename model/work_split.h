@@ -56,20 +56,23 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // is rethrown on the caller once every share has ended. The workers spin
 // on their line for about 0.1 ms after their last share (as libgomp's do
 // under GOMP_SPINCOUNT 10000, util/subprocess.h), a few microseconds when
-// there are more of them than CPUs (qemu, a phone's cores shared with its
-// UI), then sleep on a condition variable; a call that finds one asleep
-// wakes it and does not wait for it: a sleeper's share not yet claimed
-// when the caller runs out of its own is the caller's. Written because an empty libgomp region over
-// 2 threads cost 3.2 us on a Zen 5 VM even with its workers spinning, against 0.9 us for two
-// threads handing work through a counter they spin on, and a decode step splits about 21 times (17
-// products, 4 attention calls). On a Zen 4 VM (2026-11-28; `attention_bench --split-cost 1`,
+// a call has more threads than there are CPUs (qemu, a phone's cores
+// shared with its UI), then sleep on a condition variable. The caller
+// never waits on a worker that is not running: a sleeper's share not yet
+// claimed when the caller runs out of its own is the caller's, and so is
+// a spinning worker's that it has not started 5 us on (the kernel took
+// it off its CPU). Written because an empty libgomp region over 2 threads
+// cost 3.2 us on a Zen 5 VM even with its workers spinning, against 0.9 us
+// for two threads handing work through a counter they spin on, and a
+// decode step splits about 21 times (17 products, 4 attention calls). On
+// a Zen 4 VM (2026-11-28; `attention_bench --split-cost 1`,
 // bench/data/runtime-compare.md) an empty split costs 0.07-0.19 us here
 // against libgomp's 0.70-0.99, a split of two 2.45 us items 2.80-2.84
 // against 3.10-3.42, but libgomp's split is cheap enough there that decode
 // steps on 2 threads did not differ beyond the host's noise. (Those
 // figures are of an earlier form of the pool, whose workers took shares
 // from a shared counter and read them from the caller's stack: on a Zen 5
-// VM its split of two 2.3 us items took 3.8-4.1 us, the slots' 3.3-3.4,
+// VM its split of two 2.4 us items took 3.96-4.18 us, the slots' 3.42-3.51,
 // and a window layer's 128-key decode attention went from not paying to
 // split to paying; bench/data/runtime-compare.md, "The spin pool's
 // hand-over".) So neither
