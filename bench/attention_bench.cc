@@ -28,7 +28,9 @@
 // threads spinning on a counter for reference, and hilnas::ParallelFor's
 // own workers, model/work_split.h), and of two items of ~2.5 us on each
 // pool against the same two run in a row (the price a decode call's split
-// over KV heads must earn back; kDecodeParallelWork in model/attention.cc).
+// over KV heads must earn back; kDecodeParallelWork in model/attention.cc);
+// then 16 such items on the spin pool with a worker 1x and 3x slower than
+// the caller: whole shares against the pieces the caller takes.
 #include <omp.h>
 #include <torch/torch.h>
 
@@ -235,6 +237,52 @@ void SplitCost() {
   }
 }
 
+// A worker slower than the caller (--split-cost, second table): 16 items
+// of ~2.4 us, each costing `slow` times that on any thread but the
+// caller's, as on a phone whose worker landed on a little core. Timed as
+// the 16 in a row on the caller, as two shares of 8 run whole
+// (ParallelFor over 2 indices: at::parallel_for's equal shares, nothing
+// to take), and as ParallelFor over the 16, whose worker's share comes in
+// pieces the caller takes from once out of its own. With slow = 1 the
+// last two read what the pieces cost where the threads run at one speed.
+void SplitUneven() {
+  at::set_num_threads(2);
+  hilnas::SetThreadPool(hilnas::ThreadPool::kSpin);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<double> sink(16);
+  int slow = 1;
+  auto items = [&](int64_t a, int64_t b) {
+    const int times = std::this_thread::get_id() == caller ? 1 : slow;
+    for (int64_t i = a; i < b; ++i) {
+      double x = 0;
+      for (int k = 0; k < 3000 * times; ++k) x += k * 1e-9;
+      sink[static_cast<size_t>(i)] += x;
+    }
+  };
+  std::printf(
+      "\n| round | worker's speed | 16 items in a row us | two shares of 8, whole us | "
+      "ParallelFor over 16 us | pieces taken a call |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|\n");
+  for (int round = 1; round <= 5; ++round) {
+    for (int s : {1, 3}) {
+      slow = s;
+      std::vector<double> serial, whole, pieces;
+      const int64_t taken = hilnas::SpinPoolPiecesTaken();
+      for (int i = 0; i < 500; ++i) {
+        serial.push_back(Seconds([&] { items(0, 16); }));
+        whole.push_back(Seconds([&] {
+          hilnas::ParallelFor(0, 2, 1, [&](int64_t a, int64_t) { items(a * 8, a * 8 + 8); });
+        }));
+        pieces.push_back(Seconds([&] { hilnas::ParallelFor(0, 16, 1, items); }));
+      }
+      std::printf("| %d | 1/%d | %.2f | %.2f | %.2f | %.2f |\n", round, s, Median(serial) * 1e6,
+                  Median(whole) * 1e6, Median(pieces) * 1e6,
+                  static_cast<double>(hilnas::SpinPoolPiecesTaken() - taken) / 500);
+    }
+  }
+  hilnas::SetThreadPool(hilnas::ThreadPool::kOpenMp);
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -251,6 +299,7 @@ int Main(int argc, char** argv) {
   torch::manual_seed(1);
   if (Arg(argc, argv, "--split-cost", "0") == "1") {
     SplitCost();
+    SplitUneven();
     return 0;
   }
   if (Arg(argc, argv, "--decode-caches", "0") == "1") {

@@ -30,8 +30,8 @@ thread_local bool in_pool_share = false;
 // SetSpinPoolWorkersForTest's: workers that never sleep, and that see a
 // post but start nothing.
 std::atomic<bool> awake_workers{false}, hold_workers{false};
-// SpinPoolSharesRevoked's count.
-std::atomic<int64_t> revoked{0};
+// SpinPoolSharesRevoked's and SpinPoolPiecesTaken's counts.
+std::atomic<int64_t> revoked{0}, pieces_taken{0};
 
 // CPUs this process may run on (its affinity mask, which a pinned agent
 // narrows), at least 1.
@@ -90,8 +90,14 @@ std::atomic<ThreadPool>& CurrentPool() {
 //   Both sides write, then read the other's word (seq_cst), so at least
 //   one sees the other; a worker that sees the revocation waits for the
 //   verdict.
+// Nor on a worker that runs slower than it (a phone's little core): a
+// worker runs a share of more than one grain in up to kPiecesAShare pieces
+// taken from the front of a word beside its state, and the caller, out of
+// its own work, takes the back half of the pieces not started, until none
+// is left; a worker then holds the call for at most the piece it runs.
 // A worker reads a share only when it may run it; a call's number in each
-// word keeps an old post, claim or start from being read as a newer one.
+// word keeps an old post, claim, start or piece from being read as a
+// newer one.
 class Pool {
  public:
   using Fn = absl::FunctionRef<void(int64_t, int64_t)>;
@@ -102,8 +108,8 @@ class Pool {
   }
 
   // fn over [begin, end) in `parts` shares of `share` (the last short):
-  // share 0 on the caller.
-  void Run(int parts, int64_t begin, int64_t end, int64_t share, Fn fn) {
+  // share 0 on the caller, each worker's in pieces of at least `grain`.
+  void Run(int parts, int64_t begin, int64_t end, int64_t share, int64_t grain, Fn fn) {
     std::lock_guard<std::mutex> one_call(call_mu_);
     Grow(parts - 1);
     if (error_) error_ = nullptr;
@@ -113,11 +119,14 @@ class Pool {
     // phone's cores taken by its UI): the workers spin briefly after it,
     // as libgomp drops GOMP_SPINCOUNT to 1000 when oversubscribed.
     const unsigned spin_us = static_cast<unsigned>(parts) > cpus_ ? 5 : 100;
+    const int64_t piece = PieceSize(share, grain);
     for (int w = 0; w < helpers; ++w) {
       Slot& s = *slots_[w];
       s.fn.emplace(fn);
       s.first = std::min(end, begin + (w + 1) * share);
       s.last = std::min(end, s.first + share);
+      s.piece = piece;
+      s.pieces = std::max<int64_t>(1, (s.last - s.first + piece - 1) / piece);
       s.spin_us.store(spin_us, std::memory_order_relaxed);
       // Read before the post, as the worker writes its state before it
       // reads the post: one of the two sees the other (both seq_cst).
@@ -134,16 +143,32 @@ class Pool {
       taken_[w] = cold_[w] && Claim(s, call, /*by_caller=*/true);
       if (taken_[w]) Take(fn, s.first, s.last);
     }
+    // Pieces the workers have not started, the back half of each share's
+    // at a time, round the workers until none is left to take.
+    for (bool took = true; took;) {
+      took = false;
+      for (int w = 0; w < helpers; ++w) {
+        if (!taken_[w] && slots_[w]->pieces > 1) took |= TakePieces(*slots_[w], call, fn) == kTook;
+      }
+    }
     for (int w = 0; w < helpers; ++w) {
       if (taken_[w]) continue;
       Slot& s = *slots_[w];
       // A cold share was claimed (the worker is running it) or is a hot
-      // one's, which may be revoked once, after kRevokeAfter.
+      // one's, which may be revoked once, after kRevokeAfter. Pieces the
+      // worker has not started are the caller's to take meanwhile.
       bool may_revoke = !cold_[w];
+      bool may_take = s.pieces > 1;
       std::chrono::steady_clock::time_point since;
       for (int i = 1; s.state.load(std::memory_order_acquire) >> 1 != call; ++i) {
         CpuRelax();
-        if (!may_revoke || i % 64 != 0) continue;
+        if (i % 64 != 0) continue;
+        if (may_take) {
+          const Taken t = TakePieces(s, call, fn);
+          if (t == kTook) continue;
+          may_take = t == kNotStarted;
+        }
+        if (!may_revoke) continue;
         const auto now = std::chrono::steady_clock::now();
         if (i == 64) {
           since = now;
@@ -176,18 +201,34 @@ class Pool {
   // scheduler's tick (milliseconds), which a worker taken off its CPU
   // waits for.
   static constexpr std::chrono::microseconds kRevokeAfter{5};
+  // Pieces a worker's share is run in, so that a caller out of its own
+  // work takes what a slower worker has not started (a phone's little
+  // core, a vCPU whose host core's other hyperthread is busy), as
+  // llama.cpp's threads take a decode product's rows 64 at a time from a
+  // shared counter, but through a word in the worker's own cache line. (A
+  // worker the kernel takes off its CPU mid-piece still holds the call
+  // until it is back: pieces do not help there.)
+  static constexpr int64_t kPiecesAShare = 8;
 
   struct Slot {
     // Written by the caller: the call's number << kPostBits | a post's
-    // state; the share before it; how long the worker spins.
+    // state; the share before it, [first, last) in `pieces` pieces of
+    // `piece` (the last short); how long the worker spins.
     alignas(64) std::atomic<uint64_t> post{0};
     std::optional<Fn> fn;  // a FunctionRef is copied, not assigned
-    int64_t first = 0, last = 0;
+    int64_t first = 0, last = 0, piece = 0, pieces = 1;
     std::atomic<unsigned> spin_us{100};  // set with each post, read as the worker waits
     // Written by the worker: the last call whose share it ran << 1 |
     // kAsleep while it sleeps (or is about to). A worker not yet started
     // counts as asleep.
     alignas(64) std::atomic<uint64_t> state{kAsleep};
+    // The pieces of the worker's share that nobody has started, [next,
+    // end), once the worker has begun a share of more than one piece: the
+    // call's tag | next << kPieceBits | end. The worker takes from next,
+    // the caller, out of its own work, from end; both by compare-and-swap.
+    // Beside `state`, which the caller reads as it waits, so a caller
+    // that finds nothing to take has moved no other line.
+    std::atomic<uint64_t> left{0};
     // Written by the worker: the last call whose hot share it started.
     // Read by the caller only when it revokes, so it stays in the
     // worker's cache.
@@ -196,6 +237,62 @@ class Pool {
     // took it back, | 0 when the worker claimed it.
     alignas(64) std::atomic<uint64_t> claim{0};
   };
+
+  // Slot::left: the low 40 bits of the call's number, then next and end.
+  static constexpr int kPieceBits = 12;
+  static constexpr uint64_t kPieceMask = (uint64_t{1} << kPieceBits) - 1;
+  static uint64_t Tag(uint64_t call) { return call << (2 * kPieceBits); }
+  static bool Tagged(uint64_t left, uint64_t call) {
+    return (left ^ Tag(call)) >> (2 * kPieceBits) == 0;
+  }
+
+  // A share's pieces: kPiecesAShare of them where the share is at least
+  // that many grains, each a whole number of grains.
+  static int64_t PieceSize(int64_t share, int64_t grain) {
+    const int64_t want = std::max(grain, (share + kPiecesAShare - 1) / kPiecesAShare);
+    return (want + grain - 1) / grain * grain;
+  }
+
+  enum Taken { kTook, kNoneLeft, kNotStarted };
+
+  // The back half (rounded up) of the pieces of `s`'s share of `call`
+  // that its worker has not started, run on the caller: kNoneLeft when
+  // there are none (nor will be), kNotStarted when the worker has not yet
+  // begun the share (it may yet be revoked).
+  Taken TakePieces(Slot& s, uint64_t call, Fn fn) {
+    uint64_t v = s.left.load(std::memory_order_acquire);
+    for (;;) {
+      if (!Tagged(v, call)) return kNotStarted;
+      const uint64_t next = v >> kPieceBits & kPieceMask, end = v & kPieceMask;
+      if (next >= end) return kNoneLeft;
+      const uint64_t n = (end - next + 1) / 2;
+      if (s.left.compare_exchange_weak(v, v - n, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+        Take(fn, s.first + static_cast<int64_t>(end - n) * s.piece,
+             std::min(s.last, s.first + static_cast<int64_t>(end) * s.piece));
+        return kTook;
+      }
+    }
+  }
+
+  // The worker's share of `call`, piece by piece from the front while the
+  // caller may take them from the back; one piece is run whole.
+  void RunShare(Slot& s, uint64_t call) {
+    if (s.pieces <= 1) return Take(*s.fn, s.first, s.last);
+    uint64_t v = Tag(call) | static_cast<uint64_t>(s.pieces);
+    s.left.store(v, std::memory_order_release);
+    for (;;) {
+      const uint64_t next = v >> kPieceBits & kPieceMask, end = v & kPieceMask;
+      if (next >= end) return;
+      if (s.left.compare_exchange_weak(v, v + (uint64_t{1} << kPieceBits),
+                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        const int64_t first = s.first + static_cast<int64_t>(next) * s.piece;
+        Take(*s.fn, first, std::min(s.last, first + s.piece));
+        v = s.left.load(std::memory_order_relaxed);
+      }
+    }
+  }
 
   // The cold share of `call` for the caller or the worker: false when the
   // other had it first, or when the call is over (a worker that saw an
@@ -279,7 +376,7 @@ class Pool {
                                        : !Start(*slot, seen, post)) {
         continue;  // the caller's
       }
-      Take(*slot->fn, slot->first, slot->last);
+      RunShare(*slot, seen);
       slot->state.store(seen << 1, std::memory_order_release);
     }
   }
@@ -357,6 +454,8 @@ void SetSpinPoolWorkersForTest(bool stay_awake, bool hold) {
 
 int64_t SpinPoolSharesRevoked() { return revoked.load(std::memory_order_relaxed); }
 
+int64_t SpinPoolPiecesTaken() { return pieces_taken.load(std::memory_order_relaxed); }
+
 void SetThreadPool(ThreadPool pool) { CurrentPool().store(pool, std::memory_order_relaxed); }
 
 ThreadPool CurrentThreadPool() { return CurrentPool().load(std::memory_order_relaxed); }
@@ -377,7 +476,7 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
     return;
   }
   // at::parallel_for's shares: ceil(range / parts) each, the last short.
-  Pool::Get().Run(static_cast<int>(parts), begin, end, (range - 1) / parts + 1, fn);
+  Pool::Get().Run(static_cast<int>(parts), begin, end, (range - 1) / parts + 1, grain, fn);
 }
 
 void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, int64_t)> fn) {

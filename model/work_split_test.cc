@@ -101,8 +101,11 @@ TEST_F(WorkSplitTest, NestedCallRunsInline) {
   EXPECT_GE(calls.load(), 1);
 }
 
-// ParallelFor's shares are at::parallel_for's: the same (first, last)
-// pairs for every range, grain and thread count.
+// ParallelFor's shares are at::parallel_for's, for every range, grain and
+// thread count: the ranges fn sees cover [begin, end) once, each inside
+// one of at::parallel_for's shares; the caller's share (the first) comes
+// whole, a worker's in at most 8 pieces, each a whole number of grains
+// but the share's last.
 TEST_F(WorkSplitTest, ParallelForSharesAreAtensShares) {
   for (int threads : {1, 2, 3, 4}) {
     at::set_num_threads(threads);
@@ -119,8 +122,31 @@ TEST_F(WorkSplitTest, ParallelForSharesAreAtensShares) {
             std::lock_guard<std::mutex> lock(mu);
             atens.emplace(a, b);
           });
-          EXPECT_EQ(ours, atens) << threads << " threads, [" << begin << ", " << begin + n
-                                 << "), grain " << grain;
+          const std::string where = "threads " + std::to_string(threads) + ", [" +
+                                    std::to_string(begin) + ", " + std::to_string(begin + n) +
+                                    "), grain " + std::to_string(grain);
+          int64_t at = begin;
+          for (const auto& [a, b] : ours) {  // in order: they tile the range
+            EXPECT_EQ(a, at) << where;
+            EXPECT_LT(a, b) << where;
+            at = b;
+          }
+          EXPECT_EQ(at, begin + n) << where;
+          for (const auto& [first, last] : atens) {
+            std::vector<std::pair<int64_t, int64_t>> in;
+            for (const auto& r : ours) {
+              if (r.first >= first && r.first < last) in.push_back(r);
+            }
+            ASSERT_FALSE(in.empty()) << where;
+            EXPECT_EQ(in.back().second, last) << where << ": a piece crosses a share's end";
+            if (first == begin) {
+              EXPECT_EQ(in.size(), 1u) << where << ": the caller's share comes whole";
+            }
+            EXPECT_LE(in.size(), 8u) << where;
+            for (size_t i = 0; i + 1 < in.size(); ++i) {
+              EXPECT_EQ((in[i].second - in[i].first) % std::max<int64_t>(grain, 1), 0) << where;
+            }
+          }
         }
       }
     }
@@ -156,6 +182,23 @@ TEST_F(WorkSplitTest, ParallelForRunsASecondShareOnAWorker) {
   }
 }
 
+// Share 1 of a call on a worker (share 0 spins up to 5 s for it, so a
+// sleeping worker has time to wake); the thread it ran on.
+std::thread::id SecondShareOnAWorker() {
+  std::atomic<bool> done{false};
+  std::thread::id second;
+  ParallelFor(0, 2, 1, [&](int64_t a, int64_t) {
+    if (a == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done.load() && std::chrono::steady_clock::now() < until) CpuRelax();
+    } else {
+      second = std::this_thread::get_id();
+      done.store(true);
+    }
+  });
+  return second;
+}
+
 // A worker that cannot start (taken off its CPU while it spun, asleep)
 // leaves its share to the caller: held workers here, kept awake after a
 // share ran on one (a hot post, revoked), and asleep after 20 ms (a cold
@@ -166,21 +209,7 @@ TEST_F(WorkSplitTest, ParallelForRunsASecondShareOnAWorker) {
 TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
   at::set_num_threads(2);
   if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
-  // Share 1 on a worker (share 0 spins up to 5 s for it); its thread.
-  auto second_on_a_worker = [] {
-    std::atomic<bool> done{false};
-    std::thread::id second;
-    ParallelFor(0, 2, 1, [&](int64_t a, int64_t) {
-      if (a == 0) {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (!done.load() && std::chrono::steady_clock::now() < until) CpuRelax();
-      } else {
-        second = std::this_thread::get_id();
-        done.store(true);
-      }
-    });
-    return second;
-  };
+  auto second_on_a_worker = SecondShareOnAWorker;
   // A call while every worker is held, after a share ran on a worker kept
   // awake or left to sleep: true when both shares ran on the caller, once
   // each.
@@ -220,6 +249,67 @@ TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
   EXPECT_NE(second_on_a_worker(), std::this_thread::get_id());
 }
 
+// A worker slower than the caller (a phone's little core) keeps only the
+// pieces it has started: here its first piece holds it until every other
+// index has run, which the caller does, taking the pieces the worker has
+// not started, half of those left at a time. Without that the worker's
+// piece would wait 5 s and then the worker would run its share's rest.
+// The worker is kept awake, and a call whose worker did not start in time
+// (its share revoked or taken back: all the caller's) is tried again.
+TEST_F(WorkSplitTest, ParallelForCallerTakesThePiecesASlowWorkerHasNotStarted) {
+  at::set_num_threads(2);
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
+  SetSpinPoolWorkersForTest(/*stay_awake=*/true, /*hold=*/false);
+  constexpr int64_t kN = 1600, kGrain = 100;  // shares of 800: 8 pieces of 100
+  bool tested = false;
+  for (int attempt = 0; attempt < 20 && !tested; ++attempt) {
+    SecondShareOnAWorker();  // the worker awake and spinning
+    const int64_t taken = SpinPoolPiecesTaken();
+    const std::thread::id caller = std::this_thread::get_id();
+    std::vector<std::thread::id> ran(kN);
+    std::atomic<int64_t> done{0};
+    std::atomic<bool> timed_out{false};
+    std::mutex mu;
+    int64_t worker_first = -1;  // the first index a worker ran
+    ParallelFor(0, kN, kGrain, [&](int64_t a, int64_t b) {
+      const std::thread::id self = std::this_thread::get_id();
+      bool hold = false;
+      if (self != caller) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (worker_first < 0) worker_first = a;
+        hold = worker_first == a;
+      }
+      if (hold) {  // the slow worker's piece: ends when everything else has
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (done.load() < kN - (b - a)) {
+          if (std::chrono::steady_clock::now() > until) {
+            timed_out.store(true);
+            break;
+          }
+          CpuRelax();
+        }
+      }
+      for (int64_t i = a; i < b; ++i) ran[static_cast<size_t>(i)] = self;
+      done.fetch_add(b - a);
+    });
+    ASSERT_EQ(done.load(), kN);
+    if (worker_first < 0) continue;  // the worker never started: nothing to test
+    tested = true;
+    EXPECT_FALSE(timed_out.load()) << "the caller left the worker's pieces to it";
+    EXPECT_EQ(worker_first, kN / 2) << "a worker runs its share from the front";
+    int64_t on_the_worker = 0, first_wrong = -1;  // indices; the first on the wrong thread
+    for (int64_t i = 0; i < kN; ++i) {
+      const bool held_piece = i >= worker_first && i < worker_first + kGrain;
+      on_the_worker += ran[static_cast<size_t>(i)] == caller ? 0 : 1;
+      if ((ran[static_cast<size_t>(i)] == caller) == held_piece && first_wrong < 0) first_wrong = i;
+    }
+    EXPECT_EQ(on_the_worker, kGrain) << "index " << first_wrong << " ran on the wrong thread";
+    EXPECT_EQ(SpinPoolPiecesTaken(), taken + 7);  // the share's pieces but the first
+  }
+  SetSpinPoolWorkersForTest(false, false);
+  EXPECT_TRUE(tested) << "no worker started a share in 20 calls";
+}
+
 // Many calls in a row, some after the workers have gone to sleep, some
 // about when they go (a worker's spin lasts 0.1 ms: a post then may find
 // it asleep, going to sleep, or waking from an older call's post, and a
@@ -250,7 +340,12 @@ TEST_F(WorkSplitTest, ParallelForRethrowsAShareException) {
                              if (a == 2) throw std::runtime_error("share 2");
                            }),
                std::runtime_error);
-  EXPECT_EQ(ran.load(), at::get_num_threads() >= 2 ? 2 : 1);
+  if (at::get_num_threads() >= 2) {  // share [2, 4) whole, or in two pieces
+    EXPECT_GE(ran.load(), 2);
+    EXPECT_LE(ran.load(), 3);
+  } else {
+    EXPECT_EQ(ran.load(), 1);
+  }
   // The pool still works after it.
   std::atomic<int> after{0};
   ParallelFor(0, 4, 1, [&](int64_t a, int64_t b) { after.fetch_add(static_cast<int>(b - a)); });
