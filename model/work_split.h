@@ -65,28 +65,28 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // claimed when the caller runs out of its own is the caller's, and so is
 // a spinning worker's that it has not started 5 us on (the kernel took
 // it off its CPU). Nor on one that runs slower than it (a phone's little
-// core; a vCPU whose host core's other hyperthread is busy): a worker
-// runs a share of more than one grain in up to 8 pieces, and the caller,
-// out of its own work, takes the back half of those not started, again
-// and again, as llama.cpp's threads take a decode product's rows from a
-// shared counter. With a worker at a third of the caller's speed, 16
-// items of 2.4 us took 28.7-30.4 us (the work balanced: 28) against 56-61
-// in whole shares (`attention_bench --split-cost 1`). Written because an
-// empty libgomp region over 2 threads cost 3.2 us on a Zen 5 VM even with
-// its workers spinning, against 0.9 us for two threads handing work
-// through a counter they spin on, and a decode step splits about 21 times
-// (17 products, 4 attention calls). On
-// a Zen 4 VM (2026-11-28; `attention_bench --split-cost 1`,
+// core; a vCPU whose host core's other hyperthread is busy): a worker runs
+// a share of more than one grain in up to 8 pieces, and the caller, out of
+// its own work, takes the back half of those not started, again and again,
+// as llama.cpp's threads take a decode product's rows from a shared
+// counter. With a worker at a third of the caller's speed, 16 items of 2.4
+// us took 1.03-1.08 times what balanced work would (12 items' time),
+// against 2.00-2.15 in whole shares (`attention_bench --split-cost 1`).
+// Written because an empty libgomp region over 2 threads cost 3.2 us on a
+// Zen 5 VM even with its workers spinning, against 0.9 us for two threads
+// handing work through a counter they spin on, and a decode step splits
+// about 21 times (17 products, 4 attention calls). On a Zen 4 VM
+// (2026-11-28; `attention_bench --split-cost 1`,
 // bench/data/runtime-compare.md) an empty split costs 0.07-0.19 us here
 // against libgomp's 0.70-0.99, a split of two 2.45 us items 2.80-2.84
 // against 3.10-3.42, but libgomp's split is cheap enough there that decode
 // steps on 2 threads did not differ beyond the host's noise. (Those
 // figures are of an earlier form of the pool, whose workers took shares
 // from a shared counter and read them from the caller's stack: on a Zen 5
-// VM its split of two 2.4 us items took 3.96-4.18 us, the slots' 3.42-3.51,
-// and a window layer's 128-key decode attention went from not paying to
-// split to paying; bench/data/runtime-compare.md, "The spin pool's
-// hand-over".) So neither
+// VM its split of two 2.4 us items took 3.96-4.18 us, the slots'
+// 3.42-3.51, and a window layer's 128-key decode attention went from not
+// paying to split to paying; bench/data/runtime-compare.md, "The spin
+// pool's hand-over".) So neither
 // is fixed: OpenMP is the default, and the runtime times both on the model
 // at hand before its runs (TuneThreadPool) and keeps the spin pool only
 // where it is measurably faster.
