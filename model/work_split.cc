@@ -159,7 +159,7 @@ class Pool {
       // worker has not started are the caller's to take meanwhile.
       bool may_revoke = !cold_[w];
       bool may_take = s.pieces > 1;
-      std::chrono::steady_clock::time_point since;
+      std::optional<std::chrono::steady_clock::time_point> since;  // the first look at the clock
       for (int i = 1; s.state.load(std::memory_order_acquire) >> 1 != call; ++i) {
         CpuRelax();
         if (i % 64 != 0) continue;
@@ -170,9 +170,9 @@ class Pool {
         }
         if (!may_revoke) continue;
         const auto now = std::chrono::steady_clock::now();
-        if (i == 64) {
+        if (!since) {
           since = now;
-        } else if (now - since > kRevokeAfter) {
+        } else if (now - *since > kRevokeAfter) {
           may_revoke = false;
           if (Revoke(s, call)) {
             revoked.fetch_add(1, std::memory_order_relaxed);
