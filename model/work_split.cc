@@ -245,6 +245,14 @@ class Pool {
   static bool Tagged(uint64_t left, uint64_t call) {
     return (left ^ Tag(call)) >> (2 * kPieceBits) == 0;
   }
+  static uint64_t Next(uint64_t left) { return left >> kPieceBits & kPieceMask; }
+  static uint64_t End(uint64_t left) { return left & kPieceMask; }
+
+  // Pieces [from, to) of `s`'s share, run as one range.
+  void TakePieceRange(Fn fn, const Slot& s, uint64_t from, uint64_t to) {
+    Take(fn, s.first + static_cast<int64_t>(from) * s.piece,
+         std::min(s.last, s.first + static_cast<int64_t>(to) * s.piece));
+  }
 
   // A share's pieces: kPiecesAShare of them where the share is at least
   // that many grains, each a whole number of grains.
@@ -263,14 +271,12 @@ class Pool {
     uint64_t v = s.left.load(std::memory_order_acquire);
     for (;;) {
       if (!Tagged(v, call)) return kNotStarted;
-      const uint64_t next = v >> kPieceBits & kPieceMask, end = v & kPieceMask;
-      if (next >= end) return kNoneLeft;
-      const uint64_t n = (end - next + 1) / 2;
+      if (Next(v) >= End(v)) return kNoneLeft;
+      const uint64_t n = (End(v) - Next(v) + 1) / 2;
       if (s.left.compare_exchange_weak(v, v - n, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
         pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
-        Take(fn, s.first + static_cast<int64_t>(end - n) * s.piece,
-             std::min(s.last, s.first + static_cast<int64_t>(end) * s.piece));
+        TakePieceRange(fn, s, End(v) - n, End(v));
         return kTook;
       }
     }
@@ -282,13 +288,10 @@ class Pool {
     if (s.pieces <= 1) return Take(*s.fn, s.first, s.last);
     uint64_t v = Tag(call) | static_cast<uint64_t>(s.pieces);
     s.left.store(v, std::memory_order_release);
-    for (;;) {
-      const uint64_t next = v >> kPieceBits & kPieceMask, end = v & kPieceMask;
-      if (next >= end) return;
+    while (Next(v) < End(v)) {
       if (s.left.compare_exchange_weak(v, v + (uint64_t{1} << kPieceBits),
                                        std::memory_order_acq_rel, std::memory_order_relaxed)) {
-        const int64_t first = s.first + static_cast<int64_t>(next) * s.piece;
-        Take(*s.fn, first, std::min(s.last, first + s.piece));
+        TakePieceRange(*s.fn, s, Next(v), Next(v) + 1);
         v = s.left.load(std::memory_order_relaxed);
       }
     }

@@ -209,7 +209,6 @@ std::thread::id SecondShareOnAWorker() {
 TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
   at::set_num_threads(2);
   if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
-  auto second_on_a_worker = SecondShareOnAWorker;
   // A call while every worker is held, after a share ran on a worker kept
   // awake or left to sleep: true when both shares ran on the caller, once
   // each.
@@ -223,7 +222,7 @@ TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
       SetSpinPoolWorkersForTest(false, false);
     });
     SetSpinPoolWorkersForTest(stay_awake, false);
-    if (second_on_a_worker() == std::this_thread::get_id()) return false;
+    if (SecondShareOnAWorker() == std::this_thread::get_id()) return false;
     if (!stay_awake) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     SetSpinPoolWorkersForTest(stay_awake, true);
     std::vector<std::thread::id> ran(2);
@@ -246,7 +245,7 @@ TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
   EXPECT_EQ(SpinPoolSharesRevoked(), revoked + 1);  // the hot post's
   EXPECT_TRUE(call_held(/*stay_awake=*/false));
   // The worker, released, skips the share it lost and takes the next.
-  EXPECT_NE(second_on_a_worker(), std::this_thread::get_id());
+  EXPECT_NE(SecondShareOnAWorker(), std::this_thread::get_id());
 }
 
 // A worker slower than the caller (a phone's little core) keeps only the
