@@ -30,7 +30,8 @@
 // pool against the same two run in a row (the price a decode call's split
 // over KV heads must earn back; kDecodeParallelWork in model/attention.cc);
 // then 16 such items on the spin pool with a worker 1x and 3x slower than
-// the caller: whole shares against the pieces the caller takes.
+// the caller, and with the caller 3x slower than its worker: whole shares
+// against the pieces the faster thread takes.
 #include <omp.h>
 #include <torch/torch.h>
 
@@ -237,22 +238,25 @@ void SplitCost() {
   }
 }
 
-// A worker slower than the caller (--split-cost, second table): 16 items
-// of ~2.4 us, each costing `slow` times that on any thread but the
-// caller's, as on a phone whose worker landed on a little core. Timed as
-// the 16 in a row on the caller, as two shares of 8 run whole
-// (ParallelFor over 2 indices: at::parallel_for's equal shares, nothing
-// to take), and as ParallelFor over the 16, whose worker's share comes in
-// pieces the caller takes from once out of its own. With slow = 1 the
-// last two read what the pieces cost where the threads run at one speed.
+// One thread slower than the other (--split-cost, second table): 16 items
+// of ~2.4 us, each costing `slow` times that on the slower thread, as on a
+// phone whose worker, or whose caller (the thread that runs the model),
+// landed on a little core. Timed as the 16 in a row on the caller, as two
+// shares of 8 run whole (ParallelFor over 2 indices: at::parallel_for's
+// equal shares, nothing to take), and as ParallelFor over the 16, whose
+// shares come in pieces: the caller, out of its own, takes a slower
+// worker's; a worker, out of its own, takes a slower caller's. With slow
+// = 1 the last two read what the pieces cost where the threads run at one
+// speed.
 void SplitUneven() {
   at::set_num_threads(2);
   hilnas::SetThreadPool(hilnas::ThreadPool::kSpin);
   const std::thread::id caller = std::this_thread::get_id();
   std::vector<double> sink(16);
   int slow = 1;
+  bool caller_slow = false;
   auto items = [&](int64_t a, int64_t b) {
-    const int times = std::this_thread::get_id() == caller ? 1 : slow;
+    const int times = (std::this_thread::get_id() == caller) == caller_slow ? slow : 1;
     for (int64_t i = a; i < b; ++i) {
       double x = 0;
       for (int k = 0; k < 3000 * times; ++k) x += k * 1e-9;
@@ -260,14 +264,18 @@ void SplitUneven() {
     }
   };
   std::printf(
-      "\n| round | worker's speed | 16 items in a row us | two shares of 8, whole us | "
+      "\n| round | slower thread | its speed | 16 items in a row us | two shares of 8, whole us | "
       "ParallelFor over 16 us | pieces taken a call |\n");
-  std::printf("|---:|---|---:|---:|---:|---:|\n");
+  std::printf("|---:|---|---|---:|---:|---:|---:|\n");
   for (int round = 1; round <= 5; ++round) {
-    for (int s : {1, 3}) {
+    for (const auto& [s, on_caller] : {std::pair{1, false}, {3, false}, {3, true}}) {
       slow = s;
+      caller_slow = on_caller;
       std::vector<double> serial, whole, pieces;
-      const int64_t taken = hilnas::SpinPoolPiecesTaken();
+      auto taken = [] {
+        return hilnas::SpinPoolPiecesTaken() + hilnas::SpinPoolCallersPiecesTaken();
+      };
+      const int64_t taken_before = taken();
       for (int i = 0; i < 500; ++i) {
         serial.push_back(Seconds([&] { items(0, 16); }));
         whole.push_back(Seconds([&] {
@@ -275,9 +283,9 @@ void SplitUneven() {
         }));
         pieces.push_back(Seconds([&] { hilnas::ParallelFor(0, 16, 1, items); }));
       }
-      std::printf("| %d | 1/%d | %.2f | %.2f | %.2f | %.2f |\n", round, s, Median(serial) * 1e6,
-                  Median(whole) * 1e6, Median(pieces) * 1e6,
-                  static_cast<double>(hilnas::SpinPoolPiecesTaken() - taken) / 500);
+      std::printf("| %d | %s | 1/%d | %.2f | %.2f | %.2f | %.2f |\n", round,
+                  on_caller ? "caller" : "worker", s, Median(serial) * 1e6, Median(whole) * 1e6,
+                  Median(pieces) * 1e6, static_cast<double>(taken() - taken_before) / 500);
     }
   }
   hilnas::SetThreadPool(hilnas::ThreadPool::kOpenMp);

@@ -30,8 +30,9 @@ thread_local bool in_pool_share = false;
 // SetSpinPoolWorkersForTest's: workers that never sleep, and that see a
 // post but start nothing.
 std::atomic<bool> awake_workers{false}, hold_workers{false};
-// SpinPoolSharesRevoked's and SpinPoolPiecesTaken's counts.
-std::atomic<int64_t> revoked{0}, pieces_taken{0};
+// SpinPoolSharesRevoked's, SpinPoolPiecesTaken's and
+// SpinPoolCallersPiecesTaken's counts.
+std::atomic<int64_t> revoked{0}, pieces_taken{0}, callers_pieces_taken{0};
 
 // CPUs this process may run on (its affinity mask, which a pinned agent
 // narrows), at least 1.
@@ -95,6 +96,13 @@ std::atomic<ThreadPool>& CurrentPool() {
 // taken from the front of a word beside its state, and the caller, out of
 // its own work, takes the back half of the pieces not started, until none
 // is left; a worker then holds the call for at most the piece it runs.
+// The same the other way round, for a caller slower than its workers (the
+// thread that runs the model landed on a little core): the caller runs its
+// share in pieces from a word of its own, and a worker, once it has said
+// its share is done, takes the back half of the caller's pieces not
+// started, until none is left, and counts those it ran where the caller
+// waits for them. Said done first, so that a worker that finds nothing to
+// take (threads at one speed) has not held the call for the line it read.
 // A worker reads a share only when it may run it; a call's number in each
 // word keeps an old post, claim, start or piece from being read as a
 // newer one.
@@ -120,13 +128,15 @@ class Pool {
     // as libgomp drops GOMP_SPINCOUNT to 1000 when oversubscribed.
     const unsigned spin_us = static_cast<unsigned>(parts) > cpus_ ? 5 : 100;
     const int64_t piece = PieceSize(share, grain);
+    mine_ = Pieces(begin, std::min(end, begin + share), piece);
+    mine_done_.store(0, std::memory_order_relaxed);  // no worker runs a piece of an older call
+    Open(mine_left_, mine_, call);  // before the posts: a worker may take from it once done
     for (int w = 0; w < helpers; ++w) {
       Slot& s = *slots_[w];
       s.fn.emplace(fn);
-      s.first = std::min(end, begin + (w + 1) * share);
-      s.last = std::min(end, s.first + share);
-      s.piece = piece;
-      s.pieces = std::max<int64_t>(1, (s.last - s.first + piece - 1) / piece);
+      s.share = Pieces(std::min(end, begin + (w + 1) * share),
+                       std::min(end, begin + (w + 2) * share), piece);
+      s.callers_pieces = mine_.count;
       s.spin_us.store(spin_us, std::memory_order_relaxed);
       // Read before the post, as the worker writes its state before it
       // reads the post: one of the two sees the other (both seq_cst).
@@ -137,18 +147,21 @@ class Pool {
       std::lock_guard<std::mutex> lock(sleep_mu_);
       wake_.notify_all();
     }
-    Take(fn, begin, std::min(end, begin + share));
+    // The caller's own share; the pieces of it workers took, to wait for.
+    const int64_t given = RunPieces(mine_left_, mine_, fn);
     for (int w = 0; w < helpers; ++w) {
       Slot& s = *slots_[w];
       taken_[w] = cold_[w] && Claim(s, call, /*by_caller=*/true);
-      if (taken_[w]) Take(fn, s.first, s.last);
+      if (taken_[w]) Take(fn, s.share.first, s.share.last);
     }
     // Pieces the workers have not started, the back half of each share's
     // at a time, round the workers until none is left to take.
     for (bool took = true; took;) {
       took = false;
       for (int w = 0; w < helpers; ++w) {
-        if (!taken_[w] && slots_[w]->pieces > 1) took |= TakePieces(*slots_[w], call, fn) == kTook;
+        if (!taken_[w] && slots_[w]->share.count > 1) {
+          took |= TakeWorkersPieces(*slots_[w], call, fn) == kTook;
+        }
       }
     }
     for (int w = 0; w < helpers; ++w) {
@@ -158,13 +171,13 @@ class Pool {
       // one's, which may be revoked once, after kRevokeAfter. Pieces the
       // worker has not started are the caller's to take meanwhile.
       bool may_revoke = !cold_[w];
-      bool may_take = s.pieces > 1;
+      bool may_take = s.share.count > 1;
       std::optional<std::chrono::steady_clock::time_point> since;  // the first look at the clock
       for (int i = 1; s.state.load(std::memory_order_acquire) >> 1 != call; ++i) {
         CpuRelax();
         if (i % 64 != 0) continue;
         if (may_take) {
-          const Taken t = TakePieces(s, call, fn);
+          const Taken t = TakeWorkersPieces(s, call, fn);
           if (t == kTook) continue;
           may_take = t == kNotStarted;
         }
@@ -176,12 +189,15 @@ class Pool {
           may_revoke = false;
           if (Revoke(s, call)) {
             revoked.fetch_add(1, std::memory_order_relaxed);
-            Take(fn, s.first, s.last);
+            Take(fn, s.share.first, s.share.last);
             break;
           }
         }
       }
     }
+    // Pieces of the caller's share a worker took are run by it (it took
+    // them as it ran: it holds the call at most for them).
+    while (mine_done_.load(std::memory_order_acquire) < given) CpuRelax();
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -210,13 +226,26 @@ class Pool {
   // until it is back: pieces do not help there.)
   static constexpr int64_t kPiecesAShare = 8;
 
+  // A share [first, last) in `count` pieces of `piece` (the last short).
+  struct Pieces {
+    Pieces() = default;
+    Pieces(int64_t first, int64_t last, int64_t piece)
+        : first(first),
+          last(last),
+          piece(piece),
+          count(std::max<int64_t>(1, (last - first + piece - 1) / piece)) {}
+    int64_t first = 0, last = 0, piece = 1, count = 1;
+  };
+
   struct Slot {
     // Written by the caller: the call's number << kPostBits | a post's
-    // state; the share before it, [first, last) in `pieces` pieces of
-    // `piece` (the last short); how long the worker spins.
+    // state; the share before it, and how many pieces the caller's own
+    // share has (a worker reads the caller's pieces' word only where there
+    // is more than one); how long the worker spins.
     alignas(64) std::atomic<uint64_t> post{0};
     std::optional<Fn> fn;  // a FunctionRef is copied, not assigned
-    int64_t first = 0, last = 0, piece = 0, pieces = 1;
+    Pieces share;
+    int64_t callers_pieces = 1;
     std::atomic<unsigned> spin_us{100};  // set with each post, read as the worker waits
     // Written by the worker: the last call whose share it ran << 1 |
     // kAsleep while it sleeps (or is about to). A worker not yet started
@@ -248,10 +277,10 @@ class Pool {
   static uint64_t Next(uint64_t left) { return left >> kPieceBits & kPieceMask; }
   static uint64_t End(uint64_t left) { return left & kPieceMask; }
 
-  // Pieces [from, to) of `s`'s share, run as one range.
-  void TakePieceRange(Fn fn, const Slot& s, uint64_t from, uint64_t to) {
-    Take(fn, s.first + static_cast<int64_t>(from) * s.piece,
-         std::min(s.last, s.first + static_cast<int64_t>(to) * s.piece));
+  // Pieces [from, to) of `share`, run as one range.
+  void TakePieceRange(Fn fn, const Pieces& share, uint64_t from, uint64_t to) {
+    Take(fn, share.first + static_cast<int64_t>(from) * share.piece,
+         std::min(share.last, share.first + static_cast<int64_t>(to) * share.piece));
   }
 
   // A share's pieces: kPiecesAShare of them where the share is at least
@@ -263,37 +292,67 @@ class Pool {
 
   enum Taken { kTook, kNoneLeft, kNotStarted };
 
-  // The back half (rounded up) of the pieces of `s`'s share of `call`
-  // that its worker has not started, run on the caller: kNoneLeft when
-  // there are none (nor will be), kNotStarted when the worker has not yet
-  // begun the share (it may yet be revoked).
-  Taken TakePieces(Slot& s, uint64_t call, Fn fn) {
-    uint64_t v = s.left.load(std::memory_order_acquire);
+  // The back half (rounded up) of the pieces of `share` of `call` that
+  // its runner has not started, taken from `left` and run here; returns
+  // how many (0: none left) through `n`. `share` is read only once they
+  // are taken: a caller's, in mine_, holds the next call's once this one
+  // is over.
+  Taken TakePieces(std::atomic<uint64_t>& left, const Pieces& share, uint64_t call, Fn fn,
+                   uint64_t* n = nullptr) {
+    uint64_t v = left.load(std::memory_order_acquire);
     for (;;) {
       if (!Tagged(v, call)) return kNotStarted;
       if (Next(v) >= End(v)) return kNoneLeft;
-      const uint64_t n = (End(v) - Next(v) + 1) / 2;
-      if (s.left.compare_exchange_weak(v, v - n, std::memory_order_acq_rel,
-                                       std::memory_order_acquire)) {
-        pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
-        TakePieceRange(fn, s, End(v) - n, End(v));
+      const uint64_t half = (End(v) - Next(v) + 1) / 2;
+      if (left.compare_exchange_weak(v, v - half, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+        TakePieceRange(fn, share, End(v) - half, End(v));
+        if (n != nullptr) *n = half;
         return kTook;
       }
     }
   }
 
-  // The worker's share of `call`, piece by piece from the front while the
-  // caller may take them from the back; one piece is run whole.
-  void RunShare(Slot& s, uint64_t call) {
-    if (s.pieces <= 1) return Take(*s.fn, s.first, s.last);
-    uint64_t v = Tag(call) | static_cast<uint64_t>(s.pieces);
-    s.left.store(v, std::memory_order_release);
+  // Every piece of `share` of `call` not started, in `left`.
+  static void Open(std::atomic<uint64_t>& left, const Pieces& share, uint64_t call) {
+    left.store(Tag(call) | static_cast<uint64_t>(share.count), std::memory_order_release);
+  }
+
+  // `share`, piece by piece from the front of `left` (opened for it)
+  // while others may take them from the back; one piece is run whole.
+  // Returns how many pieces others took.
+  int64_t RunPieces(std::atomic<uint64_t>& left, const Pieces& share, Fn fn) {
+    if (share.count <= 1) {
+      Take(fn, share.first, share.last);
+      return 0;
+    }
+    uint64_t v = left.load(std::memory_order_relaxed);
     while (Next(v) < End(v)) {
-      if (s.left.compare_exchange_weak(v, v + (uint64_t{1} << kPieceBits),
-                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
-        TakePieceRange(*s.fn, s, Next(v), Next(v) + 1);
-        v = s.left.load(std::memory_order_relaxed);
+      if (left.compare_exchange_weak(v, v + (uint64_t{1} << kPieceBits), std::memory_order_acq_rel,
+                                     std::memory_order_relaxed)) {
+        TakePieceRange(fn, share, Next(v), Next(v) + 1);
+        v = left.load(std::memory_order_relaxed);
       }
+    }
+    return share.count - static_cast<int64_t>(End(v));
+  }
+
+  // On the caller: the pieces of a worker's share it has not started.
+  Taken TakeWorkersPieces(Slot& s, uint64_t call, Fn fn) {
+    uint64_t n = 0;
+    const Taken t = TakePieces(s.left, s.share, call, fn, &n);
+    if (t == kTook) pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+    return t;
+  }
+
+  // On a worker whose share of `call` is done: the caller's pieces it has
+  // not started, the back half at a time, until none is left; each run
+  // counted in mine_done_, which the caller waits for.
+  void TakeCallersPieces(uint64_t call, Fn fn) {
+    uint64_t n = 0;
+    while (TakePieces(mine_left_, mine_, call, fn, &n) == kTook) {
+      callers_pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+      mine_done_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
     }
   }
 
@@ -379,8 +438,14 @@ class Pool {
                                        : !Start(*slot, seen, post)) {
         continue;  // the caller's
       }
-      RunShare(*slot, seen);
+      // Read before the share is said done: the caller may post the next
+      // call's after that.
+      const Fn fn = *slot->fn;
+      const bool callers_pieces = slot->callers_pieces > 1;
+      if (slot->share.count > 1) Open(slot->left, slot->share, seen);
+      RunPieces(slot->left, slot->share, fn);
       slot->state.store(seen << 1, std::memory_order_release);
+      if (callers_pieces) TakeCallersPieces(seen, fn);
     }
   }
 
@@ -427,7 +492,13 @@ class Pool {
   unsigned cpus_ = 1;                         // UsableCpus() when the pool last grew
   std::vector<std::unique_ptr<Slot>> slots_;  // one a worker
   std::vector<bool> cold_, taken_;            // this call's share w + 1: posted cold, taken back
-  std::exception_ptr error_;                  // read by the caller, set under error_mu_
+  Pieces mine_;  // the caller's share of this call: read by a worker once it has taken pieces of it
+  // The caller's pieces no one has started, as Slot::left: the caller
+  // runs them from the front, workers done with their own share take them
+  // from the back; and how many pieces workers took and ran.
+  alignas(64) std::atomic<uint64_t> mine_left_{0};
+  std::atomic<int64_t> mine_done_{0};
+  std::exception_ptr error_;  // read by the caller, set under error_mu_
   std::mutex error_mu_;
   alignas(64) std::atomic<int> sleepers_{0};
   std::mutex sleep_mu_;
@@ -458,6 +529,10 @@ void SetSpinPoolWorkersForTest(bool stay_awake, bool hold) {
 int64_t SpinPoolSharesRevoked() { return revoked.load(std::memory_order_relaxed); }
 
 int64_t SpinPoolPiecesTaken() { return pieces_taken.load(std::memory_order_relaxed); }
+
+int64_t SpinPoolCallersPiecesTaken() {
+  return callers_pieces_taken.load(std::memory_order_relaxed);
+}
 
 void SetThreadPool(ThreadPool pool) { CurrentPool().store(pool, std::memory_order_relaxed); }
 

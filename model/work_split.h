@@ -38,12 +38,12 @@ void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, in
 // fn(first, last) over [begin, end) in at most at::get_num_threads() equal
 // contiguous shares of at least `grain` (the last one short); one share,
 // one thread, or a call from inside a parallel region (ATen's or the spin
-// pool's) runs fn(begin, end) inline. On the spin pool a worker's share
-// may reach fn in up to 8 pieces, each a whole number of grains but the
-// share's last, some run by the caller (below): fn must give the same
-// result for any split of its range, as every kernel here does. fn is
-// borrowed, not copied: a call allocates nothing (a decode step allocates
-// only its logits, model/decode_alloc_test.cc).
+// pool's) runs fn(begin, end) inline. On the spin pool a share may reach
+// fn in up to 8 pieces, each a whole number of grains but the share's
+// last, some run by another thread than the share's own (below): fn must
+// give the same result for any split of its range, as every kernel here
+// does. fn is borrowed, not copied: a call allocates nothing (a decode
+// step allocates only its logits, model/decode_alloc_test.cc).
 void ParallelFor(int64_t begin, int64_t end, int64_t grain,
                  absl::FunctionRef<void(int64_t, int64_t)> fn);
 
@@ -65,13 +65,16 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // claimed when the caller runs out of its own is the caller's, and so is
 // a spinning worker's that it has not started 5 us on (the kernel took
 // it off its CPU). Nor on one that runs slower than it (a phone's little
-// core; a vCPU whose host core's other hyperthread is busy): a worker runs
-// a share of more than one grain in up to 8 pieces, and the caller, out of
-// its own work, takes the back half of those not started, again and again,
-// as llama.cpp's threads take a decode product's rows from a shared
-// counter. With a worker at a third of the caller's speed, 16 items of 2.4
-// us took 1.03-1.08 times what balanced work would (12 items' time),
-// against 2.00-2.15 in whole shares (`attention_bench --split-cost 1`).
+// core; a vCPU whose host core's other hyperthread is busy): every thread
+// runs a share of more than one grain in up to 8 pieces, and the caller,
+// out of its own work, takes the back half of a worker's not started,
+// again and again, as llama.cpp's threads take a decode product's rows
+// from a shared counter; and a worker, out of its own, takes the caller's
+// (the thread that runs the model may be the one on the little core).
+// With a worker at a third of the caller's speed, 16 items of 2.4 us took
+// 1.03-1.08 times what balanced work would (12 items' time), against
+// 2.00-2.15 in whole shares; with the caller at a third of the worker's,
+// 1.06-1.08 against 2.27-2.29 (`attention_bench --split-cost 1`).
 // Written because an empty libgomp region over 2 threads cost 3.2 us on a
 // Zen 5 VM even with its workers spinning, against 0.9 us for two threads
 // handing work through a counter they spin on, and a decode step splits
@@ -165,6 +168,9 @@ int64_t SpinPoolSharesRevoked();
 // Pieces of workers' shares the spin pool's callers have taken and run
 // themselves, their worker slower, since the process started.
 int64_t SpinPoolPiecesTaken();
+// Pieces of callers' shares the spin pool's workers have taken and run,
+// their caller slower, since the process started.
+int64_t SpinPoolCallersPiecesTaken();
 
 // One pause in a spin-wait: PAUSE on x86, YIELD on arm64.
 inline void CpuRelax() {

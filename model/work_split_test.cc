@@ -103,9 +103,8 @@ TEST_F(WorkSplitTest, NestedCallRunsInline) {
 
 // ParallelFor's shares are at::parallel_for's, for every range, grain and
 // thread count: the ranges fn sees cover [begin, end) once, each inside
-// one of at::parallel_for's shares; the caller's share (the first) comes
-// whole, a worker's in at most 8 pieces, each a whole number of grains
-// but the share's last.
+// one of at::parallel_for's shares; a share comes in at most 8 pieces,
+// each a whole number of grains but the share's last.
 TEST_F(WorkSplitTest, ParallelForSharesAreAtensShares) {
   for (int threads : {1, 2, 3, 4}) {
     at::set_num_threads(threads);
@@ -139,9 +138,6 @@ TEST_F(WorkSplitTest, ParallelForSharesAreAtensShares) {
             }
             ASSERT_FALSE(in.empty()) << where;
             EXPECT_EQ(in.back().second, last) << where << ": a piece crosses a share's end";
-            if (first == begin) {
-              EXPECT_EQ(in.size(), 1u) << where << ": the caller's share comes whole";
-            }
             EXPECT_LE(in.size(), 8u) << where;
             for (size_t i = 0; i + 1 < in.size(); ++i) {
               EXPECT_EQ((in[i].second - in[i].first) % std::max<int64_t>(grain, 1), 0) << where;
@@ -248,65 +244,135 @@ TEST_F(WorkSplitTest, ParallelForRunsTheSharesOfWorkersThatCannotStart) {
   EXPECT_NE(SecondShareOnAWorker(), std::this_thread::get_id());
 }
 
+// A call over [0, kPiecesN) in grains of kPiecesGrain (shares of 800: 8
+// pieces of 100) for the two tests below, each of which holds one thread's
+// first piece until every other index has run.
+constexpr int64_t kPiecesN = 1600, kPiecesGrain = 100;
+struct PiecesCall {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::thread::id> ran = std::vector<std::thread::id>(kPiecesN);
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> timed_out{false};
+
+  // Spins until ready(), 5 s at most.
+  template <typename Ready>
+  void WaitUntil(Ready ready) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!ready()) {
+      if (std::chrono::steady_clock::now() > until) {
+        timed_out.store(true);
+        return;
+      }
+      CpuRelax();
+    }
+  }
+  // The held piece [a, b): ends when everything else has run.
+  void Hold(int64_t a, int64_t b) {
+    WaitUntil([&] { return done.load() >= kPiecesN - (b - a); });
+  }
+  void Ran(int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) ran[static_cast<size_t>(i)] = std::this_thread::get_id();
+    done.fetch_add(b - a);
+  }
+  // Indices run on the caller; the first whose thread is not the one
+  // `on_caller(i)` expects (-1: none).
+  template <typename OnCaller>
+  std::pair<int64_t, int64_t> OnTheCaller(OnCaller on_caller) const {
+    int64_t n = 0, first_wrong = -1;
+    for (int64_t i = 0; i < kPiecesN; ++i) {
+      const bool here = ran[static_cast<size_t>(i)] == caller;
+      n += here ? 1 : 0;
+      if (here != on_caller(i) && first_wrong < 0) first_wrong = i;
+    }
+    return {n, first_wrong};
+  }
+};
+
+// Runs attempt() with the worker kept awake and spinning, up to 20 times,
+// until it returns true (a call whose worker did not start in time, its
+// share revoked or taken back, tests nothing and returns false).
+template <typename Attempt>
+void OnAnAwakeWorker(Attempt attempt) {
+  SetSpinPoolWorkersForTest(/*stay_awake=*/true, /*hold=*/false);
+  bool tested = false;
+  for (int i = 0; i < 20 && !tested; ++i) {
+    SecondShareOnAWorker();  // the worker awake and spinning
+    tested = attempt();
+  }
+  SetSpinPoolWorkersForTest(false, false);
+  EXPECT_TRUE(tested) << "no worker started a share in 20 calls";
+}
+
 // A worker slower than the caller (a phone's little core) keeps only the
 // pieces it has started: here its first piece holds it until every other
 // index has run, which the caller does, taking the pieces the worker has
 // not started, half of those left at a time. Without that the worker's
 // piece would wait 5 s and then the worker would run its share's rest.
-// The worker is kept awake, and a call whose worker did not start in time
-// (its share revoked or taken back: all the caller's) is tried again.
 TEST_F(WorkSplitTest, ParallelForCallerTakesThePiecesASlowWorkerHasNotStarted) {
   at::set_num_threads(2);
   if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
-  SetSpinPoolWorkersForTest(/*stay_awake=*/true, /*hold=*/false);
-  constexpr int64_t kN = 1600, kGrain = 100;  // shares of 800: 8 pieces of 100
-  bool tested = false;
-  for (int attempt = 0; attempt < 20 && !tested; ++attempt) {
-    SecondShareOnAWorker();  // the worker awake and spinning
+  OnAnAwakeWorker([] {
     const int64_t taken = SpinPoolPiecesTaken();
-    const std::thread::id caller = std::this_thread::get_id();
-    std::vector<std::thread::id> ran(kN);
-    std::atomic<int64_t> done{0};
-    std::atomic<bool> timed_out{false};
+    PiecesCall call;
     std::mutex mu;
     int64_t worker_first = -1;  // the first index a worker ran
-    ParallelFor(0, kN, kGrain, [&](int64_t a, int64_t b) {
-      const std::thread::id self = std::this_thread::get_id();
+    ParallelFor(0, kPiecesN, kPiecesGrain, [&](int64_t a, int64_t b) {
       bool hold = false;
-      if (self != caller) {
+      if (std::this_thread::get_id() != call.caller) {
         std::lock_guard<std::mutex> lock(mu);
         if (worker_first < 0) worker_first = a;
         hold = worker_first == a;
       }
-      if (hold) {  // the slow worker's piece: ends when everything else has
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (done.load() < kN - (b - a)) {
-          if (std::chrono::steady_clock::now() > until) {
-            timed_out.store(true);
-            break;
-          }
-          CpuRelax();
-        }
-      }
-      for (int64_t i = a; i < b; ++i) ran[static_cast<size_t>(i)] = self;
-      done.fetch_add(b - a);
+      if (hold) call.Hold(a, b);  // the slow worker's piece
+      call.Ran(a, b);
     });
-    ASSERT_EQ(done.load(), kN);
-    if (worker_first < 0) continue;  // the worker never started: nothing to test
-    tested = true;
-    EXPECT_FALSE(timed_out.load()) << "the caller left the worker's pieces to it";
-    EXPECT_EQ(worker_first, kN / 2) << "a worker runs its share from the front";
-    int64_t on_the_worker = 0, first_wrong = -1;  // indices; the first on the wrong thread
-    for (int64_t i = 0; i < kN; ++i) {
-      const bool held_piece = i >= worker_first && i < worker_first + kGrain;
-      on_the_worker += ran[static_cast<size_t>(i)] == caller ? 0 : 1;
-      if ((ran[static_cast<size_t>(i)] == caller) == held_piece && first_wrong < 0) first_wrong = i;
-    }
-    EXPECT_EQ(on_the_worker, kGrain) << "index " << first_wrong << " ran on the wrong thread";
+    EXPECT_EQ(call.done.load(), kPiecesN);
+    if (worker_first < 0) return false;  // the worker never started
+    EXPECT_FALSE(call.timed_out.load()) << "the caller left the worker's pieces to it";
+    EXPECT_EQ(worker_first, kPiecesN / 2) << "a worker runs its share from the front";
+    const auto [on_the_caller, first_wrong] = call.OnTheCaller(
+        [&](int64_t i) { return i < worker_first || i >= worker_first + kPiecesGrain; });
+    EXPECT_EQ(on_the_caller, kPiecesN - kPiecesGrain)
+        << "index " << first_wrong << " ran on the wrong thread";
     EXPECT_EQ(SpinPoolPiecesTaken(), taken + 7);  // the share's pieces but the first
-  }
-  SetSpinPoolWorkersForTest(false, false);
-  EXPECT_TRUE(tested) << "no worker started a share in 20 calls";
+    return true;
+  });
+}
+
+// The other way round: a caller slower than its workers (the thread that
+// runs the model on a phone's little core) keeps only the pieces of its
+// share it has started. Its first piece holds it here until every other
+// index has run, which the worker does once its own share is done, taking
+// the caller's pieces not started, half of those left at a time. Without
+// that the caller's piece would wait 5 s and then the caller would run the
+// rest of its share. The worker's pieces wait for the caller to start its
+// own (else the worker, done first, would take them all before the caller
+// began).
+TEST_F(WorkSplitTest, ParallelForWorkersTakeThePiecesASlowCallerHasNotStarted) {
+  at::set_num_threads(2);
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "one thread only";
+  OnAnAwakeWorker([] {
+    const int64_t taken = SpinPoolCallersPiecesTaken();
+    PiecesCall call;
+    std::atomic<int64_t> caller_first{-1};  // the first index the caller ran
+    ParallelFor(0, kPiecesN, kPiecesGrain, [&](int64_t a, int64_t b) {
+      if (std::this_thread::get_id() != call.caller) {
+        call.WaitUntil([&] { return caller_first.load() >= 0; });
+      } else if (int64_t none = -1; caller_first.compare_exchange_strong(none, a)) {
+        call.Hold(a, b);  // the slow caller's piece
+      }
+      call.Ran(a, b);
+    });
+    EXPECT_EQ(call.done.load(), kPiecesN);
+    const auto [on_the_caller, first_wrong] =
+        call.OnTheCaller([](int64_t i) { return i < kPiecesGrain; });
+    if (on_the_caller == kPiecesN) return false;  // the worker never started
+    EXPECT_FALSE(call.timed_out.load()) << "the workers left the caller's pieces to it";
+    EXPECT_EQ(caller_first.load(), 0) << "the caller runs its share from the front";
+    EXPECT_EQ(on_the_caller, kPiecesGrain) << "index " << first_wrong << " ran on the wrong thread";
+    EXPECT_EQ(SpinPoolCallersPiecesTaken(), taken + 7);  // the share's pieces but the first
+    return true;
+  });
 }
 
 // Many calls in a row, some after the workers have gone to sleep, some
@@ -339,9 +405,11 @@ TEST_F(WorkSplitTest, ParallelForRethrowsAShareException) {
                              if (a == 2) throw std::runtime_error("share 2");
                            }),
                std::runtime_error);
-  if (at::get_num_threads() >= 2) {  // share [2, 4) whole, or in two pieces
-    EXPECT_GE(ran.load(), 2);
-    EXPECT_LE(ran.load(), 3);
+  if (at::get_num_threads() >= 2) {
+    // Share [0, 2) in two pieces; [2, 4) whole (taken back from a worker
+    // asleep) or in two pieces, the second run after the first threw.
+    EXPECT_GE(ran.load(), 3);
+    EXPECT_LE(ran.load(), 4);
   } else {
     EXPECT_EQ(ran.load(), 1);
   }
