@@ -116,7 +116,8 @@ class Pool {
   }
 
   // fn over [begin, end) in `parts` shares of `share` (the last short):
-  // share 0 on the caller, each worker's in pieces of at least `grain`.
+  // share 0 on the caller, share w + 1 on worker w, each in pieces of at
+  // least `grain`.
   void Run(int parts, int64_t begin, int64_t end, int64_t share, int64_t grain, Fn fn) {
     std::lock_guard<std::mutex> one_call(call_mu_);
     Grow(parts - 1);

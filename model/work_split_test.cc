@@ -288,19 +288,23 @@ struct PiecesCall {
   }
 };
 
-// Runs attempt() with the worker kept awake and spinning, up to 20 times,
-// until it returns true (a call whose worker did not start in time, its
-// share revoked or taken back, tests nothing and returns false).
+// Runs attempt() with the worker kept awake and spinning, up to 200
+// times, until it returns true (a call whose worker did not start in time,
+// its share revoked or taken back, tests nothing and returns false). Beside
+// other busy processes the kernel took the worker off its CPU in 11 calls
+// in a row, each straight after the worker had run a share: a failed call
+// sleeps 1 ms, so the next falls elsewhere in the scheduler's slices.
 template <typename Attempt>
 void OnAnAwakeWorker(Attempt attempt) {
   SetSpinPoolWorkersForTest(/*stay_awake=*/true, /*hold=*/false);
   bool tested = false;
-  for (int i = 0; i < 20 && !tested; ++i) {
+  for (int i = 0; i < 200 && !tested; ++i) {
     SecondShareOnAWorker();  // the worker awake and spinning
     tested = attempt();
+    if (!tested) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   SetSpinPoolWorkersForTest(false, false);
-  EXPECT_TRUE(tested) << "no worker started a share in 20 calls";
+  EXPECT_TRUE(tested) << "no worker started a share in 200 calls";
 }
 
 // A worker slower than the caller (a phone's little core) keeps only the
