@@ -130,8 +130,14 @@ class Pool {
     const unsigned spin_us = static_cast<unsigned>(parts) > cpus_ ? 5 : 100;
     const int64_t piece = PieceSize(share, grain);
     mine_ = Pieces(begin, std::min(end, begin + share), piece);
-    mine_done_.store(0, std::memory_order_relaxed);  // no worker runs a piece of an older call
-    Open(mine_left_, mine_, call);  // before the posts: a worker may take from it once done
+    // The caller's pieces' word before the posts: a worker may take from
+    // it once done. A share of one piece leaves its line alone: a worker
+    // read it after the call before, and a 2-item attention split would
+    // wait to own it again.
+    if (mine_.count > 1) {
+      mine_done_.store(0, std::memory_order_relaxed);  // no worker runs a piece of an older call
+      Open(mine_left_, mine_, call);
+    }
     for (int w = 0; w < helpers; ++w) {
       Slot& s = *slots_[w];
       s.fn.emplace(fn);
@@ -198,7 +204,9 @@ class Pool {
     }
     // Pieces of the caller's share a worker took are run by it (it took
     // them as it ran: it holds the call at most for them).
-    while (mine_done_.load(std::memory_order_acquire) < given) CpuRelax();
+    if (given > 0) {
+      while (mine_done_.load(std::memory_order_acquire) < given) CpuRelax();
+    }
     if (error_) std::rethrow_exception(error_);
   }
 

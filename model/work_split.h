@@ -72,9 +72,9 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
 // from a shared counter; and a worker, out of its own, takes the caller's
 // (the thread that runs the model may be the one on the little core).
 // With a worker at a third of the caller's speed, 16 items of 2.4 us took
-// 1.03-1.08 times what balanced work would (12 items' time), against
-// 2.00-2.15 in whole shares; with the caller at a third of the worker's,
-// 1.06-1.08 against 2.27-2.29 (`attention_bench --split-cost 1`).
+// 1.01-1.07 times what balanced work would (12 items' time), against
+// 1.95-2.09 in whole shares; with the caller at a third of the worker's,
+// 1.01-1.07 against 2.18-2.28 (`attention_bench --split-cost 1`).
 // Written because an empty libgomp region over 2 threads cost 3.2 us on a
 // Zen 5 VM even with its workers spinning, against 0.9 us for two threads
 // handing work through a counter they spin on, and a decode step splits
