@@ -250,7 +250,9 @@ class Pool {
     // Written by the caller: the call's number << kPostBits | a post's
     // state; the share before it, and how many pieces the caller's own
     // share has (a worker reads the caller's pieces' word only where there
-    // is more than one); how long the worker spins.
+    // is more than one; a copy of mine_.count in this line, which the
+    // worker reads anyway, so that mine_'s stays the caller's); how long
+    // the worker spins.
     alignas(64) std::atomic<uint64_t> post{0};
     std::optional<Fn> fn;  // a FunctionRef is copied, not assigned
     Pieces share;
@@ -302,12 +304,11 @@ class Pool {
   enum Taken { kTook, kNoneLeft, kNotStarted };
 
   // The back half (rounded up) of the pieces of `share` of `call` that
-  // its runner has not started, taken from `left` and run here; returns
-  // how many (0: none left) through `n`. `share` is read only once they
-  // are taken: a caller's, in mine_, holds the next call's once this one
-  // is over.
+  // its runner has not started, taken from `left` and run here; how many
+  // through `n` when kTook. `share` is read only once they are taken: a
+  // caller's, in mine_, holds the next call's once this one is over.
   Taken TakePieces(std::atomic<uint64_t>& left, const Pieces& share, uint64_t call, Fn fn,
-                   uint64_t* n = nullptr) {
+                   uint64_t& n) {
     uint64_t v = left.load(std::memory_order_acquire);
     for (;;) {
       if (!Tagged(v, call)) return kNotStarted;
@@ -316,7 +317,7 @@ class Pool {
       if (left.compare_exchange_weak(v, v - half, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
         TakePieceRange(fn, share, End(v) - half, End(v));
-        if (n != nullptr) *n = half;
+        n = half;
         return kTook;
       }
     }
@@ -349,7 +350,7 @@ class Pool {
   // On the caller: the pieces of a worker's share it has not started.
   Taken TakeWorkersPieces(Slot& s, uint64_t call, Fn fn) {
     uint64_t n = 0;
-    const Taken t = TakePieces(s.left, s.share, call, fn, &n);
+    const Taken t = TakePieces(s.left, s.share, call, fn, n);
     if (t == kTook) pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
     return t;
   }
@@ -359,7 +360,7 @@ class Pool {
   // counted in mine_done_, which the caller waits for.
   void TakeCallersPieces(uint64_t call, Fn fn) {
     uint64_t n = 0;
-    while (TakePieces(mine_left_, mine_, call, fn, &n) == kTook) {
+    while (TakePieces(mine_left_, mine_, call, fn, n) == kTook) {
       callers_pieces_taken.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
       mine_done_.fetch_add(static_cast<int64_t>(n), std::memory_order_release);
     }
