@@ -1118,6 +1118,21 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
                     /*kt_stride=*/0};
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
+    // Each of this thread's KV heads' first block of keys (a window layer's
+    // whole window), asked for before any is scored: DecodeScores fetches
+    // a block's values and the next block's keys as it scores, but the
+    // first block's keys came in as they were read, one miss after another,
+    // from wherever the weights streamed since the last step left them. A
+    // window layer has only that block: full4 all-window at 2048 tokens,
+    // f16 cache, Zen 5, its decode attention 0.022-0.034 ms a step before,
+    // 0.020-0.026 after on 2 threads on OpenMP (one thread a layer), and
+    // 0.026-0.029 / 0.022-0.025 on 1 thread (`hilnas agent
+    // --price-windows`, old and new alternated; bench/data/runtime-compare.md).
+    const int64_t first_rows = std::min(n, shape.bk);
+    for (int64_t gi = first; gi < last; ++gi) {
+      PrefetchLines(keys + gi * head_stride,
+                    first_rows * RowElements<KV>(hd) * static_cast<int64_t>(sizeof(KV)));
+    }
     for (int64_t gi = first; gi < last; ++gi) {
       Item it{q + gi * g * hd, hd, out + gi * g * hd, nullptr, nullptr, nullptr, 1, g, position};
       if constexpr (std::is_same_v<KV, float>) {
