@@ -284,8 +284,11 @@ void SplitUneven() {
         pieces.push_back(Seconds([&] { hilnas::ParallelFor(0, 16, 1, items); }));
       }
       std::printf("| %d | %s | 1/%d | %.2f | %.2f | %.2f | %.2f |\n", round,
-                  on_caller ? "caller" : "worker", s, Median(serial) * 1e6, Median(whole) * 1e6,
-                  Median(pieces) * 1e6, static_cast<double>(taken() - taken_before) / 500);
+                  s == 1      ? "none"
+                  : on_caller ? "caller"
+                              : "worker",
+                  s, Median(serial) * 1e6, Median(whole) * 1e6, Median(pieces) * 1e6,
+                  static_cast<double>(taken() - taken_before) / 500);
     }
   }
   hilnas::SetThreadPool(hilnas::ThreadPool::kOpenMp);
