@@ -1295,14 +1295,26 @@ DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key,
   // The medians of kBatches batches on one thread and split at each of
   // `lengths`, after a warm-up of each (the workers awake, the cache rows
   // read once); a round times every length in turn.
+  //
+  // Each split batch runs twice, the first untimed: the one-thread batch
+  // before it (60-160 us) lets the spin pool's workers fall asleep (they
+  // spin 100 us after a call, model/work_split.cc), and the split batch
+  // timed next would pay their waking, which a decode step, whose GEMVs
+  // split on the same pool between its attention calls, does not. Timed
+  // with it, full4's heads over an f16 cache on a 2-vCPU Zen 5 split 128
+  // keys in 3.4-3.8 us against 4.1-4.3 on one thread (so close to the 5%
+  // that some processes split from 256 keys), 256 in 5.8-6.1; with the
+  // untimed batch first 3.1-3.5 and 4.9-5.5 (12 processes each).
   auto time_lengths = [&](const std::vector<int64_t>& lengths) {
     auto calls_at = [](int64_t n) { return static_cast<int>(std::max<int64_t>(4, 4096 / n)); };
     for (int64_t n : lengths) timer(n, true, calls_at(n));
     std::vector<std::vector<double>> one(lengths.size()), split(lengths.size());
     for (int b = 0; b < kBatches; ++b) {
       for (size_t i = 0; i < lengths.size(); ++i) {
-        one[i].push_back(timer(lengths[i], false, calls_at(lengths[i])));
-        split[i].push_back(timer(lengths[i], true, calls_at(lengths[i])));
+        const int calls = calls_at(lengths[i]);
+        one[i].push_back(timer(lengths[i], false, calls));
+        timer(lengths[i], true, calls);  // the workers woken, untimed
+        split[i].push_back(timer(lengths[i], true, calls));
       }
     }
     std::vector<DecodeSplitTuning::Point> points;

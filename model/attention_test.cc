@@ -321,17 +321,23 @@ struct MadeUpTimes {
   // `burst` times they are asked (the split then costs twice one thread).
   int64_t burst_keys = 0;
   int burst = 0;
+  // What a split batch pays for its workers' waking, in all, where the
+  // batch before it ran on one thread (the spin pool's workers asleep).
+  double wake_us = 0;
+  bool workers_awake = false;
   std::vector<std::pair<int64_t, bool>> log;
   DecodeBatchTimer Timer() {
     return [this](int64_t keys, bool split, int calls) {
       EXPECT_GE(calls, 4);
       log.emplace_back(keys, split);
       const double one = per_key * keys;
+      const double waking = split && !workers_awake ? wake_us / calls : 0;
+      workers_awake = split;
       if (keys == burst_keys && burst > 0) {
         --burst;
         return split ? 2 * one : one;
       }
-      return split ? hand_over + split_share * one : one;
+      return split ? hand_over + split_share * one + waking : one;
     };
   }
 };
@@ -350,11 +356,14 @@ TEST(SweepDecodeSplitTest, StopsAtTwoLengthsInARowThatSplitFaster) {
   EXPECT_TRUE(t.retimed.empty());
   EXPECT_DOUBLE_EQ(t.points[1].one_thread_us, 0.04 * 64);
   EXPECT_DOUBLE_EQ(t.points[1].split_us, 1.5 + 0.02 * 64);
-  // Each length: a warm-up, then 15 batches on one thread and split, in turn.
-  EXPECT_EQ(made_up.log.size(), 4u * 31);
+  // Each length: a warm-up, then 15 batches on one thread and split, in
+  // turn, each split batch run untimed first.
+  EXPECT_EQ(made_up.log.size(), 4u * 46);
   EXPECT_EQ(made_up.log[0], std::make_pair(int64_t{32}, true));
   EXPECT_EQ(made_up.log[1], std::make_pair(int64_t{32}, false));
   EXPECT_EQ(made_up.log[2], std::make_pair(int64_t{32}, true));
+  EXPECT_EQ(made_up.log[3], std::make_pair(int64_t{32}, true));
+  EXPECT_EQ(made_up.log[4], std::make_pair(int64_t{32}, false));
   EXPECT_THAT(t.Describe(), ::testing::HasSubstr("split from 128 keys on 2 threads"));
 }
 
@@ -363,7 +372,7 @@ TEST(SweepDecodeSplitTest, StopsAtTwoLengthsInARowThatSplitFaster) {
 TEST(SweepDecodeSplitTest, ALongerLengthThatDoesNotPayIsTimedAgainWithTheRest) {
   MadeUpTimes made_up;  // pays from 1024 keys: 61.4 us on one, 50.5 split
   made_up.burst_keys = 2048;
-  made_up.burst = 31;  // the whole of the sweep's 2048 keys
+  made_up.burst = 46;  // the whole of the sweep's 2048 keys
   const DecodeSplitTuning t = SweepDecodeSplit(2, 1024, made_up.Timer());
   ASSERT_EQ(t.points.size(), 7u);
   EXPECT_EQ(t.retimed, "a length split faster than a longer one (first: not split)");
@@ -376,11 +385,11 @@ TEST(SweepDecodeSplitTest, ALongerLengthThatDoesNotPayIsTimedAgainWithTheRest) {
               ::testing::HasSubstr("timed twice: a length split faster than a longer one"));
   // The second timing: a warm-up at each length, then batch by batch every
   // length in turn, so that a burst would fall on all of them.
-  const size_t first = 7 * 31;
-  ASSERT_EQ(made_up.log.size(), first + 7 + 7 * 30);
-  for (size_t i = 0; i < 14; ++i) {
-    EXPECT_EQ(made_up.log[first + 7 + i].first, int64_t{32} << (i / 2)) << i;
-    EXPECT_EQ(made_up.log[first + 7 + i].second, i % 2 == 1) << i;
+  const size_t first = 7 * 46;
+  ASSERT_EQ(made_up.log.size(), first + 7 + 7 * 45);
+  for (size_t i = 0; i < 21; ++i) {
+    EXPECT_EQ(made_up.log[first + 7 + i].first, int64_t{32} << (i / 3)) << i;
+    EXPECT_EQ(made_up.log[first + 7 + i].second, i % 3 != 0) << i;
   }
 }
 
@@ -393,7 +402,7 @@ TEST(SweepDecodeSplitTest, NoLengthFasterSplitIsTimedAgainAndThenNotSplit) {
   EXPECT_EQ(t.keys, 0);
   EXPECT_EQ(t.work, 2 * 1024.0 * 2048);
   EXPECT_THAT(t.Describe(), ::testing::HasSubstr("not split up to 2048 keys"));
-  EXPECT_EQ(made_up.log.size(), 7u * 31 + 7 + 7 * 30);
+  EXPECT_EQ(made_up.log.size(), 7u * 46 + 7 + 7 * 45);
 }
 
 // The first sweep stops at two lengths in a row that split faster (128 and
@@ -405,7 +414,8 @@ TEST(SweepDecodeSplitTest, NoLengthFasterSplitIsTimedAgainAndThenNotSplit) {
 TEST(SweepDecodeSplitTest, AStopThatTheSecondTimingDoesNotBearOut) {
   int calls = 0;
   const DecodeBatchTimer timer = [&](int64_t keys, bool split, int) {
-    const bool first_sweep = calls++ < 4 * 31;  // 4 lengths: a warm-up and 15 pairs each
+    // 4 lengths: a warm-up and 15 batches on one thread, untimed split and split each
+    const bool first_sweep = calls++ < 4 * 46;
     const double one = 0.1 * keys;
     if (!split) return one;
     return first_sweep && keys != 64 ? 0.5 * one : 2 * one;
@@ -417,7 +427,27 @@ TEST(SweepDecodeSplitTest, AStopThatTheSecondTimingDoesNotBearOut) {
   EXPECT_EQ(t.keys, 0);
   EXPECT_EQ(t.work, 2 * 1024.0 * 2048);
   EXPECT_THAT(t.Describe(), ::testing::HasSubstr("not split up to 256 keys on 2 threads"));
-  EXPECT_EQ(calls, 4 * 31 + 4 + 4 * 30);
+  EXPECT_EQ(calls, 4 * 46 + 4 + 4 * 45);
+}
+
+// Split batches timed right after a batch on one thread would pay the spin
+// pool's workers' waking, which no decode step does (its GEMVs keep them
+// awake): here 40 us a batch, so 128 keys would read 5.31 us split against
+// 5.12 on one thread, and the split would start at 256 keys. Each split
+// batch is run once untimed first, and the sweep sees what a split costs
+// with its workers awake.
+TEST(SweepDecodeSplitTest, SplitBatchesAreTimedWithTheirWorkersAwake) {
+  MadeUpTimes made_up;
+  made_up.per_key = 0.04;
+  made_up.hand_over = 1.5;
+  made_up.split_share = 0.5;
+  made_up.wake_us = 40;
+  const DecodeSplitTuning t = SweepDecodeSplit(2, 1024, made_up.Timer());
+  EXPECT_TRUE(t.retimed.empty());
+  EXPECT_EQ(t.keys, 128);
+  for (const DecodeSplitTuning::Point& p : t.points) {
+    EXPECT_DOUBLE_EQ(p.split_us, 1.5 + 0.02 * p.keys) << p.keys;
+  }
 }
 
 // A burst that outlasts the second timing too: the choice is the first
