@@ -449,6 +449,10 @@ struct Item {
   // as q, fetched while this item's values are summed; null for none.
   const float* next_q = nullptr;
   int64_t next_rows = 0;
+  // A decode item's keys past its last one that the same thread reads
+  // next (the next chunk of its head), fetched as its last block is
+  // scored, as a block's successor is.
+  int64_t keys_after = 0;
 };
 
 struct Shape {
@@ -877,7 +881,7 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     if constexpr (std::is_same_v<KV, Q8Block>) {
       QuantDecodeScores(blk, kb, w, s);
     } else if (decode) {
-      const int64_t next_cols = std::min(sh.bk, hi - c0 - sh.bk);
+      const int64_t next_cols = std::min(sh.bk, hi + it.keys_after - c0 - sh.bk);
       const DecodePrefetch<KV> ahead{vb, next_cols > 0 ? kb + sh.bk * row : nullptr, next_cols};
       DecodeScores<kAvx2>(blk, kb, ahead, hdp, w, s);
     } else {
@@ -1097,6 +1101,38 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
 
 namespace {
 
+// Folds one KV head's chunks of a decode call into its outputs: for each
+// of its g query rows, the chunks' outputs (each normalised by its own sum
+// l_c, with its own maximum m_c) weighted by l_c exp(m_c - M) / sum of the
+// same, M the largest m_c, in chunk order (the same bits whichever thread
+// folds them). `head` holds the head's chunks, `stride` floats apart, each
+// g rows of hd outputs, then g pairs (m, l).
+void CombineChunks(const float* head, int64_t chunks, int64_t stride, int64_t g, int64_t hd,
+                   float* out) {
+  thread_local std::vector<float> w;
+  w.resize(static_cast<size_t>(chunks));
+  for (int64_t r = 0; r < g; ++r) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < chunks; ++c) m = std::max(m, head[c * stride + g * hd + 2 * r]);
+    float sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float* ml = head + c * stride + g * hd + 2 * r;
+      w[c] = ml[1] * std::exp(ml[0] - m);
+      sum += w[c];
+    }
+    float* dst = out + r * hd;
+    for (int64_t d = 0; d < hd; ++d) dst[d] = 0;
+    // Products and sums, not std::fma: this is compiled for the baseline,
+    // where std::fma is a call to libm's (2048 of them a 2048-key call at
+    // full4's heads cost 5 us, 7% of the attention).
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float wc = w[c] / sum;
+      const float* o = head + c * stride + r * hd;
+      for (int64_t d = 0; d < hd; ++d) dst[d] += wc * o[d];
+    }
+  }
+}
+
 // Profiler names (bench/step_profile): a window layer's attention is its own
 // row, so bench/window_pricing.sh prices it against a full layer's in one
 // process.
@@ -1109,48 +1145,105 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
                        int64_t position, float* out, bool window_layer) {
   RECORD_FUNCTION(window_layer ? kWindowRecord : kRecord, {});
   const int64_t g = h / kvh;
-  const Shape shape{hd,
-                    key_start,
-                    key_start + n,
-                    /*window=*/0,
-                    /*bk=*/128,
-                    static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
-                    /*kt_stride=*/0};
+  const int64_t chunk_keys = DecodeChunkKeys(n, kvh);
+  const int64_t chunks = (n - 1) / chunk_keys + 1, items = kvh * chunks;
+  const int64_t row = RowElements<KV>(hd);
+  // A chunked head's items write their outputs (normalised by their own
+  // sums), maxima and sums here, each on cache lines of its own;
+  // CombineChunks folds them into `out`.
+  const int64_t stride = RoundUp(g * (hd + 2), 16);
+  thread_local AlignedVector<float> partial;
+  if (chunks > 1) partial.resize(items * stride);
+  float* const part = partial.data();
+  // Heads whose chunks all ran on one thread are folded there; the rest
+  // after the split, on the caller.
+  thread_local std::vector<uint8_t> folded;
+  folded.assign(static_cast<size_t>(kvh), 0);
+  uint8_t* const done = folded.data();
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // Item i: KV head i / chunks, its keys [c0, c1) for chunk i % chunks.
+  auto item_keys = [&](int64_t i, int64_t& c0, int64_t& c1) {
+    c0 = i % chunks * chunk_keys;
+    c1 = std::min(n, c0 + chunk_keys);
+  };
+  // The first block of keys of each head this thread starts (a window
+  // layer's whole window), and of the item it starts at, asked for before
+  // any of them is scored: DecodeScores fetches a block's values and the
+  // next block's keys as it scores, but a head's first block's keys came in
+  // as they were read, one miss after another, from wherever the weights
+  // streamed since the last step left them. A window layer has only that
+  // block: full4 all-window at 2048 tokens, f16 cache, Zen 5, its decode
+  // attention 0.022-0.034 ms a step before, 0.020-0.026 after on 2 threads
+  // on OpenMP (one thread a layer), and 0.026-0.029 / 0.022-0.025 on 1
+  // thread (`hilnas agent --price-windows`, old and new alternated;
+  // bench/data/runtime-compare.md). A later chunk of a head that the same
+  // thread runs next is fetched as the chunk before it scores its last
+  // block (Item::keys_after), eight rows at a time as DecodeScores fetches
+  // any next block: fetched whole as that chunk started, its 16 KB more in
+  // L1 pushed out the block being scored (full4 at 2048 tokens, 2 threads:
+  // decode attention 0.188 ms a step against 0.170 without chunks).
+  auto fetch_first_block = [&](int64_t i) {
+    int64_t c0, c1;
+    item_keys(i, c0, c1);
+    PrefetchLines(keys + i / chunks * head_stride + c0 * row,
+                  std::min<int64_t>(c1 - c0, 128) * row * static_cast<int64_t>(sizeof(KV)));
+  };
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
-    // Each of this thread's KV heads' first block of keys (a window layer's
-    // whole window), asked for before any is scored: DecodeScores fetches
-    // a block's values and the next block's keys as it scores, but the
-    // first block's keys came in as they were read, one miss after another,
-    // from wherever the weights streamed since the last step left them. A
-    // window layer has only that block: full4 all-window at 2048 tokens,
-    // f16 cache, Zen 5, its decode attention 0.022-0.034 ms a step before,
-    // 0.020-0.026 after on 2 threads on OpenMP (one thread a layer), and
-    // 0.026-0.029 / 0.022-0.025 on 1 thread (`hilnas agent
-    // --price-windows`, old and new alternated; bench/data/runtime-compare.md).
-    const int64_t first_rows = std::min(n, shape.bk);
-    for (int64_t gi = first; gi < last; ++gi) {
-      PrefetchLines(keys + gi * head_stride,
-                    first_rows * RowElements<KV>(hd) * static_cast<int64_t>(sizeof(KV)));
+    for (int64_t i = first; i < last; ++i) {
+      if (i == first || i % chunks == 0) fetch_first_block(i);
     }
-    for (int64_t gi = first; gi < last; ++gi) {
-      Item it{q + gi * g * hd, hd, out + gi * g * hd, nullptr, nullptr, nullptr, 1, g, position};
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t gi = i / chunks;
+      int64_t c0, c1;
+      item_keys(i, c0, c1);
+      const Shape shape{hd,
+                        key_start + c0,
+                        key_start + c1,
+                        /*window=*/0,
+                        /*bk=*/128,
+                        scale,
+                        /*kt_stride=*/0};
+      float* const dst = chunks > 1 ? part + i * stride : out + gi * g * hd;
+      Item it{q + gi * g * hd, hd, dst, nullptr, nullptr, nullptr, 1, g, position};
+      if (i + 1 < last && (i + 1) % chunks != 0) it.keys_after = std::min(n, c1 + 128) - c1;
+      const int64_t at = gi * head_stride + c0 * row;
       if constexpr (std::is_same_v<KV, float>) {
-        it.keys = keys + gi * head_stride;
-        it.values = values + gi * head_stride;
+        it.keys = keys + at;
+        it.values = values + at;
       } else {
         it.cache = std::is_same_v<KV, Q8Block> ? Item::Cache::kQ8_0 : Item::Cache::kF16;
-        it.keys_raw = keys + gi * head_stride;
-        it.values_raw = values + gi * head_stride;
+        it.keys_raw = keys + at;
+        it.values_raw = values + at;
       }
       AttendItem(it, shape, scratch);
+      if (chunks > 1) {
+        for (int64_t r = 0; r < g; ++r) {
+          dst[g * hd + 2 * r] = scratch.m[r];
+          dst[g * hd + 2 * r + 1] = scratch.l[r];
+        }
+        if (i % chunks == chunks - 1 && i + 1 - chunks >= first) {
+          CombineChunks(part + (i + 1 - chunks) * stride, chunks, stride, g, hd, out + gi * g * hd);
+          done[gi] = 1;
+        }
+      }
     }
   };
   if (2.0 * static_cast<double>(h) * n * hd < decode_split_work.load(std::memory_order_relaxed) ||
-      kvh == 1) {
-    run(0, kvh);
+      items == 1) {
+    run(0, items);
   } else {
-    ParallelFor(0, kvh, 1, run);
+    // Whole heads a thread where there are heads enough for the threads (a
+    // share of one piece: no pieces to hand between them, d2d17ee); chunks
+    // otherwise. Which thread runs an item changes no bit.
+    ParallelFor(0, items, kvh >= at::get_num_threads() ? chunks : 1, run);
+  }
+  if (chunks > 1) {
+    for (int64_t gi = 0; gi < kvh; ++gi) {
+      if (done[gi] == 0) {
+        CombineChunks(part + gi * chunks * stride, chunks, stride, g, hd, out + gi * g * hd);
+      }
+    }
   }
 }
 
@@ -1193,6 +1286,14 @@ torch::Tensor BlockedAttention(const torch::Tensor& q, const torch::Tensor& k,
   return AtenAttention(q, k, v, q_start, k_start, window, block);
 }
 
+int64_t DecodeChunkKeys(int64_t n, int64_t kvh) {
+  n = std::max<int64_t>(n, 1);
+  const int64_t chunks = std::min((kDecodeItems + kvh - 1) / std::max<int64_t>(kvh, 1),
+                                  (n + kDecodeMinChunkKeys - 1) / kDecodeMinChunkKeys);
+  if (chunks <= 1) return n;
+  return RoundUp((n + chunks - 1) / chunks, 128);
+}
+
 double DecodeSplitWork() { return decode_split_work.load(std::memory_order_relaxed); }
 
 void SetDecodeSplitWork(double multiply_adds) {
@@ -1227,7 +1328,8 @@ DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
   DecodeSplitTuning none;
   none.threads = at::get_num_threads();
   none.work = DecodeSplitWork();
-  if (none.threads < 2 || kvh < 2 || h % kvh != 0 || hd < 1) return none;
+  // One KV head splits too, from two chunks of keys (DecodeChunkKeys).
+  if (none.threads < 2 || h % kvh != 0 || hd < 1) return none;
   constexpr int64_t kMaxKeys = kDecodeSweepMaxKeys;
   const bool q8 = cache_dtype == "q8_0";
   if (q8 && hd % kQuantBlock != 0) return none;

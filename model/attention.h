@@ -53,7 +53,20 @@ void DecodeAttention(const float* q, int64_t h, int64_t kvh, int64_t hd, const u
                      const uint8_t* values, int64_t head_stride, int64_t n, int64_t key_start,
                      int64_t position, float* out, bool window_layer = false);
 
-// DecodeAttention splits one query's KV heads over the process's threads
+// DecodeAttention's work items: each KV head's keys in up to
+// kDecodeItems / kvh chunks of at least kDecodeMinChunkKeys (whole blocks
+// of 128 keys, the last chunk short), so that a decode query's attention
+// splits over a phone's 4 threads (MobileLLM-Flash Sec. 4.2) even where
+// the model has fewer KV heads (Gemma 3's 1, Qwen2.5-0.5B's and full4's
+// 2). A head of more than one chunk has each chunk's output, maximum and
+// sum computed on its own and folded in chunk order: the chunks depend on
+// the shape and the keys only, so the bits are the same on any number of
+// threads. Returns the keys a chunk (n for one chunk).
+constexpr int64_t kDecodeItems = 4;
+constexpr int64_t kDecodeMinChunkKeys = 256;
+int64_t DecodeChunkKeys(int64_t n, int64_t kvh);
+
+// DecodeAttention splits one query's work items over the process's threads
 // from this much score and value work (multiply-adds: 2 x heads x keys x
 // head_dim) up. Where a split starts to pay is the host's, what handing
 // work to another thread costs (an empty 2-thread region: 0.7-1 us on a

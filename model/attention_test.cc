@@ -3,9 +3,11 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/quant.h"
+#include "model/work_split.h"
 
 namespace hilnas {
 namespace {
@@ -309,6 +312,113 @@ TEST(DecodeSplitTest, TuningSetsTheThresholdItsPointsCallForAndSplitsChangeNoBit
   const DecodeSplitTuning one = TuneDecodeSplit(h, kvh, hd, "f32");
   EXPECT_TRUE(one.points.empty());
   EXPECT_EQ(DecodeSplitWork(), 12345);
+  SetDecodeSplitWork(before);
+  at::set_num_threads(before_threads);
+}
+
+// A decode query's keys are split in chunks (DecodeChunkKeys), so that one
+// KV head's attention, or two heads' on four threads, spreads over every
+// thread. Each chunk's output, maximum and sum are folded in chunk order:
+// the same bits on one thread, two or four, and the attention to rounding.
+TEST(DecodeSplitTest, KeysSplitInChunksGiveTheSameBitsOnAnyNumberOfThreads) {
+  // Up to 4 items in all, chunks of 256 keys or more, whole blocks of 128.
+  EXPECT_EQ(DecodeChunkKeys(256, 1), 256);
+  EXPECT_EQ(DecodeChunkKeys(257, 1), 256);  // 256 + 1
+  EXPECT_EQ(DecodeChunkKeys(300, 1), 256);
+  EXPECT_EQ(DecodeChunkKeys(2048, 1), 512);
+  EXPECT_EQ(DecodeChunkKeys(1300, 1), 384);  // 4 chunks, the last 148
+  EXPECT_EQ(DecodeChunkKeys(2048, 2), 1024);
+  EXPECT_EQ(DecodeChunkKeys(2048, 3), 1024);
+  EXPECT_EQ(DecodeChunkKeys(2048, 4), 2048);
+  EXPECT_EQ(DecodeChunkKeys(8192, 8), 8192);
+  const int before_threads = at::get_num_threads();
+  const double before = DecodeSplitWork();
+  const ThreadPool before_pool = CurrentThreadPool();
+  torch::manual_seed(11);
+  for (const auto& [h, kvh, hd, n] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 1, 64, 1300},
+        {4, 1, 40, 257},
+        {8, 2, 64, 1100},
+        {4, 1, 64, 256}}) {
+    const torch::Tensor q = torch::randn({h, hd}), k = torch::randn({kvh, n, hd}) * 0.5,
+                        v = torch::randn({kvh, n, hd});
+    const torch::Tensor k16 = k.to(torch::kHalf), v16 = v.to(torch::kHalf);
+    auto attend = [&](int threads, double threshold, bool half) {
+      at::set_num_threads(threads);
+      SetDecodeSplitWork(threshold);
+      torch::Tensor out = torch::empty({h, hd});
+      if (half) {
+        DecodeAttention(q.data_ptr<float>(), h, kvh, hd,
+                        reinterpret_cast<const uint16_t*>(k16.data_ptr<at::Half>()),
+                        reinterpret_cast<const uint16_t*>(v16.data_ptr<at::Half>()), n * hd, n, 0,
+                        n - 1, out.data_ptr<float>());
+      } else {
+        DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<float>(), v.data_ptr<float>(),
+                        n * hd, n, 0, n - 1, out.data_ptr<float>());
+      }
+      return out;
+    };
+    const std::string shape = absl::StrCat(h, "/", kvh, " heads x ", hd, ", ", n, " keys");
+    for (bool half : {false, true}) {
+      const torch::Tensor one = attend(1, std::numeric_limits<double>::infinity(), half);
+      for (ThreadPool pool : {ThreadPool::kOpenMp, ThreadPool::kSpin}) {
+        SetThreadPool(pool);
+        EXPECT_TRUE(torch::equal(one, attend(2, 0, half))) << shape << ThreadPoolName(pool);
+        EXPECT_TRUE(torch::equal(one, attend(4, 0, half))) << shape << ThreadPoolName(pool);
+      }
+      SetThreadPool(before_pool);
+      const torch::Tensor want =
+          ReferenceAttention(q.to(torch::kDouble).view({1, h, 1, hd}),
+                             (half ? k16 : k).to(torch::kDouble).unsqueeze(0),
+                             (half ? v16 : v).to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
+              .view({h, hd});
+      EXPECT_LT(((one.to(torch::kDouble) - want).abs() / (want.abs() + 1)).max().item<double>(),
+                2e-5)
+          << shape;
+    }
+  }
+  SetDecodeSplitWork(before);
+  at::set_num_threads(before_threads);
+}
+
+// One KV head's 1300 keys go to a worker of the spin pool: held there (as
+// a worker the kernel took off its CPU), its share is revoked and run by
+// the caller, which shows it was posted. 256 keys are one item, run where
+// they are called.
+TEST(DecodeSplitTest, OneKvHeadsChunksAreHandedToAWorker) {
+  const int before_threads = at::get_num_threads();
+  const double before = DecodeSplitWork();
+  const ThreadPool pool = CurrentThreadPool();
+  at::set_num_threads(2);
+  SetThreadPool(ThreadPool::kSpin);
+  SetDecodeSplitWork(0);
+  const int64_t h = 4, kvh = 1, hd = 64;
+  torch::manual_seed(12);
+  const torch::Tensor q = torch::randn({h, hd}), k = torch::randn({kvh, 1300, hd}),
+                      v = torch::randn({kvh, 1300, hd});
+  auto attend = [&](int64_t n) {
+    torch::Tensor out = torch::empty({h, hd});
+    DecodeAttention(q.data_ptr<float>(), h, kvh, hd, k.data_ptr<float>(), v.data_ptr<float>(),
+                    1300 * hd, n, 0, n - 1, out.data_ptr<float>());
+    return out;
+  };
+  // The worker woken by a first call (it may have slept since an earlier
+  // test) and spinning, kept awake, by the time of the next.
+  SetSpinPoolWorkersForTest(/*stay_awake=*/true, /*hold=*/false);
+  attend(1300);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const torch::Tensor free_run = attend(1300);
+  SetSpinPoolWorkersForTest(true, /*hold=*/true);
+  const int64_t revoked = SpinPoolSharesRevoked();
+  const torch::Tensor held = attend(1300);
+  const int64_t after_split = SpinPoolSharesRevoked();
+  attend(256);
+  const int64_t after_one = SpinPoolSharesRevoked();
+  SetSpinPoolWorkersForTest(false, false);
+  EXPECT_EQ(after_split, revoked + 1);
+  EXPECT_EQ(after_one, after_split);
+  EXPECT_TRUE(torch::equal(free_run, held));
+  SetThreadPool(pool);
   SetDecodeSplitWork(before);
   at::set_num_threads(before_threads);
 }

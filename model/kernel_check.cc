@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -120,11 +121,13 @@ void CheckAttention(KernelCheck& out) {
 // Decode over a half-precision cache (--kv-dtype f16): keys and values
 // widened in registers as they are read, against the double product of
 // the same halves. 8 query heads on 2 KV heads of 64 dims (tiles of four
-// query rows), and on 8 KV heads of 48 (one row a KV head, a value chunk
-// of 48 dims).
+// query rows), on 8 KV heads of 48 (one row a KV head, a value chunk of 48
+// dims), and on 1 KV head over 1100 keys: three chunks of keys
+// (DecodeKeyChunks), split over the threads and folded.
 void CheckHalfCacheAttention(KernelCheck& out) {
-  const int64_t h = 8, n = 200;
-  for (auto [kvh, hd] : {std::pair<int64_t, int64_t>{2, 64}, {8, 48}}) {
+  const int64_t h = 8;
+  for (auto [kvh, hd, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 64, 200}, {8, 48, 200}, {1, 64, 1100}}) {
     const torch::Tensor k = torch::randn({kvh, n, hd}).to(torch::kHalf);
     const torch::Tensor v = torch::randn({kvh, n, hd}).to(torch::kHalf);
     const torch::Tensor q = torch::randn({h, hd});
@@ -137,8 +140,10 @@ void CheckHalfCacheAttention(KernelCheck& out) {
                                                   k.to(torch::kDouble).unsqueeze(0),
                                                   v.to(torch::kDouble).unsqueeze(0), n - 1, 0, 0)
                                    .view({h, hd});
-    AddAttentionRow(kvh == h ? "attention decode f16 cache mha" : "attention decode f16 cache", got,
-                    want, out);
+    AddAttentionRow(kvh == h   ? "attention decode f16 cache mha"
+                    : kvh == 1 ? "attention decode f16 cache, 1 KV head in chunks"
+                               : "attention decode f16 cache",
+                    got, want, out);
   }
 }
 
