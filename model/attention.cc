@@ -449,10 +449,6 @@ struct Item {
   // as q, fetched while this item's values are summed; null for none.
   const float* next_q = nullptr;
   int64_t next_rows = 0;
-  // A decode item's keys past its last one that the same thread reads
-  // next (the next chunk of its head), fetched as its last block is
-  // scored, as a block's successor is.
-  int64_t keys_after = 0;
 };
 
 struct Shape {
@@ -881,7 +877,7 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     if constexpr (std::is_same_v<KV, Q8Block>) {
       QuantDecodeScores(blk, kb, w, s);
     } else if (decode) {
-      const int64_t next_cols = std::min(sh.bk, hi + it.keys_after - c0 - sh.bk);
+      const int64_t next_cols = std::min(sh.bk, hi - c0 - sh.bk);
       const DecodePrefetch<KV> ahead{vb, next_cols > 0 ? kb + sh.bk * row : nullptr, next_cols};
       DecodeScores<kAvx2>(blk, kb, ahead, hdp, w, s);
     } else {
@@ -1176,12 +1172,13 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
   // attention 0.022-0.034 ms a step before, 0.020-0.026 after on 2 threads
   // on OpenMP (one thread a layer), and 0.026-0.029 / 0.022-0.025 on 1
   // thread (`hilnas agent --price-windows`, old and new alternated;
-  // bench/data/runtime-compare.md). A later chunk of a head that the same
-  // thread runs next is fetched as the chunk before it scores its last
-  // block (Item::keys_after), eight rows at a time as DecodeScores fetches
-  // any next block: fetched whole as that chunk started, its 16 KB more in
-  // L1 pushed out the block being scored (full4 at 2048 tokens, 2 threads:
-  // decode attention 0.188 ms a step against 0.170 without chunks).
+  // bench/data/runtime-compare.md). Not a later chunk's, ahead of it:
+  // fetched whole as the chunk before it started, its 16 KB more in L1
+  // pushed out the block being scored (full4 at 2048 tokens, 2 threads:
+  // decode attention 0.188 ms a step against 0.170 without chunks), and
+  // fetched eight rows at a time as that chunk scored its last block (as
+  // DecodeScores fetches any next block) it made no difference the host's
+  // noise let through (0.314 / 0.321 ms on 1 thread, 0.168 / 0.165 on 2).
   auto fetch_first_block = [&](int64_t i) {
     int64_t c0, c1;
     item_keys(i, c0, c1);
@@ -1206,7 +1203,6 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
                         /*kt_stride=*/0};
       float* const dst = chunks > 1 ? part + i * stride : out + gi * g * hd;
       Item it{q + gi * g * hd, hd, dst, nullptr, nullptr, nullptr, 1, g, position};
-      if (i + 1 < last && (i + 1) % chunks != 0) it.keys_after = std::min(n, c1 + 128) - c1;
       const int64_t at = gi * head_stride + c0 * row;
       if constexpr (std::is_same_v<KV, float>) {
         it.keys = keys + at;
