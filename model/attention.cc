@@ -1105,8 +1105,7 @@ namespace {
 // g rows of hd outputs, then g pairs (m, l).
 void CombineChunks(const float* head, int64_t chunks, int64_t stride, int64_t g, int64_t hd,
                    float* out) {
-  thread_local std::vector<float> w;
-  w.resize(static_cast<size_t>(chunks));
+  float w[kDecodeItems];  // chunks <= kDecodeItems (DecodeChunkKeys)
   for (int64_t r = 0; r < g; ++r) {
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t c = 0; c < chunks; ++c) m = std::max(m, head[c * stride + g * hd + 2 * r]);
@@ -1154,7 +1153,7 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
   // Heads whose chunks all ran on one thread are folded there; the rest
   // after the split, on the caller.
   thread_local std::vector<uint8_t> folded;
-  folded.assign(static_cast<size_t>(kvh), 0);
+  if (chunks > 1) folded.assign(static_cast<size_t>(kvh), 0);
   uint8_t* const done = folded.data();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // Item i: KV head i / chunks, its keys [c0, c1) for chunk i % chunks.

@@ -331,6 +331,19 @@ TEST(DecodeSplitTest, KeysSplitInChunksGiveTheSameBitsOnAnyNumberOfThreads) {
   EXPECT_EQ(DecodeChunkKeys(2048, 3), 1024);
   EXPECT_EQ(DecodeChunkKeys(2048, 4), 2048);
   EXPECT_EQ(DecodeChunkKeys(8192, 8), 8192);
+  // Never more than kDecodeItems chunks (CombineChunks' weights), whole
+  // blocks where there are several.
+  for (int64_t kvh = 1; kvh <= 9; ++kvh) {
+    for (int64_t n = 1; n <= 20000; n += 37) {
+      const int64_t keys = DecodeChunkKeys(n, kvh), chunks = (n - 1) / keys + 1;
+      ASSERT_LE(chunks, kDecodeItems) << n << " keys, " << kvh << " KV heads";
+      ASSERT_LE(chunks, (kDecodeItems + kvh - 1) / kvh) << n << " keys, " << kvh;
+      if (chunks > 1) {
+        ASSERT_EQ(keys % 128, 0) << n << " keys, " << kvh;
+        ASSERT_GE(keys, kDecodeMinChunkKeys) << n << " keys, " << kvh;
+      }
+    }
+  }
   const int before_threads = at::get_num_threads();
   const double before = DecodeSplitWork();
   const ThreadPool before_pool = CurrentThreadPool();
