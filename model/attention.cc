@@ -1128,6 +1128,10 @@ void CombineChunks(const float* head, int64_t chunks, int64_t stride, int64_t g,
   }
 }
 
+// Keys a decode item scores, soft-maxes and sums at a time (Shape::bk); a
+// chunk of a head's keys is whole blocks (DecodeChunkKeys).
+constexpr int64_t kDecodeBlockKeys = 128;
+
 // Profiler names (bench/step_profile): a window layer's attention is its own
 // row, so bench/window_pricing.sh prices it against a full layer's in one
 // process.
@@ -1182,7 +1186,7 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
     int64_t c0, c1;
     item_keys(i, c0, c1);
     PrefetchLines(keys + i / chunks * head_stride + c0 * row,
-                  std::min<int64_t>(c1 - c0, 128) * row * static_cast<int64_t>(sizeof(KV)));
+                  std::min(c1 - c0, kDecodeBlockKeys) * row * static_cast<int64_t>(sizeof(KV)));
   };
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
@@ -1197,7 +1201,7 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
                         key_start + c0,
                         key_start + c1,
                         /*window=*/0,
-                        /*bk=*/128,
+                        kDecodeBlockKeys,
                         scale,
                         /*kt_stride=*/0};
       float* const dst = chunks > 1 ? part + i * stride : out + gi * g * hd;
@@ -1286,7 +1290,7 @@ int64_t DecodeChunkKeys(int64_t n, int64_t kvh) {
   const int64_t chunks = std::min((kDecodeItems + kvh - 1) / std::max<int64_t>(kvh, 1),
                                   (n + kDecodeMinChunkKeys - 1) / kDecodeMinChunkKeys);
   if (chunks <= 1) return n;
-  return RoundUp((n + chunks - 1) / chunks, 128);
+  return RoundUp((n + chunks - 1) / chunks, kDecodeBlockKeys);
 }
 
 double DecodeSplitWork() { return decode_split_work.load(std::memory_order_relaxed); }

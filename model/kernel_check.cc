@@ -123,7 +123,7 @@ void CheckAttention(KernelCheck& out) {
 // the same halves. 8 query heads on 2 KV heads of 64 dims (tiles of four
 // query rows), on 8 KV heads of 48 (one row a KV head, a value chunk of 48
 // dims), and on 1 KV head over 1100 keys: three chunks of keys
-// (DecodeKeyChunks), split over the threads and folded.
+// (DecodeChunkKeys), split over the threads and folded.
 void CheckHalfCacheAttention(KernelCheck& out) {
   const int64_t h = 8;
   for (auto [kvh, hd, n] :
