@@ -205,8 +205,9 @@ void CheckQ8CacheAttention(KernelCheck& out) {
   }
 }
 
-// Q4_0 and Q8_0 weights against Q8_0 activations: the best path (VNNI or
-// NEON's SDOT, through QuantMatmul's threads), the baseline (AVX2, NEON
+// Q4_0 and Q8_0 weights against Q8_0 activations: the best path (VNNI, or
+// NEON's SMMLA for prompts and SDOT for one token, through QuantMatmul's
+// threads), the baseline (AVX2, NEON
 // without SDOT) and the portable loop, against a double product of the
 // dequantized weights and activations. Integer sums are exact on every
 // path, so only the f32 sums over blocks separate them from the reference.
@@ -221,6 +222,11 @@ void CheckQuantized(KernelCheck& out) {
       cases.emplace_back(t, false, rows, in, tokens);
     }
   }
+  // More tokens than a block of the prompt's product holds (QuantGemm
+  // takes 256 KiB of activation rows at a time: 60 of 4096 columns), an
+  // odd count of them and of rows: NEON's SMMLA pairs carried across the
+  // blocks.
+  cases.emplace_back(QuantType::kQ8_0, false, 67, 4096, 67);
   cases.emplace_back(QuantType::kQ4_0, true, 64, 1024, 1);
   cases.emplace_back(QuantType::kQ4_0, true, 136, 576, 7);
   for (const auto& [t, grouped, rows, in, tokens] : cases) {

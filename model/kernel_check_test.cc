@@ -31,7 +31,7 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   // f16 cache write, 2 block types x 3 shapes, and 2 shapes of Q4_0 rows
   // grouped eight at a time
   const size_t other_forms = GemvFormsHere().size() - 1;
-  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 36u : 27u) + 9 * other_forms);
+  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 37u : 28u) + 9 * other_forms);
   EXPECT_EQ(
       std::count_if(check->rows.begin(), check->rows.end(),
                     [](const KernelCheckRow& r) { return r.kernel.rfind("q4_0 grouped", 0) == 0; }),
@@ -75,9 +75,10 @@ TEST(KernelCheckTest, TheKernelsTakeThePathsOfTheFeaturesTheyAreGiven) {
   EXPECT_EQ(forms.size(), c.Avx2FmaF16c() ? (four_rows ? 4u : 3u) : 1u);
 #elif defined(__aarch64__)
   EXPECT_EQ(GemvKernelName(), std::string(c.neon ? "neon" : "portable"));
-  EXPECT_EQ(QuantKernelName(), std::string(!c.neon     ? "portable"
-                                           : c.dotprod ? "neon+dotprod"
-                                                       : "neon"));
+  EXPECT_EQ(QuantKernelName(), std::string(!c.neon               ? "portable"
+                                           : c.dotprod && c.i8mm ? "neon+i8mm"
+                                           : c.dotprod           ? "neon+dotprod"
+                                                                 : "neon"));
   EXPECT_EQ(four_rows, c.neon);
 #endif
   const char* cap = std::getenv(kCpuFeaturesVariable);

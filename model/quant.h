@@ -117,7 +117,8 @@ bool GroupQuantRows(torch::Tensor& w);
 void DequantizeMatrixRow(const torch::Tensor& w, int64_t r, float* out);
 
 // The kernels (model/quant_kernels.cc). The best path picks, at run time,
-// AVX-512 VNNI, AVX2 (x86), NEON with or without the dot-product extension
+// AVX-512 VNNI, AVX2 (x86), NEON with the 8-bit matrix multiply (SMMLA,
+// for two tokens or more), with the dot-product extension or without
 // (aarch64), or the portable loop.
 const char* QuantKernelName();
 

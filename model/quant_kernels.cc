@@ -2,9 +2,10 @@
 // times a Q8_0 activation block is d_w * d_x * (32 integer products), summed
 // in f32 over a row's blocks. One path per instruction set, picked at run
 // time: AVX-512 VNNI (VPDPBUSD), AVX2 (VPMADDUBSW + VPMADDWD), NEON with the
-// dot-product extension (SDOT) and without (SMULL + SADALP), and a portable
-// loop. Integer sums are exact on every path; the f32 sums over blocks may
-// differ in their last bits (each path adds in its own order).
+// 8-bit matrix multiply (SMMLA, for prompts), with the dot-product
+// extension (SDOT) and without (SMULL + SADALP), and a portable loop. Integer sums are exact on
+// every path; the f32 sums over blocks may differ in their last bits (each path adds in its own
+// order).
 //
 // Kept out of the library's unity batches (model/CMakeLists.txt): its
 // helpers are compiled for several instruction sets.
@@ -192,7 +193,32 @@ namespace neon_dot {
 }  // namespace neon_dot
 #pragma GCC pop_options
 
+// The 8-bit matrix multiply (FEAT_I8MM): SMMLA takes two rows of eight
+// int8 in one register and two columns of eight in another and adds their
+// 2 x 2 products into four int32 lanes, [r0.c0, r0.c1, r1.c0, r1.c1]: 32
+// multiply-adds an instruction where SDOT's are 16. A prompt's products
+// take two weight rows against two tokens at a time; each token pair's
+// activation blocks are interleaved once a call, eight bytes of one token
+// beside eight of the other (Pairs below), as llama.cpp's NEON Q4_0 and
+// Q8_0 dots do for two rows (nrc == 2, __ARM_FEATURE_MATMUL_INT8). One
+// token (decode) gains nothing from it and stays on SDOT, as does a
+// prompt's odd last token or row.
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod+i8mm")
+namespace neon_mm {
+#define HILNAS_NEON_DOT(w, x) \
+  vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.val[0], vld1q_s8(x)), w.val[1], vld1q_s8((x) + 16))
+#define HILNAS_NEON_DOT_LANE(acc, w, x, lane) vdotq_laneq_s32(acc, w, x, lane)
+#include "model/internal/quant_neon.inc"
+#undef HILNAS_NEON_DOT_LANE
+#undef HILNAS_NEON_DOT
+#include "model/internal/quant_i8mm.inc"
+}  // namespace neon_mm
+#pragma GCC pop_options
+
 bool HasDotProduct() { return KernelCpuFeatures().dotprod; }
+// SMMLA's path also takes SDOT's for a lone token or row.
+bool HasMatMulInt8() { return KernelCpuFeatures().dotprod && KernelCpuFeatures().i8mm; }
 #endif  // __aarch64__
 
 }  // namespace
@@ -209,7 +235,9 @@ const char* QuantKernelName() {
   if (HasVnni()) return "avx512vnni";
   if (HasQuantAvx2()) return "avx2";
 #elif defined(__aarch64__)
-  if (KernelCpuFeatures().neon) return HasDotProduct() ? "neon+dotprod" : "neon";
+  if (KernelCpuFeatures().neon) {
+    return HasMatMulInt8() ? "neon+i8mm" : HasDotProduct() ? "neon+dotprod" : "neon";
+  }
 #endif
   return "portable";
 }
@@ -257,8 +285,10 @@ void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, i
   }
 #elif defined(__aarch64__)
   if (path != KernelPath::kPortable && KernelCpuFeatures().neon) {
-    const auto gemm =
-        path == KernelPath::kBest && HasDotProduct() ? neon_dot::GemmGroups : neon::GemmGroups;
+    const auto gemm = path != KernelPath::kBest ? neon::GemmGroups
+                      : HasMatMulInt8()         ? neon_mm::GemmGroupsPairs
+                      : HasDotProduct()         ? neon_dot::GemmGroups
+                                                : neon::GemmGroups;
     return gemm(groups, blocks, x, tokens, c, ldc, first, last);
   }
 #endif
@@ -280,7 +310,10 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     }
 #elif defined(__aarch64__)
     if (KernelCpuFeatures().neon) {
-      gemm = path == KernelPath::kBest && HasDotProduct() ? neon_dot::Gemm : neon::Gemm;
+      gemm = path != KernelPath::kBest ? neon::Gemm
+             : HasMatMulInt8()         ? neon_mm::GemmPairs
+             : HasDotProduct()         ? neon_dot::Gemm
+                                       : neon::Gemm;
     }
 #endif
   }
@@ -305,16 +338,31 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
   // memory 128 times for a 512-token prompt: prefill 1.21-1.24x
   // llama.cpp's, where full4's and big12's smaller matrices were at
   // 0.8-1.05x.
+  // (tokens_per is a multiple of 4: each block starts on a token pair.)
   const int64_t w_row = blocks * QuantBlockBytes(t), x_row = blocks * kQ8Bytes;
   const int64_t rows_per = std::max<int64_t>(4, (int64_t{128} << 10) / w_row / 4 * 4);
   const int64_t tokens_per = std::max<int64_t>(4, (int64_t{256} << 10) / x_row / 4 * 4);
-  for (int64_t i0 = 0; i0 < tokens; i0 += tokens_per) {
-    const int64_t n = std::min(tokens_per, tokens - i0);
-    for (int64_t r0 = first; r0 < last; r0 += rows_per) {
-      gemm(t, w, blocks, x.From(i0, blocks), n, c + i0 * ldc, ldc, r0,
-           std::min(last, r0 + rows_per));
+  auto in_blocks = [&](auto&& run) {
+    for (int64_t i0 = 0; i0 < tokens; i0 += tokens_per) {
+      const int64_t n = std::min(tokens_per, tokens - i0);
+      for (int64_t r0 = first; r0 < last; r0 += rows_per) {
+        run(i0, n, r0, std::min(last, r0 + rows_per));
+      }
     }
+  };
+#if defined(__aarch64__)
+  if (gemm == neon_mm::GemmPairs) {  // the token pairs interleaved once, not once a block
+    const neon_mm::Pairs xp = neon_mm::PairsOf(x, blocks, tokens / 2);
+    in_blocks([&](int64_t i0, int64_t n, int64_t r0, int64_t r1) {
+      neon_mm::PairsGemm(t, w, blocks, x.From(i0, blocks), xp.From(i0 / 2), n, c + i0 * ldc, ldc,
+                         r0, r1);
+    });
+    return;
   }
+#endif
+  in_blocks([&](int64_t i0, int64_t n, int64_t r0, int64_t r1) {
+    gemm(t, w, blocks, x.From(i0, blocks), n, c + i0 * ldc, ldc, r0, r1);
+  });
 }
 
 void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,

@@ -196,16 +196,20 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
   int code = 0;
   const std::string out = Shell(env_ + script_ + "check-kernels", &code);
   EXPECT_EQ(code, 0) << out;
-  // qemu's CPU has the dot-product extension: the best quantized path is
-  // SDOT, the baseline NEON without it, both against the portable loop.
-  EXPECT_THAT(out,
-              HasSubstr("kernels: ok (gemv path neon, quantized path neon+dotprod, 4 threads"));
+  // qemu's CPU ("max") has the dot-product extension and the 8-bit matrix
+  // multiply: the best quantized path is SMMLA for prompts (SDOT for one
+  // token, a lone row or token), the baseline NEON without either, both
+  // against the portable loop. Its rows of 7 tokens over 131 and 136 rows
+  // take SMMLA's tiles of two token pairs, one pair, and SDOT's lone token
+  // and row.
+  EXPECT_THAT(out, HasSubstr("kernels: ok (gemv path neon, quantized path neon+i8mm, 4 threads"));
   for (const char* kernel :
        {"gemv Float 67x1027", "gemv Half 131x576", "gemv BFloat16 5x7",
         "attention decode window 48", "attention prefill full", "attention decode f16 cache",
         "attention decode f16 cache mha", "attention decode f16 cache, 1 KV head in chunks",
         "attention decode q8_0 cache", "attention decode q8_0 cache mha",
         "cache write f16 (c10::Half's bits)", "q4_0 67x1024 x1", "q4_0 131x576 x7", "q8_0 5x32 x4",
+        "q8_0 67x4096 x67", "q4_0 grouped 136x576 x7",
         // the NEON GEMV's other forms, each against the default form's bits
         "gemv Float 67x1027 form one-row-prefetch (one-row's bits)",
         "gemv Half 131x576 form two-rows (one-row's bits)",
@@ -216,18 +220,29 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
 }
 
 // HILNAS_CPU_FEATURES caps the arm64 kernels too (util/cpu_features.h),
-// set on the phone by `phone-agent --cpu-features`: under `neon` the
-// quantized products leave SDOT for the baseline NEON path (a phone of
-// Cortex-A53-class cores), under `portable` every kernel takes its
-// portable loop, both still holding to the double reference. An x86 cap is
+// set on the phone by `phone-agent --cpu-features`: under `dotprod` the
+// prompts' quantized products leave SMMLA for SDOT (an Armv8.2-8.5 phone,
+// Cortex-A76/A78-class), under `neon` SDOT too for the baseline NEON path
+// (Cortex-A53-class cores), under `portable` every kernel takes its
+// portable loop, each still holding to the double reference. An x86 cap is
 // refused by the script before anything is pushed, and by the agent.
 TEST_F(Arm64AgentTest, CappedFeaturesTakeTheirPathsOnThePhone) {
   int code = 0;
+  const std::string dotprod =
+      Shell(env_ + script_ + "check-kernels --threads 2 --cpu-features dotprod", &code);
+  EXPECT_EQ(code, 0) << dotprod;
+  EXPECT_THAT(dotprod,
+              HasSubstr("kernels: ok (gemv path neon, quantized path neon+dotprod, 2 threads"));
+  EXPECT_THAT(dotprod,
+              HasSubstr("features capped by HILNAS_CPU_FEATURES=dotprod (not used: i8mm)"));
+  EXPECT_THAT(dotprod, HasSubstr("q4_0 grouped 136x576 x7"));
+  EXPECT_THAT(dotprod, Not(HasSubstr("OVER TOLERANCE")));
   const std::string neon =
       Shell(env_ + script_ + "check-kernels --threads 2 --cpu-features neon", &code);
   EXPECT_EQ(code, 0) << neon;
   EXPECT_THAT(neon, HasSubstr("kernels: ok (gemv path neon, quantized path neon, 2 threads"));
-  EXPECT_THAT(neon, HasSubstr("features capped by HILNAS_CPU_FEATURES=neon (not used: dotprod)"));
+  EXPECT_THAT(neon,
+              HasSubstr("features capped by HILNAS_CPU_FEATURES=neon (not used: dotprod i8mm)"));
   const std::string portable =
       Shell(env_ + script_ + "check-kernels --threads 2 --cpu-features portable", &code);
   EXPECT_EQ(code, 0) << portable;
@@ -235,7 +250,7 @@ TEST_F(Arm64AgentTest, CappedFeaturesTakeTheirPathsOnThePhone) {
               HasSubstr("kernels: ok (gemv path portable, quantized path portable, 2 threads"));
   const std::string refused = Shell(env_ + script_ + "check-kernels --cpu-features avx2", &code);
   EXPECT_NE(code, 0) << refused;
-  EXPECT_THAT(refused, HasSubstr("--cpu-features avx2: not native, neon or portable"));
+  EXPECT_THAT(refused, HasSubstr("--cpu-features avx2: not native, dotprod, neon or portable"));
   const std::string x86 = Shell(
       "HILNAS_CPU_FEATURES=avx2 HILNAS_AGENT_EMULATOR=qemu-aarch64-static "
       "sh " +

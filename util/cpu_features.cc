@@ -14,6 +14,9 @@
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
 #endif
 
 namespace hilnas {
@@ -27,6 +30,7 @@ constexpr std::pair<const char*, bool CpuFeatures::*> kFeatures[] = {
     {"avx512bw", &CpuFeatures::avx512bw}, {"avx512dq", &CpuFeatures::avx512dq},
     {"avx512vl", &CpuFeatures::avx512vl}, {"avx512vnni", &CpuFeatures::avx512vnni},
     {"neon", &CpuFeatures::neon},         {"dotprod", &CpuFeatures::dotprod},
+    {"i8mm", &CpuFeatures::i8mm},
 };
 
 struct Capped {
@@ -78,6 +82,7 @@ CpuFeatures HostCpuFeatures() {
 #elif defined(__aarch64__)
   c.neon = true;
   c.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  c.i8mm = (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #endif
   return c;
 }
@@ -94,12 +99,13 @@ absl::StatusOr<CpuFeatures> CapCpuFeatures(const CpuFeatures& host, absl::string
   }
   constexpr char kHere[] = "native, avx2 or portable on x86-64";
 #elif defined(__aarch64__)
-  if (cap == "neon") {
+  if (cap == "dotprod" || cap == "neon") {
     CpuFeatures out = host;
-    out.dotprod = false;
+    out.i8mm = false;
+    if (cap == "neon") out.dotprod = false;
     return out;
   }
-  constexpr char kHere[] = "native, neon or portable on arm64";
+  constexpr char kHere[] = "native, dotprod, neon or portable on arm64";
 #else
   constexpr char kHere[] = "native or portable";
 #endif

@@ -18,8 +18,10 @@
 namespace hilnas {
 
 // The name of the variable that caps the features: unset or "native" (the
-// CPU's own), "avx2" (x86: everything but AVX-512), "neon" (arm64: no
-// dot-product instructions), "portable" (no hand-written vector path).
+// CPU's own), "avx2" (x86: everything but AVX-512), "dotprod" (arm64: no
+// 8-bit matrix multiply, as an Armv8.2-8.5 core such as the Cortex-A76),
+// "neon" (arm64: no dot-product instructions either), "portable" (no
+// hand-written vector path).
 inline constexpr char kCpuFeaturesVariable[] = "HILNAS_CPU_FEATURES";
 
 struct CpuFeatures {
@@ -27,8 +29,10 @@ struct CpuFeatures {
   bool avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512cd = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512vnni = false;
-  // arm64 (NEON itself is part of the baseline: `neon` false only when capped)
-  bool neon = false, dotprod = false;
+  // arm64 (NEON itself is part of the baseline: `neon` false only when
+  // capped); i8mm: SMMLA, the 8-bit matrix multiply (FEAT_I8MM: Armv8.6,
+  // and the Cortex-A510/A710/X2 and later cores of phones since 2022)
+  bool neon = false, dotprod = false, i8mm = false;
 
   // The three the AVX2 kernels compile for (target("avx2,fma,f16c")).
   bool Avx2FmaF16c() const { return avx2 && fma && f16c; }
