@@ -168,6 +168,30 @@ void CheckHalfCacheWrite(KernelCheck& out) {
   out.rows.push_back(row);
 }
 
+// Activations quantized to Q8_0 blocks as every quantized product, a Q8_0
+// cache's rows and its decode queries are (QuantizeActivationsFast: AVX2,
+// NEON) hold the portable loop's bytes (llama.cpp's reference quantizer),
+// on blocks of every scale, an all-zero block, and ties (x * 127 / amax
+// on .5: rounded to even either way).
+void CheckActivationQuantizer(KernelCheck& out) {
+  torch::Tensor x = torch::randn({24, 32}) * torch::logspace(-6, 4, 24).unsqueeze(1);
+  x[3].zero_();
+  x[5].fill_(63.5);
+  x[5][0] = 127;  // amax 127: 63.5 * 127 / 127 is a tie
+  x[6].fill_(-0.5);
+  x[6][7] = 127;
+  std::vector<uint8_t> got(24 * kQ8BlockBytes), want(24 * kQ8BlockBytes);
+  QuantizeActivationsFast(x.data_ptr<float>(), x.numel(), got.data());
+  QuantizeActivations(x.data_ptr<float>(), x.numel(), want.data());
+  int64_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+  KernelCheckRow row;
+  row.kernel = "q8_0 activations (portable bytes)";
+  row.best_error = static_cast<double>(differ) / static_cast<double>(got.size());
+  row.ok = differ == 0;
+  out.rows.push_back(row);
+}
+
 // Decode over a Q8_0 cache (--kv-dtype q8_0): integer scores against the
 // query quantized as the kernel quantizes it (scaled by 1/sqrt(hd)),
 // values dequantized in registers, against the double product of the same
@@ -313,6 +337,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
     CheckAttention(out);
     CheckHalfCacheAttention(out);
     CheckHalfCacheWrite(out);
+    CheckActivationQuantizer(out);
     CheckQ8CacheAttention(out);
     CheckQuantized(out);
   } catch (const c10::Error& e) {

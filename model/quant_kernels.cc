@@ -216,6 +216,34 @@ namespace neon_mm {
 }  // namespace neon_mm
 #pragma GCC pop_options
 
+// QuantizeActivations' bytes, eight float32x4 a block: the same maximum,
+// the same product x * (127 / amax) rounded to nearest even (FCVTNS, as
+// std::nearbyint rounds), and the scale through FCVTN, c10::Half's
+// rounding. Every quantized product quantizes its input, and a decode step
+// its queries and cache rows, with it.
+void QuantizeXNeon(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    float32x4_t v[8];
+    float32x4_t amax = vdupq_n_f32(0);
+    for (int k = 0; k < 8; ++k) {
+      v[k] = vld1q_f32(xb + 4 * k);
+      amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+    }
+    const float mx = vmaxvq_f32(amax);
+    uint8_t* blk = out + b * kQ8Bytes;
+    const uint16_t d =
+        vget_lane_u16(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(mx / 127.0f))), 0);
+    std::memcpy(blk, &d, 2);
+    const float id = mx != 0 ? 127.0f / mx : 0.0f;
+    for (int k = 0; k < 8; k += 2) {
+      const int16x8_t h = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[k], id))),
+                                       vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[k + 1], id))));
+      vst1_s8(reinterpret_cast<int8_t*>(blk + 2 + 4 * k), vqmovn_s16(h));
+    }
+  }
+}
+
 bool HasDotProduct() { return KernelCpuFeatures().dotprod; }
 // SMMLA's path also takes SDOT's for a lone token or row.
 bool HasMatMulInt8() { return KernelCpuFeatures().dotprod && KernelCpuFeatures().i8mm; }
@@ -226,6 +254,8 @@ bool HasMatMulInt8() { return KernelCpuFeatures().dotprod && KernelCpuFeatures()
 void QuantizeActivationsFast(const float* x, int64_t n, uint8_t* out) {
 #if defined(__x86_64__)
   if (HasQuantAvx2()) return avx2::QuantizeX(x, n, out);
+#elif defined(__aarch64__)
+  if (KernelCpuFeatures().neon) return QuantizeXNeon(x, n, out);
 #endif
   QuantizeActivations(x, n, out);
 }
