@@ -218,6 +218,11 @@ std::vector<torch::Tensor> ProjectMany(const torch::Tensor& x,
     }
     return out;
   }
+  if (ws.size() > 1 && std::all_of(ws.begin(), ws.end(), [&](const torch::Tensor& w) {
+        return QuantTypeOf(w) && QuantColumns(w) == in;
+      })) {
+    return QuantMatmulMany(x, ws);  // a prompt's activations quantized once
+  }
   for (const torch::Tensor& w : ws) out.push_back(Project(x, w));
   return out;
 }

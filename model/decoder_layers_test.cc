@@ -14,6 +14,8 @@
 namespace hilnas {
 namespace {
 
+using decoder_internal::Project;
+using decoder_internal::ProjectMany;
 using decoder_internal::ToCacheForm;
 using decoder_internal::WriteCacheRows;
 
@@ -91,6 +93,27 @@ TEST(WriteCacheRowsTest, DeclinesWhatItDoesNotWriteAndRefusesPositionsPastTheCac
   }
   // Training: autograd must see the copy.
   EXPECT_FALSE(WriteCacheRows(x, cache, 0));
+}
+
+// A prompt through a layer's quantized q, k and v (or gate and up):
+// ProjectMany quantizes the activations once for all of them and gives
+// each product's bits as Project does alone, grouped Q4_0, row-form Q4_0
+// and Q8_0 side by side.
+TEST(ProjectManyTest, QuantizedPromptProductsAreEachProjectsBits) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({1, 13, 96});
+  torch::Tensor q = QuantizeMatrix(torch::randn({64, 96}), QuantType::kQ4_0).value();
+  ASSERT_TRUE(GroupQuantRows(q));
+  const torch::Tensor k = QuantizeMatrix(torch::randn({20, 96}), QuantType::kQ4_0).value();
+  const torch::Tensor v = QuantizeMatrix(torch::randn({20, 96}), QuantType::kQ8_0).value();
+  const std::vector<torch::Tensor> many = ProjectMany(x, {q, k, v});
+  ASSERT_EQ(many.size(), 3u);
+  const torch::Tensor ws[3] = {q, k, v};
+  for (int m = 0; m < 3; ++m) {
+    const torch::Tensor one = Project(x, ws[m]);
+    EXPECT_EQ(many[m].sizes(), one.sizes()) << m;
+    EXPECT_TRUE(torch::equal(many[m], one)) << m;
+  }
 }
 
 }  // namespace

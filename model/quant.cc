@@ -261,14 +261,20 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   });
 }
 
-torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
+std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
+                                           const std::vector<torch::Tensor>& ws) {
   RECORD_FUNCTION("hilnas::quant_matmul", {});
-  TORCH_CHECK(QuantTypeOf(w).has_value(), "QuantMatmul: w is not a quantized matrix");
-  const int64_t cols = QuantColumns(w), rows = QuantRows(w), blocks = w.size(1);
+  TORCH_CHECK(!ws.empty(), "QuantMatmul: no matrices");
+  const int64_t cols = QuantColumns(ws[0]), blocks = ws[0].size(1);
+  for (const torch::Tensor& w : ws) {
+    TORCH_CHECK(QuantTypeOf(w).has_value(), "QuantMatmul: w is not a quantized matrix");
+    TORCH_CHECK(QuantColumns(w) == cols && w.size(1) == blocks,
+                "QuantMatmul: matrices of one product must share their width");
+  }
   TORCH_CHECK(x.size(-1) == cols, "QuantMatmul: x has ", x.size(-1), " columns, w ", cols);
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
-  // Activations once, as Q8_0 rows.
+  // Activations once for every matrix, as Q8_0 rows.
   AlignedVector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
   const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
@@ -276,23 +282,32 @@ torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
       QuantizeActivationsFast(xp + i * cols, cols, xq.data() + i * blocks * kQ8BlockBytes);
     }
   });
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = rows;
-  torch::Tensor out = torch::empty({tokens, rows}, torch::TensorOptions().dtype(torch::kFloat));
-  const torch::Tensor wc = w.contiguous();
-  float* op = out.data_ptr<float>();
-  if (tokens == 1) {
-    ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock),
-                [&](int64_t first, int64_t last) {
-                  QuantRowsInto(wc, xq.data(), 1, op, 0, first, last, KernelPath::kBest);
-                });
-  } else {
-    at::parallel_for(0, (rows + kGemmRows - 1) / kGemmRows, 1, [&](int64_t first, int64_t last) {
-      QuantRowsInto(wc, xq.data(), tokens, op, rows, first * kGemmRows,
-                    std::min(rows, last * kGemmRows), KernelPath::kBest);
-    });
+  std::vector<torch::Tensor> outs;
+  for (const torch::Tensor& w : ws) {
+    const int64_t rows = QuantRows(w);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = rows;
+    torch::Tensor out = torch::empty({tokens, rows}, torch::TensorOptions().dtype(torch::kFloat));
+    const torch::Tensor wc = w.contiguous();
+    float* op = out.data_ptr<float>();
+    if (tokens == 1) {
+      ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock),
+                  [&](int64_t first, int64_t last) {
+                    QuantRowsInto(wc, xq.data(), 1, op, 0, first, last, KernelPath::kBest);
+                  });
+    } else {
+      at::parallel_for(0, (rows + kGemmRows - 1) / kGemmRows, 1, [&](int64_t first, int64_t last) {
+        QuantRowsInto(wc, xq.data(), tokens, op, rows, first * kGemmRows,
+                      std::min(rows, last * kGemmRows), KernelPath::kBest);
+      });
+    }
+    outs.push_back(out.view(shape).to(x.scalar_type()));
   }
-  return out.view(shape).to(x.scalar_type());
+  return outs;
+}
+
+torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w) {
+  return QuantMatmulMany(x, {w})[0];
 }
 
 }  // namespace hilnas

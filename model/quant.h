@@ -151,6 +151,11 @@ int64_t QuantGemvGrainRows(int64_t cols);
 // x [..., cols] f32 times a quantized w^T: [..., rows] f32. One row of x is
 // a GEMV, more a QuantGemm; rows split across libtorch's threads.
 torch::Tensor QuantMatmul(const torch::Tensor& x, const torch::Tensor& w);
+// x through several quantized matrices of one width (a layer's q, k and v,
+// or its gate and up): x quantized once for all of them, each product as
+// QuantMatmul's, the same bits.
+std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
+                                           const std::vector<torch::Tensor>& ws);
 
 }  // namespace hilnas
 
