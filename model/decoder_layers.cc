@@ -14,6 +14,13 @@
 #include "model/internal/decoder_layers.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
+#include "util/cpu_features.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace hilnas {
 namespace decoder_internal {
@@ -242,7 +249,76 @@ torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& t
 }
 
 // out = silu(gate) * up, elementwise over n floats (out may alias gate).
+// SiLU(gate) * up in vectors, with exp in registers: Cephes expf's range
+// reduction (x = n ln 2 + r, ln 2 in two parts) and polynomial on |r| <=
+// ln 2 / 2, 2^n built in the exponent bits; x clamped to [-87.3, 88] so
+// 2^n stays a normal float (exp(-87.3) already leaves 1 + e at 1, and
+// exp(88) makes gate / (1 + e) as near 0 as the true value's float). A
+// decode step's FFN ran libm's expf once per hidden unit: 3.4 us of a
+// full4 layer's 1536 on the Zen 5, 5% of a Q4_0 decode step.
+constexpr float kExpLo = -87.3365447f, kExpHi = 88.0f, kLog2e = 1.44269504f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) inline __m256 ExpAvx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP[i]));
+  const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"))) void SwiGluAvx2(const float* gate, const float* up, int64_t n,
+                                                    float* out) {
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = ExpAvx2(_mm256_sub_ps(zero, g));
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+#elif defined(__aarch64__)
+inline float32x4_t ExpNeon(float32x4_t x) {
+  x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(kExpLo)), vdupq_n_f32(kExpHi));
+  const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, kLog2e));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(kLn2Hi));
+  r = vfmsq_f32(r, n, vdupq_n_f32(kLn2Lo));
+  float32x4_t p = vdupq_n_f32(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = vfmaq_f32(vdupq_n_f32(kExpP[i]), p, r);
+  const float32x4_t y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  return vmulq_f32(y, vreinterpretq_f32_s32(e));
+}
+
+void SwiGluNeon(const float* gate, const float* up, int64_t n, float* out) {
+  int64_t i = 0;
+  const float32x4_t one = vdupq_n_f32(1.0f);
+  for (; i + 4 <= n; i += 4) {
+    const float32x4_t g = vld1q_f32(gate + i);
+    const float32x4_t e = ExpNeon(vnegq_f32(g));
+    vst1q_f32(out + i, vmulq_f32(vdivq_f32(g, vaddq_f32(one, e)), vld1q_f32(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+#endif
+
 void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
+#if defined(__x86_64__)
+  if (KernelCpuFeatures().Avx2FmaF16c()) return SwiGluAvx2(gate, up, n, out);
+#elif defined(__aarch64__)
+  if (KernelCpuFeatures().neon) return SwiGluNeon(gate, up, n, out);
+#endif
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 

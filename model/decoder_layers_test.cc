@@ -95,6 +95,34 @@ TEST(WriteCacheRowsTest, DeclinesWhatItDoesNotWriteAndRefusesPositionsPastTheCac
   EXPECT_FALSE(WriteCacheRows(x, cache, 0));
 }
 
+// A decode step's SwiGLU row (exp in registers on AVX2 and NEON) against
+// the double formula: within a few float roundings of each output where
+// |gate| <= 20, and within 1e-6 of |gate * up| out to the clamps and past
+// them (exp's argument held in [-87.3, 88]), at every tail length.
+TEST(SwiGluRowTest, HoldsToTheDoubleFormulaOverTheWholeRange) {
+  std::vector<float> gate, up;
+  for (int i = 0; i <= 4000; ++i) gate.push_back(-20.0f + 0.01f * static_cast<float>(i));
+  for (float g : {30.0f, 60.0f, 87.0f, 87.5f, 88.0f, 89.0f, 100.0f, 1e-30f, 0.0f, 1e30f}) {
+    gate.push_back(g);
+    gate.push_back(-g);
+  }
+  for (size_t i = 0; i < gate.size(); ++i) up.push_back(std::cos(static_cast<float>(i)) * 3.0f);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{13}, static_cast<int64_t>(gate.size())}) {
+    const int64_t first = static_cast<int64_t>(gate.size()) - n;  // the clamp values included
+    std::vector<float> out(static_cast<size_t>(n));
+    decoder_internal::SwiGluRow(gate.data() + first, up.data() + first, n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[first + i], u = up[first + i];
+      const double want = g / (1.0 + std::exp(-g)) * u;
+      const double err = std::abs(out[i] - want);
+      EXPECT_LE(err, 1e-6 * std::abs(g * u) + 1e-30) << "gate " << g << " n " << n;
+      if (std::abs(g) <= 20) {
+        EXPECT_LE(err, 6e-7 * std::abs(want) + 1e-37) << "gate " << g;
+      }
+    }
+  }
+}
+
 // A prompt through a layer's quantized q, k and v (or gate and up):
 // ProjectMany quantizes the activations once for all of them and gives
 // each product's bits as Project does alone, grouped Q4_0, row-form Q4_0

@@ -13,6 +13,7 @@
 #include "model/attention.h"
 #include "model/blas_core.h"
 #include "model/gemv.h"
+#include "model/internal/decoder_layers.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
 #include "util/cpu_features.h"
@@ -165,6 +166,26 @@ void CheckHalfCacheWrite(KernelCheck& out) {
   row.kernel = "cache write f16 (c10::Half's bits)";
   row.best_error = static_cast<double>(differ) / static_cast<double>(x.numel());
   row.ok = differ == 0;
+  out.rows.push_back(row);
+}
+
+// A decode step's SwiGLU row (exp in registers on AVX2 and NEON) against
+// the double formula, over gates in [-20, 20] and past exp's clamps: each
+// output's error relative to |gate * up|.
+void CheckSwiGlu(KernelCheck& out) {
+  const torch::Tensor gate =
+      torch::cat({torch::linspace(-20, 20, 203), torch::tensor({-100.0f, -88.0f, 88.0f, 100.0f})});
+  const torch::Tensor up = torch::randn({gate.numel()});
+  torch::Tensor got = torch::empty_like(gate);
+  decoder_internal::SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(),
+                              got.data_ptr<float>());
+  const torch::Tensor g = gate.to(torch::kDouble), u = up.to(torch::kDouble);
+  const torch::Tensor want = g / (1 + torch::exp(-g)) * u;
+  KernelCheckRow row;
+  row.kernel = "swiglu row";
+  row.best_error =
+      ((got.to(torch::kDouble) - want).abs() / (g * u).abs().clamp_min(1e-30)).max().item<double>();
+  row.ok = row.best_error <= KernelCheck::kTolerance;
   out.rows.push_back(row);
 }
 
@@ -338,6 +359,7 @@ absl::StatusOr<KernelCheck> CheckKernels(int threads) {
     CheckHalfCacheAttention(out);
     CheckHalfCacheWrite(out);
     CheckActivationQuantizer(out);
+    CheckSwiGlu(out);
     CheckQ8CacheAttention(out);
     CheckQuantized(out);
   } catch (const c10::Error& e) {
