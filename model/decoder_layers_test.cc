@@ -123,6 +123,33 @@ TEST(SwiGluRowTest, HoldsToTheDoubleFormulaOverTheWholeRange) {
   }
 }
 
+// Gemma's GeGLU row (GELU's tanh form, in vectors as 1 / (1 + exp(-2y)))
+// against the double tanh formula, past the clamps and at tail lengths.
+TEST(SwiGluRowTest, GeGluHoldsToTheDoubleTanhFormula) {
+  std::vector<float> gate, up;
+  for (int i = 0; i <= 4000; ++i) gate.push_back(-20.0f + 0.01f * static_cast<float>(i));
+  for (float g : {30.0f, 100.0f, 1e-30f, 0.0f, 1e13f}) {
+    gate.push_back(g);
+    gate.push_back(-g);
+  }
+  for (size_t i = 0; i < gate.size(); ++i) up.push_back(std::sin(static_cast<float>(i)) * 3.0f);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{13}, static_cast<int64_t>(gate.size())}) {
+    const int64_t first = static_cast<int64_t>(gate.size()) - n;
+    std::vector<float> out(static_cast<size_t>(n));
+    decoder_internal::GeGluRow(gate.data() + first, up.data() + first, n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[first + i], u = up[first + i];
+      const double want =
+          0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+      const double err = std::abs(out[i] - want);
+      // (Scaled by |g * up| only: where 1 + tanh(y) nears 0 the portable
+      // loop's float tanh loses the output's own digits, the vector form
+      // does not.)
+      EXPECT_LE(err, 1e-6 * std::abs(g * u) + 1e-30) << "gate " << g << " n " << n;
+    }
+  }
+}
+
 // A prompt through a layer's quantized q, k and v (or gate and up):
 // ProjectMany quantizes the activations once for all of them and gives
 // each product's bits as Project does alone, grouped Q4_0, row-form Q4_0

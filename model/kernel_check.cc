@@ -169,9 +169,9 @@ void CheckHalfCacheWrite(KernelCheck& out) {
   out.rows.push_back(row);
 }
 
-// A decode step's SwiGLU row (exp in registers on AVX2 and NEON) against
-// the double formula, over gates in [-20, 20] and past exp's clamps: each
-// output's error relative to |gate * up|.
+// A decode step's SwiGLU and GeGLU rows (exp in registers on AVX2 and
+// NEON) against the double formulas, over gates in [-20, 20] and past
+// exp's clamps: each output's error relative to |gate * up|.
 void CheckSwiGlu(KernelCheck& out) {
   const torch::Tensor gate =
       torch::cat({torch::linspace(-20, 20, 203), torch::tensor({-100.0f, -88.0f, 88.0f, 100.0f})});
@@ -187,6 +187,17 @@ void CheckSwiGlu(KernelCheck& out) {
       ((got.to(torch::kDouble) - want).abs() / (g * u).abs().clamp_min(1e-30)).max().item<double>();
   row.ok = row.best_error <= KernelCheck::kTolerance;
   out.rows.push_back(row);
+  // Gemma's GeGLU row: GELU's tanh form, through the same exp.
+  decoder_internal::GeGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(),
+                             got.data_ptr<float>());
+  const torch::Tensor gelu =
+      0.5 * g * (1 + torch::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+  KernelCheckRow geglu;
+  geglu.kernel = "geglu row";
+  geglu.best_error =
+      ((got.to(torch::kDouble) - gelu).abs() / (g * u).abs().clamp_min(1e-30)).max().item<double>();
+  geglu.ok = geglu.best_error <= KernelCheck::kTolerance;
+  out.rows.push_back(geglu);
 }
 
 // Activations quantized to Q8_0 blocks as every quantized product, a Q8_0

@@ -31,7 +31,7 @@ TEST(KernelCheckTest, BestAndPortablePathsHoldToTheDoubleReference) {
   // f16 cache write, 2 block types x 3 shapes, and 2 shapes of Q4_0 rows
   // grouped eight at a time
   const size_t other_forms = GemvFormsHere().size() - 1;
-  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 39u : 30u) + 9 * other_forms);
+  EXPECT_EQ(check->rows.size(), (OwnPromptGemmAvailable() ? 40u : 31u) + 9 * other_forms);
   EXPECT_EQ(
       std::count_if(check->rows.begin(), check->rows.end(),
                     [](const KernelCheckRow& r) { return r.kernel.rfind("q4_0 grouped", 0) == 0; }),
