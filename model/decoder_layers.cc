@@ -248,14 +248,14 @@ torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& t
   return out;
 }
 
-// out = silu(gate) * up, elementwise over n floats (out may alias gate).
-// SiLU(gate) * up in vectors, with exp in registers: Cephes expf's range
+// exp in registers, for the decode step's GLU rows below: Cephes expf's range
 // reduction (x = n ln 2 + r, ln 2 in two parts) and polynomial on |r| <=
 // ln 2 / 2, 2^n built in the exponent bits; x clamped to [-87.3, 88] so
 // 2^n stays a normal float (exp(-87.3) already leaves 1 + e at 1, and
 // exp(88) makes gate / (1 + e) as near 0 as the true value's float). A
-// decode step's FFN ran libm's expf once per hidden unit: 3.4 us of a
-// full4 layer's 1536 on the Zen 5, 5% of a Q4_0 decode step.
+// decode step's FFN ran libm's expf (SwiGLU) or tanhf (GELU) once per
+// hidden unit: 3.4 us of a full4 layer's 1536 for expf on the Zen 5, 5% of
+// a Q4_0 decode step. Each row's out may alias its gate.
 constexpr float kExpLo = -87.3365447f, kExpHi = 88.0f, kLog2e = 1.44269504f;
 constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
@@ -276,18 +276,6 @@ __attribute__((target("avx2,fma"))) inline __m256 ExpAvx2(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-__attribute__((target("avx2,fma"))) void SwiGluAvx2(const float* gate, const float* up, int64_t n,
-                                                    float* out) {
-  int64_t i = 0;
-  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = ExpAvx2(_mm256_sub_ps(zero, g));
-    _mm256_storeu_ps(
-        out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-  }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
 #elif defined(__aarch64__)
 inline float32x4_t ExpNeon(float32x4_t x) {
   x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(kExpLo)), vdupq_n_f32(kExpHi));
@@ -301,25 +289,74 @@ inline float32x4_t ExpNeon(float32x4_t x) {
   return vmulq_f32(y, vreinterpretq_f32_s32(e));
 }
 
-void SwiGluNeon(const float* gate, const float* up, int64_t n, float* out) {
+#endif
+
+// out = gate / (1 + exp(a)) * up, a = -gate for SwiGLU; for Gemma's GELU
+// (tanh form) a = -2y, y = sqrt(2 / pi) (gate + 0.044715 gate^3), since
+// 0.5 (1 + tanh(y)) = 1 / (1 + exp(-2y)). The vector loops take exp in
+// registers (above); their tails and the portable loop libm's formula.
+enum class Glu { kSwi, kGe };
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+
+template <Glu kKind>
+inline float Glu1(float g, float up) {
+  if constexpr (kKind == Glu::kSwi) return g / (1.0f + std::exp(-g)) * up;
+  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up;
+}
+
+#if defined(__x86_64__)
+template <Glu kKind>
+__attribute__((target("avx2,fma"))) void GluAvx2(const float* gate, const float* up, int64_t n,
+                                                 float* out) {
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 a = _mm256_sub_ps(_mm256_setzero_ps(), g);
+    if constexpr (kKind == Glu::kGe) {
+      const __m256 inner =
+          _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g), _mm256_mul_ps(g, g), g);
+      a = _mm256_mul_ps(_mm256_set1_ps(-2.0f * kSqrt2OverPi), inner);
+    }
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, ExpAvx2(a))),
+                                            _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = Glu1<kKind>(gate[i], up[i]);
+}
+#elif defined(__aarch64__)
+template <Glu kKind>
+void GluNeon(const float* gate, const float* up, int64_t n, float* out) {
   int64_t i = 0;
   const float32x4_t one = vdupq_n_f32(1.0f);
   for (; i + 4 <= n; i += 4) {
     const float32x4_t g = vld1q_f32(gate + i);
-    const float32x4_t e = ExpNeon(vnegq_f32(g));
-    vst1q_f32(out + i, vmulq_f32(vdivq_f32(g, vaddq_f32(one, e)), vld1q_f32(up + i)));
+    float32x4_t a = vnegq_f32(g);
+    if constexpr (kKind == Glu::kGe) {
+      const float32x4_t inner = vfmaq_f32(g, vmulq_n_f32(g, 0.044715f), vmulq_f32(g, g));
+      a = vmulq_n_f32(inner, -2.0f * kSqrt2OverPi);
+    }
+    vst1q_f32(out + i, vmulq_f32(vdivq_f32(g, vaddq_f32(one, ExpNeon(a))), vld1q_f32(up + i)));
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (; i < n; ++i) out[i] = Glu1<kKind>(gate[i], up[i]);
 }
 #endif
 
-void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
+template <Glu kKind>
+void GluRow(const float* gate, const float* up, int64_t n, float* out) {
 #if defined(__x86_64__)
-  if (KernelCpuFeatures().Avx2FmaF16c()) return SwiGluAvx2(gate, up, n, out);
+  if (KernelCpuFeatures().Avx2FmaF16c()) return GluAvx2<kKind>(gate, up, n, out);
 #elif defined(__aarch64__)
-  if (KernelCpuFeatures().neon) return SwiGluNeon(gate, up, n, out);
+  if (KernelCpuFeatures().neon) return GluNeon<kKind>(gate, up, n, out);
 #endif
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = Glu1<kKind>(gate[i], up[i]);
+}
+
+void SwiGluRow(const float* gate, const float* up, int64_t n, float* out) {
+  GluRow<Glu::kSwi>(gate, up, n, out);
+}
+
+void GeGluRow(const float* gate, const float* up, int64_t n, float* out) {
+  GluRow<Glu::kGe>(gate, up, n, out);
 }
 
 torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up) {
@@ -331,54 +368,6 @@ torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up) {
   torch::Tensor out = torch::empty_like(gate);
   SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
   return out;
-}
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-
-// GELU's tanh form times up, one element (the vector loops' tails).
-inline float GeGlu1(float g, float up) {
-  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up;
-}
-
-// In vectors through 0.5 (1 + tanh(y)) = 1 / (1 + exp(-2y)): Gemma's
-// GELU is SwiGLU's form with exp's argument -2y, y = sqrt(2 / pi) (g +
-// 0.044715 g^3), and the same exp in registers (SwiGluRow above).
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void GeGluAvx2(const float* gate, const float* up, int64_t n,
-                                                   float* out) {
-  int64_t i = 0;
-  const __m256 one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(-2.0f * kSqrt2OverPi);
-  const __m256 cubic = _mm256_set1_ps(0.044715f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(cubic, g), _mm256_mul_ps(g, g), g);
-    const __m256 e = ExpAvx2(_mm256_mul_ps(c, inner));
-    _mm256_storeu_ps(
-        out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-  }
-  for (; i < n; ++i) out[i] = GeGlu1(gate[i], up[i]);
-}
-#elif defined(__aarch64__)
-void GeGluNeon(const float* gate, const float* up, int64_t n, float* out) {
-  int64_t i = 0;
-  const float32x4_t one = vdupq_n_f32(1.0f);
-  for (; i + 4 <= n; i += 4) {
-    const float32x4_t g = vld1q_f32(gate + i);
-    const float32x4_t inner = vfmaq_f32(g, vmulq_n_f32(g, 0.044715f), vmulq_f32(g, g));
-    const float32x4_t e = ExpNeon(vmulq_n_f32(inner, -2.0f * kSqrt2OverPi));
-    vst1q_f32(out + i, vmulq_f32(vdivq_f32(g, vaddq_f32(one, e)), vld1q_f32(up + i)));
-  }
-  for (; i < n; ++i) out[i] = GeGlu1(gate[i], up[i]);
-}
-#endif
-
-void GeGluRow(const float* gate, const float* up, int64_t n, float* out) {
-#if defined(__x86_64__)
-  if (KernelCpuFeatures().Avx2FmaF16c()) return GeGluAvx2(gate, up, n, out);
-#elif defined(__aarch64__)
-  if (KernelCpuFeatures().neon) return GeGluNeon(gate, up, n, out);
-#endif
-  for (int64_t i = 0; i < n; ++i) out[i] = GeGlu1(gate[i], up[i]);
 }
 
 torch::Tensor GeGlu(torch::Tensor gate, torch::Tensor up) {

@@ -176,28 +176,25 @@ void CheckSwiGlu(KernelCheck& out) {
   const torch::Tensor gate =
       torch::cat({torch::linspace(-20, 20, 203), torch::tensor({-100.0f, -88.0f, 88.0f, 100.0f})});
   const torch::Tensor up = torch::randn({gate.numel()});
-  torch::Tensor got = torch::empty_like(gate);
-  decoder_internal::SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(),
-                              got.data_ptr<float>());
   const torch::Tensor g = gate.to(torch::kDouble), u = up.to(torch::kDouble);
-  const torch::Tensor want = g / (1 + torch::exp(-g)) * u;
-  KernelCheckRow row;
-  row.kernel = "swiglu row";
-  row.best_error =
-      ((got.to(torch::kDouble) - want).abs() / (g * u).abs().clamp_min(1e-30)).max().item<double>();
-  row.ok = row.best_error <= KernelCheck::kTolerance;
-  out.rows.push_back(row);
-  // Gemma's GeGLU row: GELU's tanh form, through the same exp.
-  decoder_internal::GeGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(),
-                             got.data_ptr<float>());
-  const torch::Tensor gelu =
-      0.5 * g * (1 + torch::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
-  KernelCheckRow geglu;
-  geglu.kernel = "geglu row";
-  geglu.best_error =
-      ((got.to(torch::kDouble) - gelu).abs() / (g * u).abs().clamp_min(1e-30)).max().item<double>();
-  geglu.ok = geglu.best_error <= KernelCheck::kTolerance;
-  out.rows.push_back(geglu);
+  using Row = void (*)(const float*, const float*, int64_t, float*);
+  const std::pair<const char*, Row> rows[] = {{"swiglu row", decoder_internal::SwiGluRow},
+                                              {"geglu row", decoder_internal::GeGluRow}};
+  for (const auto& [name, glu] : rows) {
+    torch::Tensor got = torch::empty_like(gate);
+    glu(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), got.data_ptr<float>());
+    const torch::Tensor want =
+        glu == decoder_internal::SwiGluRow
+            ? g / (1 + torch::exp(-g)) * u
+            : 0.5 * g * (1 + torch::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    KernelCheckRow row;
+    row.kernel = name;
+    row.best_error = ((got.to(torch::kDouble) - want).abs() / (g * u).abs().clamp_min(1e-30))
+                         .max()
+                         .item<double>();
+    row.ok = row.best_error <= KernelCheck::kTolerance;
+    out.rows.push_back(row);
+  }
 }
 
 // Activations quantized to Q8_0 blocks as every quantized product, a Q8_0
