@@ -381,11 +381,14 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     }
   };
 #if defined(__aarch64__)
-  if (gemm == neon_mm::GemmPairs) {  // the token pairs interleaved once, not once a block
-    const neon_mm::Pairs xp = neon_mm::PairsOf(x, blocks, tokens / 2);
+  if (gemm == neon_mm::GemmPairs) {
+    // Each block of tokens' pairs interleaved once, for all its blocks of
+    // rows (about 256 KiB a thread, as the block's activations).
+    neon_mm::Pairs xp{};
     in_blocks([&](int64_t i0, int64_t n, int64_t r0, int64_t r1) {
-      neon_mm::PairsGemm(t, w, blocks, x.From(i0, blocks), xp.From(i0 / 2), n, c + i0 * ldc, ldc,
-                         r0, r1);
+      const Acts xi = x.From(i0, blocks);
+      if (r0 == first) xp = neon_mm::PairsOf(xi, blocks, n / 2);
+      neon_mm::PairsGemm(t, w, blocks, xi, xp, n, c + i0 * ldc, ldc, r0, r1);
     });
     return;
   }
