@@ -280,6 +280,7 @@ void CheckQuantized(KernelCheck& out) {
   // odd count of them and of rows: NEON's SMMLA pairs carried across the
   // blocks.
   cases.emplace_back(QuantType::kQ8_0, false, 67, 4096, 67);
+  cases.emplace_back(QuantType::kQ4_0, true, 72, 4096, 67);
   cases.emplace_back(QuantType::kQ4_0, true, 64, 1024, 1);
   cases.emplace_back(QuantType::kQ4_0, true, 136, 576, 7);
   for (const auto& [t, grouped, rows, in, tokens] : cases) {

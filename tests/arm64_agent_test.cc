@@ -210,7 +210,7 @@ TEST_F(Arm64AgentTest, NeonKernelsOnFourThreadsAgreeWithThePortablePath) {
         "attention decode q8_0 cache", "attention decode q8_0 cache mha",
         "cache write f16 (c10::Half's bits)", "q8_0 activations (portable bytes)", "swiglu row",
         "geglu row", "q4_0 67x1024 x1", "q4_0 131x576 x7", "q8_0 5x32 x4", "q8_0 67x4096 x67",
-        "q4_0 grouped 136x576 x7",
+        "q4_0 grouped 136x576 x7", "q4_0 grouped 72x4096 x67",
         // the NEON GEMV's other forms, each against the default form's bits
         "gemv Float 67x1027 form one-row-prefetch (one-row's bits)",
         "gemv Half 131x576 form two-rows (one-row's bits)",
