@@ -265,9 +265,11 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
                                            const std::vector<torch::Tensor>& ws) {
   RECORD_FUNCTION("hilnas::quant_matmul", {});
   TORCH_CHECK(!ws.empty(), "QuantMatmul: no matrices");
-  const int64_t cols = QuantColumns(ws[0]), blocks = ws[0].size(1);
   for (const torch::Tensor& w : ws) {
     TORCH_CHECK(QuantTypeOf(w).has_value(), "QuantMatmul: w is not a quantized matrix");
+  }
+  const int64_t cols = QuantColumns(ws[0]), blocks = ws[0].size(1);
+  for (const torch::Tensor& w : ws) {
     TORCH_CHECK(QuantColumns(w) == cols && w.size(1) == blocks,
                 "QuantMatmul: matrices of one product must share their width");
   }

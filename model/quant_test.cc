@@ -277,6 +277,26 @@ TEST(QuantTest, VectorisedActivationsAreTheScalarBytes) {
   EXPECT_EQ(a, b) << QuantKernelName();
 }
 
+// A float matrix among quantized ones, or matrices of two widths, are
+// refused by name before anything is read or allocated.
+TEST(QuantTest, QuantMatmulRefusesAFloatMatrixAndMixedWidths) {
+  const torch::Tensor x = torch::randn({3, 64});
+  const torch::Tensor q = QuantizeMatrix(torch::randn({8, 64}), QuantType::kQ8_0).value();
+  const torch::Tensor wide = QuantizeMatrix(torch::randn({8, 96}), QuantType::kQ8_0).value();
+  try {
+    QuantMatmulMany(x, {torch::randn({8, 64}), q});
+    ADD_FAILURE() << "a float matrix was taken";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("w is not a quantized matrix"));
+  }
+  try {
+    QuantMatmulMany(x, {q, wide});
+    ADD_FAILURE() << "two widths were taken";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("must share their width"));
+  }
+}
+
 TEST(QuantTest, AllZeroBlocksHaveZeroScaleAndZeroProducts) {
   const torch::Tensor q = QuantizeMatrix(torch::zeros({2, 64}), QuantType::kQ4_0).value();
   EXPECT_TRUE(torch::equal(DequantizeMatrix(q), torch::zeros({2, 64})));
