@@ -124,9 +124,10 @@ DecodeSplitTuning SweepDecodeSplit(int threads, double work_per_key, const Decod
 // work of 2048 keys, the longest a sweep times, even where it stopped
 // shorter); a sweep that contradicts itself is timed again, all its
 // lengths in turn (SweepDecodeSplit). One thread: nothing to split, the
-// threshold kept (one KV head splits in chunks of its keys). Took 0.02 s at full4's heads (8 over 2
-// x 64) and 0.07-0.1 s at a Llama-3.2-1B's (32 over 8) on a 2-vCPU Zen 4, about twice that when
-// timed again, before the untimed split batches, which add about half (full4's: 0.03-0.04 s on a
+// threshold kept (one KV head splits in chunks of its keys). Took 0.02 s
+// at full4's heads (8 over 2 x 64) and 0.07-0.1 s at a Llama-3.2-1B's (32
+// over 8) on a 2-vCPU Zen 4, about twice that when timed again, before the
+// untimed split batches, which add about half (full4's: 0.03-0.04 s on a
 // 2-vCPU Zen 5).
 DecodeSplitTuning TuneDecodeSplit(int64_t h, int64_t kvh, int64_t hd,
                                   const std::string& cache_dtype);

@@ -260,12 +260,12 @@ void CheckQ8CacheAttention(KernelCheck& out) {
 
 // Q4_0 and Q8_0 weights against Q8_0 activations: the best path (VNNI, or
 // NEON's SMMLA for prompts and SDOT for one token, through QuantMatmul's
-// threads), the baseline (AVX2, NEON
-// without SDOT) and the portable loop, against a double product of the
-// dequantized weights and activations. Integer sums are exact on every
-// path, so only the f32 sums over blocks separate them from the reference.
-// Q4_0 rows grouped eight at a time (model/quant.h), as a decoder holds
-// them on x86 and NEON, likewise: each path reads that form too.
+// threads), the baseline (AVX2, NEON without SDOT) and the portable loop,
+// against a double product of the dequantized weights and activations.
+// Integer sums are exact on every path, so only the f32 sums over blocks
+// separate them from the reference. Q4_0 rows grouped eight at a time
+// (model/quant.h), as a decoder holds them on x86 and NEON, likewise: each
+// path reads that form too.
 void CheckQuantized(KernelCheck& out) {
   using Case = std::tuple<QuantType, bool, int64_t, int64_t, int64_t>;  // grouped, rows, in, tokens
   std::vector<Case> cases;

@@ -1,11 +1,11 @@
 // The quantized products of model/quant.h: a Q4_0 or Q8_0 weight block
 // times a Q8_0 activation block is d_w * d_x * (32 integer products), summed
 // in f32 over a row's blocks. One path per instruction set, picked at run
-// time: AVX-512 VNNI (VPDPBUSD), AVX2 (VPMADDUBSW + VPMADDWD), NEON with the
-// 8-bit matrix multiply (SMMLA, for prompts), with the dot-product
-// extension (SDOT) and without (SMULL + SADALP), and a portable loop. Integer sums are exact on
-// every path; the f32 sums over blocks may differ in their last bits (each path adds in its own
-// order).
+// time: AVX-512 VNNI (VPDPBUSD), AVX2 (VPMADDUBSW + VPMADDWD), NEON with
+// the 8-bit matrix multiply (SMMLA, for prompts), with the dot-product
+// extension (SDOT) and without (SMULL + SADALP), and a portable loop.
+// Integer sums are exact on every path; the f32 sums over blocks may
+// differ in their last bits (each path adds in its own order).
 //
 // Kept out of the library's unity batches (model/CMakeLists.txt): its
 // helpers are compiled for several instruction sets.
@@ -198,11 +198,11 @@ namespace neon_dot {
 // 2 x 2 products into four int32 lanes, [r0.c0, r0.c1, r1.c0, r1.c1]: 32
 // multiply-adds an instruction where SDOT's are 16. A prompt's products
 // take two weight rows against two tokens at a time; each token pair's
-// activation blocks are interleaved once a call, eight bytes of one token
-// beside eight of the other (Pairs below), as llama.cpp's NEON Q4_0 and
-// Q8_0 dots do for two rows (nrc == 2, __ARM_FEATURE_MATMUL_INT8). One
-// token (decode) gains nothing from it and stays on SDOT, as does a
-// prompt's odd last token or row.
+// activation blocks are interleaved once per block of tokens, eight bytes
+// of one token beside eight of the other (Pairs below), as llama.cpp's
+// NEON Q4_0 and Q8_0 dots do for two rows (nrc == 2,
+// __ARM_FEATURE_MATMUL_INT8). One token (decode) gains nothing from it and
+// stays on SDOT, as does a prompt's odd last token or row.
 #pragma GCC push_options
 #pragma GCC target("arch=armv8.2-a+dotprod+i8mm")
 namespace neon_mm {
@@ -341,7 +341,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
 #elif defined(__aarch64__)
     if (KernelCpuFeatures().neon) {
       gemm = path != KernelPath::kBest ? neon::Gemm
-             : HasMatMulInt8()         ? neon_mm::GemmPairs
+             : HasMatMulInt8()         ? neon_mm::Gemm  // SDOT's; SMMLA below for two tokens up
              : HasDotProduct()         ? neon_dot::Gemm
                                        : neon::Gemm;
     }
@@ -381,7 +381,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     }
   };
 #if defined(__aarch64__)
-  if (gemm == neon_mm::GemmPairs) {
+  if (gemm == neon_mm::Gemm) {
     // Each block of tokens' pairs interleaved once, for all its blocks of
     // rows (about 256 KiB a thread, as the block's activations).
     neon_mm::Pairs xp{};
