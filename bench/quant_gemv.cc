@@ -9,7 +9,12 @@
 // work does not depend on the values); the two forms' products are checked
 // to agree before anything is timed.
 //
-// usage: quant_gemv [--cols 512] [--mib 1,8,64,512] [--rounds 7]
+// --tokens N > 1 times a prompt's product of N tokens instead (QuantGemm
+// over the rows as stored, which x86 regroups a block of rows at a time,
+// against QuantGroupsGemm over the grouped matrix); GB/s then counts the
+// weights once.
+//
+// usage: quant_gemv [--cols 512] [--mib 1,8,64,512] [--rounds 7] [--tokens 1]
 #include <torch/torch.h>
 
 #include <ATen/Parallel.h>
@@ -36,7 +41,7 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "quant_gemv: %s\nusage: quant_gemv [--cols 512] [--mib 1,8,64,512] "
-               "[--rounds 7]\n",
+               "[--rounds 7] [--tokens 1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -53,7 +58,9 @@ int64_t Positive(const std::string& s, const char* name) {
 int Main(int argc, char** argv) {
   const int64_t cols = Positive(Arg(argc, argv, "--cols", "512"), "--cols");
   const int rounds = static_cast<int>(Positive(Arg(argc, argv, "--rounds", "7"), "--rounds"));
+  const int64_t tokens = Positive(Arg(argc, argv, "--tokens", "1"), "--tokens");
   if (cols % hilnas::kQuantBlock != 0) Usage("--cols must be a multiple of 32");
+  if (tokens > 8192) Usage("--tokens " + std::to_string(tokens) + ": at most 8192");
   std::vector<int64_t> sizes;
   for (absl::string_view s : absl::StrSplit(Arg(argc, argv, "--mib", "1,8,64,512"), ',')) {
     const int64_t mib = Positive(std::string(s), "--mib");
@@ -63,7 +70,8 @@ int Main(int argc, char** argv) {
   at::set_num_threads(1);
   const int64_t blocks = cols / hilnas::kQuantBlock;
   const int64_t row_bytes = blocks * hilnas::kQ4BlockBytes;
-  std::printf("Q4_0 GEMV, 1 thread, rows of %lld weights; quantized path %s%s\n\n",
+  std::printf("Q4_0 %s, 1 thread, rows of %lld weights; quantized path %s%s\n\n",
+              tokens == 1 ? "GEMV" : ("product of " + std::to_string(tokens) + " tokens").c_str(),
               static_cast<long long>(cols), hilnas::QuantKernelName(),
               hilnas::QuantGroupsRowsHere() ? "" : " (a decoder here keeps rows as stored)");
   std::printf(
@@ -79,29 +87,32 @@ int Main(int argc, char** argv) {
     stored.select(2, 1).fill_(scale >> 8);
     torch::Tensor grouped = stored.clone();
     hilnas::GroupQuantRows(grouped);
-    std::vector<float> x(cols);
-    for (int64_t i = 0; i < cols; ++i) x[i] = std::sin(0.1 * i);
-    std::vector<uint8_t> xq(blocks * hilnas::kQ8BlockBytes);
-    hilnas::QuantizeActivations(x.data(), cols, xq.data());
-    std::vector<float> y_stored(rows), y_grouped(rows);
+    std::vector<float> x(tokens * cols);
+    for (int64_t i = 0; i < tokens * cols; ++i) x[i] = std::sin(0.1 * i);
+    std::vector<uint8_t> xq(tokens * blocks * hilnas::kQ8BlockBytes);
+    for (int64_t i = 0; i < tokens; ++i) {
+      hilnas::QuantizeActivations(x.data() + i * cols, cols,
+                                  xq.data() + i * blocks * hilnas::kQ8BlockBytes);
+    }
+    std::vector<float> y_stored(tokens * rows), y_grouped(tokens * rows);
     auto by_rows = [&] {
-      hilnas::QuantRowsDot(hilnas::QuantType::kQ4_0, stored.data_ptr<uint8_t>(), blocks, xq.data(),
-                           y_stored.data(), 0, rows);
+      hilnas::QuantGemm(hilnas::QuantType::kQ4_0, stored.data_ptr<uint8_t>(), blocks, xq.data(),
+                        tokens, y_stored.data(), rows, 0, rows);
     };
     auto by_groups = [&] {
-      hilnas::QuantGroupsGemm(grouped.data_ptr<uint8_t>(), blocks, xq.data(), 1, y_grouped.data(),
-                              0, 0, rows / hilnas::kQ4GroupRows);
+      hilnas::QuantGroupsGemm(grouped.data_ptr<uint8_t>(), blocks, xq.data(), tokens,
+                              y_grouped.data(), rows, 0, rows / hilnas::kQ4GroupRows);
     };
     by_rows();
     by_groups();
-    for (int64_t o = 0; o < rows; ++o) {
+    for (int64_t o = 0; o < tokens * rows; ++o) {
       if (std::fabs(y_stored[o] - y_grouped[o]) > 1e-4 * (std::fabs(y_stored[o]) + 1)) {
         std::fprintf(stderr, "quant_gemv: row %lld: %g stored, %g grouped\n",
                      static_cast<long long>(o), y_stored[o], y_grouped[o]);
         return 1;
       }
     }
-    const int passes = static_cast<int>(std::max<int64_t>(1, 64 / mib));
+    const int passes = static_cast<int>(std::max<int64_t>(1, 64 / mib / tokens));
     auto time = [&](auto&& pass) {
       const auto t0 = Clock::now();
       for (int p = 0; p < passes; ++p) pass();

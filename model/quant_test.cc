@@ -173,9 +173,12 @@ std::vector<uint8_t> Activations(const torch::Tensor& x) {
 // a prompt's bit for bit where the row form's kernel regroups per call
 // (x86), and within f32 rounding of a double reference on every path.
 TEST(QuantTest, GroupedQ4RowsHoldTheSameWeightsAndProducts) {
-  for (const auto& [cols, tokens] :
-       std::vector<std::pair<int64_t, int64_t>>{{320, 7}, {320, 1}, {2048, 5}}) {
-    const int64_t rows = 48, blocks = cols / 32;
+  // {cols, tokens, rows}. 4096 x 67 x 72: a prompt's grouped product runs
+  // in blocks (quant_kernels.cc's GroupsInBlocks: 60 tokens, 7 groups at
+  // that width), two of tokens and two of groups here.
+  for (const auto& [cols, tokens, rows] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {320, 7, 48}, {320, 1, 48}, {2048, 5, 48}, {4096, 67, 72}}) {
+    const int64_t blocks = cols / 32;
     const torch::Tensor q = QuantizeMatrix(Random(rows, cols, 11), QuantType::kQ4_0).value();
     torch::Tensor g = q.clone();
     const void* storage = g.data_ptr();
