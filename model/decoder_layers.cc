@@ -359,27 +359,46 @@ void GeGluRow(const float* gate, const float* up, int64_t n, float* out) {
   GluRow<Glu::kGe>(gate, up, n, out);
 }
 
+namespace {
+
+// Inference's GLU in one pass over a contiguous f32 gate and up, into gate,
+// in pieces of whole 64-float spans across libtorch's threads (a token's
+// row on the caller): each element meets the same code whatever the split,
+// so a prompt's result does not depend on the thread count. ATen's
+// silu_ then mul_ took 1.55 ms of a 256-token full4 prompt on one Zen 5
+// thread, this 0.68 (bench/step_profile).
+template <Glu kKind>
+torch::Tensor GluInference(torch::Tensor gate, const torch::Tensor& up) {
+  RECORD_FUNCTION("hilnas::glu", {});
+  float* g = gate.data_ptr<float>();
+  const float* u = up.data_ptr<float>();
+  const int64_t n = gate.numel(), span = 64;
+  at::parallel_for(0, (n + span - 1) / span, 256, [&](int64_t first, int64_t last) {
+    const int64_t begin = first * span, end = std::min(n, last * span);
+    GluRow<kKind>(g + begin, u + begin, end - begin, g + begin);
+  });
+  return gate;
+}
+
+bool GluInPlace(const torch::Tensor& gate, const torch::Tensor& up) {
+  return !torch::GradMode::is_enabled() && gate.scalar_type() == torch::kFloat &&
+         up.scalar_type() == torch::kFloat && gate.sizes() == up.sizes() && gate.is_contiguous() &&
+         up.is_contiguous();
+}
+
+}  // namespace
+
 torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up) {
+  if (GluInPlace(gate, up)) return GluInference<Glu::kSwi>(std::move(gate), up);
   if (torch::GradMode::is_enabled()) return F::silu(gate) * up;
-  if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
-      !up.is_contiguous()) {
-    return torch::silu_(gate).mul_(up);
-  }
-  torch::Tensor out = torch::empty_like(gate);
-  SwiGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
-  return out;
+  return torch::silu_(gate).mul_(up);
 }
 
 torch::Tensor GeGlu(torch::Tensor gate, torch::Tensor up) {
-  if (torch::GradMode::is_enabled())
-    return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")) * up;
-  if (gate.scalar_type() != torch::kFloat || gate.numel() > 16384 || !gate.is_contiguous() ||
-      !up.is_contiguous()) {
-    return F::gelu(gate, F::GELUFuncOptions().approximate("tanh")).mul_(up);
-  }
-  torch::Tensor out = torch::empty_like(gate);
-  GeGluRow(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), out.data_ptr<float>());
-  return out;
+  if (GluInPlace(gate, up)) return GluInference<Glu::kGe>(std::move(gate), up);
+  const auto tanh_gelu = F::GELUFuncOptions().approximate("tanh");
+  if (torch::GradMode::is_enabled()) return F::gelu(gate, tanh_gelu) * up;
+  return F::gelu(gate, tanh_gelu).mul_(up);
 }
 
 // A sliding-window layer's cache is a ring of min(capacity, window) slots

@@ -63,11 +63,11 @@ torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& t
 // out = silu(gate) * up, elementwise over n floats (out may alias gate).
 void SwiGluRow(const float* gate, const float* up, int64_t n, float* out);
 
-// silu(gate) * up. One token's worth in one loop (two ATen ops and a
-// temporary cost more than the arithmetic); larger inputs take ATen's
-// vectorised kernels, in place in gate when no gradient is taken, so a
-// prefill chunk's FFN holds two [T, d_ffn] tensors at its peak, not four.
-// Takes both by value: moved in, up is released on return.
+// silu(gate) * up. Without a gradient, in place in gate: contiguous f32
+// through the row kernel (SwiGluRow) across libtorch's threads, anything
+// else through ATen's silu_ and mul_. A prefill chunk's FFN holds two
+// [T, d_ffn] tensors at its peak, not four. Takes both by value: moved in,
+// up is released on return.
 torch::Tensor SwiGlu(torch::Tensor gate, torch::Tensor up);
 
 // Gemma 3's GeGLU: out = gelu_tanh(gate) * up (Hugging Face's
