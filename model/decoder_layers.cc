@@ -27,19 +27,40 @@ namespace decoder_internal {
 
 namespace F = torch::nn::functional;
 
+namespace {
+
+// The sum of x's squares in 16 running sums, lane j taking elements j,
+// j + 16, ..., added pairwise at the end: one order on every CPU, and a
+// loop the compiler turns into vector adds. One running sum waited on each
+// add's latency: 1.2 ms of RMSNorm in a 256-token full4 prompt on one Zen 5
+// thread.
+float SumOfSquares(const float* x, int64_t d) {
+  constexpr int kLanes = 16;
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane[j] += x[i + j] * x[i + j];
+  }
+  for (; i < d; ++i) lane[i % kLanes] += x[i] * x[i];
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
+  }
+  return lane[0];
+}
+
+}  // namespace
+
 // RMSNorm in one pass per row for inference (the ATen form below is six
 // ops, each a dispatch and a temporary: a fifth of a small model's decode
 // step went to per-op cost). Same formula, float accumulation.
 void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* out) {
-  float sum = 0;
-  for (int64_t i = 0; i < d; ++i) sum += x[i] * x[i];
+  const float sum = SumOfSquares(x, d);
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * w[i];
 }
 
 void UnitRmsRow(const float* x, int64_t d, double eps, float* out) {
-  float sum = 0;
-  for (int64_t i = 0; i < d; ++i) sum += x[i] * x[i];
+  const float sum = SumOfSquares(x, d);
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale;
 }

@@ -123,6 +123,37 @@ TEST(SwiGluRowTest, HoldsToTheDoubleFormulaOverTheWholeRange) {
   }
 }
 
+// RMSNorm's row against the double formula at every width up to 70 (the
+// sum runs in 16 lanes and a tail) and at 1027, and the same bits wherever
+// the row starts: one order on every CPU, whatever the alignment.
+TEST(RmsNormRowTest, HoldsToTheDoubleFormulaAtEveryTailLength) {
+  std::vector<float> x, w;
+  for (int i = 0; i < 1100; ++i) {
+    x.push_back(std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 5)));
+    w.push_back(0.5f + std::cos(0.11f * static_cast<float>(i)) * 0.25f);
+  }
+  std::vector<int64_t> widths = {1027};
+  for (int64_t d = 1; d <= 70; ++d) widths.push_back(d);
+  for (int64_t d : widths) {
+    double sum = 0;
+    for (int64_t i = 0; i < d; ++i) sum += static_cast<double>(x[i]) * x[i];
+    const double scale = 1.0 / std::sqrt(sum / static_cast<double>(d) + 1e-5);
+    std::vector<float> out(d), unit(d), moved(d);
+    decoder_internal::RmsNormRow(x.data(), w.data(), d, 1e-5, out.data());
+    decoder_internal::UnitRmsRow(x.data(), d, 1e-5, unit.data());
+    std::vector<float> shifted(x.begin(), x.begin() + d);
+    shifted.insert(shifted.begin(), 3, 0.0f);  // the same row, 12 bytes on
+    decoder_internal::RmsNormRow(shifted.data() + 3, w.data(), d, 1e-5, moved.data());
+    EXPECT_EQ(out, moved) << "d " << d;
+    for (int64_t i = 0; i < d; ++i) {
+      EXPECT_NEAR(out[i], x[i] * scale * w[i], 2e-6 * std::abs(x[i] * scale * w[i]) + 1e-7)
+          << "d " << d << " i " << i;
+      EXPECT_NEAR(unit[i], x[i] * scale, 2e-6 * std::abs(x[i] * scale) + 1e-7)
+          << "d " << d << " i " << i;
+    }
+  }
+}
+
 // Gemma's GeGLU row (GELU's tanh form, in vectors as 1 / (1 + exp(-2y)))
 // against the double tanh formula, past the clamps and at tail lengths.
 TEST(SwiGluRowTest, GeGluHoldsToTheDoubleTanhFormula) {
