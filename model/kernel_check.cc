@@ -179,16 +179,18 @@ void CheckSwiGlu(KernelCheck& out) {
       torch::cat({torch::linspace(-20, 20, 203), torch::tensor({-100.0f, -88.0f, 88.0f, 100.0f})});
   const torch::Tensor up = torch::randn({gate.numel()});
   const torch::Tensor g = gate.to(torch::kDouble), u = up.to(torch::kDouble);
-  using Row = void (*)(const float*, const float*, int64_t, float*);
-  const std::pair<const char*, Row> rows[] = {{"swiglu row", decoder_internal::SwiGluRow},
-                                              {"geglu row", decoder_internal::GeGluRow}};
-  for (const auto& [name, glu] : rows) {
+  struct Glu {
+    const char* name;
+    void (*row)(const float*, const float*, int64_t, float*);
+    torch::Tensor want;  // in double
+  };
+  const Glu rows[] = {
+      {"swiglu row", decoder_internal::SwiGluRow, g / (1 + torch::exp(-g)) * u},
+      {"geglu row", decoder_internal::GeGluRow,
+       0.5 * g * (1 + torch::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u}};
+  for (const auto& [name, glu, want] : rows) {
     torch::Tensor got = torch::empty_like(gate);
     glu(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel(), got.data_ptr<float>());
-    const torch::Tensor want =
-        glu == decoder_internal::SwiGluRow
-            ? g / (1 + torch::exp(-g)) * u
-            : 0.5 * g * (1 + torch::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
     KernelCheckRow row;
     row.kernel = name;
     row.best_error = ((got.to(torch::kDouble) - want).abs() / (g * u).abs().clamp_min(1e-30))
