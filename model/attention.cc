@@ -91,9 +91,7 @@ torch::Tensor AtenAttention(const torch::Tensor& q, const torch::Tensor& k, cons
   const int64_t bq = std::min(t, block);
   const int64_t n_qblocks = (t + bq - 1) / bq;
   const int64_t bk = block;
-  const bool token_major = t > 1 && h > 1 && q.stride(2) > q.stride(1);
-  torch::Tensor out = token_major ? torch::empty({b, t, h, hd}, q.options()).transpose(1, 2)
-                                  : torch::empty({b, h, t, hd}, q.options());
+  torch::Tensor out = torch::empty({b, h, t, hd}, q.options());
   // Work items: (batch, KV head, query block), each writing its own slice.
   at::parallel_for(0, b * kvh * n_qblocks, 1, [&](int64_t first, int64_t last) {
     std::map<std::tuple<int64_t, int64_t, int64_t>, torch::Tensor> masks;
@@ -433,9 +431,9 @@ struct Scratch {
 
 // Where the queries, keys and values of one work item are.
 struct Item {
-  const float* q;       // row r (head r % g, query r / g): QueryRow(r)
+  const float* q;       // row r: q + (r / rows) * q_head + (r % rows) * hd
   int64_t q_head;       // stride between stacked heads
-  float* out;           // row r at OutRow(r)
+  float* out;           // same layout as q
   const float* keys;    // [S, hd] at positions k_start..
   const float* values;  // [S, hd]
   const float* kt;      // the keys transposed, [hd_pad, kt_stride]; null for one query (T = 1)
@@ -451,12 +449,6 @@ struct Item {
   // as q, fetched while this item's values are summed; null for none.
   const float* next_q = nullptr;
   int64_t next_rows = 0;
-  // Strides between a head's successive queries, and out's between heads
-  // and between queries: a prompt's q and out may be [B, T, H, hd] read as
-  // [B, H, T, hd] (the projections' layout, no transposed copy either way).
-  int64_t q_row = 0, out_head = 0, out_row = 0;
-  const float* QueryRow(int64_t r) const { return q + (r % g) * q_head + (r / g) * q_row; }
-  float* OutRow(int64_t r) const { return out + (r % g) * out_head + (r / g) * out_row; }
 };
 
 struct Shape {
@@ -494,7 +486,7 @@ HILNAS_INLINE void LoadQueries(const Item& it, const Shape& sh, int64_t hdp, int
   w.m.assign(rp, -std::numeric_limits<float>::infinity());
   w.l.assign(rp, 0.0f);
   for (int64_t r = 0; r < r_all; ++r) {
-    const float* src = it.QueryRow(r);
+    const float* src = it.q + (r % it.g) * it.q_head + (r / it.g) * hd;
     for (int64_t d = 0; d < hd; ++d) w.qs[r * hdp + d] = src[d] * sh.scale;
   }
 }
@@ -763,12 +755,12 @@ HILNAS_INLINE void ValueProducts(const KeyBlock& blk, const V* v, int64_t vs, in
       // rows of the next item's queries, read at its start: a row each
       // tile, so the fetches spread over the item's work.
       for (int64_t i = r; i < std::min(r + kRowTile, blk.r_all); ++i) {
-        const char* out_row = reinterpret_cast<const char*>(it.OutRow(i));
-        const char* next_q = reinterpret_cast<const char*>(it.next_q + (i % it.g) * it.q_head +
-                                                           (i / it.g) * it.q_row);
+        const int64_t at = (i % it.g) * it.q_head + (i / it.g) * blk.sh.hd;
         for (int64_t off = 0; off < row_bytes; off += 64) {
-          __builtin_prefetch(out_row + off, 1, 2);
-          if (i / it.g < it.next_rows) __builtin_prefetch(next_q + off, 0, 2);
+          __builtin_prefetch(reinterpret_cast<const char*>(it.out + at) + off, 1, 2);
+          if (i / it.g < it.next_rows) {
+            __builtin_prefetch(reinterpret_cast<const char*>(it.next_q + at) + off, 0, 2);
+          }
         }
       }
     }
@@ -895,7 +887,7 @@ HILNAS_INLINE void AttendItemBody(const Item& it, const Shape& sh, Scratch& w) {
     AccumulateValues<kAvx2>(blk, vb, hdp, rp, w, s);
   }
   for (int64_t r = 0; r < r_all; ++r) {
-    float* dst = it.OutRow(r);
+    float* dst = it.out + (r % it.g) * it.q_head + (r / it.g) * hd;
     const float inv = 1.0f / w.l[r];
     for (int64_t d = 0; d < hd; ++d) dst[d] = w.acc[r * hdp + d] * inv;
   }
@@ -1005,12 +997,7 @@ void TransposeKeys(const float* keys, int64_t s, int64_t hd, float* dst, int64_t
 torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
                              const torch::Tensor& v_in, int64_t q_start, int64_t k_start,
                              int64_t window, int64_t block) {
-  // The queries' rows must each be contiguous; they may lie in any order
-  // (a prompt's are [B, T, H, hd] read through a transpose). The output
-  // takes the same order when the queries are token-major, so the caller's
-  // transpose back to [B, T, H * hd] is a view: two copies of a prompt's
-  // queries' size a layer fewer.
-  const torch::Tensor q = q_in.stride(3) == 1 ? q_in : q_in.contiguous();
+  const torch::Tensor q = q_in.contiguous();
   // Keys and values may be a narrowed cache: each head's rows must be
   // contiguous, the heads themselves may be strided.
   auto rows_contiguous = [](const torch::Tensor& x) {
@@ -1028,9 +1015,7 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
     bk = std::max(block, window + bq - 1);
   }
   const int64_t n_qblocks = (t + bq - 1) / bq;
-  const bool token_major = t > 1 && h > 1 && q.stride(2) > q.stride(1);
-  torch::Tensor out = token_major ? torch::empty({b, t, h, hd}, q.options()).transpose(1, 2)
-                                  : torch::empty({b, h, t, hd}, q.options());
+  torch::Tensor out = torch::empty({b, h, t, hd}, q.options());
   const int64_t hdp = RoundUp(hd, kColTile), kt_stride = RoundUp(s, kColTile) + kColTile;
   const Shape shape{hd,       k_start, k_start + s,
                     window,   bk,      static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
@@ -1070,21 +1055,16 @@ torch::Tensor FloatAttention(const torch::Tensor& q_in, const torch::Tensor& k_i
   auto item_at = [&](int64_t item) {
     const int64_t bi = (item % heads) / kvh, gi = item % kvh, qb = n_qblocks - 1 - item / heads;
     const int64_t i0 = qb * bq;
-    const int64_t q0 = bi * q.stride(0) + gi * g * q.stride(1) + i0 * q.stride(2);
-    const int64_t out0 = bi * out.stride(0) + gi * g * out.stride(1) + i0 * out.stride(2);
-    Item it{qp + q0,
-            q.stride(1),
-            op + out0,
-            kp + bi * k.stride(0) + gi * k.stride(1),
-            vp + bi * v.stride(0) + gi * v.stride(1),
-            ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
-            std::min(bq, t - i0),
-            g,
-            q_start + i0};
-    it.q_row = q.stride(2);
-    it.out_head = out.stride(1);
-    it.out_row = out.stride(2);
-    return it;
+    const int64_t head0 = (bi * h + gi * g) * t * hd + i0 * hd;
+    return Item{qp + head0,
+                t * hd,
+                op + head0,
+                kp + bi * k.stride(0) + gi * k.stride(1),
+                vp + bi * v.stride(0) + gi * v.stride(1),
+                ktp == nullptr ? nullptr : ktp + (bi * kvh + gi) * hdp * kt_stride,
+                std::min(bq, t - i0),
+                g,
+                q_start + i0};
   };
   auto run = [&](int64_t first, int64_t last) {
     thread_local Scratch scratch;
@@ -1226,7 +1206,6 @@ void DecodeAttentionAs(const float* q, int64_t h, int64_t kvh, int64_t hd, const
                         /*kt_stride=*/0};
       float* const dst = chunks > 1 ? part + i * stride : out + gi * g * hd;
       Item it{q + gi * g * hd, hd, dst, nullptr, nullptr, nullptr, 1, g, position};
-      it.q_row = it.out_head = it.out_row = hd;  // one query a head
       const int64_t at = gi * head_stride + c0 * row;
       if constexpr (std::is_same_v<KV, float>) {
         it.keys = keys + at;

@@ -103,13 +103,11 @@ void AddAttentionRow(std::string kernel, const torch::Tensor& got, const torch::
 
 void CheckAttention(KernelCheck& out) {
   // 8 query heads on 2 KV heads of 64 dims, 200 positions; one query (the
-  // decode path) and all 200 (prefill), full and with a window of 48. A
-  // prompt's queries are token-major, as the model's projections lay them
-  // out ([B, T, H, hd] read as [B, H, T, hd]).
+  // decode path) and all 200 (prefill), full and with a window of 48.
   const torch::Tensor k = torch::randn({1, 2, 200, 64}), v = torch::randn({1, 2, 200, 64});
   for (int64_t t : {int64_t{1}, int64_t{200}}) {
     for (int64_t window : {int64_t{0}, int64_t{48}}) {
-      const torch::Tensor q = torch::randn({1, t, 8, 64}).transpose(1, 2);
+      const torch::Tensor q = torch::randn({1, 8, t, 64});
       const int64_t q_start = 200 - t;
       const torch::Tensor got = BlockedAttention(q, k, v, q_start, 0, window, /*block=*/64);
       const torch::Tensor want = ReferenceAttention(q.to(torch::kDouble), k.to(torch::kDouble),
