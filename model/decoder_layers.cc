@@ -387,7 +387,7 @@ namespace {
 // row on the caller): each element meets the same code whatever the split,
 // so a prompt's result does not depend on the thread count. ATen's
 // silu_ then mul_ took 1.55 ms of a 256-token full4 prompt on one Zen 5
-// thread, this 0.68 (bench/step_profile).
+// thread, this 0.61 (bench/step_profile, Q4_0 weights).
 template <Glu kKind>
 torch::Tensor GluInference(torch::Tensor gate, const torch::Tensor& up) {
   RECORD_FUNCTION("hilnas::glu", {});
