@@ -29,12 +29,12 @@ namespace F = torch::nn::functional;
 
 namespace {
 
-// The sum of x's squares in 16 running sums, lane j taking elements j,
-// j + 16, ..., added pairwise at the end: one order on every CPU, and a
-// loop the compiler turns into vector adds. One running sum waited on each
-// add's latency: 1.2 ms of RMSNorm in a 256-token full4 prompt on one Zen 5
-// thread.
-float SumOfSquares(const float* x, int64_t d) {
+// 1 / RMS(x) with eps, x's squares summed in 16 running sums (lane j takes
+// elements j, j + 16, ...) added pairwise at the end: one order on every
+// CPU, and a loop the compiler turns into vector adds. One running sum
+// waited on each add's latency: 1.2 ms of RMSNorm in a 256-token full4
+// prompt on one Zen 5 thread.
+float InverseRms(const float* x, int64_t d, double eps) {
   constexpr int kLanes = 16;
   float lane[kLanes] = {};
   int64_t i = 0;
@@ -45,7 +45,7 @@ float SumOfSquares(const float* x, int64_t d) {
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
   }
-  return lane[0];
+  return 1.0f / std::sqrt(lane[0] / static_cast<float>(d) + static_cast<float>(eps));
 }
 
 }  // namespace
@@ -54,14 +54,12 @@ float SumOfSquares(const float* x, int64_t d) {
 // ops, each a dispatch and a temporary: a fifth of a small model's decode
 // step went to per-op cost). Same formula, float accumulation.
 void RmsNormRow(const float* x, const float* w, int64_t d, double eps, float* out) {
-  const float sum = SumOfSquares(x, d);
-  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+  const float scale = InverseRms(x, d, eps);
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * w[i];
 }
 
 void UnitRmsRow(const float* x, int64_t d, double eps, float* out) {
-  const float sum = SumOfSquares(x, d);
-  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + static_cast<float>(eps));
+  const float scale = InverseRms(x, d, eps);
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale;
 }
 
@@ -269,14 +267,15 @@ torch::Tensor DequantizedRows(const torch::Tensor& table, const torch::Tensor& t
   return out;
 }
 
-// exp in registers, for the decode step's GLU rows below: Cephes expf's range
-// reduction (x = n ln 2 + r, ln 2 in two parts) and polynomial on |r| <=
-// ln 2 / 2, 2^n built in the exponent bits; x clamped to [-87.3, 88] so
-// 2^n stays a normal float (exp(-87.3) already leaves 1 + e at 1, and
-// exp(88) makes gate / (1 + e) as near 0 as the true value's float). A
-// decode step's FFN ran libm's expf (SwiGLU) or tanhf (GELU) once per
-// hidden unit: 3.4 us of a full4 layer's 1536 for expf on the Zen 5, 5% of
-// a Q4_0 decode step. Each row's out may alias its gate.
+// exp in registers, for the GLU rows below (a decode step's and a
+// prompt's): Cephes expf's range reduction (x = n ln 2 + r, ln 2 in two
+// parts) and polynomial on |r| <= ln 2 / 2, 2^n built in the exponent
+// bits; x clamped to [-87.3, 88] so 2^n stays a normal float (exp(-87.3)
+// already leaves 1 + e at 1, and exp(88) makes gate / (1 + e) as near 0 as
+// the true value's float). A decode step's FFN ran libm's expf (SwiGLU) or
+// tanhf (GELU) once per hidden unit: 3.4 us of a full4 layer's 1536 for
+// expf on the Zen 5, 5% of a Q4_0 decode step. Each row's out may alias
+// its gate.
 constexpr float kExpLo = -87.3365447f, kExpHi = 88.0f, kLog2e = 1.44269504f;
 constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,

@@ -169,8 +169,8 @@ void CheckHalfCacheWrite(KernelCheck& out) {
   out.rows.push_back(row);
 }
 
-// A decode step's SwiGLU and GeGLU rows (exp in registers on AVX2 and
-// NEON) against the double formulas, over gates in [-20, 20] and past
+// The SwiGLU and GeGLU rows a decode step and a prompt run (exp in
+// registers on AVX2 and NEON) against the double formulas, over gates in [-20, 20] and past
 // exp's clamps: each output's error relative to |gate * up|.
 void CheckSwiGlu(KernelCheck& out) {
   const torch::Tensor gate =

@@ -32,6 +32,25 @@ namespace {
 constexpr int64_t kQ8Bytes = kQ8BlockBytes;
 constexpr int kTokenTile = 4;  // tokens sharing one unpacked weight block
 
+// A prompt's products run in blocks that stay in L2 together: about
+// kBlockActBytes of activation rows against about kBlockWeightBytes of
+// weights (QuantGemm's rows, a grouped matrix's groups), every token of
+// the block over every row of it.
+constexpr int64_t kBlockActBytes = int64_t{256} << 10;
+constexpr int64_t kBlockWeightBytes = int64_t{128} << 10;
+
+// Tokens of `blocks` Q8_0 blocks a row in one such block: a multiple of
+// kTokenTile, so each block starts on a tile (and on an SMMLA token pair).
+inline int64_t TokensPerBlock(int64_t blocks) {
+  return std::max<int64_t>(kTokenTile,
+                           kBlockActBytes / (blocks * kQ8Bytes) / kTokenTile * kTokenTile);
+}
+
+// Grouped Q4_0 groups of `blocks` blocks in one such block.
+inline int64_t GroupsPerBlock(int64_t blocks) {
+  return std::max<int64_t>(1, kBlockWeightBytes / (blocks * kQ4GroupBlockBytes));
+}
+
 // `tokens` rows of Q8_0 activations as the kernels read them.
 struct Acts {
   const uint8_t* q;    // row i's blocks at q + i * stride
@@ -310,18 +329,14 @@ using GroupsKernel = void (*)(const uint8_t*, int64_t, const Acts&, int64_t, flo
                               int64_t, int64_t);
 
 // A prompt over grouped Q4_0 in blocks that stay in cache together, as
-// QuantGemm's row form runs: about 256 KiB of activation rows against about
-// 128 KiB of groups, every token of the block over every group of the
-// block. A kernel given all its groups at once sweeps them for every tile
-// of four tokens: past the last-level cache (a 33 MiB matrix, 4096 wide,
-// 256 tokens on one Zen 5 thread) that read 1.26x slower than blocks, and
-// a phone's L3 holds a few MiB. One token (decode) streams the groups once.
+// QuantGemm's row form runs (TokensPerBlock, GroupsPerBlock). A kernel
+// given all its groups at once sweeps them for every tile of four tokens:
+// past the last-level cache (a 33 MiB matrix, 4096 wide, 256 tokens on one
+// Zen 5 thread) that read 1.26x slower than blocks, and a phone's L3 holds
+// a few MiB. One token (decode) streams the groups once.
 void GroupsInBlocks(GroupsKernel gemm, const uint8_t* g, int64_t blocks, const Acts& x,
                     int64_t tokens, float* c, int64_t ldc, int64_t first, int64_t last) {
-  const int64_t group_bytes = blocks * kQ4GroupBlockBytes;
-  const int64_t tokens_per = std::max<int64_t>(
-      kTokenTile, (int64_t{256} << 10) / (blocks * kQ8Bytes) / kTokenTile * kTokenTile);
-  const int64_t groups_per = std::max<int64_t>(1, (int64_t{128} << 10) / group_bytes);
+  const int64_t tokens_per = TokensPerBlock(blocks), groups_per = GroupsPerBlock(blocks);
   if (tokens == 1 || (tokens <= tokens_per && last - first <= groups_per)) {
     return gemm(g, blocks, x, tokens, c, ldc, first, last);
   }
@@ -394,17 +409,15 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     return;
   }
 #endif
-  // A prompt in blocks that stay in L2 together: about 128 KiB of weight
-  // rows against about 256 KiB of activation rows, every token of the
-  // block over every row of the block. Sweeping all rows for each tile of
-  // 4 tokens streamed a Llama-3.2-1B FFN matrix (9 MiB of Q4_0) from
+  // A prompt in blocks that stay in L2 together (kBlockWeightBytes of
+  // weight rows, TokensPerBlock's tokens). Sweeping all rows for each tile
+  // of 4 tokens streamed a Llama-3.2-1B FFN matrix (9 MiB of Q4_0) from
   // memory 128 times for a 512-token prompt: prefill 1.21-1.24x
   // llama.cpp's, where full4's and big12's smaller matrices were at
   // 0.8-1.05x.
-  // (tokens_per is a multiple of 4: each block starts on a token pair.)
-  const int64_t w_row = blocks * QuantBlockBytes(t), x_row = blocks * kQ8Bytes;
-  const int64_t rows_per = std::max<int64_t>(4, (int64_t{128} << 10) / w_row / 4 * 4);
-  const int64_t tokens_per = std::max<int64_t>(4, (int64_t{256} << 10) / x_row / 4 * 4);
+  const int64_t w_row = blocks * QuantBlockBytes(t);
+  const int64_t rows_per = std::max<int64_t>(4, kBlockWeightBytes / w_row / 4 * 4);
+  const int64_t tokens_per = TokensPerBlock(blocks);
   auto in_blocks = [&](auto&& run) {
     for (int64_t i0 = 0; i0 < tokens; i0 += tokens_per) {
       const int64_t n = std::min(tokens_per, tokens - i0);
