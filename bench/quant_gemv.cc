@@ -14,7 +14,13 @@
 // against QuantGroupsGemm over the grouped matrix); GB/s then counts the
 // weights once.
 //
+// --l2-kib A,B,... sizes the prompt blocks (model/quant.h's PromptBlocks)
+// for each of those L2s in turn within every round, one table row each:
+// what the blocks this CPU's L2 picks gain over ones sized for a core with
+// less or more (default: this CPU's L2 only).
+//
 // usage: quant_gemv [--cols 512] [--mib 1,8,64,512] [--rounds 7] [--tokens 1]
+//                   [--l2-kib 256,1024,4096]
 #include <torch/torch.h>
 
 #include <ATen/Parallel.h>
@@ -41,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "quant_gemv: %s\nusage: quant_gemv [--cols 512] [--mib 1,8,64,512] "
-               "[--rounds 7] [--tokens 1]\n",
+               "[--rounds 7] [--tokens 1] [--l2-kib 256,1024,4096]\n",
                why.c_str());
   std::exit(2);
 }
@@ -67,6 +73,14 @@ int Main(int argc, char** argv) {
     if (mib > 2048) Usage("--mib " + std::string(s) + ": at most 2048 (two copies are held)");
     sizes.push_back(mib);
   }
+  std::vector<int64_t> l2s;  // 0: this CPU's
+  const std::string l2_arg = Arg(argc, argv, "--l2-kib", "");
+  if (l2_arg.empty()) l2s.push_back(0);
+  for (absl::string_view s : absl::StrSplit(l2_arg, ',', absl::SkipEmpty())) {
+    const int64_t kib = Positive(std::string(s), "--l2-kib");
+    if (kib > (int64_t{1} << 20)) Usage("--l2-kib " + std::string(s) + ": at most 1 GiB");
+    l2s.push_back(kib << 10);
+  }
   at::set_num_threads(1);
   const int64_t blocks = cols / hilnas::kQuantBlock;
   const int64_t row_bytes = blocks * hilnas::kQ4BlockBytes;
@@ -74,9 +88,11 @@ int Main(int argc, char** argv) {
               tokens == 1 ? "GEMV" : ("product of " + std::to_string(tokens) + " tokens").c_str(),
               static_cast<long long>(cols), hilnas::QuantKernelName(),
               hilnas::QuantGroupsRowsHere() ? "" : " (a decoder here keeps rows as stored)");
+  std::printf("prompt blocks here: %s\n\n", hilnas::PromptBlocksDescription().c_str());
   std::printf(
-      "| MiB | rows | rows as stored ms | grouped ms | GB/s stored | GB/s grouped | "
-      "grouped speed-up |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| MiB | rows | blocks for L2 | rows as stored ms | grouped ms | GB/s stored | GB/s grouped "
+      "| "
+      "grouped speed-up |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
   for (int64_t mib : sizes) {
     const int64_t rows = (mib << 20) / row_bytes / hilnas::kQ4GroupRows * hilnas::kQ4GroupRows;
     if (rows == 0) Usage("--mib " + std::to_string(mib) + " holds no group of 8 rows");
@@ -118,21 +134,36 @@ int Main(int argc, char** argv) {
       for (int p = 0; p < passes; ++p) pass();
       return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / passes;
     };
-    std::vector<double> ms_rows, ms_groups;
+    const size_t n = l2s.size();
+    std::vector<std::vector<double>> ms_rows(n), ms_groups(n);
     for (int r = 0; r < rounds; ++r) {
-      if (r % 2 == 0) {
-        ms_rows.push_back(time(by_rows));
-        ms_groups.push_back(time(by_groups));
-      } else {
-        ms_groups.push_back(time(by_groups));
-        ms_rows.push_back(time(by_rows));
+      for (size_t k = 0; k < n; ++k) {
+        const size_t j = (k + r) % n;  // each L2 first in turn
+        hilnas::SetPromptBlocksL2(l2s[j]);
+        if (r % 2 == 0) {
+          ms_rows[j].push_back(time(by_rows));
+          ms_groups[j].push_back(time(by_groups));
+        } else {
+          ms_groups[j].push_back(time(by_groups));
+          ms_rows[j].push_back(time(by_rows));
+        }
       }
     }
-    const double a = Median(ms_rows), b = Median(ms_groups);
-    const double bytes = static_cast<double>(stored.numel());
-    std::printf("| %lld | %lld | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
-                static_cast<long long>(mib), static_cast<long long>(rows), a, b, bytes / a / 1e6,
-                bytes / b / 1e6, a / b);
+    hilnas::SetPromptBlocksL2(0);
+    for (size_t j = 0; j < n; ++j) {
+      const double a = Median(ms_rows[j]), b = Median(ms_groups[j]);
+      const double bytes = static_cast<double>(stored.numel());
+      const hilnas::PromptBlocks pb = hilnas::PromptBlocksForL2(l2s[j]);
+      const std::string which = l2s[j] == 0 ? "this CPU's" : std::to_string(l2s[j] >> 10) + " KiB";
+      std::printf(
+          "| %lld | %lld | %s (%lld+%lld KiB) | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
+          static_cast<long long>(mib), static_cast<long long>(rows), which.c_str(),
+          static_cast<long long>(l2s[j] == 0 ? hilnas::QuantPromptBlocks().act_bytes >> 10
+                                             : pb.act_bytes >> 10),
+          static_cast<long long>(l2s[j] == 0 ? hilnas::QuantPromptBlocks().weight_bytes >> 10
+                                             : pb.weight_bytes >> 10),
+          a, b, bytes / a / 1e6, bytes / b / 1e6, a / b);
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -4,6 +4,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
@@ -124,6 +126,12 @@ class LibtorchModel : public PreparedModel {
     kernels_ = absl::StrCat("prompt products ", prompt.Describe(), ", decode ", GemvKernelName(),
                             ", GEMV form ", tuning.Describe(), ", decode thread pool ",
                             pool->Describe(), ", decode attention ", split.Describe());
+    // Quantized weights: the prompt blocks this core's L2 sized (model/quant.h).
+    const auto named = decoder_.NamedTensors();
+    if (std::any_of(named.begin(), named.end(),
+                    [](const auto& n) { return QuantTypeOf(n.second).has_value(); })) {
+      absl::StrAppend(&kernels_, ", quantized prompt blocks ", PromptBlocksDescription());
+    }
     // A capped agent prices candidates as a CPU without the dropped
     // instructions would run them; its DeviceIdentity says so.
     if (const std::string capped = CpuFeaturesCapNote(); !capped.empty()) {

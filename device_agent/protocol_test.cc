@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "model/gemv.h"
 #include "model/prompt_gemm.h"
+#include "model/quant.h"
 #include "model/test_archs.h"
 #include "model/work_split.h"
 #include "search_space/arch.h"
@@ -20,6 +21,7 @@ namespace hilnas {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Replays scripted TTFTs, or fails at Prepare or at a given run.
 class ScriptedRuntime : public Runtime {
@@ -322,6 +324,22 @@ TEST(LibtorchRuntimeTest, RunsInBf16) {
   BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), NoCooldown());
   ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
   EXPECT_EQ(r.request().precision(), BF16);
+}
+
+// Q4_0 weights: the device record names the blocks a prompt's quantized
+// products ran in and the L2 that sized them (model/quant.h); float
+// weights have no such blocks.
+TEST(LibtorchRuntimeTest, Q4RunNamesItsPromptBlocks) {
+  std::unique_ptr<Runtime> rt = NewLibtorchRuntime();
+  BenchmarkRequest req = Request(1, 1, 1.0);
+  req.set_precision(Q4_0);
+  BenchmarkResult r = MeasureBenchmark(*rt, req, DeviceIdentity(), NoCooldown());
+  ASSERT_EQ(r.failure(), FAILURE_NONE) << r.failure_message();
+  EXPECT_THAT(r.device().runtime_kernels(),
+              HasSubstr(", quantized prompt blocks " + PromptBlocksDescription()));
+  BenchmarkResult f32 = MeasureBenchmark(*rt, Request(1, 1, 1.0), DeviceIdentity(), NoCooldown());
+  ASSERT_EQ(f32.failure(), FAILURE_NONE) << f32.failure_message();
+  EXPECT_THAT(f32.device().runtime_kernels(), Not(HasSubstr("quantized prompt blocks")));
 }
 
 TEST(LibtorchRuntimeTest, ModelLargerThanMemoryLimitIsOutOfMemory) {

@@ -16,6 +16,7 @@
 #include "model/internal/decoder_layers.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
+#include "util/cpu_caches.h"
 #include "util/cpu_features.h"
 
 namespace hilnas {
@@ -345,6 +346,8 @@ std::string KernelCheck::Report() const {
                         "relative; prompt matrix products %s)\n",
                         ok() ? "ok" : "FAILED", gemv_path, quant_path, threads, kTolerance,
                         PromptKernelsDescription());
+  absl::StrAppend(&out, "kernels: quantized prompt blocks ", PromptBlocksDescription(), "; ",
+                  KernelCpuCaches().Describe(), "\n");
   if (const std::string capped = CpuFeaturesCapNote(); !capped.empty()) {
     absl::StrAppend(&out, "kernels: ", capped, "\n");
   }

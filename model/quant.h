@@ -122,6 +122,35 @@ void DequantizeMatrixRow(const torch::Tensor& w, int64_t r, float* out);
 // (aarch64), or the portable loop.
 const char* QuantKernelName();
 
+// The blocks a prompt's products run in (QuantGemm, QuantGroupsGemm): about
+// a quarter of the L2 a thread has (util/cpu_caches.h) of activations
+// against an eighth of it of weights, so both and the outputs stay in L2
+// together, whatever core a phone or host gives the thread. On a 1 MiB L2
+// (Zen 4 and 5, Skylake-SP and Ice Lake servers) that is 256 KiB against
+// 128 KiB, the sizes these blocks had before they followed the L2. On one
+// Zen 5 thread (4096 wide, 256 tokens, 9-64 MiB of grouped Q4_0, paired
+// rounds: bench/quant_gemv --tokens 256 --l2-kib 256,512,1024,2048,4096)
+// the blocks a 2 or 4 MiB L2 would give read 0.99-1.04x as fast, those of
+// 512 KiB 0.95-0.97x, of 256 KiB 0.84-0.92x: smaller blocks cost more
+// calls and reloads, larger ones gain little, and a core with less L2 than
+// twice a block's bytes would evict them. Clamped to 32 KiB .. 1 MiB of
+// activations; an L2 nobody reports is taken as 1 MiB. Outputs do not
+// depend on the blocks.
+struct PromptBlocks {
+  int64_t act_bytes = 0, weight_bytes = 0;
+};
+PromptBlocks PromptBlocksForL2(int64_t l2_bytes);
+// This process's: sized for KernelCpuCaches().l2 unless SetPromptBlocksL2
+// set another.
+PromptBlocks QuantPromptBlocks();
+// Benches and tests: blocks sized for an L2 of `l2_bytes` from now on; 0
+// goes back to this CPU's. Not while a product runs.
+void SetPromptBlocksL2(int64_t l2_bytes);
+// e.g. "256 KiB of activations x 128 KiB of weights (L2 1 MiB, sysfs)",
+// for the kernels lines of `hilnas run`, the agents and
+// `hilnas agent --check-kernels`.
+std::string PromptBlocksDescription();
+
 // y[o] = w[o] . x for rows [first, last) of a quantized matrix of `blocks`
 // blocks a row; xq: x as QuantizeActivations made it.
 void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,

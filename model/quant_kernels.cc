@@ -12,12 +12,15 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "model/quant.h"
 #include "util/aligned.h"
+#include "util/cpu_caches.h"
 #include "util/cpu_features.h"
 
 #if defined(__x86_64__)
@@ -33,22 +36,21 @@ constexpr int64_t kQ8Bytes = kQ8BlockBytes;
 constexpr int kTokenTile = 4;  // tokens sharing one unpacked weight block
 
 // A prompt's products run in blocks that stay in L2 together: about
-// kBlockActBytes of activation rows against about kBlockWeightBytes of
-// weights (QuantGemm's rows, a grouped matrix's groups), every token of
-// the block over every row of it.
-constexpr int64_t kBlockActBytes = int64_t{256} << 10;
-constexpr int64_t kBlockWeightBytes = int64_t{128} << 10;
+// QuantPromptBlocks().act_bytes of activation rows against about its
+// weight_bytes of weights (QuantGemm's rows, a grouped matrix's groups),
+// every token of the block over every row of it. The sizes follow the L2
+// a thread has (model/quant.h).
 
 // Tokens of `blocks` Q8_0 blocks a row in one such block: a multiple of
 // kTokenTile, so each block starts on a tile (and on an SMMLA token pair).
 inline int64_t TokensPerBlock(int64_t blocks) {
-  return std::max<int64_t>(kTokenTile,
-                           kBlockActBytes / (blocks * kQ8Bytes) / kTokenTile * kTokenTile);
+  return std::max<int64_t>(
+      kTokenTile, QuantPromptBlocks().act_bytes / (blocks * kQ8Bytes) / kTokenTile * kTokenTile);
 }
 
 // Grouped Q4_0 groups of `blocks` blocks in one such block.
 inline int64_t GroupsPerBlock(int64_t blocks) {
-  return std::max<int64_t>(1, kBlockWeightBytes / (blocks * kQ4GroupBlockBytes));
+  return std::max<int64_t>(1, QuantPromptBlocks().weight_bytes / (blocks * kQ4GroupBlockBytes));
 }
 
 // `tokens` rows of Q8_0 activations as the kernels read them.
@@ -279,6 +281,46 @@ void QuantizeActivationsFast(const float* x, int64_t n, uint8_t* out) {
   QuantizeActivations(x, n, out);
 }
 
+namespace {
+
+constexpr int64_t kAssumedL2 = int64_t{1} << 20;
+std::atomic<int64_t> g_set_l2{0};  // SetPromptBlocksL2's; 0: this CPU's
+
+int64_t PromptL2() {
+  const int64_t set = g_set_l2.load(std::memory_order_relaxed);
+  if (set > 0) return set;
+  return KernelCpuCaches().l2 > 0 ? KernelCpuCaches().l2 : kAssumedL2;
+}
+
+}  // namespace
+
+PromptBlocks PromptBlocksForL2(int64_t l2_bytes) {
+  if (l2_bytes <= 0) l2_bytes = kAssumedL2;
+  PromptBlocks b;
+  b.act_bytes = std::clamp<int64_t>(l2_bytes / 4, int64_t{32} << 10, int64_t{1} << 20);
+  b.weight_bytes = b.act_bytes / 2;
+  return b;
+}
+
+PromptBlocks QuantPromptBlocks() { return PromptBlocksForL2(PromptL2()); }
+
+void SetPromptBlocksL2(int64_t l2_bytes) {
+  g_set_l2.store(std::max<int64_t>(l2_bytes, 0), std::memory_order_relaxed);
+}
+
+std::string PromptBlocksDescription() {
+  const PromptBlocks b = QuantPromptBlocks();
+  const int64_t set = g_set_l2.load(std::memory_order_relaxed);
+  const CpuCaches& caches = KernelCpuCaches();
+  const std::string whence =
+      set > 0         ? absl::StrCat("an L2 of ", CacheBytes(set), " set by SetPromptBlocksL2")
+      : caches.l2 > 0 ? absl::StrCat("L2 ", CacheBytes(caches.l2), ", ", caches.source)
+                      : absl::StrCat("L2 not reported (", caches.source,
+                                     "): ", CacheBytes(kAssumedL2), " assumed");
+  return absl::StrCat(b.act_bytes >> 10, " KiB of activations x ", b.weight_bytes >> 10,
+                      " KiB of weights (", whence, ")");
+}
+
 const char* QuantKernelName() {
 #if defined(__x86_64__)
   if (HasVnni()) return "avx512vnni";
@@ -398,25 +440,27 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
   if (tokens == 1) return gemm(t, w, blocks, x, tokens, c, ldc, first, last);
 #if defined(__x86_64__)
   if (t == QuantType::kQ4_0 && (gemm == vnni::Gemm || gemm == avx2::Gemm)) {
-    // Rows regrouped eight at a time (quant_x86.inc's GroupTile), about
-    // 256 KiB of them at once, each chunk against every token.
+    // Rows regrouped eight at a time (quant_x86.inc's GroupTile), twice a
+    // block's weights at once (256 KiB on a 1 MiB L2), each chunk against
+    // every token.
     const auto grouped = gemm == vnni::Gemm ? vnni::GemmQ4Grouped : avx2::GemmQ4Grouped;
     const int64_t regrouped_row = blocks * kQ4GroupBlockBytes / kQ4GroupRows;
-    const int64_t rows_per = std::max<int64_t>(8, (int64_t{256} << 10) / regrouped_row / 8 * 8);
+    const int64_t rows_per =
+        std::max<int64_t>(8, 2 * QuantPromptBlocks().weight_bytes / regrouped_row / 8 * 8);
     for (int64_t r0 = first; r0 < last; r0 += rows_per) {
       grouped(w, blocks, x, tokens, c, ldc, r0, std::min(last, r0 + rows_per));
     }
     return;
   }
 #endif
-  // A prompt in blocks that stay in L2 together (kBlockWeightBytes of
+  // A prompt in blocks that stay in L2 together (a block's weight_bytes of
   // weight rows, TokensPerBlock's tokens). Sweeping all rows for each tile
   // of 4 tokens streamed a Llama-3.2-1B FFN matrix (9 MiB of Q4_0) from
   // memory 128 times for a 512-token prompt: prefill 1.21-1.24x
   // llama.cpp's, where full4's and big12's smaller matrices were at
   // 0.8-1.05x.
   const int64_t w_row = blocks * QuantBlockBytes(t);
-  const int64_t rows_per = std::max<int64_t>(4, kBlockWeightBytes / w_row / 4 * 4);
+  const int64_t rows_per = std::max<int64_t>(4, QuantPromptBlocks().weight_bytes / w_row / 4 * 4);
   const int64_t tokens_per = TokensPerBlock(blocks);
   auto in_blocks = [&](auto&& run) {
     for (int64_t i0 = 0; i0 < tokens; i0 += tokens_per) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -222,6 +223,52 @@ TEST(QuantTest, GroupedQ4RowsHoldTheSameWeightsAndProducts) {
     DequantizeMatrixRow(g, 13, row.data());
     EXPECT_TRUE(torch::equal(torch::from_blob(row.data(), {cols}), DequantizeMatrix(q)[13]));
   }
+}
+
+// The prompt blocks follow the L2 a thread has (a quarter of it of
+// activations, an eighth of weights, clamped), and no block size changes
+// an output's bits: each output sums its row's blocks in one order.
+TEST(QuantTest, PromptBlocksFollowTheL2AndLeaveTheBitsAlone) {
+  auto blocks = [](int64_t l2) {
+    const PromptBlocks b = PromptBlocksForL2(l2);
+    return std::make_pair(b.act_bytes >> 10, b.weight_bytes >> 10);
+  };
+  EXPECT_EQ(blocks(int64_t{1} << 20), std::make_pair(int64_t{256}, int64_t{128}));
+  EXPECT_EQ(blocks(int64_t{512} << 10), std::make_pair(int64_t{128}, int64_t{64}));
+  EXPECT_EQ(blocks(int64_t{2} << 20), std::make_pair(int64_t{512}, int64_t{256}));
+  EXPECT_EQ(blocks(int64_t{64} << 10), std::make_pair(int64_t{32}, int64_t{16}));     // clamped
+  EXPECT_EQ(blocks(int64_t{64} << 20), std::make_pair(int64_t{1024}, int64_t{512}));  // clamped
+  EXPECT_EQ(blocks(0), blocks(int64_t{1} << 20));  // unknown: 1 MiB assumed
+
+  const int64_t cols = 4096, tokens = 67, rows = 72, blocks_a_row = cols / 32;
+  const torch::Tensor q = QuantizeMatrix(Random(rows, cols, 21), QuantType::kQ4_0).value();
+  torch::Tensor g = q.clone();
+  ASSERT_TRUE(GroupQuantRows(g));
+  const std::vector<uint8_t> xq = Activations(Random(tokens, cols, 22));
+  auto products = [&](KernelPath path) {
+    std::vector<float> grouped(tokens * rows), by_rows(tokens * rows);
+    QuantGroupsGemm(g.data_ptr<uint8_t>(), blocks_a_row, xq.data(), tokens, grouped.data(), rows, 0,
+                    rows / 8, path);
+    QuantGemm(QuantType::kQ4_0, q.data_ptr<uint8_t>(), blocks_a_row, xq.data(), tokens,
+              by_rows.data(), rows, 0, rows, path);
+    return std::make_pair(grouped, by_rows);
+  };
+  for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
+    const auto as_sized = products(path);
+    // 64 KiB: blocks of 4 tokens and one group; 64 MiB: one block of all.
+    for (int64_t l2 : {int64_t{64} << 10, int64_t{64} << 20}) {
+      SetPromptBlocksL2(l2);
+      EXPECT_EQ(QuantPromptBlocks().act_bytes, PromptBlocksForL2(l2).act_bytes);
+      EXPECT_THAT(PromptBlocksDescription(), HasSubstr("set by SetPromptBlocksL2"));
+      const auto resized = products(path);
+      EXPECT_EQ(resized.first, as_sized.first) << "L2 " << l2 << " path " << static_cast<int>(path);
+      EXPECT_EQ(resized.second, as_sized.second)
+          << "L2 " << l2 << " path " << static_cast<int>(path);
+    }
+    SetPromptBlocksL2(0);
+  }
+  EXPECT_THAT(PromptBlocksDescription(),
+              ::testing::AnyOf(HasSubstr("sysfs"), HasSubstr("sysconf"), HasSubstr("assumed")));
 }
 
 TEST(QuantTest, OnlyQ4MatricesOfWholeGroupsAreGrouped) {

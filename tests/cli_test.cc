@@ -129,6 +129,10 @@ TEST(CliTest, RunKeepsQ4RowsGroupedWhereTheKernelsReadThem) {
               HasSubstr("quantized products: portable integer products; Q4_0 rows grouped eight "
                         "at a time in 0 of 35 matrices"));
   EXPECT_THAT(f32.output, Not(HasSubstr("quantized products:")));
+  // And the blocks a prompt's products run in, sized by this CPU's L2
+  // (model/quant.h, util/cpu_caches.h).
+  EXPECT_THAT(q4.output, HasSubstr("; a prompt's in blocks of "));
+  EXPECT_THAT(q4.output, HasSubstr(" KiB of weights ("));
 }
 
 // OpenBLAS loaded with a core below the CPU's (as Debian 12's does on an

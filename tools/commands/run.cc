@@ -126,6 +126,7 @@ std::string QuantizedProducts(const Decoder& decoder) {
     absl::StrAppend(&s, "; Q4_0 rows grouped eight at a time in ", grouped, " of ", q4,
                     " matrices");
   }
+  absl::StrAppend(&s, "; a prompt's in blocks of ", PromptBlocksDescription());
   return s;
 }
 
