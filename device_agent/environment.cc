@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "util/cpu_caches.h"
 
 namespace hilnas {
 namespace {
@@ -99,20 +100,14 @@ bool ResetPeakRss() {
 }
 
 absl::StatusOr<std::vector<int>> ParseCpuSet(const std::string& cpu_set) {
-  std::vector<int> cpus;
-  for (absl::string_view part : absl::StrSplit(cpu_set, ',', absl::SkipEmpty())) {
-    std::vector<absl::string_view> ends = absl::StrSplit(part, '-');
-    int lo = 0, hi = 0;
-    const bool ok = ends.size() <= 2 && absl::SimpleAtoi(ends[0], &lo) &&
-                    absl::SimpleAtoi(ends.back(), &hi) && lo >= 0 && lo <= hi && hi < CPU_SETSIZE;
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cpu set \"", cpu_set, "\": \"", part, "\" is not N or N-M"));
-    }
-    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+  absl::StatusOr<std::vector<int>> cpus = ParseCpuList(cpu_set);  // util/cpu_caches.h
+  if (!cpus.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu set: ", cpus.status().message()));
   }
-  if (cpus.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("cpu set \"", cpu_set, "\" names no CPU"));
+  if (cpus->back() >= CPU_SETSIZE) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu set \"", cpu_set, "\": CPU ", cpus->back(),
+                                                   " is past the ", CPU_SETSIZE,
+                                                   " a CPU mask holds"));
   }
   return cpus;
 }

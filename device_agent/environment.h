@@ -54,7 +54,8 @@ CpuCounters ParseProcStat(const std::string& text, const std::vector<int>& cpus,
 // the current load average, frequency and temperature.
 RunConditions ConditionsBetween(const CpuCounters& before, const CpuCounters& after);
 
-// "0-1,3" -> {0, 1, 3}. INVALID_ARGUMENT names the bad part.
+// "0-1,3" -> {0, 1, 3} (ParseCpuList, util/cpu_caches.h), within the CPUs a
+// cpu_set_t holds. INVALID_ARGUMENT names the bad part.
 absl::StatusOr<std::vector<int>> ParseCpuSet(const std::string& cpu_set);
 // Pins the calling thread, and every thread it creates afterwards, to the
 // CPUs in `cpu_set`. Call before libtorch or gRPC start their threads.

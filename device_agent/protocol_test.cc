@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "device_agent/environment.h"
 #include "device_agent/libtorch_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -269,6 +270,16 @@ TEST(ProtocolTest, InvalidRequestIsRejectedWithFieldName) {
   EXPECT_EQ(r.failure(), UNSUPPORTED_ARCH);
   EXPECT_THAT(r.failure_message(), HasSubstr("prompt_lengths value -4"));
   EXPECT_EQ(rt.runs, 0);
+}
+
+// --cpu-set as the agents take it: util's CPU list, within a CPU mask.
+TEST(EnvironmentTest, CpuSetsAreCpuListsWithinAMask) {
+  absl::StatusOr<std::vector<int>> cpus = ParseCpuSet("4-7,1");
+  ASSERT_TRUE(cpus.ok()) << cpus.status();
+  EXPECT_THAT(*cpus, ::testing::ElementsAre(1, 4, 5, 6, 7));
+  EXPECT_THAT(ParseCpuSet("0-x").status().message(), HasSubstr("\"0-x\" is not a CPU"));
+  EXPECT_THAT(ParseCpuSet("").status().message(), HasSubstr("is empty"));
+  EXPECT_THAT(ParseCpuSet("3000").status().message(), HasSubstr("CPU 3000 is past the"));
 }
 
 TEST(ProtocolTest, DefaultsFollowThePaper) {
