@@ -1,7 +1,6 @@
 #include "model/decoder.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/internal/decoder_layers.h"
 #include "model/quant.h"
+#include "util/mapping_pages.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -25,16 +25,13 @@ using decoder_internal::WriteRing;
 
 namespace {
 
-// A decoder's parameters live in one 2 MiB-aligned buffer that Linux is
-// asked to back with transparent huge pages (madvise; Debian's default THP
-// mode is "madvise", so nothing is huge unless asked). A decode step streams
-// every weight once: with 4 KiB pages a one-thread GEMV over 56 MiB read
-// 25-27 GB/s on an AMD EPYC (Zen 4), with 2 MiB pages 36-45 GB/s
-// (bench/data/runtime-compare.md). Activations stay where libtorch puts
-// them: huge pages for every allocation (glibc.malloc.hugetlb=1) made
-// prefill slower by the zeroing of fresh huge pages. Where the kernel has
-// no THP (most Android kernels) the advice is ignored and nothing changes.
-constexpr size_t kHugePage = size_t{2} << 20;
+// A decoder's parameters live in one HugePageBuffer (util/mapping_pages.h):
+// 2 MiB-aligned, advised to be backed by transparent huge pages. A decode
+// step streams every weight once: with 4 KiB pages a one-thread GEMV over
+// 56 MiB read 25-27 GB/s on an AMD EPYC (Zen 4), with 2 MiB pages 36-45
+// GB/s (bench/data/runtime-compare.md). Activations stay where libtorch
+// puts them: huge pages for every allocation (glibc.malloc.hugetlb=1) made
+// prefill slower by the zeroing of fresh huge pages.
 
 // Where a tensor of `bytes` goes after those laid out before it (`total`
 // bytes): at the next 64-byte boundary; `total` moves past it.
@@ -43,42 +40,6 @@ size_t PlaceNext(size_t& total, size_t bytes) {
   const size_t at = total;
   total += bytes;
   return at;
-}
-
-// At least `bytes` of zero-filled anonymous memory, 2 MiB-aligned and
-// advised MADV_HUGEPAGE, unmapped when its last owner lets go; null under
-// one huge page or when no mapping is to be had (callers then keep
-// libtorch's allocations).
-//
-// `populate`: fault the whole buffer in now, then ask the kernel to collapse
-// any of it that fell back to 4 KiB pages (MADV_POPULATE_WRITE, Linux 5.14;
-// MADV_COLLAPSE, 6.1: synchronous, compacting memory where it must): a
-// first-touch fault takes a huge page only if one is free at that moment,
-// so without this the weights' pages would depend on the machine's
-// fragmentation when the process started (`hilnas run` prints what the
-// kernel granted: all of them in every process of bench/data's Zen 5 and
-// Xeon runs). For the weights, which are all written anyway; a KV cache is
-// left to fault as it fills. Older kernels refuse both calls and nothing
-// changes.
-std::shared_ptr<char> HugePageBuffer(size_t bytes, bool populate = false) {
-  if (bytes < kHugePage) return nullptr;
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  const size_t span = rounded + kHugePage;  // room to align the start
-  void* mapped = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapped == MAP_FAILED) return nullptr;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(mapped);
-  char* base = reinterpret_cast<char*>((start + kHugePage - 1) / kHugePage * kHugePage);
-#ifdef MADV_HUGEPAGE
-  madvise(base, rounded, MADV_HUGEPAGE);
-#endif
-#if defined(MADV_POPULATE_WRITE) && defined(MADV_COLLAPSE)
-  if (populate && madvise(base, rounded, MADV_POPULATE_WRITE) == 0) {
-    madvise(base, rounded, MADV_COLLAPSE);
-  }
-#else
-  (void)populate;
-#endif
-  return std::shared_ptr<char>(base, [mapped, span](char*) { munmap(mapped, span); });
 }
 
 // Zeroed tensors of `shapes` in `dtype`, one after another in one
