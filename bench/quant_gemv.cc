@@ -17,10 +17,11 @@
 // --l2-kib A,B,... sizes the prompt blocks (model/quant.h's PromptBlocks)
 // for each of those L2s in turn within every round, one table row each:
 // what the blocks this CPU's L2 picks gain over ones sized for a core with
-// less or more (default: this CPU's L2 only).
+// less or more; --blocks A:W,... adds blocks of A KiB of activations
+// against W KiB of weights (default: this CPU's blocks only).
 //
 // usage: quant_gemv [--cols 512] [--mib 1,8,64,512] [--rounds 7] [--tokens 1]
-//                   [--l2-kib 256,1024,4096]
+//                   [--l2-kib 256,1024,4096] [--blocks 1024:256,...]
 #include <torch/torch.h>
 
 #include <ATen/Parallel.h>
@@ -29,7 +30,9 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -49,7 +52,7 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "quant_gemv: %s\nusage: quant_gemv [--cols 512] [--mib 1,8,64,512] "
-               "[--rounds 7] [--tokens 1] [--l2-kib 256,1024,4096]\n",
+               "[--rounds 7] [--tokens 1] [--l2-kib 256,1024,4096] [--blocks 1024:256]\n",
                why.c_str());
   std::exit(2);
 }
@@ -75,14 +78,25 @@ int Main(int argc, char** argv) {
     if (mib > 2048) Usage("--mib " + std::string(s) + ": at most 2048 (two copies are held)");
     sizes.push_back(mib);
   }
-  std::vector<int64_t> l2s;  // 0: this CPU's
-  const std::string l2_arg = Arg(argc, argv, "--l2-kib", "");
-  if (l2_arg.empty()) l2s.push_back(0);
-  for (absl::string_view s : absl::StrSplit(l2_arg, ',', absl::SkipEmpty())) {
+  // The blocks to time, each with its label; nullopt: this CPU's.
+  std::vector<std::pair<std::optional<hilnas::PromptBlocks>, std::string>> candidates;
+  for (absl::string_view s :
+       absl::StrSplit(Arg(argc, argv, "--l2-kib", ""), ',', absl::SkipEmpty())) {
     const int64_t kib = Positive(std::string(s), "--l2-kib");
     if (kib > (int64_t{1} << 20)) Usage("--l2-kib " + std::string(s) + ": at most 1 GiB");
-    l2s.push_back(kib << 10);
+    candidates.emplace_back(hilnas::PromptBlocksForL2(kib << 10), "L2 " + std::string(s) + " KiB");
   }
+  for (absl::string_view s :
+       absl::StrSplit(Arg(argc, argv, "--blocks", ""), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> aw = absl::StrSplit(s, ':');
+    hilnas::PromptBlocks b;
+    b.act_bytes = Positive(aw.first, "--blocks") << 10;
+    b.weight_bytes = Positive(aw.second, "--blocks") << 10;
+    if (b.act_bytes > (int64_t{1} << 30) || b.weight_bytes > (int64_t{1} << 30))
+      Usage("--blocks " + std::string(s) + ": at most 1 GiB each");
+    candidates.emplace_back(b, "set");
+  }
+  if (candidates.empty()) candidates.emplace_back(std::nullopt, "this CPU's");
   at::set_num_threads(1);
   const int64_t blocks = cols / hilnas::kQuantBlock;
   const int64_t row_bytes = blocks * hilnas::kQ4BlockBytes;
@@ -92,7 +106,7 @@ int Main(int argc, char** argv) {
               hilnas::QuantGroupsRowsHere() ? "" : " (a decoder here keeps rows as stored)");
   std::printf("prompt blocks here: %s\n\n", hilnas::PromptBlocksDescription().c_str());
   std::printf(
-      "| MiB | rows | blocks for L2 | rows as stored ms | grouped ms | GB/s stored | GB/s grouped "
+      "| MiB | rows | blocks | rows as stored ms | grouped ms | GB/s stored | GB/s grouped "
       "| "
       "grouped speed-up |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
   for (int64_t mib : sizes) {
@@ -149,12 +163,12 @@ int Main(int argc, char** argv) {
       for (int p = 0; p < passes; ++p) pass();
       return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / passes;
     };
-    const size_t n = l2s.size();
+    const size_t n = candidates.size();
     std::vector<std::vector<double>> ms_rows(n), ms_groups(n);
     for (int r = 0; r < rounds; ++r) {
       for (size_t k = 0; k < n; ++k) {
-        const size_t j = (k + r) % n;  // each L2 first in turn
-        hilnas::SetPromptBlocksL2(l2s[j]);
+        const size_t j = (k + r) % n;  // each candidate first in turn
+        hilnas::SetPromptBlocks(candidates[j].first);
         if (r % 2 == 0) {
           ms_rows[j].push_back(time(by_rows));
           ms_groups[j].push_back(time(by_groups));
@@ -164,21 +178,18 @@ int Main(int argc, char** argv) {
         }
       }
     }
-    hilnas::SetPromptBlocksL2(0);
     for (size_t j = 0; j < n; ++j) {
+      hilnas::SetPromptBlocks(candidates[j].first);
+      const hilnas::PromptBlocks pb = hilnas::QuantPromptBlocks();
       const double a = Median(ms_rows[j]), b = Median(ms_groups[j]);
       const double bytes = static_cast<double>(stored.numel());
-      const hilnas::PromptBlocks pb = hilnas::PromptBlocksForL2(l2s[j]);
-      const std::string which = l2s[j] == 0 ? "this CPU's" : std::to_string(l2s[j] >> 10) + " KiB";
-      std::printf(
-          "| %lld | %lld | %s (%lld+%lld KiB) | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
-          static_cast<long long>(mib), static_cast<long long>(rows), which.c_str(),
-          static_cast<long long>(l2s[j] == 0 ? hilnas::QuantPromptBlocks().act_bytes >> 10
-                                             : pb.act_bytes >> 10),
-          static_cast<long long>(l2s[j] == 0 ? hilnas::QuantPromptBlocks().weight_bytes >> 10
-                                             : pb.weight_bytes >> 10),
-          a, b, bytes / a / 1e6, bytes / b / 1e6, a / b);
+      std::printf("| %lld | %lld | %s (%lld+%lld KiB) | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
+                  static_cast<long long>(mib), static_cast<long long>(rows),
+                  candidates[j].second.c_str(), static_cast<long long>(pb.act_bytes >> 10),
+                  static_cast<long long>(pb.weight_bytes >> 10), a, b, bytes / a / 1e6,
+                  bytes / b / 1e6, a / b);
     }
+    hilnas::SetPromptBlocks(std::nullopt);
     std::fflush(stdout);
   }
   return 0;

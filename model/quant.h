@@ -140,12 +140,12 @@ struct PromptBlocks {
   int64_t act_bytes = 0, weight_bytes = 0;
 };
 PromptBlocks PromptBlocksForL2(int64_t l2_bytes);
-// This process's: sized for KernelCpuCaches().l2 unless SetPromptBlocksL2
-// set another.
+// This process's: sized for KernelCpuCaches().l2 unless SetPromptBlocks
+// set others.
 PromptBlocks QuantPromptBlocks();
-// Benches and tests: blocks sized for an L2 of `l2_bytes` from now on; 0
-// goes back to this CPU's. Not while a product runs.
-void SetPromptBlocksL2(int64_t l2_bytes);
+// Benches and tests: prompts run in `blocks` from now on (both sizes
+// positive), or in this CPU's again (nullopt). Not while a product runs.
+void SetPromptBlocks(std::optional<PromptBlocks> blocks);
 // e.g. "256 KiB of activations x 128 KiB of weights (L2 1 MiB, sysfs)",
 // for the kernels lines of `hilnas run`, the agents and
 // `hilnas agent --check-kernels`.

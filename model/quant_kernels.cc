@@ -284,13 +284,8 @@ void QuantizeActivationsFast(const float* x, int64_t n, uint8_t* out) {
 namespace {
 
 constexpr int64_t kAssumedL2 = int64_t{1} << 20;
-std::atomic<int64_t> g_set_l2{0};  // SetPromptBlocksL2's; 0: this CPU's
-
-int64_t PromptL2() {
-  const int64_t set = g_set_l2.load(std::memory_order_relaxed);
-  if (set > 0) return set;
-  return KernelCpuCaches().l2 > 0 ? KernelCpuCaches().l2 : kAssumedL2;
-}
+// SetPromptBlocks's sizes; 0: this CPU's.
+std::atomic<int64_t> g_set_act{0}, g_set_weight{0};
 
 }  // namespace
 
@@ -302,18 +297,25 @@ PromptBlocks PromptBlocksForL2(int64_t l2_bytes) {
   return b;
 }
 
-PromptBlocks QuantPromptBlocks() { return PromptBlocksForL2(PromptL2()); }
+PromptBlocks QuantPromptBlocks() {
+  PromptBlocks set;
+  set.act_bytes = g_set_act.load(std::memory_order_relaxed);
+  set.weight_bytes = g_set_weight.load(std::memory_order_relaxed);
+  if (set.act_bytes > 0 && set.weight_bytes > 0) return set;
+  return PromptBlocksForL2(KernelCpuCaches().l2);  // 0 (unknown): assumed
+}
 
-void SetPromptBlocksL2(int64_t l2_bytes) {
-  g_set_l2.store(std::max<int64_t>(l2_bytes, 0), std::memory_order_relaxed);
+void SetPromptBlocks(std::optional<PromptBlocks> blocks) {
+  const bool on = blocks && blocks->act_bytes > 0 && blocks->weight_bytes > 0;
+  g_set_act.store(on ? blocks->act_bytes : 0, std::memory_order_relaxed);
+  g_set_weight.store(on ? blocks->weight_bytes : 0, std::memory_order_relaxed);
 }
 
 std::string PromptBlocksDescription() {
   const PromptBlocks b = QuantPromptBlocks();
-  const int64_t set = g_set_l2.load(std::memory_order_relaxed);
   const CpuCaches& caches = KernelCpuCaches();
   const std::string whence =
-      set > 0         ? absl::StrCat("an L2 of ", CacheBytes(set), " set by SetPromptBlocksL2")
+      g_set_act.load(std::memory_order_relaxed) > 0 ? "set by SetPromptBlocks"
       : caches.l2 > 0 ? absl::StrCat("L2 ", CacheBytes(caches.l2), ", ", caches.source)
                       : absl::StrCat("L2 not reported (", caches.source,
                                      "): ", CacheBytes(kAssumedL2), " assumed");

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gemv.h"
+#include "util/cpu_caches.h"
 
 namespace hilnas {
 namespace {
@@ -255,17 +256,23 @@ TEST(QuantTest, PromptBlocksFollowTheL2AndLeaveTheBitsAlone) {
   };
   for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
     const auto as_sized = products(path);
-    // 64 KiB: blocks of 4 tokens and one group; 64 MiB: one block of all.
-    for (int64_t l2 : {int64_t{64} << 10, int64_t{64} << 20}) {
-      SetPromptBlocksL2(l2);
-      EXPECT_EQ(QuantPromptBlocks().act_bytes, PromptBlocksForL2(l2).act_bytes);
-      EXPECT_THAT(PromptBlocksDescription(), HasSubstr("set by SetPromptBlocksL2"));
+    // 64 KiB of L2: blocks of 4 tokens and one group; 64 MiB: one block
+    // of all; then a block of activations smaller than its weights'.
+    for (const PromptBlocks& b :
+         {PromptBlocksForL2(int64_t{64} << 10), PromptBlocksForL2(int64_t{64} << 20),
+          PromptBlocks{int64_t{16} << 10, int64_t{40} << 10}}) {
+      SetPromptBlocks(b);
+      EXPECT_EQ(QuantPromptBlocks().act_bytes, b.act_bytes);
+      EXPECT_EQ(QuantPromptBlocks().weight_bytes, b.weight_bytes);
+      EXPECT_THAT(PromptBlocksDescription(), HasSubstr("set by SetPromptBlocks"));
       const auto resized = products(path);
-      EXPECT_EQ(resized.first, as_sized.first) << "L2 " << l2 << " path " << static_cast<int>(path);
+      EXPECT_EQ(resized.first, as_sized.first)
+          << b.act_bytes << " + " << b.weight_bytes << " path " << static_cast<int>(path);
       EXPECT_EQ(resized.second, as_sized.second)
-          << "L2 " << l2 << " path " << static_cast<int>(path);
+          << b.act_bytes << " + " << b.weight_bytes << " path " << static_cast<int>(path);
     }
-    SetPromptBlocksL2(0);
+    SetPromptBlocks(std::nullopt);
+    EXPECT_EQ(QuantPromptBlocks().act_bytes, PromptBlocksForL2(KernelCpuCaches().l2).act_bytes);
   }
   EXPECT_THAT(PromptBlocksDescription(),
               ::testing::AnyOf(HasSubstr("sysfs"), HasSubstr("sysconf"), HasSubstr("assumed")));
