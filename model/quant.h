@@ -129,11 +129,12 @@ const char* QuantKernelName();
 // (Zen 4 and 5, Skylake-SP and Ice Lake servers) that is 256 KiB against
 // 128 KiB, the sizes these blocks had before they followed the L2. On one
 // Zen 5 thread (4096 wide, 256 tokens, 9-64 MiB of grouped Q4_0, paired
-// rounds: bench/quant_gemv --tokens 256 --l2-kib 256,512,1024,2048,4096)
-// the blocks a 2 or 4 MiB L2 would give read 0.99-1.03x as fast, those of
-// 512 KiB 0.96-0.99x, of 256 KiB 0.80-0.96x: smaller blocks cost more
-// calls and reloads, larger ones gain little here, and a core with less L2
-// than twice a block's bytes would evict them. Clamped to 32 KiB .. 1 MiB of
+// rounds: bench/quant_gemv --tokens 256 --l2-kib 256,512,1024,2048,4096;
+// --blocks A:W sets the two apart) the blocks a 2 or 4 MiB L2 would give
+// read 1.01-1.05x as fast, those of 512 KiB 0.95-0.99x, of 256 KiB
+// 0.81-0.95x: smaller blocks cost more calls and reloads, larger ones gain
+// little here, and a core with less L2 than twice a block's bytes would
+// evict them. Clamped to 32 KiB .. 1 MiB of
 // activations; an L2 nobody reports is taken as 1 MiB. Outputs do not
 // depend on the blocks.
 struct PromptBlocks {

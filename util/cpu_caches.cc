@@ -104,19 +104,19 @@ absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
   std::set<int> cpus;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     part = absl::StripAsciiWhitespace(part);
-    std::pair<absl::string_view, absl::string_view> range = absl::StrSplit(part, '-');
+    const std::vector<absl::string_view> ends = absl::StrSplit(part, '-');
     int lo = 0, hi = 0;
-    const bool ok = absl::SimpleAtoi(range.first, &lo) &&
-                    absl::SimpleAtoi(range.second.empty() ? range.first : range.second, &hi) &&
-                    lo >= 0 && lo <= hi && hi <= kMaxCpu &&
-                    (range.second.empty() == (part.find('-') == absl::string_view::npos));
-    if (!ok)
+    const bool ok = ends.size() <= 2 && absl::SimpleAtoi(ends.front(), &lo) &&
+                    absl::SimpleAtoi(ends.back(), &hi) && lo >= 0 && lo <= hi && hi <= kMaxCpu;
+    if (!ok) {
       return absl::InvalidArgumentError(
           absl::StrCat("CPU list \"", text, "\": \"", part, "\" is not a CPU or a range of them"));
+    }
     for (int c = lo; c <= hi; ++c) cpus.insert(c);
   }
-  if (cpus.empty())
+  if (cpus.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("CPU list \"", text, "\" is empty"));
+  }
   return std::vector<int>(cpus.begin(), cpus.end());
 }
 

@@ -56,7 +56,7 @@ TEST(CpuCachesTest, ParsesCpuLists) {
   absl::StatusOr<std::vector<int>> cpus = ParseCpuList("0-3,6");
   ASSERT_TRUE(cpus.ok()) << cpus.status();
   EXPECT_THAT(*cpus, ElementsAre(0, 1, 2, 3, 6));
-  for (const char* bad : {"", "3-1", "x", "1-", "-2", "0-70000", "1,,a"}) {
+  for (const char* bad : {"", "3-1", "x", "1-", "-2", "1-2-3", "0-70000", "1,,a", " , "}) {
     EXPECT_FALSE(ParseCpuList(bad).ok()) << bad;
   }
 }
