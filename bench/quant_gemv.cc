@@ -106,9 +106,9 @@ int Main(int argc, char** argv) {
               hilnas::QuantGroupsRowsHere() ? "" : " (a decoder here keeps rows as stored)");
   std::printf("prompt blocks here: %s\n\n", hilnas::PromptBlocksDescription().c_str());
   std::printf(
-      "| MiB | rows | blocks | rows as stored ms | grouped ms | GB/s stored | GB/s grouped "
-      "| "
-      "grouped speed-up |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
+      "| MiB | rows | blocks | rows as stored ms | grouped ms | GB/s stored | GB/s grouped | "
+      "grouped speed-up |\n"
+      "|---:|---:|---|---:|---:|---:|---:|---:|\n");
   for (int64_t mib : sizes) {
     const int64_t rows = (mib << 20) / row_bytes / hilnas::kQ4GroupRows * hilnas::kQ4GroupRows;
     if (rows == 0) Usage("--mib " + std::to_string(mib) + " holds no group of 8 rows");
@@ -182,12 +182,11 @@ int Main(int argc, char** argv) {
       hilnas::SetPromptBlocks(candidates[j].first);
       const hilnas::PromptBlocks pb = hilnas::QuantPromptBlocks();
       const double a = Median(ms_rows[j]), b = Median(ms_groups[j]);
-      const double bytes = static_cast<double>(stored.numel());
-      std::printf("| %lld | %lld | %s (%lld+%lld KiB) | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
-                  static_cast<long long>(mib), static_cast<long long>(rows),
-                  candidates[j].second.c_str(), static_cast<long long>(pb.act_bytes >> 10),
-                  static_cast<long long>(pb.weight_bytes >> 10), a, b, bytes / a / 1e6,
-                  bytes / b / 1e6, a / b);
+      std::printf(
+          "| %lld | %lld | %s (%lld+%lld KiB) | %.3f | %.3f | %.1f | %.1f | %.2fx |\n",
+          static_cast<long long>(mib), static_cast<long long>(rows), candidates[j].second.c_str(),
+          static_cast<long long>(pb.act_bytes >> 10), static_cast<long long>(pb.weight_bytes >> 10),
+          a, b, static_cast<double>(bytes) / a / 1e6, static_cast<double>(bytes) / b / 1e6, a / b);
     }
     hilnas::SetPromptBlocks(std::nullopt);
     std::fflush(stdout);
