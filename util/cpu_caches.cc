@@ -136,11 +136,12 @@ absl::StatusOr<CpuCaches> ReadSysfsCaches(const std::string& cpu_root,
         return absl::InvalidArgumentError(
             absl::StrCat(dir, "/level: \"", *level_text, "\" is not a cache level"));
       }
+      // A cache without a type or size file (device trees that leave
+      // them out) is one whose size is unknown; the others still count.
       absl::StatusOr<std::string> type = ReadLine(dir + "/type");
-      if (!type.ok()) return type.status();
-      if (*type == "Instruction" || level > 3) continue;
+      if (!type.ok() || *type == "Instruction" || level > 3) continue;
       absl::StatusOr<std::string> size_text = ReadLine(dir + "/size");
-      if (!size_text.ok()) return size_text.status();
+      if (!size_text.ok()) continue;
       absl::StatusOr<int64_t> size = ParseSize(dir + "/size", *size_text);
       if (!size.ok()) return size.status();
       // The CPUs of ours that share this cache; a missing list: none but

@@ -38,9 +38,10 @@ struct CpuCaches {
 std::string CacheBytes(int64_t bytes);
 
 // The caches of `cpus` as Linux describes them under `cpu_root` (normally
-// /sys/devices/system/cpu). NotFound where no CPU of `cpus` has a cache
-// directory; InvalidArgument naming the file for a malformed size or CPU
-// list, or a size outside 1 KiB .. 4 GiB.
+// /sys/devices/system/cpu). A cache whose type or size file is missing is
+// of unknown size (0). NotFound where no CPU of `cpus` has a cache
+// directory; InvalidArgument naming the file for a malformed level, size
+// or CPU list, or a size outside 1 KiB .. 4 GiB.
 absl::StatusOr<CpuCaches> ReadSysfsCaches(const std::string& cpu_root,
                                           const std::vector<int>& cpus);
 

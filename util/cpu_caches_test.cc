@@ -31,6 +31,10 @@ class SysfsTree {
     Write(dir / "size", size);
     if (!shared.empty()) Write(dir / "shared_cpu_list", shared);
   }
+  void RemoveSize(int cpu, int index) {
+    std::filesystem::remove(root_ / ("cpu" + std::to_string(cpu)) / "cache" /
+                            ("index" + std::to_string(index)) / "size");
+  }
   std::string root() const { return root_.string(); }
 
  private:
@@ -82,6 +86,22 @@ TEST(CpuCachesTest, SharesASharedCacheAmongTheProcesssCpus) {
   absl::StatusOr<CpuCaches> one = ReadSysfsCaches(t.root(), {1});
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->l2, 256 << 10);
+}
+
+// Some phones' device trees give a cache's level and type but no size:
+// that level is unknown, the others are read.
+TEST(CpuCachesTest, ACacheWithoutASizeIsUnknown) {
+  SysfsTree t;
+  t.Cache(0, 0, 1, "Data", "64K", "0");
+  t.Cache(0, 1, 2, "Unified", "512K", "0");
+  t.Cache(0, 2, 3, "Unified", "4M", "0");
+  t.RemoveSize(0, 1);
+  absl::StatusOr<CpuCaches> c = ReadSysfsCaches(t.root(), {0});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->l1d, 64 << 10);
+  EXPECT_EQ(c->l2, 0);
+  EXPECT_EQ(c->l3, 4 << 20);
+  EXPECT_EQ(c->Describe(), "L1d 64 KiB, L2 unknown, L3 4 MiB a thread (sysfs)");
 }
 
 TEST(CpuCachesTest, MissingTreeIsNotFoundAndBadFilesAreNamed) {
