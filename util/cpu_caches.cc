@@ -168,16 +168,31 @@ absl::StatusOr<CpuCaches> ReadSysfsCaches(const std::string& cpu_root,
   return out;
 }
 
+CpuCaches MergeCaches(const absl::StatusOr<CpuCaches>& sysfs, const CpuCaches& sysconf) {
+  if (!sysfs.ok()) {
+    CpuCaches c = sysconf;
+    if (absl::IsInvalidArgument(sysfs.status())) {
+      absl::StrAppend(&c.source, "; sysfs passed over: ", sysfs.status().message());
+    }
+    return c;
+  }
+  // A level sysfs leaves unknown, sysconf may know (a core's, whole).
+  CpuCaches c = *sysfs;
+  bool filled = false;
+  for (auto level : {&CpuCaches::l1d, &CpuCaches::l2, &CpuCaches::l3}) {
+    if (c.*level == 0 && sysconf.*level != 0) {
+      c.*level = sysconf.*level;
+      filled = true;
+    }
+  }
+  if (filled) c.source = "sysfs, sysconf where it gave no size";
+  return c;
+}
+
 CpuCaches HostCpuCaches() {
   std::vector<int> cpus = AffinityCpus();
   if (cpus.empty()) cpus.push_back(0);
-  absl::StatusOr<CpuCaches> sysfs = ReadSysfsCaches("/sys/devices/system/cpu", cpus);
-  if (sysfs.ok()) return *sysfs;
-  CpuCaches c = SysconfCaches();
-  if (absl::IsInvalidArgument(sysfs.status())) {
-    absl::StrAppend(&c.source, "; sysfs passed over: ", sysfs.status().message());
-  }
-  return c;
+  return MergeCaches(ReadSysfsCaches("/sys/devices/system/cpu", cpus), SysconfCaches());
 }
 
 const CpuCaches& KernelCpuCaches() {

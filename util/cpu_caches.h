@@ -49,8 +49,13 @@ absl::StatusOr<CpuCaches> ReadSysfsCaches(const std::string& cpu_root,
 // backwards, a CPU above 65535).
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
 
-// This process's: sysfs for the CPUs of its affinity set, else sysconf,
-// else unknown. Reads the files each call.
+// What sysfs gave, each level it left unknown taken from sysconf's; all
+// of sysconf's where sysfs failed (its error in `source` where a file was
+// malformed).
+CpuCaches MergeCaches(const absl::StatusOr<CpuCaches>& sysfs, const CpuCaches& sysconf);
+
+// This process's: MergeCaches of sysfs for the CPUs of its affinity set
+// and of sysconf. Reads the files each call.
 CpuCaches HostCpuCaches();
 
 // HostCpuCaches(), read once per process: what the kernels size blocks by.

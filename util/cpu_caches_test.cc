@@ -117,6 +117,29 @@ TEST(CpuCachesTest, MissingTreeIsNotFoundAndBadFilesAreNamed) {
   EXPECT_THAT(ReadSysfsCaches(t.root(), {0}).status().message(), HasSubstr("shared_cpu_list"));
 }
 
+TEST(CpuCachesTest, SysconfFillsWhatSysfsLeftUnknown) {
+  CpuCaches sysfs, sysconf;
+  sysfs.l1d = 64 << 10;
+  sysfs.l3 = 4 << 20;
+  sysfs.source = "sysfs";
+  sysconf.l1d = 32 << 10;
+  sysconf.l2 = 1 << 20;
+  sysconf.l3 = 32 << 20;
+  sysconf.source = "sysconf";
+  const CpuCaches merged = MergeCaches(sysfs, sysconf);
+  EXPECT_EQ(merged.l1d, 64 << 10);  // sysfs's where it knew
+  EXPECT_EQ(merged.l2, 1 << 20);
+  EXPECT_EQ(merged.l3, 4 << 20);
+  EXPECT_EQ(merged.source, "sysfs, sysconf where it gave no size");
+  sysfs.l2 = 512 << 10;
+  EXPECT_EQ(MergeCaches(sysfs, sysconf).source, "sysfs");
+  const CpuCaches bad =
+      MergeCaches(absl::InvalidArgumentError("cpu0/cache/index2/size: bad"), sysconf);
+  EXPECT_EQ(bad.l2, 1 << 20);
+  EXPECT_THAT(bad.source, HasSubstr("sysfs passed over: cpu0/cache/index2/size"));
+  EXPECT_EQ(MergeCaches(absl::NotFoundError("none"), sysconf).source, "sysconf");
+}
+
 TEST(CpuCachesTest, HostCachesComeFromSomewhereOrSayUnknown) {
   const CpuCaches c = HostCpuCaches();
   EXPECT_THAT(c.source,
