@@ -41,16 +41,16 @@ constexpr int kTokenTile = 4;  // tokens sharing one unpacked weight block
 // every token of the block over every row of it. The sizes follow the L2
 // a thread has (model/quant.h).
 
-// Tokens of `blocks` Q8_0 blocks a row in one such block: a multiple of
+// Tokens of `blocks` Q8_0 blocks a row in one block of `pb`: a multiple of
 // kTokenTile, so each block starts on a tile (and on an SMMLA token pair).
-inline int64_t TokensPerBlock(int64_t blocks) {
-  return std::max<int64_t>(
-      kTokenTile, QuantPromptBlocks().act_bytes / (blocks * kQ8Bytes) / kTokenTile * kTokenTile);
+inline int64_t TokensPerBlock(int64_t blocks, const PromptBlocks& pb) {
+  return std::max<int64_t>(kTokenTile,
+                           pb.act_bytes / (blocks * kQ8Bytes) / kTokenTile * kTokenTile);
 }
 
-// Grouped Q4_0 groups of `blocks` blocks in one such block.
-inline int64_t GroupsPerBlock(int64_t blocks) {
-  return std::max<int64_t>(1, QuantPromptBlocks().weight_bytes / (blocks * kQ4GroupBlockBytes));
+// Grouped Q4_0 groups of `blocks` blocks in one block of `pb`.
+inline int64_t GroupsPerBlock(int64_t blocks, const PromptBlocks& pb) {
+  return std::max<int64_t>(1, pb.weight_bytes / (blocks * kQ4GroupBlockBytes));
 }
 
 // `tokens` rows of Q8_0 activations as the kernels read them.
@@ -380,7 +380,8 @@ using GroupsKernel = void (*)(const uint8_t*, int64_t, const Acts&, int64_t, flo
 // a few MiB. One token (decode) streams the groups once.
 void GroupsInBlocks(GroupsKernel gemm, const uint8_t* g, int64_t blocks, const Acts& x,
                     int64_t tokens, float* c, int64_t ldc, int64_t first, int64_t last) {
-  const int64_t tokens_per = TokensPerBlock(blocks), groups_per = GroupsPerBlock(blocks);
+  const PromptBlocks pb = QuantPromptBlocks();
+  const int64_t tokens_per = TokensPerBlock(blocks, pb), groups_per = GroupsPerBlock(blocks, pb);
   if (tokens == 1 || (tokens <= tokens_per && last - first <= groups_per)) {
     return gemm(g, blocks, x, tokens, c, ldc, first, last);
   }
@@ -440,6 +441,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
 #endif
   }
   if (tokens == 1) return gemm(t, w, blocks, x, tokens, c, ldc, first, last);
+  const PromptBlocks pb = QuantPromptBlocks();
 #if defined(__x86_64__)
   if (t == QuantType::kQ4_0 && (gemm == vnni::Gemm || gemm == avx2::Gemm)) {
     // Rows regrouped eight at a time (quant_x86.inc's GroupTile), twice a
@@ -447,8 +449,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
     // every token.
     const auto grouped = gemm == vnni::Gemm ? vnni::GemmQ4Grouped : avx2::GemmQ4Grouped;
     const int64_t regrouped_row = blocks * kQ4GroupBlockBytes / kQ4GroupRows;
-    const int64_t rows_per =
-        std::max<int64_t>(8, 2 * QuantPromptBlocks().weight_bytes / regrouped_row / 8 * 8);
+    const int64_t rows_per = std::max<int64_t>(8, 2 * pb.weight_bytes / regrouped_row / 8 * 8);
     for (int64_t r0 = first; r0 < last; r0 += rows_per) {
       grouped(w, blocks, x, tokens, c, ldc, r0, std::min(last, r0 + rows_per));
     }
@@ -462,8 +463,8 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
   // llama.cpp's, where full4's and big12's smaller matrices were at
   // 0.8-1.05x.
   const int64_t w_row = blocks * QuantBlockBytes(t);
-  const int64_t rows_per = std::max<int64_t>(4, QuantPromptBlocks().weight_bytes / w_row / 4 * 4);
-  const int64_t tokens_per = TokensPerBlock(blocks);
+  const int64_t rows_per = std::max<int64_t>(4, pb.weight_bytes / w_row / 4 * 4);
+  const int64_t tokens_per = TokensPerBlock(blocks, pb);
   auto in_blocks = [&](auto&& run) {
     for (int64_t i0 = 0; i0 < tokens; i0 += tokens_per) {
       const int64_t n = std::min(tokens_per, tokens - i0);
