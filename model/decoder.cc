@@ -25,14 +25,15 @@ using decoder_internal::WriteRing;
 
 namespace {
 
-// A decoder's parameters live in one HugePageBuffer (util/mapping_pages.h):
-// 2 MiB-aligned, advised to be backed by transparent huge pages. A decode
-// step streams every weight once: with 4 KiB pages a one-thread GEMV over
-// 56 MiB read 25-27 GB/s on an AMD EPYC (Zen 4), with 2 MiB pages 36-45
-// GB/s (bench/data/runtime-compare.md). Activations stay where libtorch
-// puts them: huge pages for every allocation (glibc.malloc.hugetlb=1) made
+// A decoder's parameters (and its KV caches, HugePageZeros below) live in
+// one HugePageBuffer (util/mapping_pages.h): 2 MiB-aligned, advised to be
+// backed by transparent huge pages. A decode step streams every weight
+// once: with 4 KiB pages a one-thread GEMV over 56 MiB read 25-27 GB/s on
+// an AMD EPYC (Zen 4), with 2 MiB pages 36-45 GB/s
+// (bench/data/runtime-compare.md). Activations stay where libtorch puts
+// them: huge pages for every allocation (glibc.malloc.hugetlb=1) made
 // prefill slower by the zeroing of fresh huge pages.
-
+//
 // Where a tensor of `bytes` goes after those laid out before it (`total`
 // bytes): at the next 64-byte boundary; `total` moves past it.
 size_t PlaceNext(size_t& total, size_t bytes) {

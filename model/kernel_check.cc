@@ -171,8 +171,9 @@ void CheckHalfCacheWrite(KernelCheck& out) {
 }
 
 // The SwiGLU and GeGLU rows a decode step and a prompt run (exp in
-// registers on AVX2 and NEON) against the double formulas, over gates in [-20, 20] and past
-// exp's clamps: each output's error relative to |gate * up|.
+// registers on AVX2 and NEON) against the double formulas, over gates in
+// [-20, 20] and past exp's clamps: each output's error relative to
+// |gate * up|.
 void CheckSwiGlu(KernelCheck& out) {
   const torch::Tensor gate =
       torch::cat({torch::linspace(-20, 20, 203), torch::tensor({-100.0f, -88.0f, 88.0f, 100.0f})});

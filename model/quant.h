@@ -134,9 +134,8 @@ const char* QuantKernelName();
 // read 1.01-1.05x as fast, those of 512 KiB 0.95-0.99x, of 256 KiB
 // 0.81-0.95x: smaller blocks cost more calls and reloads, larger ones gain
 // little here, and a core with less L2 than twice a block's bytes would
-// evict them. Clamped to 32 KiB .. 1 MiB of
-// activations; an L2 nobody reports is taken as 1 MiB. Outputs do not
-// depend on the blocks.
+// evict them. Clamped to 32 KiB .. 1 MiB of activations; an L2 nobody
+// reports is taken as 1 MiB. Outputs do not depend on the blocks.
 struct PromptBlocks {
   int64_t act_bytes = 0, weight_bytes = 0;
 };

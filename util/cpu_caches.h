@@ -26,8 +26,8 @@ struct CpuCaches {
   // Bytes of each level's data (or unified) cache a thread of this process
   // has: the smallest share over the CPUs it may run on; 0 where unknown.
   int64_t l1d = 0, l2 = 0, l3 = 0;
-  // "sysfs", "sysconf" or "unknown", with why sysfs was passed over where
-  // it was malformed.
+  // "sysfs", "sysfs, sysconf where it gave no size", "sysconf" or
+  // "unknown", with why sysfs was passed over where it was malformed.
   std::string source = "unknown";
   // e.g. "L1d 48 KiB, L2 1 MiB, L3 16 MiB a thread (sysfs)", or "... (sysconf,
   // a core's, shares unknown)"; "unknown" for a level that is.
