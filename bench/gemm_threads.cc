@@ -15,6 +15,10 @@
 //              times it against pool, finds it faster), split as pool
 //              splits;
 //   own f16    the same over f16 weights, widened a block at a time.
+//   q4_0       QuantMatmulMany (model/quant.h: the paper's 4-bit weights,
+//              grouped eight rows a block as a decoder keeps them, against
+//              Q8_0 activations), q/k/v and gate/up each one call as the
+//              decoder makes them.
 //
 // Each figure is the minimum over --rounds of the mean of 32 layers
 // (--layers distinct ones in turn, 4: full4's 48 MB of f32 weights), so
@@ -36,6 +40,7 @@
 #include "bench/bench_util.h"
 #include "model/blas_core.h"
 #include "model/prompt_gemm.h"
+#include "model/quant.h"
 #include "util/subprocess.h"
 
 namespace gemm_threads_main {  // one of hilnas-bench's programs (bench/benches.h)
@@ -48,7 +53,7 @@ struct Layer {
   torch::Tensor q, k, v, o, gate, up, down, qkv, gate_up;
 };
 
-enum class Mode { kOpenBlas, kPool, kOwn };
+enum class Mode { kOpenBlas, kPool, kOwn, kQuant };
 
 struct Runner {
   Mode mode;
@@ -67,6 +72,12 @@ struct Runner {
     return out;
   }
   torch::Tensor Forward(const Layer& l, const torch::Tensor& x, bool fuse) const {
+    if (mode == Mode::kQuant) {
+      const torch::Tensor q = hilnas::QuantMatmulMany(x, {l.q, l.k, l.v})[0];
+      const torch::Tensor y = x + hilnas::QuantMatmul(q, l.o);
+      std::vector<torch::Tensor> gu = hilnas::QuantMatmulMany(y, {l.gate, l.up});
+      return hilnas::QuantMatmul(torch::silu_(gu[0]).mul_(gu[1]), l.down);
+    }
     torch::Tensor q;
     if (fuse) {
       const torch::Tensor qkv = Product(x, l.qkv);
@@ -123,7 +134,7 @@ int Main(int argc, char** argv) {
   }
   const int num_layers = std::stoi(Arg(argc, argv, "--layers", "4"));
   torch::NoGradGuard no_grad;
-  std::vector<Layer> layers(num_layers), half_layers(num_layers);
+  std::vector<Layer> layers(num_layers), half_layers(num_layers), quant_layers(num_layers);
   for (int i = 0; i < num_layers; ++i) {
     Layer& l = layers[i];
     l.q = torch::randn({d, d}) * 0.05;
@@ -135,18 +146,22 @@ int Main(int argc, char** argv) {
     l.down = torch::randn({d, ffn}) * 0.05;
     l.qkv = torch::cat({l.q, l.k, l.v});
     l.gate_up = torch::cat({l.gate, l.up});
-    Layer& h = half_layers[i];
-    for (auto [to, from] : {std::pair{&h.q, &l.q},
-                            {&h.k, &l.k},
-                            {&h.v, &l.v},
-                            {&h.o, &l.o},
-                            {&h.gate, &l.gate},
-                            {&h.up, &l.up},
-                            {&h.down, &l.down},
-                            {&h.qkv, &l.qkv},
-                            {&h.gate_up, &l.gate_up}}) {
-      *to = from->to(torch::kHalf);
-    }
+    // Every matrix of `from` into `to`, converted (the fused ones only
+    // where `fused`: the q4_0 row makes the decoder's calls instead).
+    auto convert = [](const Layer& from, Layer& to, bool fused, auto&& f) {
+      for (auto member : {&Layer::q, &Layer::k, &Layer::v, &Layer::o, &Layer::gate, &Layer::up,
+                          &Layer::down, &Layer::qkv, &Layer::gate_up}) {
+        if (fused || (member != &Layer::qkv && member != &Layer::gate_up)) {
+          to.*member = f(from.*member);
+        }
+      }
+    };
+    convert(l, half_layers[i], true, [](const torch::Tensor& w) { return w.to(torch::kHalf); });
+    convert(l, quant_layers[i], false, [](const torch::Tensor& w) {
+      torch::Tensor q = hilnas::QuantizeMatrix(w, hilnas::QuantType::kQ4_0).value();
+      hilnas::GroupQuantRows(q);  // as a decoder keeps them
+      return q;
+    });
   }
   const torch::Tensor x = torch::randn({tokens, d});
   std::printf("%s; %d layers, %lld tokens, d_model %lld, k/v width %lld, d_ffn %lld\n",
@@ -163,10 +178,11 @@ int Main(int argc, char** argv) {
     Mode mode;
     bool fuse, half;
   };
+  const std::vector<Layer>* sets[] = {&layers, &half_layers, &quant_layers};
   for (const Way& way :
        {Way{"openblas", Mode::kOpenBlas, false, false}, Way{"pool", Mode::kPool, false, false},
         Way{"pool+fuse", Mode::kPool, true, false}, Way{"own", Mode::kOwn, false, false},
-        Way{"own f16", Mode::kOwn, false, true}}) {
+        Way{"own f16", Mode::kOwn, false, true}, Way{"q4_0", Mode::kQuant, true, false}}) {
     if (way.mode == Mode::kOwn && !hilnas::OwnPromptGemmAvailable()) continue;
     const Runner r{way.mode};
     double ms[2];
@@ -174,7 +190,8 @@ int Main(int argc, char** argv) {
       const int n = i == 0 ? 1 : threads;
       at::set_num_threads(n);
       hilnas::SetOpenBlasThreads(n);  // PooledSgemm sets 1 for its products itself
-      ms[i] = MsPerLayer(r, way.half ? half_layers : layers, x, way.fuse, rounds);
+      const std::vector<Layer>& set = *sets[way.mode == Mode::kQuant ? 2 : way.half ? 1 : 0];
+      ms[i] = MsPerLayer(r, set, x, way.fuse, rounds);
     }
     std::printf("| %s | %.3f | %.0f | %.3f | %.0f | %.2fx |\n", way.name, ms[0],
                 gflop / ms[0] * 1e3, ms[1], gflop / ms[1] * 1e3, ms[0] / ms[1]);

@@ -122,20 +122,26 @@ void DequantizeMatrixRow(const torch::Tensor& w, int64_t r, float* out);
 // (aarch64), or the portable loop.
 const char* QuantKernelName();
 
-// The blocks a prompt's products run in (QuantGemm, QuantGroupsGemm): about
-// a quarter of the L2 a thread has (util/cpu_caches.h) of activations
-// against an eighth of it of weights, so both and the outputs stay in L2
-// together, whatever core a phone or host gives the thread. On a 1 MiB L2
-// (Zen 4 and 5, Skylake-SP and Ice Lake servers) that is 256 KiB against
-// 128 KiB, the sizes these blocks had before they followed the L2. On one
-// Zen 5 thread (4096 wide, 256 tokens, 9-64 MiB of grouped Q4_0, paired
-// rounds: bench/quant_gemv --tokens 256 --l2-kib 256,512,1024,2048,4096;
-// --blocks A:W sets the two apart) the blocks a 2 or 4 MiB L2 would give
-// read 1.01-1.05x as fast, those of 512 KiB 0.95-0.99x, of 256 KiB
-// 0.81-0.95x: smaller blocks cost more calls and reloads, larger ones gain
-// little here, and a core with less L2 than twice a block's bytes would
-// evict them. Clamped to 32 KiB .. 1 MiB of activations; an L2 nobody
-// reports is taken as 1 MiB. Outputs do not depend on the blocks.
+// The blocks a prompt's products run in (QuantGemm, QuantGroupsGemm):
+// three quarters of the L2 a thread has (util/cpu_caches.h) of
+// activations against an eighth of it of weights, whatever core a phone or
+// host gives the thread; on a 1 MiB L2 (Zen 4 and 5, Skylake-SP and Ice
+// Lake servers) 768 KiB against 128 KiB. Within a block each tile of four
+// tokens sweeps the block's weights, which stay in L2; the activations'
+// block bounds how often the weights are read again from L3 or memory,
+// and every block's first tile pays for that read: a block of few tokens
+// (wide rows) pays it often. On one Zen 4 thread (256 tokens, 9-33 MiB of
+// grouped Q4_0, paired rounds: bench/quant_gemv --tokens 256 --blocks
+// 256:128,512:128,768:128,1024:128) a quarter of the L2 (these blocks
+// until 2026-12-07) read 0.84-0.86x the row form's speed at 8192 wide
+// and 0.94x at 4096, three quarters 0.95-0.99x and a whole L2 no better;
+// prefetching the next block's weights during a block did not close the
+// gap (the reads are not the cost; the few tiles are). At 2048 tokens
+// the grouped products read 1.04-1.11x as fast as with a quarter, and
+// one Zen 5 thread (--l2-kib 256,...,4096) also read the largest blocks
+// fastest. Clamped to 32 KiB .. 1 MiB of activations and 16 .. 512 KiB
+// of weights; an L2 nobody reports is taken as 1 MiB. Outputs do not
+// depend on the blocks.
 struct PromptBlocks {
   int64_t act_bytes = 0, weight_bytes = 0;
 };
@@ -146,7 +152,7 @@ PromptBlocks QuantPromptBlocks();
 // Benches and tests: prompts run in `blocks` from now on (both sizes
 // positive), or in this CPU's again (nullopt). Not while a product runs.
 void SetPromptBlocks(std::optional<PromptBlocks> blocks);
-// e.g. "256 KiB of activations x 128 KiB of weights (L2 1 MiB, sysfs)",
+// e.g. "768 KiB of activations x 128 KiB of weights (L2 1 MiB, sysfs)",
 // for the kernels lines of `hilnas run`, the agents and
 // `hilnas agent --check-kernels`.
 std::string PromptBlocksDescription();

@@ -292,8 +292,8 @@ std::atomic<int64_t> g_set_act{0}, g_set_weight{0};
 PromptBlocks PromptBlocksForL2(int64_t l2_bytes) {
   if (l2_bytes <= 0) l2_bytes = kAssumedL2;
   PromptBlocks b;
-  b.act_bytes = std::clamp<int64_t>(l2_bytes / 4, int64_t{32} << 10, int64_t{1} << 20);
-  b.weight_bytes = b.act_bytes / 2;
+  b.act_bytes = std::clamp<int64_t>(l2_bytes / 4 * 3, int64_t{32} << 10, int64_t{1} << 20);
+  b.weight_bytes = std::clamp<int64_t>(l2_bytes / 8, int64_t{16} << 10, int64_t{512} << 10);
   return b;
 }
 

@@ -226,7 +226,7 @@ TEST(QuantTest, GroupedQ4RowsHoldTheSameWeightsAndProducts) {
   }
 }
 
-// The prompt blocks follow the L2 a thread has (a quarter of it of
+// The prompt blocks follow the L2 a thread has (three quarters of it of
 // activations, an eighth of weights, clamped), and no block size changes
 // an output's bits: each output sums its row's blocks in one order.
 TEST(QuantTest, PromptBlocksFollowTheL2AndLeaveTheBitsAlone) {
@@ -234,10 +234,11 @@ TEST(QuantTest, PromptBlocksFollowTheL2AndLeaveTheBitsAlone) {
     const PromptBlocks b = PromptBlocksForL2(l2);
     return std::make_pair(b.act_bytes >> 10, b.weight_bytes >> 10);
   };
-  EXPECT_EQ(blocks(int64_t{1} << 20), std::make_pair(int64_t{256}, int64_t{128}));
-  EXPECT_EQ(blocks(int64_t{512} << 10), std::make_pair(int64_t{128}, int64_t{64}));
-  EXPECT_EQ(blocks(int64_t{2} << 20), std::make_pair(int64_t{512}, int64_t{256}));
-  EXPECT_EQ(blocks(int64_t{64} << 10), std::make_pair(int64_t{32}, int64_t{16}));     // clamped
+  EXPECT_EQ(blocks(int64_t{1} << 20), std::make_pair(int64_t{768}, int64_t{128}));
+  EXPECT_EQ(blocks(int64_t{512} << 10), std::make_pair(int64_t{384}, int64_t{64}));
+  EXPECT_EQ(blocks(int64_t{256} << 10), std::make_pair(int64_t{192}, int64_t{32}));
+  EXPECT_EQ(blocks(int64_t{2} << 20), std::make_pair(int64_t{1024}, int64_t{256}));   // clamped
+  EXPECT_EQ(blocks(int64_t{32} << 10), std::make_pair(int64_t{32}, int64_t{16}));     // clamped
   EXPECT_EQ(blocks(int64_t{64} << 20), std::make_pair(int64_t{1024}, int64_t{512}));  // clamped
   EXPECT_EQ(blocks(0), blocks(int64_t{1} << 20));  // unknown: 1 MiB assumed
 
@@ -256,10 +257,10 @@ TEST(QuantTest, PromptBlocksFollowTheL2AndLeaveTheBitsAlone) {
   };
   for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
     const auto as_sized = products(path);
-    // 64 KiB of L2: blocks of 4 tokens and one group; 64 MiB: one block
+    // 32 KiB of L2: blocks of 4 tokens and one group; 64 MiB: one block
     // of all; then a block of activations smaller than its weights'.
     for (const PromptBlocks& b :
-         {PromptBlocksForL2(int64_t{64} << 10), PromptBlocksForL2(int64_t{64} << 20),
+         {PromptBlocksForL2(int64_t{32} << 10), PromptBlocksForL2(int64_t{64} << 20),
           PromptBlocks{int64_t{16} << 10, int64_t{40} << 10}}) {
       SetPromptBlocks(b);
       EXPECT_EQ(QuantPromptBlocks().act_bytes, b.act_bytes);
