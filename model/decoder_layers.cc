@@ -544,6 +544,40 @@ void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float*
   }
 }
 
+bool NormRopeHeadsFirstApplies(const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+  return !torch::GradMode::is_enabled() && x.scalar_type() == torch::kFloat && x.dim() == 4 &&
+         x.is_contiguous() && w.scalar_type() == torch::kFloat && w.is_contiguous() &&
+         w.numel() == x.size(3) && cos.scalar_type() == torch::kFloat &&
+         sin.scalar_type() == torch::kFloat && cos.is_contiguous() && sin.is_contiguous() &&
+         cos.numel() == x.size(1) * x.size(3) && sin.numel() == cos.numel();
+}
+
+torch::Tensor NormRopeHeadsFirst(const torch::Tensor& x, const torch::Tensor& w, double eps,
+                                 const torch::Tensor& cos, const torch::Tensor& sin) {
+  TORCH_CHECK(NormRopeHeadsFirstApplies(x, w, cos, sin), "NormRopeHeadsFirst: x [B, T, H, hd] ",
+              x.sizes(), " float and contiguous, w [hd], cos/sin [T, hd] float");
+  RECORD_FUNCTION("hilnas::qk_norm_rope", {});
+  const int64_t b = x.size(0), t = x.size(1), h = x.size(2), hd = x.size(3);
+  torch::Tensor out = torch::empty({b, h, t, hd}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, b * t, 16, [&](int64_t first, int64_t last) {
+    std::vector<float> normed(static_cast<size_t>(hd));
+    for (int64_t bt = first; bt < last; ++bt) {
+      const int64_t bi = bt / t, p = bt % t;
+      for (int64_t head = 0; head < h; ++head) {
+        RmsNormRow(xp + (bt * h + head) * hd, wp, hd, eps, normed.data());
+        RopeRow(normed.data(), cp + p * hd, sp + p * hd, hd, op + ((bi * h + head) * t + p) * hd);
+      }
+    }
+  });
+  return out;
+}
+
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                         const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;

@@ -154,6 +154,40 @@ TEST(RmsNormRowTest, HoldsToTheDoubleFormulaAtEveryTailLength) {
   }
 }
 
+// QK-norm and RoPE in one pass give the separate passes' bits, heads
+// first, on one thread and on two; the pass declines what it cannot take.
+TEST(NormRopeHeadsFirstTest, GivesTheSeparatePassesBitsHeadsFirst) {
+  torch::NoGradGuard no_grad;
+  const int64_t b = 2, t = 37, h = 3, hd = 64;
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({b, t, h, hd});
+  const torch::Tensor w = torch::rand({hd}) + 0.5;
+  const torch::Tensor angles = torch::rand({t, hd}) * 6.0;
+  const torch::Tensor cos = angles.cos(), sin = angles.sin();
+  const torch::Tensor separate =
+      decoder_internal::ApplyRope(decoder_internal::InferenceRmsNorm(x, w, 1e-6),
+                                  cos.view({1, t, 1, hd}), sin.view({1, t, 1, hd}))
+          .transpose(1, 2)
+          .contiguous();
+  const int threads = at::get_num_threads();
+  for (int n : {1, 2}) {
+    at::set_num_threads(n);
+    const torch::Tensor fused = decoder_internal::NormRopeHeadsFirst(x, w, 1e-6, cos, sin);
+    EXPECT_TRUE(fused.is_contiguous());
+    EXPECT_EQ(fused.sizes(), separate.sizes());
+    EXPECT_TRUE(torch::equal(fused, separate)) << n << " threads";
+  }
+  at::set_num_threads(threads);
+  EXPECT_FALSE(decoder_internal::NormRopeHeadsFirstApplies(x.transpose(1, 2), w, cos, sin));
+  EXPECT_FALSE(decoder_internal::NormRopeHeadsFirstApplies(x.to(torch::kDouble), w, cos, sin));
+  EXPECT_FALSE(decoder_internal::NormRopeHeadsFirstApplies(x, w.narrow(0, 0, 32), cos, sin));
+  EXPECT_FALSE(decoder_internal::NormRopeHeadsFirstApplies(x, w, cos.narrow(0, 0, 5), sin));
+  {
+    torch::AutoGradMode grad(true);
+    EXPECT_FALSE(decoder_internal::NormRopeHeadsFirstApplies(x, w, cos, sin));
+  }
+}
+
 // Gemma's GeGLU row (GELU's tanh form, in vectors as 1 / (1 + exp(-2y)))
 // against the double tanh formula, past the clamps and at tail lengths.
 TEST(SwiGluRowTest, GeGluHoldsToTheDoubleTanhFormula) {

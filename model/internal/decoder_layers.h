@@ -116,6 +116,18 @@ void RopeRow(const float* x, const float* c, const float* sn, int64_t hd, float*
 
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
+// QK-norm, then RoPE, heads first, in one pass for inference: x [B, T, H,
+// hd] (float, contiguous), the norm's scale w [hd], cos/sin [T, hd] ->
+// [B, H, T, hd], contiguous. Each head's row goes through RmsNormRow and
+// RopeRow, the functions the separate passes run, so the bits are theirs;
+// one pass and one split where there were three (the norm, the rotation,
+// and attention's copy of the transposed queries), each over the whole
+// [T, H * hd] tensor. NormRopeHeadsFirstApplies says where it does.
+bool NormRopeHeadsFirstApplies(const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor NormRopeHeadsFirst(const torch::Tensor& x, const torch::Tensor& w, double eps,
+                                 const torch::Tensor& cos, const torch::Tensor& sin);
+
 // Root-mean-square norm (Zhang & Sennrich) with a learned scale, as in Llama.
 struct RmsNormImpl : torch::nn::Module {
   RmsNormImpl(int64_t dim, double eps) : eps(eps) {
@@ -178,9 +190,14 @@ struct AttentionBlockImpl : torch::nn::Module {
     }
     q = q.view({b, t, h, hd});
     if (observer != nullptr) observer->OnKeysValues(layer, k, v);
-    if (arch.qk_norm) q = q_norm(q);
-    q = Tempered(Rotated(UnitRms(q), cos, sin).transpose(1, 2), start);
-    k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
+    if (FusedNormRope(q, k, cos, sin)) {
+      q = NormRopeHeadsFirst(q, q_norm->weight, q_norm->eps, cos, sin);
+      k = NormRopeHeadsFirst(k, k_norm->weight, k_norm->eps, cos, sin);
+    } else {
+      if (arch.qk_norm) q = q_norm(q);
+      q = Tempered(Rotated(UnitRms(q), cos, sin).transpose(1, 2), start);
+      k = RotatedKeys(k, cos, sin);  // [B, KVH, T, hd]
+    }
     v = v.transpose(1, 2);
 
     // A full layer's keys and values go into its cache in one pass, in the
@@ -350,6 +367,18 @@ struct AttentionBlockImpl : torch::nn::Module {
       out = torch::matmul(probs, values).transpose(1, 2).reshape({b, t, h * hd});
     }
     return Project(out, o_proj->weight);
+  }
+
+  // Whether q and k [B, T, heads, hd] take NormRopeHeadsFirst: a RoPE
+  // layer with QK-norm (Qwen3's) and nothing between the two (no Llama 4
+  // L2 norm, no temperature), at inference, in float.
+  bool FusedNormRope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
+                     const torch::Tensor& sin) const {
+    if (!arch.qk_norm || !rope || arch.qk_l2_norm) return false;
+    const int64_t t = q.size(1), hd = arch.head_dim;
+    const torch::Tensor c = cos.view({t, hd}), s = sin.view({t, hd});
+    return NormRopeHeadsFirstApplies(q, q_norm->weight, c, s) &&
+           NormRopeHeadsFirstApplies(k, k_norm->weight, c, s);
   }
 
   // Raw keys [B, T, KVH, hd] -> K-norm (when the model has one), RoPE at
