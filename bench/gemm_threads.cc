@@ -176,13 +176,14 @@ int Main(int argc, char** argv) {
   struct Way {
     const char* name;
     Mode mode;
-    bool fuse, half;
+    bool fuse;
+    const std::vector<Layer>* set;  // the layers' matrices in the way's storage
   };
-  const std::vector<Layer>* sets[] = {&layers, &half_layers, &quant_layers};
   for (const Way& way :
-       {Way{"openblas", Mode::kOpenBlas, false, false}, Way{"pool", Mode::kPool, false, false},
-        Way{"pool+fuse", Mode::kPool, true, false}, Way{"own", Mode::kOwn, false, false},
-        Way{"own f16", Mode::kOwn, false, true}, Way{"q4_0", Mode::kQuant, true, false}}) {
+       {Way{"openblas", Mode::kOpenBlas, false, &layers}, Way{"pool", Mode::kPool, false, &layers},
+        Way{"pool+fuse", Mode::kPool, true, &layers}, Way{"own", Mode::kOwn, false, &layers},
+        Way{"own f16", Mode::kOwn, false, &half_layers},
+        Way{"q4_0", Mode::kQuant, true, &quant_layers}}) {
     if (way.mode == Mode::kOwn && !hilnas::OwnPromptGemmAvailable()) continue;
     const Runner r{way.mode};
     double ms[2];
@@ -190,8 +191,7 @@ int Main(int argc, char** argv) {
       const int n = i == 0 ? 1 : threads;
       at::set_num_threads(n);
       hilnas::SetOpenBlasThreads(n);  // PooledSgemm sets 1 for its products itself
-      const std::vector<Layer>& set = *sets[way.mode == Mode::kQuant ? 2 : way.half ? 1 : 0];
-      ms[i] = MsPerLayer(r, set, x, way.fuse, rounds);
+      ms[i] = MsPerLayer(r, *way.set, x, way.fuse, rounds);
     }
     std::printf("| %s | %.3f | %.0f | %.3f | %.0f | %.2fx |\n", way.name, ms[0],
                 gflop / ms[0] * 1e3, ms[1], gflop / ms[1] * 1e3, ms[0] / ms[1]);

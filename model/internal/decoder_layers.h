@@ -375,10 +375,8 @@ struct AttentionBlockImpl : torch::nn::Module {
   bool FusedNormRope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
                      const torch::Tensor& sin) const {
     if (!arch.qk_norm || !rope || arch.qk_l2_norm) return false;
-    const int64_t t = q.size(1), hd = arch.head_dim;
-    const torch::Tensor c = cos.view({t, hd}), s = sin.view({t, hd});
-    return NormRopeHeadsFirstApplies(q, q_norm->weight, c, s) &&
-           NormRopeHeadsFirstApplies(k, k_norm->weight, c, s);
+    return NormRopeHeadsFirstApplies(q, q_norm->weight, cos, sin) &&
+           NormRopeHeadsFirstApplies(k, k_norm->weight, cos, sin);
   }
 
   // Raw keys [B, T, KVH, hd] -> K-norm (when the model has one), RoPE at
