@@ -83,3 +83,25 @@ for pr in "${precision_list[@]}"; do
 done
 echo
 echo "medians of $ROUNDS paired rounds; x = ms at $T1 threads / ms at $T2; the ratio columns >= 1 where hilnas gains at least as much"
+# The same question round by round: a round's two runtimes ran minutes apart
+# at most, so its quotient (hilnas's x / llama.cpp's x) shares that round's
+# host state, which the medians above, taken column by column, do not pair.
+# Its median and range across rounds, and how many rounds read >= 1: a gap
+# that half the rounds contradict is the host's, not the runtime's.
+echo
+echo "| weights | prompt | prefill, round by round: hilnas x / llama.cpp x, median (range) | rounds >= 1 | decode, round by round: median (range) | rounds >= 1 |"
+echo "|---|---:|---:|---:|---:|---:|"
+for pr in "${precision_list[@]}"; do
+  for p in "${prompt_list[@]}"; do
+    awk -v pr="$pr" -v p="$p" '
+      function median(a, n,   i, j, t) {
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+      }
+      $1 == pr && $2 == p { n++; f[n] = $3 / $4; g[n] = $5 / $6; fa += f[n] >= 1; ga += g[n] >= 1 }
+      END {
+        fm = median(f, n); gm = median(g, n)  # sorted in place: f[1], f[n] are the range
+        printf "| %s | %s | **%.2f** (%.2f-%.2f) | %d of %d | **%.2f** (%.2f-%.2f) | %d of %d |\n", pr, p, fm, f[1], f[n], fa, n, gm, g[1], g[n], ga, n
+      }' "$W/x.txt"
+  done
+done
