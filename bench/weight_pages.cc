@@ -25,16 +25,25 @@
 // vCPU); then what the runtime's tuner (TuneGemvForm, which `hilnas run`
 // and the agents call before timing) picks over the same matrices. Run it
 // pinned (`taskset -c N`) to compare forms on one vCPU;
-// bench/device_rerun.sh's pinned phase does, vCPU by vCPU.
+// bench/device_rerun.sh's pinned phase does, vCPU by vCPU. The forms run
+// the matrices in a decode step's 17 calls (q, k, v together; gate and up
+// together). With --threads N (issue 35, item 3) every form splits each
+// call over N threads as the runtime does (on the pool --pool names), and
+// one more form reads the whole buffer in a single split a pass: where
+// the read-only form reads as fast, the 2-thread GEMV is at the memory's
+// ceiling for this split; where the single split reads faster, the calls'
+// hand-overs cost that much.
 //
 // usage: weight_pages [--passes 60] [--file /tmp/hilnas-weight-pages.bin]
-//        weight_pages --forms [--passes 60]
+//        weight_pages --forms [--passes 60] [--threads 1] [--pool openmp|spin]
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,8 +52,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "model/gemv.h"
+#include "model/work_split.h"
 #include "util/subprocess.h"
 
 #if defined(__x86_64__)
@@ -140,65 +151,134 @@ __attribute__((target("avx2"))) float ReadOnly(const float* w, int64_t n) {
   return Hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
-// Times each form over all of `mats`, passes interleaved, and prints a
-// table; the runtime's forms must give its one-row bits and the AVX-512
-// form its sums within 1e-3 (relative), or the run fails.
-int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes) {
+// The runtime's decode calls: per layer q, k and v in one, o, gate and up
+// in one, down; then the head (17 calls for full4's 29 matrices, as
+// Decoder's decode step makes them).
+std::vector<std::vector<size_t>> DecodeCalls(size_t matrices) {
+  std::vector<std::vector<size_t>> calls;
+  size_t m = 0;
+  for (; m + 7 <= matrices; m += 7) {
+    calls.push_back({m, m + 1, m + 2});
+    calls.push_back({m + 3});
+    calls.push_back({m + 4, m + 5});
+    calls.push_back({m + 6});
+  }
+  for (; m < matrices; ++m) calls.push_back({m});
+  return calls;
+}
+
+// fn(matrix, first row, last row) over one call's rows, split over the
+// threads as WeightGemvsInto splits them (model/gemv.cc: the call's rows
+// end to end, hilnas::ParallelFor, at least 256 KiB of weights a share),
+// so the forms that are not the runtime's pay the same hand-overs.
+void SplitCall(const std::vector<torch::Tensor>& mats, const std::vector<size_t>& call,
+               const std::function<void(size_t, int64_t, int64_t)>& fn) {
+  int64_t rows = 0, row_end[8];
+  for (size_t i = 0; i < call.size(); ++i) row_end[i] = rows += mats[call[i]].size(0);
+  const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / (mats[call[0]].size(1) * 4));
+  hilnas::ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
+    int64_t begin = 0;
+    for (size_t i = 0; i < call.size(); begin = row_end[i++]) {
+      const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[i]);
+      if (lo < hi) fn(call[i], lo - begin, hi - begin);
+    }
+  });
+}
+
+// Times each form over all of `mats`, in the decode step's calls, passes
+// interleaved, and prints a table; the runtime's forms must give its
+// one-row bits and the AVX-512 form its sums within 1e-3 (relative), or
+// the run fails. On more than one thread every form splits its calls as
+// the runtime does, and one more reads the whole buffer in a single split
+// a pass: what the calls' hand-overs cost a memory-bound stream.
+int Forms(const std::vector<torch::Tensor>& mats, const float* buffer, size_t bytes, int passes) {
+  using Ys = std::vector<std::vector<float>>;
   struct Form {
     std::string name;
-    std::function<void(const torch::Tensor&, const float*, float*)> run;
+    std::function<void(const std::vector<size_t>&, const float*, Ys&)> run;
     bool same_bits;
   };
   std::vector<Form> forms;
   for (hilnas::GemvForm g : hilnas::GemvFormsHere()) {
     forms.push_back({std::string("runtime ") + hilnas::GemvFormName(g),
-                     [g](const torch::Tensor& w, const float* x, float* y) {
+                     [g, &mats](const std::vector<size_t>& call, const float* x, Ys& ys) {
                        hilnas::SetGemvForm(g);
-                       const hilnas::GemvProduct product{&w, y};
-                       hilnas::WeightGemvsInto(&product, 1, x);
+                       hilnas::GemvProduct products[8];
+                       for (size_t i = 0; i < call.size(); ++i) {
+                         products[i] = {&mats[call[i]], ys[call[i]].data()};
+                       }
+                       hilnas::WeightGemvsInto(products, call.size(), x);
                      },
                      true});
   }
   if (__builtin_cpu_supports("avx512f")) {
     forms.push_back({"one row, AVX-512 (not the runtime's)",
-                     [](const torch::Tensor& w, const float* x, float* y) {
-                       OneRowAvx512(w.data_ptr<float>(), x, y, w.size(0), w.size(1));
+                     [&mats](const std::vector<size_t>& call, const float* x, Ys& ys) {
+                       SplitCall(mats, call, [&](size_t m, int64_t lo, int64_t hi) {
+                         const int64_t in = mats[m].size(1);
+                         OneRowAvx512(mats[m].data_ptr<float>() + lo * in, x, ys[m].data() + lo,
+                                      hi - lo, in);
+                       });
                      },
                      false});
   }
-  volatile float sink = 0;
+  std::atomic<float> sink{0};
+  auto add = [&sink](float v) {
+    for (float old = sink.load(); !sink.compare_exchange_weak(old, old + v);) {
+    }
+  };
   forms.push_back({"read only (no product)",
-                   [&sink](const torch::Tensor& w, const float*, float*) {
-                     sink = sink + ReadOnly(w.data_ptr<float>(), w.numel());
+                   [&](const std::vector<size_t>& call, const float*, Ys&) {
+                     SplitCall(mats, call, [&](size_t m, int64_t lo, int64_t hi) {
+                       const int64_t in = mats[m].size(1);
+                       add(ReadOnly(mats[m].data_ptr<float>() + lo * in, (hi - lo) * in));
+                     });
                    },
                    false});
+  const int threads = at::get_num_threads();
+  const bool whole = threads > 1;
+  if (whole) {
+    // Run once a pass (on the first call), nothing on the others.
+    forms.push_back({"read only, one split a pass",
+                     [&](const std::vector<size_t>& call, const float*, Ys&) {
+                       if (call[0] != 0) return;
+                       const int64_t lines = static_cast<int64_t>(bytes / 64);
+                       hilnas::ParallelFor(0, lines, 4096, [&](int64_t first, int64_t last) {
+                         add(ReadOnly(buffer + first * 16, (last - first) * 16));
+                       });
+                     },
+                     false});
+  }
+  const size_t checked = forms.size() - (whole ? 2 : 1);  // the read-only ones have no outputs
 
+  const std::vector<std::vector<size_t>> calls = DecodeCalls(mats.size());
   std::vector<float> x(1536);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
-  std::vector<float> want, got;
+  Ys want(mats.size()), got(mats.size());
   for (size_t m = 0; m < mats.size(); ++m) {
-    want.assign(mats[m].size(0), 0.f);
-    forms[0].run(mats[m], x.data(), want.data());
-    for (size_t f = 1; f + 1 < forms.size(); ++f) {  // the last, read only, has no outputs
-      got.assign(want.size(), 0.f);
-      forms[f].run(mats[m], x.data(), got.data());
-      for (size_t r = 0; r < got.size(); ++r) {
-        const float err = std::fabs(got[r] - want[r]);
-        if (forms[f].same_bits ? err != 0 : err > 1e-3f * (1.f + std::fabs(want[r]))) {
+    want[m].assign(mats[m].size(0), 0.f);
+    got[m].assign(mats[m].size(0), 0.f);
+  }
+  for (const auto& call : calls) forms[0].run(call, x.data(), want);
+  for (size_t f = 1; f < checked; ++f) {
+    for (const auto& call : calls) forms[f].run(call, x.data(), got);
+    for (size_t m = 0; m < mats.size(); ++m) {
+      for (size_t r = 0; r < got[m].size(); ++r) {
+        const float err = std::fabs(got[m][r] - want[m][r]);
+        if (forms[f].same_bits ? err != 0 : err > 1e-3f * (1.f + std::fabs(want[m][r]))) {
           std::fprintf(stderr, "error: %s: matrix %zu row %zu: %g, the runtime %g\n",
-                       forms[f].name.c_str(), m, r, got[r], want[r]);
+                       forms[f].name.c_str(), m, r, got[m][r], want[m][r]);
           return 1;
         }
       }
     }
   }
 
-  std::vector<float> y(4096);
   std::vector<std::vector<double>> ms(forms.size());
   for (int p = 0; p < passes; ++p) {
     for (size_t f = 0; f < forms.size(); ++f) {
       const auto start = std::chrono::steady_clock::now();
-      for (const torch::Tensor& w : mats) forms[f].run(w, x.data(), y.data());
+      for (const auto& call : calls) forms[f].run(call, x.data(), got);
       ms[f].push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count());
@@ -211,9 +291,15 @@ int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes) {
       if (CPU_ISSET(c, &set)) cpu = c;
     }
   }
+  const std::string where =
+      threads > 1 ? absl::StrFormat("%d threads on the %s pool", threads,
+                                    hilnas::ThreadPoolName(hilnas::CurrentThreadPool()))
+                  : "one thread" +
+                        (cpu >= 0 ? " on vCPU " + std::to_string(cpu) : std::string(" (unpinned)"));
   std::printf(
-      "full4's matrices, %.1f MB of f32 in one huge-page buffer, one thread%s, %d passes\n\n",
-      bytes / 1e6, cpu >= 0 ? (" on vCPU " + std::to_string(cpu)).c_str() : " (unpinned)", passes);
+      "full4's matrices, %.1f MB of f32 in one huge-page buffer, %zu calls a pass as a "
+      "decode step makes them, %s, %d passes\n\n",
+      bytes / 1e6, calls.size(), where.c_str(), passes);
   std::printf(
       "| GEMV form | min ms | median ms | GB/s at the median | median / runtime's |\n"
       "|---|---:|---:|---:|---:|\n");
@@ -234,8 +320,15 @@ int Forms(const std::vector<torch::Tensor>& mats, size_t bytes, int passes) {
 }  // namespace
 
 int Main(int argc, char** argv) {
-  hilnas::ReexecWithTimingThreads(argv, 1);
-  at::set_num_threads(1);
+  const int threads = std::atoi(Arg(argc, argv, "--threads", "1").c_str());
+  if (threads < 1) Die(absl::InvalidArgumentError("--threads must be at least 1"));
+  hilnas::ReexecWithTimingThreads(argv, threads);
+  at::set_num_threads(threads);
+  const std::string pool = Arg(argc, argv, "--pool", "openmp");
+  if (pool != "openmp" && pool != "spin") {
+    Die(absl::InvalidArgumentError("--pool is openmp or spin, not '" + pool + "'"));
+  }
+  hilnas::SetThreadPool(pool == "spin" ? hilnas::ThreadPool::kSpin : hilnas::ThreadPool::kOpenMp);
   const int passes = std::atoi(Arg(argc, argv, "--passes", "60").c_str());
   const std::string file = Arg(argc, argv, "--file", "/tmp/hilnas-weight-pages.bin");
   if (passes < 1) Die(absl::InvalidArgumentError("--passes must be at least 1"));
@@ -254,7 +347,7 @@ int Main(int argc, char** argv) {
 #if defined(__x86_64__)
     std::vector<torch::Tensor> huge = Views(static_cast<char*>(buf), shapes, offsets);
     for (torch::Tensor& w : huge) w.copy_(torch::randn(w.sizes()));
-    const int rc = Forms(huge, bytes, passes);
+    const int rc = Forms(huge, static_cast<const float*>(buf), bytes, passes);
     std::free(buf);
     return rc;
 #else
