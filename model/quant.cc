@@ -194,9 +194,8 @@ torch::Tensor DequantizeMatrix(const torch::Tensor& q) {
 
 namespace {
 
-// Rows of w per parallel chunk in a prompt's product: a chunk's weights
-// (32 rows of d 2048 at Q4_0: 37 KiB) stay in L1/L2 while every token's
-// activations stream past them.
+// A prompt's product splits its rows in multiples of this (whole groups of
+// eight of a grouped Q4_0 matrix, whole SMMLA and tile rows), and no finer.
 constexpr int64_t kGemmRows = 32;
 
 // A thread takes at least this many of a decode product's weights. The
@@ -220,16 +219,17 @@ namespace {
 // form. A grouped matrix computes the groups whose first row lies in
 // [first, last), whole (their rows past `last` too): any split of a
 // matrix's rows into ranges computes each group once.
-void QuantRowsInto(const torch::Tensor& w, const uint8_t* xq, int64_t tokens, float* c, int64_t ldc,
+template <typename X>  // const uint8_t* (bare rows) or QuantActs
+void QuantRowsInto(const torch::Tensor& w, const X& x, int64_t tokens, float* c, int64_t ldc,
                    int64_t first, int64_t last, KernelPath path) {
   const int64_t blocks = w.size(1);
   const uint8_t* data = w.data_ptr<uint8_t>();
   if (!QuantGrouped(w)) {
-    return QuantGemm(*QuantTypeOf(w), data, blocks, xq, tokens, c, ldc, first, last, path);
+    return QuantGemm(*QuantTypeOf(w), data, blocks, x, tokens, c, ldc, first, last, path);
   }
   const int64_t g0 = (first + kQ4GroupRows - 1) / kQ4GroupRows;
   const int64_t g1 = (last + kQ4GroupRows - 1) / kQ4GroupRows;
-  if (g0 < g1) QuantGroupsGemm(data, blocks, xq, tokens, c, ldc, g0, g1, path);
+  if (g0 < g1) QuantGroupsGemm(data, blocks, x, tokens, c, ldc, g0, g1, path);
 }
 
 }  // namespace
@@ -276,34 +276,69 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
   TORCH_CHECK(x.size(-1) == cols, "QuantMatmul: x has ", x.size(-1), " columns, w ", cols);
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
-  // Activations once for every matrix, as Q8_0 rows.
+  // Activations once for every matrix, as Q8_0 rows; a prompt's with their
+  // terms (QuantActs), once for every piece of every matrix.
   AlignedVector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
+  AlignedVector<float> xd(static_cast<size_t>(tokens > 1 ? tokens * blocks : 0));
+  AlignedVector<int32_t> xs(xd.size());
   const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
-      QuantizeActivationsFast(xp + i * cols, cols, xq.data() + i * blocks * kQ8BlockBytes);
+      uint8_t* row = xq.data() + i * blocks * kQ8BlockBytes;
+      QuantizeActivationsFast(xp + i * cols, cols, row);
+      if (tokens > 1) QuantActTerms(row, blocks, 1, &xd[i * blocks], &xs[i * blocks]);
     }
   });
-  std::vector<torch::Tensor> outs;
+  const QuantActs acts{xq.data(), blocks * kQ8BlockBytes, xd.data(), xs.data()};
+  std::vector<torch::Tensor> wcs, outs;
   for (const torch::Tensor& w : ws) {
-    const int64_t rows = QuantRows(w);
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = rows;
-    torch::Tensor out = torch::empty({tokens, rows}, torch::TensorOptions().dtype(torch::kFloat));
-    const torch::Tensor wc = w.contiguous();
-    float* op = out.data_ptr<float>();
-    if (tokens == 1) {
-      ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock),
+    wcs.push_back(w.contiguous());
+    outs.push_back(
+        torch::empty({tokens, QuantRows(w)}, torch::TensorOptions().dtype(torch::kFloat)));
+  }
+  if (tokens == 1) {
+    for (size_t m = 0; m < ws.size(); ++m) {
+      float* op = outs[m].data_ptr<float>();
+      ParallelFor(0, QuantRows(wcs[m]), QuantGemvGrainRows(blocks * kQuantBlock),
                   [&](int64_t first, int64_t last) {
-                    QuantRowsInto(wc, xq.data(), 1, op, 0, first, last, KernelPath::kBest);
+                    QuantRowsInto(wcs[m], xq.data(), 1, op, 0, first, last, KernelPath::kBest);
                   });
-    } else {
-      at::parallel_for(0, (rows + kGemmRows - 1) / kGemmRows, 1, [&](int64_t first, int64_t last) {
-        QuantRowsInto(wc, xq.data(), tokens, op, rows, first * kGemmRows,
-                      std::min(rows, last * kGemmRows), KernelPath::kBest);
-      });
     }
-    outs.push_back(out.view(shape).to(x.scalar_type()));
+  } else {
+    // Every matrix's rows in one split, taken by demand (ParallelChunks):
+    // one hand-over a call where there was one a matrix (a layer's q, k and
+    // v; its gate and up), and a thread that runs slower (a vCPU whose host
+    // core is busy; a phone's little core) takes fewer pieces instead of
+    // holding the others at a matrix's end. About four pieces a thread a
+    // matrix, in kGemmRows (one a matrix on one thread): each piece streams
+    // the prompt's activations through its blocks once (GroupsInBlocks), a
+    // small cost against its rows' products.
+    struct Piece {
+      int m;
+      int64_t first, last;
+    };
+    std::vector<Piece> pieces;
+    const int threads = at::get_num_threads();
+    for (size_t m = 0; m < wcs.size(); ++m) {
+      const int64_t rows = QuantRows(wcs[m]);
+      const int64_t chunk =
+          ChunkFor(rows, threads, threads > 1 ? 4 : 1, kGemmRows, kGemmRows, rows);
+      for (int64_t r = 0; r < rows; r += chunk) {
+        pieces.push_back({static_cast<int>(m), r, std::min(rows, r + chunk)});
+      }
+    }
+    ParallelChunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const Piece& p = pieces[static_cast<size_t>(i)];
+        QuantRowsInto(wcs[p.m], acts, tokens, outs[p.m].data_ptr<float>(), outs[p.m].size(1),
+                      p.first, p.last, KernelPath::kBest);
+      }
+    });
+  }
+  for (size_t m = 0; m < outs.size(); ++m) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = outs[m].size(1);
+    outs[m] = outs[m].view(shape).to(x.scalar_type());
   }
   return outs;
 }

@@ -162,16 +162,42 @@ std::string PromptBlocksDescription();
 void QuantRowsDot(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, float* y,
                   int64_t first, int64_t last, KernelPath path = KernelPath::kBest);
 
+// A prompt's activations as the products read them: rows of `blocks` Q8_0
+// blocks (QuantizeActivations), and beside them each block's scale as a
+// float and the sum of its 32 quants (the Q4_0 kernels' offset term).
+// QuantMatmulMany makes the two once a call, for all its matrices and all
+// their pieces; QuantGemm and QuantGroupsGemm given bare rows make them on
+// every call (a prompt's full rows each time: 7 a full4 layer on each
+// thread, 28 a layer once its products split in pieces).
+struct QuantActs {
+  const uint8_t* q;    // row i's blocks at q + i * stride
+  int64_t stride;      // bytes
+  const float* d;      // the blocks' scales as floats, [token][block]
+  const int32_t* sum;  // the sums of each block's 32 quants, [token][block]
+  QuantActs From(int64_t i, int64_t blocks) const {
+    return {q + i * stride, stride, d + i * blocks, sum + i * blocks};
+  }
+};
+// d and sum, [tokens][blocks], for `tokens` rows of `blocks` Q8_0 blocks.
+void QuantActTerms(const uint8_t* xq, int64_t blocks, int64_t tokens, float* d, int32_t* sum);
+
 // c[i * ldc + o] = w[o] . x_i for tokens i < tokens and rows [first, last):
 // xq holds `tokens` rows of activations, each `blocks` Q8_0 blocks. Each
 // weight block is unpacked once for four tokens.
 void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
                float* c, int64_t ldc, int64_t first, int64_t last,
                KernelPath path = KernelPath::kBest);
+// The same over activations whose terms are made (x.stride: blocks * 34).
+void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const QuantActs& x, int64_t tokens,
+               float* c, int64_t ldc, int64_t first, int64_t last,
+               KernelPath path = KernelPath::kBest);
 
 // QuantGemm over a grouped Q4_0 matrix's groups [first, last): its rows
 // 8 * first .. 8 * last - 1, written to c's columns of the same numbers.
 void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, int64_t tokens,
+                     float* c, int64_t ldc, int64_t first, int64_t last,
+                     KernelPath path = KernelPath::kBest);
+void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const QuantActs& x, int64_t tokens,
                      float* c, int64_t ldc, int64_t first, int64_t last,
                      KernelPath path = KernelPath::kBest);
 

@@ -53,16 +53,8 @@ inline int64_t GroupsPerBlock(int64_t blocks, const PromptBlocks& pb) {
   return std::max<int64_t>(1, pb.weight_bytes / (blocks * kQ4GroupBlockBytes));
 }
 
-// `tokens` rows of Q8_0 activations as the kernels read them.
-struct Acts {
-  const uint8_t* q;    // row i's blocks at q + i * stride
-  int64_t stride;      // bytes
-  const float* d;      // the blocks' scales as floats, [token][block]
-  const int32_t* sum;  // the sums of each block's 32 quants, [token][block]
-  Acts From(int64_t i, int64_t blocks) const {
-    return {q + i * stride, stride, d + i * blocks, sum + i * blocks};
-  }
-};
+// `tokens` rows of Q8_0 activations as the kernels read them (model/quant.h).
+using Acts = QuantActs;
 
 // ---- Portable ----
 
@@ -345,17 +337,21 @@ Acts ActsOf(const uint8_t* xq, int64_t blocks, int64_t tokens) {
   thread_local AlignedVector<int32_t> xs;
   xd.resize(static_cast<size_t>(tokens * blocks));
   xs.resize(static_cast<size_t>(tokens * blocks));
-  for (int64_t k = 0; k < tokens * blocks; ++k) {
-    const uint8_t* blk = xq + k * kQ8Bytes;
-    xd[k] = BlockScale(blk);
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(blk[2 + j]);
-    xs[k] = sum;
-  }
+  QuantActTerms(xq, blocks, tokens, xd.data(), xs.data());
   return Acts{xq, blocks * kQ8Bytes, xd.data(), xs.data()};
 }
 
 }  // namespace
+
+void QuantActTerms(const uint8_t* xq, int64_t blocks, int64_t tokens, float* d, int32_t* sum) {
+  for (int64_t k = 0; k < tokens * blocks; ++k) {
+    const uint8_t* blk = xq + k * kQ8Bytes;
+    d[k] = BlockScale(blk);
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += static_cast<int8_t>(blk[2 + j]);
+    sum[k] = s;
+  }
+}
 
 bool QuantGroupsRowsHere() {
 #if defined(__x86_64__)
@@ -397,9 +393,13 @@ void GroupsInBlocks(GroupsKernel gemm, const uint8_t* g, int64_t blocks, const A
 }  // namespace
 
 void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, int64_t tokens,
+                     float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  QuantGroupsGemm(groups, blocks, ActsOf(xq, blocks, tokens), tokens, c, ldc, first, last, path);
+}
+
+void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const QuantActs& x, int64_t tokens,
                      float* c, int64_t ldc, int64_t first, int64_t last,
                      [[maybe_unused]] KernelPath path) {  // one path but on x86 and aarch64
-  const Acts x = ActsOf(xq, blocks, tokens);
 #if defined(__x86_64__)
   if (path != KernelPath::kPortable && HasQuantAvx2()) {
     const auto gemm = path == KernelPath::kBest && HasVnni() ? vnni::GemmGroups : avx2::GemmGroups;
@@ -420,7 +420,11 @@ void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, i
 
 void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
                float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
-  const Acts x = ActsOf(xq, blocks, tokens);
+  QuantGemm(t, w, blocks, ActsOf(xq, blocks, tokens), tokens, c, ldc, first, last, path);
+}
+
+void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const QuantActs& x, int64_t tokens,
+               float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
   using Kernel = void (*)(QuantType, const uint8_t*, int64_t, const Acts&, int64_t, float*, int64_t,
                           int64_t, int64_t);
   Kernel gemm = GemmPortable;

@@ -314,6 +314,44 @@ TEST(QuantTest, GroupedDecodeProductsSplitAnywhereAndKeepTheirBits) {
   EXPECT_LT((one - want).abs().max().item<float>(), 0.02 * want.abs().max().item<float>());
 }
 
+// A prompt's products over several matrices (grouped Q4_0, Q4_0 as stored
+// with rows off a group, Q8_0) split in one by-demand pass over all their
+// rows: on any number of threads each output is one thread's bits, and
+// each matrix's the bits of its own product alone.
+TEST(QuantTest, APromptsProductsSplitTogetherKeepOneThreadsBits) {
+  torch::Tensor wq = QuantizeMatrix(Random(512, 512, 21), QuantType::kQ4_0).value();
+  const torch::Tensor wk = QuantizeMatrix(Random(45, 512, 22), QuantType::kQ4_0).value();
+  const torch::Tensor wv = QuantizeMatrix(Random(120, 512, 23), QuantType::kQ8_0).value();
+  ASSERT_TRUE(GroupQuantRows(wq));
+  const torch::Tensor x = Random(37, 512, 24);
+  const int before = at::get_num_threads();
+  auto many = [&](int threads) {
+    at::set_num_threads(threads);
+    std::vector<torch::Tensor> out = QuantMatmulMany(x, {wq, wk, wv});
+    at::set_num_threads(before);
+    return out;
+  };
+  at::set_num_threads(1);
+  const std::vector<torch::Tensor> alone = {QuantMatmul(x, wq), QuantMatmul(x, wk),
+                                            QuantMatmul(x, wv)};
+  at::set_num_threads(before);
+  const std::vector<torch::Tensor> one = many(1);
+  ASSERT_EQ(one.size(), 3u);
+  for (int threads : {2, 3, 4}) {
+    const std::vector<torch::Tensor> split = many(threads);
+    for (size_t m = 0; m < 3; ++m) {
+      EXPECT_TRUE(torch::equal(split[m], one[m]))
+          << "matrix " << m << ", " << threads << " threads";
+    }
+  }
+  for (size_t m = 0; m < 3; ++m) {
+    EXPECT_TRUE(torch::equal(one[m], alone[m])) << "matrix " << m;
+    EXPECT_EQ((one[m] == 0).sum().item<int64_t>(), 0) << "matrix " << m;
+  }
+  const torch::Tensor want = x.matmul(DequantizeMatrix(wk).t());
+  EXPECT_LT((one[1] - want).abs().max().item<float>(), 0.02 * want.abs().max().item<float>());
+}
+
 TEST(QuantTest, WidthsOffTheBlockAreRefusedByName) {
   const auto q = QuantizeMatrix(torch::zeros({4, 100}), QuantType::kQ4_0);
   ASSERT_FALSE(q.ok());
