@@ -261,6 +261,41 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   });
 }
 
+namespace {
+
+// A prompt's products over a call's matrices (QuantMatmulMany): outs[m]
+// [tokens, rows of ws[m]] = x ws[m]^T. Every matrix's rows in one split,
+// taken by demand (ParallelChunks): one hand-over a call where there was
+// one a matrix (a layer's q, k and v; its gate and up), and a thread that
+// runs slower (a vCPU whose host core is busy; a phone's little core)
+// takes fewer pieces instead of holding the others at a matrix's end.
+// About four pieces a thread a matrix, in kGemmRows (one a matrix on one
+// thread): each piece streams the prompt's activations through its blocks
+// once (GroupsInBlocks), a small cost against its rows' products.
+void PromptProducts(const std::vector<torch::Tensor>& ws, const QuantActs& x, int64_t tokens,
+                    std::vector<torch::Tensor>& outs) {
+  struct Piece {
+    size_t m;
+    int64_t first, last;
+  };
+  std::vector<Piece> pieces;
+  const int threads = at::get_num_threads();
+  for (size_t m = 0; m < ws.size(); ++m) {
+    const int64_t rows = QuantRows(ws[m]);
+    const int64_t chunk = ChunkFor(rows, threads, threads > 1 ? 4 : 1, kGemmRows, kGemmRows, rows);
+    for (int64_t r = 0; r < rows; r += chunk) pieces.push_back({m, r, std::min(rows, r + chunk)});
+  }
+  ParallelChunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const Piece& p = pieces[static_cast<size_t>(i)];
+      QuantRowsInto(ws[p.m], x, tokens, outs[p.m].data_ptr<float>(), outs[p.m].size(1), p.first,
+                    p.last, KernelPath::kBest);
+    }
+  });
+}
+
+}  // namespace
+
 std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
                                            const std::vector<torch::Tensor>& ws) {
   RECORD_FUNCTION("hilnas::quant_matmul", {});
@@ -305,35 +340,7 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
                   });
     }
   } else {
-    // Every matrix's rows in one split, taken by demand (ParallelChunks):
-    // one hand-over a call where there was one a matrix (a layer's q, k and
-    // v; its gate and up), and a thread that runs slower (a vCPU whose host
-    // core is busy; a phone's little core) takes fewer pieces instead of
-    // holding the others at a matrix's end. About four pieces a thread a
-    // matrix, in kGemmRows (one a matrix on one thread): each piece streams
-    // the prompt's activations through its blocks once (GroupsInBlocks), a
-    // small cost against its rows' products.
-    struct Piece {
-      int m;
-      int64_t first, last;
-    };
-    std::vector<Piece> pieces;
-    const int threads = at::get_num_threads();
-    for (size_t m = 0; m < wcs.size(); ++m) {
-      const int64_t rows = QuantRows(wcs[m]);
-      const int64_t chunk =
-          ChunkFor(rows, threads, threads > 1 ? 4 : 1, kGemmRows, kGemmRows, rows);
-      for (int64_t r = 0; r < rows; r += chunk) {
-        pieces.push_back({static_cast<int>(m), r, std::min(rows, r + chunk)});
-      }
-    }
-    ParallelChunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; ++i) {
-        const Piece& p = pieces[static_cast<size_t>(i)];
-        QuantRowsInto(wcs[p.m], acts, tokens, outs[p.m].data_ptr<float>(), outs[p.m].size(1),
-                      p.first, p.last, KernelPath::kBest);
-      }
-    });
+    PromptProducts(wcs, acts, tokens, outs);
   }
   for (size_t m = 0; m < outs.size(); ++m) {
     std::vector<int64_t> shape = x.sizes().vec();
