@@ -64,16 +64,19 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 
+# The median of a[1..n], sorting a in place (a[1] and a[n] are then the
+# range); both summary tables below use it.
+MEDIAN_AWK='
+  function median(a, n,   i, j, t) {
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }'
 echo
 echo "| weights | prompt | prefill x: hilnas | llama.cpp | hilnas / llama.cpp | decode x: hilnas | llama.cpp | hilnas / llama.cpp |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for pr in "${precision_list[@]}"; do
   for p in "${prompt_list[@]}"; do
-    awk -v pr="$pr" -v p="$p" '
-      function median(a, n,   i, j, t) {
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-      }
+    awk -v pr="$pr" -v p="$p" "$MEDIAN_AWK"'
       $1 == pr && $2 == p { n++; a[n] = $3; b[n] = $4; c[n] = $5; d[n] = $6 }
       END {
         ha = median(a, n); la = median(b, n); hd = median(c, n); ld = median(d, n)
@@ -93,11 +96,7 @@ echo "| weights | prompt | prefill, round by round: hilnas x / llama.cpp x, medi
 echo "|---|---:|---:|---:|---:|---:|"
 for pr in "${precision_list[@]}"; do
   for p in "${prompt_list[@]}"; do
-    awk -v pr="$pr" -v p="$p" '
-      function median(a, n,   i, j, t) {
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-      }
+    awk -v pr="$pr" -v p="$p" "$MEDIAN_AWK"'
       $1 == pr && $2 == p { n++; f[n] = $3 / $4; g[n] = $5 / $6; fa += f[n] >= 1; ga += g[n] >= 1 }
       END {
         fm = median(f, n); gm = median(g, n)  # sorted in place: f[1], f[n] are the range
