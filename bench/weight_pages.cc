@@ -168,21 +168,16 @@ std::vector<std::vector<size_t>> DecodeCalls(size_t matrices) {
 }
 
 // fn(matrix, first row, last row) over one call's rows, split over the
-// threads as WeightGemvsInto splits them (model/gemv.cc: the call's rows
-// end to end, hilnas::ParallelFor, at least 256 KiB of weights a share),
+// threads as WeightGemvsInto splits them (the call's rows end to end,
+// hilnas::ParallelForRowsOf, hilnas::WeightGemvGrainRows a share at least),
 // so the forms that are not the runtime's pay the same hand-overs.
 void SplitCall(const std::vector<torch::Tensor>& mats, const std::vector<size_t>& call,
                const std::function<void(size_t, int64_t, int64_t)>& fn) {
-  int64_t rows = 0, row_end[8];
-  for (size_t i = 0; i < call.size(); ++i) row_end[i] = rows += mats[call[i]].size(0);
-  const int64_t grain = std::max<int64_t>(16, (int64_t{256} << 10) / (mats[call[0]].size(1) * 4));
-  hilnas::ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
-    int64_t begin = 0;
-    for (size_t i = 0; i < call.size(); begin = row_end[i++]) {
-      const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[i]);
-      if (lo < hi) fn(call[i], lo - begin, hi - begin);
-    }
-  });
+  int64_t rows[8];  // a call has at most 8 matrices (WeightGemvsInto's limit)
+  for (size_t i = 0; i < call.size(); ++i) rows[i] = mats[call[i]].size(0);
+  hilnas::ParallelForRowsOf(
+      {rows, call.size()}, hilnas::WeightGemvGrainRows(mats[call[0]]),
+      [&](size_t i, int64_t first, int64_t last) { fn(call[i], first, last); });
 }
 
 // Times each form over all of `mats`, in the decode step's calls, passes

@@ -340,33 +340,25 @@ void GemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath
   const int64_t in = products[0].w->size(1);
   TORCH_CHECK(type == torch::kFloat || type == torch::kBFloat16 || type == torch::kHalf,
               "WeightGemv: w must be f32, bf16 or f16");
-  int64_t row_end[8];  // matrix m owns rows [row_end[m - 1], row_end[m]) of the whole
-  int64_t rows = 0;
+  int64_t rows[8];
   for (size_t m = 0; m < n; ++m) {
     const torch::Tensor& w = *products[m].w;
     TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && w.size(1) == in && w.scalar_type() == type,
                 "WeightGemv: matrices must be contiguous, of one type, with ", in, " columns");
-    rows += w.size(0);
-    row_end[m] = rows;
+    rows[m] = w.size(0);
   }
   const bool bf16 = type == torch::kBFloat16;
-  const int64_t grain = std::max<int64_t>(
-      16, kGemvGrainBytes / (std::max<int64_t>(in, 1) * products[0].w->element_size()));
-  ParallelFor(0, rows, grain, [&](int64_t first, int64_t last) {
-    int64_t begin = 0;
-    for (size_t m = 0; m < n; begin = row_end[m++]) {
-      const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
-      if (lo >= hi) continue;
-      const void* base = products[m].w->data_ptr();
-      if (type == torch::kFloat) {
-        Rows(static_cast<const float*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16,
-             path, form);
-      } else {
-        Rows(static_cast<const uint16_t*>(base), x, products[m].y, in, lo - begin, hi - begin, bf16,
-             path, form);
-      }
-    }
-  });
+  ParallelForRowsOf({rows, n}, WeightGemvGrainRows(*products[0].w),
+                    [&](size_t m, int64_t first, int64_t last) {
+                      const void* base = products[m].w->data_ptr();
+                      if (type == torch::kFloat) {
+                        Rows(static_cast<const float*>(base), x, products[m].y, in, first, last,
+                             bf16, path, form);
+                      } else {
+                        Rows(static_cast<const uint16_t*>(base), x, products[m].y, in, first, last,
+                             bf16, path, form);
+                      }
+                    });
 }
 
 bool RunsHere(GemvForm form) {
@@ -384,6 +376,12 @@ constexpr GemvForm kAllForms[] = {GemvForm::kOneRow, GemvForm::kOneRowPrefetch, 
                                   GemvForm::kFourRows};
 
 }  // namespace
+
+int64_t WeightGemvGrainRows(const torch::Tensor& w) {
+  if (QuantTypeOf(w)) return QuantGemvGrainRows(QuantColumns(w));
+  return std::max<int64_t>(16,
+                           kGemvGrainBytes / (std::max<int64_t>(w.size(1), 1) * w.element_size()));
+}
 
 void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x, KernelPath path) {
   RECORD_FUNCTION("hilnas::gemv", {});

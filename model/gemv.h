@@ -107,6 +107,11 @@ struct GemvProduct {
 void WeightGemvsInto(const GemvProduct* products, size_t n, const float* x,
                      KernelPath path = KernelPath::kBest);
 
+// The fewest rows of w a thread takes in WeightGemvsInto's split: 256 KiB
+// of f32, f16 or bf16 weights, 64 Ki quantized weights (model/quant.h), and
+// at least 16 rows.
+int64_t WeightGemvGrainRows(const torch::Tensor& w);
+
 // n f16 (or bf16) values widened to f32 on the calling thread, with the
 // same instructions as the products (F16C, NEON's FCVTL): ATen's copy and
 // GCC 12's vector _Float16 conversion both widen one value at a time.

@@ -238,27 +238,21 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   const torch::Tensor& w0 = *products[0].w;
   const QuantType t = QuantTypeOf(w0).value();
   const int64_t blocks = w0.size(1);
-  int64_t row_end[8];  // matrix m owns rows [row_end[m - 1], row_end[m]) of the whole
-  int64_t rows = 0;
+  int64_t rows[8];
   for (size_t m = 0; m < n; ++m) {
     const torch::Tensor& w = *products[m].w;
     TORCH_CHECK(QuantTypeOf(w) == t && w.size(1) == blocks && w.is_contiguous(),
                 "WeightGemv: quantized matrices must be contiguous, of one type and width");
-    rows += QuantRows(w);
-    row_end[m] = rows;
+    rows[m] = QuantRows(w);
   }
   thread_local AlignedVector<uint8_t> xq;
   xq.resize(static_cast<size_t>(blocks * kQ8BlockBytes));
   QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
   const uint8_t* xp = xq.data();
-  ParallelFor(0, rows, QuantGemvGrainRows(blocks * kQuantBlock), [&](int64_t first, int64_t last) {
-    int64_t begin = 0;
-    for (size_t m = 0; m < n; begin = row_end[m++]) {
-      const int64_t lo = std::max(first, begin), hi = std::min(last, row_end[m]);
-      if (lo >= hi) continue;
-      QuantRowsInto(*products[m].w, xp, 1, products[m].y, 0, lo - begin, hi - begin, path);
-    }
-  });
+  ParallelForRowsOf({rows, n}, QuantGemvGrainRows(blocks * kQuantBlock),
+                    [&](size_t m, int64_t first, int64_t last) {
+                      QuantRowsInto(*products[m].w, xp, 1, products[m].y, 0, first, last, path);
+                    });
 }
 
 namespace {
@@ -332,13 +326,15 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
         torch::empty({tokens, QuantRows(w)}, torch::TensorOptions().dtype(torch::kFloat)));
   }
   if (tokens == 1) {
-    for (size_t m = 0; m < ws.size(); ++m) {
-      float* op = outs[m].data_ptr<float>();
-      ParallelFor(0, QuantRows(wcs[m]), QuantGemvGrainRows(blocks * kQuantBlock),
-                  [&](int64_t first, int64_t last) {
-                    QuantRowsInto(wcs[m], xq.data(), 1, op, 0, first, last, KernelPath::kBest);
-                  });
-    }
+    // One token: every matrix's rows in one split, as the decode step's
+    // products (QuantGemvsInto).
+    std::vector<int64_t> rows;
+    for (const torch::Tensor& w : wcs) rows.push_back(QuantRows(w));
+    ParallelForRowsOf(rows, QuantGemvGrainRows(blocks * kQuantBlock),
+                      [&](size_t m, int64_t first, int64_t last) {
+                        QuantRowsInto(wcs[m], xq.data(), 1, outs[m].data_ptr<float>(), 0, first,
+                                      last, KernelPath::kBest);
+                      });
   } else {
     PromptProducts(wcs, acts, tokens, outs);
   }

@@ -567,6 +567,19 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain,
   Pool::Get().Run(static_cast<int>(parts), begin, end, (range - 1) / parts + 1, grain, fn);
 }
 
+void ParallelForRowsOf(absl::Span<const int64_t> rows, int64_t grain,
+                       absl::FunctionRef<void(size_t, int64_t, int64_t)> fn) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  ParallelFor(0, total, grain, [&](int64_t first, int64_t last) {
+    int64_t begin = 0;  // matrix m's first row in the whole
+    for (size_t m = 0; m < rows.size() && begin < last; begin += rows[m++]) {
+      const int64_t lo = std::max(first, begin), hi = std::min(last, begin + rows[m]);
+      if (lo < hi) fn(m, lo - begin, hi - begin);
+    }
+  });
+}
+
 void ParallelChunks(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   chunk = std::max<int64_t>(chunk, 1);

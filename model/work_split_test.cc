@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -397,6 +398,61 @@ TEST_F(WorkSplitTest, ParallelForCallsInARowLoseNothing) {
     }
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 3000) << "index " << i;
   }
+}
+
+// ParallelForRowsOf splits the matrices' rows end to end as ParallelFor
+// splits their sum: every row of every matrix once, each piece inside one
+// matrix and inside one of at::parallel_for's shares of the sum (so q, k
+// and v on two threads are two shares, not six), on either pool.
+TEST_F(WorkSplitTest, ParallelForRowsOfSplitsTheMatricesEndToEnd) {
+  const std::vector<std::vector<int64_t>> cases = {
+      {}, {0}, {5}, {3, 0, 7}, {512, 128, 128}, {1536, 1536}, {1, 1, 1, 1, 1, 1, 1, 1}};
+  for (ThreadPool pool : {ThreadPool::kSpin, ThreadPool::kOpenMp}) {
+    SetThreadPool(pool);
+    for (int threads : {1, 2, 3, 4}) {
+      at::set_num_threads(threads);
+      for (const std::vector<int64_t>& rows : cases) {
+        for (int64_t grain : {1, 16, 1000}) {
+          const std::string where = std::string(ThreadPoolName(pool)) + ", threads " +
+                                    std::to_string(threads) + ", " + std::to_string(rows.size()) +
+                                    " matrices, grain " + std::to_string(grain);
+          std::vector<int64_t> start(rows.size() + 1, 0);  // matrix m's first row in the sum
+          for (size_t m = 0; m < rows.size(); ++m) start[m + 1] = start[m] + rows[m];
+          std::mutex mu;
+          std::vector<std::vector<int>> seen(rows.size());
+          for (size_t m = 0; m < rows.size(); ++m) seen[m].assign(rows[m], 0);
+          std::vector<std::pair<int64_t, int64_t>> pieces;  // in the sum's rows
+          ParallelForRowsOf(rows, grain, [&](size_t m, int64_t first, int64_t last) {
+            std::lock_guard<std::mutex> lock(mu);
+            ASSERT_LT(m, rows.size()) << where;
+            ASSERT_LE(0, first) << where;
+            ASSERT_LT(first, last) << where;
+            ASSERT_LE(last, rows[m]) << where;
+            for (int64_t r = first; r < last; ++r) ++seen[m][r];
+            pieces.emplace_back(start[m] + first, start[m] + last);
+          });
+          for (size_t m = 0; m < rows.size(); ++m) {
+            for (int64_t r = 0; r < rows[m]; ++r) {
+              ASSERT_EQ(seen[m][r], 1) << where << ": matrix " << m << " row " << r;
+            }
+          }
+          std::vector<std::pair<int64_t, int64_t>> shares;
+          at::parallel_for(0, start.back(), grain, [&](int64_t a, int64_t b) {
+            std::lock_guard<std::mutex> lock(mu);
+            shares.emplace_back(a, b);
+          });
+          for (const auto& [a, b] : pieces) {
+            const bool inside = std::any_of(shares.begin(), shares.end(), [&](const auto& sh) {
+              return sh.first <= a && b <= sh.second;
+            });
+            EXPECT_TRUE(inside) << where << ": rows [" << a << ", " << b
+                                << ") of the sum cross a share's end";
+          }
+        }
+      }
+    }
+  }
+  SetThreadPool(ThreadPool::kSpin);
 }
 
 // A share's exception reaches the caller once every share has ended.
