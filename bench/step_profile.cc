@@ -40,6 +40,7 @@
 #include "model/gemv.h"
 #include "model/op_times.h"
 #include "model/prompt_gemm.h"
+#include "model/runtime_tuning.h"
 #include "proto/arch.pb.h"
 #include "search_space/arch.h"
 #include "search_space/shapes.h"
@@ -150,20 +151,13 @@ int Main(int argc, char** argv) {
   const std::string kv_dtype = Arg(argc, argv, "--kv-dtype", "f32");
   hilnas::Decoder decoder =
       BuildDecoder(arch, dtype, kv_dtype, Arg(argc, argv, "--aten-decode", "0") == "1");
-  // The decode kernel's form as agents and `hilnas run` pick it (model/gemv.h).
-  const std::vector<torch::Tensor> matrices = decoder.DecodeMatrices();
-  std::printf("decode GEMV form: %s\n", hilnas::TuneGemvForm(matrices).Describe().c_str());
-  std::printf("prompt products: %s\n", hilnas::TunePromptGemm(matrices).Describe().c_str());
-  const absl::StatusOr<hilnas::ThreadPoolTuning> pool = hilnas::TuneDecodeThreadPool(decoder);
-  if (!pool.ok()) {
-    std::fprintf(stderr, "step_profile: %s\n", std::string(pool.status().message()).c_str());
+  // The kernels as agents and `hilnas run` tune them (model/runtime_tuning.h).
+  const absl::StatusOr<hilnas::RuntimeTuning> tuning = hilnas::TuneRuntime(
+      decoder, std::nullopt, [](const std::string& line) { std::printf("%s\n", line.c_str()); });
+  if (!tuning.ok()) {
+    std::fprintf(stderr, "step_profile: %s\n", std::string(tuning.status().message()).c_str());
     return 1;
   }
-  std::printf("decode thread pool: %s\n", pool->Describe().c_str());
-  std::printf("decode attention: %s\n", hilnas::TuneDecodeSplit(arch.num_heads, arch.num_kv_heads,
-                                                                arch.head_dim, decoder.kv_dtype())
-                                            .Describe()
-                                            .c_str());
   torch::NoGradGuard no_grad;
   for (int64_t prompt : prompts) {
     std::printf("\n## %s, prompt %lld, %lld thread(s), %s weights, %s KV cache\n",

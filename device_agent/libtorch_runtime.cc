@@ -18,6 +18,7 @@
 #include "model/ppd.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
+#include "model/runtime_tuning.h"
 #include "search_space/arch.h"
 #include "search_space/counts.h"
 #include "util/cpu_features.h"
@@ -109,27 +110,16 @@ class LibtorchModel : public PreparedModel {
   // or OpenBLAS (model/prompt_gemm.h): which is faster is the host's too.
   absl::Status TuneKernels() {
     threads_ = at::get_num_threads();
-    const std::vector<torch::Tensor> matrices = decoder_.DecodeMatrices();
-    const GemvTuning tuning = TuneGemvForm(matrices);
-    form_ = tuning.chosen;
-    // The pool before the attention's split: its threshold is the pool's
-    // hand-over cost (model/work_split.h).
-    const absl::StatusOr<ThreadPoolTuning> pool = TuneDecodeThreadPool(decoder_);
-    if (!pool.ok()) return pool.status();
-    pool_ = pool->chosen;
-    const Arch& a = decoder_.arch();
-    const DecodeSplitTuning split =
-        TuneDecodeSplit(a.num_heads, a.num_kv_heads, a.head_dim, decoder_.kv_dtype());
-    split_work_ = split.work;
-    const PromptGemmTuning prompt = TunePromptGemm(matrices);
+    HILNAS_ASSIGN_OR_RETURN(const RuntimeTuning t, TuneRuntime(decoder_));
+    form_ = t.gemv->chosen;
+    pool_ = t.pool.chosen;
+    split_work_ = t.split.work;
     prompt_pick_ = AutoPromptGemm();
-    kernels_ = absl::StrCat("prompt products ", prompt.Describe(), ", decode ", GemvKernelName(),
-                            ", GEMV form ", tuning.Describe(), ", decode thread pool ",
-                            pool->Describe(), ", decode attention ", split.Describe());
+    kernels_ = absl::StrCat("prompt products ", t.prompt.Describe(), ", decode ", GemvKernelName(),
+                            ", GEMV form ", t.gemv_form, ", decode thread pool ", t.pool.Describe(),
+                            ", decode attention ", t.split.Describe());
     // Quantized weights: the prompt blocks this core's L2 sized (model/quant.h).
-    const auto named = decoder_.NamedTensors();
-    if (std::any_of(named.begin(), named.end(),
-                    [](const auto& n) { return QuantTypeOf(n.second).has_value(); })) {
+    if (!t.quantized.empty()) {
       absl::StrAppend(&kernels_, ", quantized prompt blocks ", PromptBlocksDescription());
     }
     // A capped agent prices candidates as a CPU without the dropped

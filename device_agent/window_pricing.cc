@@ -17,6 +17,7 @@
 #include "model/gemv.h"
 #include "model/op_times.h"
 #include "model/prompt_gemm.h"
+#include "model/runtime_tuning.h"
 #include "search_space/counts.h"
 #include "util/median.h"
 #include "util/status_macros.h"
@@ -196,19 +197,9 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
     HILNAS_RETURN_IF_ERROR(d.SetKvDtype(o.kv_dtype));
     v.decoder.emplace(std::move(d));
   }
-  // The decode kernel's form as the agents pick it (model/gemv.h), on the
-  // all-full model's matrices (every variant's products are among them),
-  // and where decode attention splits (model/attention.h).
-  const std::vector<torch::Tensor> matrices = variants[0].decoder->DecodeMatrices();
-  const std::string form = TuneGemvForm(matrices).Describe();
-  if (o.progress) o.progress(absl::StrCat("decode GEMV form: ", form));
-  HILNAS_ASSIGN_OR_RETURN(const ThreadPoolTuning pool, TuneDecodeThreadPool(*variants[0].decoder));
-  if (o.progress) o.progress(absl::StrCat("decode thread pool: ", pool.Describe()));
-  const std::string split =
-      TuneDecodeSplit(base.num_heads, base.num_kv_heads, base.head_dim, o.kv_dtype).Describe();
-  if (o.progress) o.progress(absl::StrCat("decode attention: ", split));
-  const std::string prompt = TunePromptGemm(matrices).Describe();
-  if (o.progress) o.progress(absl::StrCat("prompt products: ", prompt));
+  // The kernels as the agents tune them (model/runtime_tuning.h), on the
+  // all-full model (every variant's products are among its matrices).
+  HILNAS_RETURN_IF_ERROR(TuneRuntime(*variants[0].decoder, std::nullopt, o.progress).status());
   // Warm-ups as the agents time (device_agent/protocol.h): until a prompt
   // runs on memory already mapped.
   for (Variant& v : variants) {

@@ -21,6 +21,7 @@
 #include "model/kv_prediction.h"
 #include "model/prompt_gemm.h"
 #include "model/quant.h"
+#include "model/runtime_tuning.h"
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
 #include "tools/common.h"
@@ -107,29 +108,6 @@ absl::StatusOr<Built> BuildModel(const RunOptions& cl, torch::Dtype dtype,
   return Built{*std::move(decoder), ms, how, kvp};
 }
 
-// For quantized weights: the kernels their products run on, and how many
-// Q4_0 matrices the decoder keeps with rows grouped for them
-// (model/quant.h). Empty for float weights.
-std::string QuantizedProducts(const Decoder& decoder) {
-  int quantized = 0, q4 = 0, grouped = 0;
-  for (const auto& [name, t] : decoder.NamedTensors()) {
-    const std::optional<QuantType> type = QuantTypeOf(t);
-    if (!type) continue;
-    ++quantized;
-    if (*type != QuantType::kQ4_0) continue;
-    ++q4;
-    grouped += QuantGrouped(t);
-  }
-  if (quantized == 0) return "";
-  std::string s = absl::StrCat(QuantKernelName(), " integer products");
-  if (q4 > 0) {
-    absl::StrAppend(&s, "; Q4_0 rows grouped eight at a time in ", grouped, " of ", q4,
-                    " matrices");
-  }
-  absl::StrAppend(&s, "; a prompt's in blocks of ", PromptBlocksDescription());
-  return s;
-}
-
 std::vector<int64_t> RandomPrompt(int64_t n, int64_t vocab, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   auto t = torch::randint(vocab, {n}, gen, torch::kLong);
@@ -145,39 +123,18 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
               PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
   std::printf("built in %.0f ms (%s, dtype %s, %d threads)\n", build_ms, how.c_str(),
               cl.dtype.c_str(), at::get_num_threads());
-  // Who computes the prompt's products, hilnas's AVX-512 kernel or
-  // OpenBLAS: timed here, as the agents do (model/prompt_gemm.h), before
-  // the kernels line names it.
-  const std::vector<torch::Tensor> matrices = decoder.DecodeMatrices();
-  const std::string prompt_products = TunePromptGemm(matrices).Describe();
+  // The kernels as the agents tune them (model/runtime_tuning.h): the
+  // decode GEMV's form (or the one --gemv-form names), the decode step's
+  // thread pool, where decode attention splits, who computes the prompt's
+  // products; a line each as it is set.
+  const absl::StatusOr<RuntimeTuning> tuning = TuneRuntime(
+      decoder, form, [](const std::string& line) { std::printf("%s\n", line.c_str()); });
+  if (!tuning.ok()) return Fail(tuning.status());
+  // After the prompt products' pick, which the kernels line names.
   const std::string capped = CpuFeaturesCapNote();  // util/cpu_features.h
   std::printf("kernels: prompt matrix products %s; decode %s%s%s\n",
               PromptKernelsDescription().c_str(), GemvKernelName(), capped.empty() ? "" : "; ",
               capped.c_str());
-  std::printf("prompt products: %s\n", prompt_products.c_str());
-  const std::string quantized = QuantizedProducts(decoder);
-  if (!quantized.empty()) std::printf("quantized products: %s\n", quantized.c_str());
-  // The decode kernel's form: timed here on these weights and threads
-  // (model/gemv.h), or as --gemv-form names it.
-  if (!form) {
-    std::printf("decode GEMV form: %s\n", TuneGemvForm(matrices).Describe().c_str());
-  } else {
-    SetGemvForm(*form);
-    std::printf("decode GEMV form: %s (--gemv-form%s)\n", GemvFormName(CurrentGemvForm()),
-                CurrentGemvForm() == *form ? "" : ": not run by this CPU, one-row instead");
-  }
-  // Which pool a decode step's splits run on, timed on this model's step
-  // as the agents do (model/work_split.h); before the attention's split,
-  // whose threshold is the pool's hand-over cost.
-  const absl::StatusOr<ThreadPoolTuning> pool = TuneDecodeThreadPool(decoder);
-  if (!pool.ok()) return Fail(pool.status());
-  std::printf("decode thread pool: %s\n", pool->Describe().c_str());
-  // Where a decode query's attention splits over the threads: timed here
-  // too, as the agents do (model/attention.h).
-  std::printf("decode attention: %s\n",
-              TuneDecodeSplit(a.num_heads, a.num_kv_heads, a.head_dim, decoder.kv_dtype())
-                  .Describe()
-                  .c_str());
   GenerateOptions o;
   o.max_new_tokens = cl.max_new_tokens;
   o.prefill_chunk = cl.prefill_chunk;
