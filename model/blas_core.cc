@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/work_split.h"
 #include "util/cpu_features.h"
+#include "util/subprocess.h"
 
 namespace hilnas {
 namespace {
@@ -93,6 +94,9 @@ void PinBlasCoreToCpu(char** argv) {
 }
 
 void ReexecForBlasCore(char** argv) {
+  // The program run anew starts on the CPUs this one started on, not on the
+  // one OpenMP's binding (if any) gave its first thread (util/subprocess.h).
+  UndoOpenMpStartupBinding();
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);
   std::fprintf(stderr,

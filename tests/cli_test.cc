@@ -1,5 +1,6 @@
 // Runs the real `hilnas` binary as a separate process and checks what a user
 // sees: exact counts, a generation with timings, clear errors for bad input.
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <cctype>
@@ -15,6 +16,7 @@
 #include "tests/process.h"
 #include "util/cpu_features.h"
 #include "util/status_matchers.h"
+#include "util/subprocess.h"
 #include "util/textproto.h"
 
 namespace hilnas {
@@ -50,6 +52,45 @@ Result HilnasWith(const char* variable, const char* value, const std::string& ar
   Result r = Hilnas(args);
   ::unsetenv(variable);
   return r;
+}
+
+// OMP_PROC_BIND=true pinned the first thread to one CPU as the program
+// started; the program hilnas runs anew for its timings kept that one CPU,
+// and two threads timed one CPU as if it were two. A timing now says it
+// turns the binding off and runs on every CPU it started with, as it does
+// unbound.
+TEST(CliTest, ATimingUndoesOpenMpsBindingToOneCpu) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  if (CPU_COUNT(&set) < 2) GTEST_SKIP() << "one CPU here: nothing to bind apart";
+  const std::string all = CurrentCpuList();
+  const std::string run = absl::StrCat("run --arch ", SourceDir(),
+                                       "/configs/tiny-arch.textproto --prompt-tokens 16 "
+                                       "--max-new-tokens 2 --threads 2");
+  Result bound = HilnasWith("OMP_PROC_BIND", "true", run);
+  Result plain = Hilnas(run);
+  ASSERT_EQ(bound.exit_code, 0) << bound.output;
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_THAT(bound.output, HasSubstr("OpenMP's thread binding (OMP_PROC_BIND=true"));
+  EXPECT_THAT(bound.output, HasSubstr("2 threads on CPUs " + all + ")"));
+  EXPECT_THAT(bound.output, Not(HasSubstr("warning: 2 threads on 1 CPUs")));
+  EXPECT_THAT(plain.output, HasSubstr("2 threads on CPUs " + all + ")"));
+  EXPECT_THAT(plain.output, Not(HasSubstr("OpenMP's thread binding")));
+  // Started on fewer CPUs than threads (taskset, a cgroup): said, as the
+  // timings are a shared CPU's.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  Result pinned = Hilnas(run);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
+  EXPECT_THAT(pinned.output, HasSubstr("warning: 2 threads on 1 CPUs"));
 }
 
 TEST(CliTest, ShapesShowPrintsTheExactFlash350mCount) {

@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <omp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,10 +14,12 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -262,8 +266,62 @@ bool KeepFreedMemory() {
 #endif
 }
 
+namespace {
+
+// "0-3,6" for CPUs 0, 1, 2, 3 and 6.
+std::string CpuListOf(const cpu_set_t& set) {
+  std::vector<std::string> runs;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    runs.push_back(last == c ? absl::StrCat(c) : absl::StrCat(c, "-", last));
+    c = last;
+  }
+  return absl::StrJoin(runs, ",");
+}
+
+}  // namespace
+
+std::string CurrentCpuList() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "";
+  return CpuListOf(set);
+}
+
+std::string UndoOpenMpStartupBinding() {
+  const int places = omp_get_num_places();
+  if (omp_get_proc_bind() == omp_proc_bind_false || places <= 0) return "";
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int p = 0; p < places; ++p) {
+    std::vector<int> ids(static_cast<size_t>(std::max(0, omp_get_place_num_procs(p))));
+    if (!ids.empty()) omp_get_place_proc_ids(p, ids.data());
+    for (int id : ids) {
+      if (id >= 0 && id < CPU_SETSIZE) CPU_SET(id, &all);
+    }
+  }
+  if (CPU_COUNT(&all) == 0 || sched_setaffinity(0, sizeof(all), &all) != 0) return "";
+  return CpuListOf(all);
+}
+
 void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway) {
   KeepFreedMemory();  // for this process, in case it goes on without execv
+  if (const std::string cpus = UndoOpenMpStartupBinding(); !cpus.empty()) {
+    std::fprintf(stderr,
+                 "hilnas: OpenMP's thread binding (OMP_PROC_BIND=%s, OMP_PLACES=%s, "
+                 "GOMP_CPU_AFFINITY=%s) is off for this timing: it pinned the program's first "
+                 "thread, and every thread started after it, to one CPU. Threads run on CPUs %s; "
+                 "choose CPUs with taskset or an agent's --cpu-set\n",
+                 std::getenv("OMP_PROC_BIND") ? std::getenv("OMP_PROC_BIND") : "(unset)",
+                 std::getenv("OMP_PLACES") ? std::getenv("OMP_PLACES") : "(unset)",
+                 std::getenv("GOMP_CPU_AFFINITY") ? std::getenv("GOMP_CPU_AFFINITY") : "(unset)",
+                 cpus.c_str());
+    setenv("OMP_PROC_BIND", "false", 1);
+    unsetenv("OMP_PLACES");
+    unsetenv("GOMP_CPU_AFFINITY");
+    reexec_anyway = true;  // libgomp reads them at start-up
+  }
   if (std::getenv("OMP_WAIT_POLICY") != nullptr && !reexec_anyway) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   setenv("GOMP_SPINCOUNT", "10000", 0);

@@ -88,7 +88,26 @@ bool KeepFreedMemory();
 // thread settings already present are kept).
 // Returns only if it did not re-execute (already set, or execv failed),
 // with KeepFreedMemory applied.
+// Timings place their own threads (an agent's --cpu-set, the spin pool),
+// so OpenMP's binding is undone (UndoOpenMpStartupBinding) and turned off
+// for the program run anew (OMP_PROC_BIND=false, no OMP_PLACES or
+// GOMP_CPU_AFFINITY), with a line on stderr saying so.
 void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway = false);
+
+// Where OpenMP binds its threads (OMP_PROC_BIND other than false, or
+// GOMP_CPU_AFFINITY), libgomp pins the main thread to the first of its
+// places as the program starts. A thread the program starts later inherits
+// that one place, and so does a program it execs: /proc/self/exe run
+// anew found a single CPU, made one place of it and bound every thread
+// there, so `hilnas run --threads 2` timed one CPU (full4's 256-token
+// prompt 72 ms against 37). Widens the calling thread's mask back to the
+// CPUs of all the places (the mask the program started with, as far as the
+// places cover it) and returns them, as a list ("0-1"); returns "" and
+// changes nothing where OpenMP binds no thread.
+std::string UndoOpenMpStartupBinding();
+
+// The CPUs the calling thread may run on, as a list ("0-3,6").
+std::string CurrentCpuList();
 
 }  // namespace hilnas
 
