@@ -25,6 +25,7 @@ using ::hilnas::testing::Process;
 using ::hilnas::testing::TinyJob;
 using ::hilnas::testing::WaitFor;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::chrono::system_clock::time_point In(int64_t ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
@@ -277,6 +278,21 @@ TEST_F(AgentsTest, AgentWithWrongTokenIsRejectedAndExits) {
   EXPECT_EQ(agent->Wait(), 1);
   EXPECT_THAT(agent->Log(), HasSubstr("enrollment token rejected"));
   EXPECT_TRUE(Agents().empty());
+}
+
+// An agent told to run more threads than its CPU set holds says its
+// prices are those of threads taking turns (it still runs: an emulated
+// phone's 4 threads on a 2-core host check the kernels, not the speed).
+TEST_F(AgentsTest, AnAgentWithFewerCpusThanThreadsSaysSo) {
+  auto coordinator = StartCoordinator(0, "s3cret");
+  Process agent({"agent", "--coordinator=" + address_, "--name=crowded", "--cpu_set=0",
+                 "--threads=2", "--canary=false", "--token=guess"},
+                dir_ + "/crowded.log");
+  EXPECT_EQ(agent.Wait(), 1);  // the token is wrong: it stops once registering fails
+  EXPECT_THAT(agent.Log(), HasSubstr("crowded: warning: 2 threads on 1 CPUs (0)"));
+  auto fits = StartAgent("roomy", "0", "guess");
+  EXPECT_EQ(fits->Wait(), 1);
+  EXPECT_THAT(fits->Log(), Not(HasSubstr("warning: ")));
 }
 
 TEST_F(AgentsTest, ASecondLiveAgentWithTheSameNameIsRefusedUntilTheFirstIsGone) {

@@ -289,6 +289,14 @@ std::string CurrentCpuList() {
   return CpuListOf(set);
 }
 
+std::string FewerCpusThanThreads(int threads) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) >= threads) return "";
+  return absl::StrCat(threads, " threads on ", CPU_COUNT(&set), " CPUs (", CpuListOf(set),
+                      "): they take turns, and the timings are those of fewer cores than "
+                      "--threads says");
+}
+
 std::string UndoOpenMpStartupBinding() {
   const int places = omp_get_num_places();
   if (omp_get_proc_bind() == omp_proc_bind_false || places <= 0) return "";

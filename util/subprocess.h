@@ -109,6 +109,12 @@ std::string UndoOpenMpStartupBinding();
 // The CPUs the calling thread may run on, as a list ("0-3,6").
 std::string CurrentCpuList();
 
+// "2 threads on 1 CPUs (0): they take turns, ..." where `threads` is more
+// than the CPUs the calling thread may run on (a --cpu-set or taskset
+// narrower than --threads, an emulator's host), for a timing to warn with;
+// "" otherwise.
+std::string FewerCpusThanThreads(int threads);
+
 }  // namespace hilnas
 
 #endif  // HILNAS_UTIL_SUBPROCESS_H_

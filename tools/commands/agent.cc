@@ -20,6 +20,7 @@
 #include "tools/commands/commands.h"
 #include "tools/common.h"
 #include "tools/coordinator_client.h"
+#include "util/subprocess.h"
 
 namespace hilnas::tools {
 namespace {
@@ -155,6 +156,12 @@ int RunAgent(const AgentCommandOptions& cl) {
   Log(absl::StrCat(o.device.name(), ": agent for ", o.coordinator, ", ", (*runtime)->name(), " ",
                    (*runtime)->version(), ", ", threads, " threads",
                    cpu_set.empty() ? "" : absl::StrCat(" on CPUs ", cpu_set)));
+  // Fewer CPUs than threads (a --cpu-set or taskset narrower than
+  // --threads; an emulator's host): the prices are those of threads taking
+  // turns, which a phone with the cores would not pay.
+  if (const std::string crowded = FewerCpusThanThreads(threads); !crowded.empty()) {
+    Log(absl::StrCat(o.device.name(), ": warning: ", crowded));
+  }
   // Jobs that leave `threads` unset run with the agent's own count.
   Agent agent(o, *std::move(runtime));
   absl::Status s = agent.Run(g_stop);

@@ -25,7 +25,6 @@
 #include "search_space/counts.h"
 #include "tools/commands/commands.h"
 #include "tools/common.h"
-#include "util/cpu_caches.h"
 #include "util/cpu_features.h"
 #include "util/mapping_pages.h"
 #include "util/status_macros.h"
@@ -125,16 +124,11 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
               PatternString(a.attention).c_str(), WithCommas(CountParameters(a).model()).c_str());
   // Where the threads may run: a timing with more threads than CPUs times
   // them sharing (util/subprocess.h: OpenMP's binding once left one CPU).
-  const std::string cpus = CurrentCpuList();
-  const absl::StatusOr<std::vector<int>> cpu_ids = ParseCpuList(cpus);
   const int threads = at::get_num_threads();
   std::printf("built in %.0f ms (%s, dtype %s, %d threads on CPUs %s)\n", build_ms, how.c_str(),
-              cl.dtype.c_str(), threads, cpus.c_str());
-  if (cpu_ids.ok() && static_cast<int>(cpu_ids->size()) < threads) {
-    std::printf(
-        "warning: %d threads on %zu CPUs (%s): they take turns, and the timings are "
-        "those of fewer cores than --threads says\n",
-        threads, cpu_ids->size(), cpus.c_str());
+              cl.dtype.c_str(), threads, CurrentCpuList().c_str());
+  if (const std::string crowded = FewerCpusThanThreads(threads); !crowded.empty()) {
+    std::printf("warning: %s\n", crowded.c_str());
   }
   // The kernels as the agents tune them (model/runtime_tuning.h): the
   // decode GEMV's form (or the one --gemv-form names), the decode step's
