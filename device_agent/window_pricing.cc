@@ -261,10 +261,15 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
                  full.products_decode_ms, nd);
     mp.push_back(mixed_layers * f[kMixed].window_prefill_ms / f[kMixed].full_prefill_ms);
     md.push_back(mixed_layers * f[kMixed].window_decode_ms / f[kMixed].full_decode_ms);
-    lp.push_back((f[kAllWindow].ttft_ms - f[kAllSkip].ttft_ms) /
-                 (f[kAllFull].ttft_ms - f[kAllSkip].ttft_ms));
-    ld.push_back((f[kAllWindow].decode_ms - f[kAllSkip].decode_ms) /
-                 (f[kAllFull].decode_ms - f[kAllSkip].decode_ms));
+  }
+  for (const bool prefill : {true, false}) {
+    std::vector<double> w, k, full;
+    for (const std::vector<Figures>& f : figures) {
+      w.push_back(prefill ? f[kAllWindow].ttft_ms : f[kAllWindow].decode_ms);
+      k.push_back(prefill ? f[kAllSkip].ttft_ms : f[kAllSkip].decode_ms);
+      full.push_back(prefill ? f[kAllFull].ttft_ms : f[kAllFull].decode_ms);
+    }
+    (prefill ? lp : ld) = WholeLayerRatios(w, k, full);
   }
   out.attention_prefill = Summarise(ap);
   out.attention_decode = Summarise(ad);
@@ -274,15 +279,37 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   out.mixed_decode = Summarise(md);
   out.layer_prefill = Summarise(lp);
   out.layer_decode = Summarise(ld);
+  for (PricingRatio* r : {&out.attention_prefill, &out.attention_decode, &out.normalised_prefill,
+                          &out.normalised_decode, &out.mixed_prefill, &out.mixed_decode,
+                          &out.layer_prefill, &out.layer_decode}) {
+    r->of = o.rounds;
+  }
   return out;
 }
 
 std::string Cell(const PricingRatio& r) {
   if (r.rounds == 0) return "n/a";  // no round recorded all of the ratio's terms
-  return absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high);
+  std::string cell = absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high);
+  if (r.of > r.rounds) absl::StrAppend(&cell, ", ", r.rounds, " of ", r.of, " rounds");
+  return cell;
 }
 
 }  // namespace
+
+std::vector<double> WholeLayerRatios(const std::vector<double>& window,
+                                     const std::vector<double>& skip,
+                                     const std::vector<double>& full) {
+  const size_t n = std::min({window.size(), skip.size(), full.size()});
+  std::vector<double> span;  // F - K, round by round
+  for (size_t r = 0; r < n; ++r) span.push_back(full[r] - skip[r]);
+  std::vector<double> out;
+  if (n == 0) return out;
+  const double floor = 0.25 * Median(span);
+  for (size_t r = 0; r < n; ++r) {
+    if (span[r] > 0 && span[r] >= floor) out.push_back((window[r] - skip[r]) / span[r]);
+  }
+  return out;
+}
 
 absl::StatusOr<WindowPricing> PriceWindowLayers(const Arch& base,
                                                 const WindowPricingOptions& options) {

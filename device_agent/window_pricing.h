@@ -49,7 +49,19 @@ struct WindowPricingRow {
 struct PricingRatio {
   double median = 0, low = 0, high = 0;
   int rounds = 0;  // rounds that gave the ratio (0: none, e.g. nothing recorded)
+  int of = 0;      // rounds run; more than `rounds` where some were left out
 };
+
+// A whole layer's share, (W - K) / (F - K), round by round from each
+// variant's total (TTFT, or decode ms/token): all-window, all-skip and
+// all-full. Differences of whole generations' times taken apart in time:
+// a round whose F - K is under a quarter of its median over the rounds had
+// its all-full and all-skip runs in different host states, and says
+// nothing of a layer (on a 2-vCPU Zen 4 such rounds read 5408 and -0.20
+// where the rest read 0.40-0.46). Those rounds are left out.
+std::vector<double> WholeLayerRatios(const std::vector<double>& window,
+                                     const std::vector<double>& skip,
+                                     const std::vector<double>& full);
 
 struct WindowPricing {
   std::vector<WindowPricingRow> rows;

@@ -1,6 +1,7 @@
 #include "device_agent/window_pricing.h"
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -65,6 +66,30 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
   EXPECT_THAT(table, HasSubstr("| attention kernels in the model (all-window / all-full) |"));
   EXPECT_THAT(table, HasSubstr("| the same, each model's attention over its own weight products' "
                                "time | "));
+}
+
+// A round whose all-full and all-skip generations met different host
+// states (F - K far under its usual size, or below zero) is left out of
+// the whole layer's share instead of reading 5408 or -0.2; the table says
+// how many rounds were kept.
+TEST(WindowPricingTest, AWholeLayersShareLeavesOutRoundsWithoutALayersDifference) {
+  //                 round:  1      2      3      4      5
+  const std::vector<double> w = {140.0, 139.0, 150.0, 141.0, 120.0};
+  const std::vector<double> k = {100.0, 100.0, 149.9, 101.0, 130.0};
+  const std::vector<double> f = {200.0, 198.0, 150.0, 199.0, 125.0};
+  const std::vector<double> r = WholeLayerRatios(w, k, f);
+  ASSERT_EQ(r.size(), 3u);  // round 3's F - K is 0.1, round 5's -5
+  EXPECT_DOUBLE_EQ(r[0], 0.4);
+  EXPECT_DOUBLE_EQ(r[1], 39.0 / 98.0);
+  EXPECT_DOUBLE_EQ(r[2], 40.0 / 98.0);
+  EXPECT_EQ(WholeLayerRatios({1.5}, {1.0}, {2.0}), std::vector<double>{0.5});
+  EXPECT_TRUE(WholeLayerRatios({}, {}, {}).empty());
+
+  WindowPricing p;
+  p.layer_prefill = {0.4, 0.398, 0.408, 3, 5};
+  p.layer_decode = {0.4, 0.39, 0.41, 5, 5};
+  const std::string table = WindowPricingTable(p);
+  EXPECT_THAT(table, HasSubstr("| 0.400 (0.398-0.408), 3 of 5 rounds | 0.400 (0.390-0.410) |"));
 }
 
 TEST(WindowPricingTest, ShapesWithoutAWindowToPriceAreRefusedByName) {
