@@ -115,7 +115,7 @@ class LibtorchModel : public PreparedModel {
     pool_ = t.pool.chosen;
     split_work_ = t.split.work;
     prompt_pick_ = AutoPromptGemm();
-    kernels_ = absl::StrCat("prompt products ", t.prompt.Describe(), ", decode ", GemvKernelName(),
+    kernels_ = absl::StrCat("prompt products ", t.prompt.Describe(), ", decode ", t.decode_kernel,
                             ", GEMV form ", t.gemv_form, ", decode thread pool ", t.pool.Describe(),
                             ", decode attention ", t.split.Describe());
     // Quantized weights: the prompt blocks this core's L2 sized (model/quant.h).

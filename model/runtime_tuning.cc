@@ -58,6 +58,8 @@ absl::StatusOr<RuntimeTuning> TuneRuntime(Decoder& decoder, std::optional<GemvFo
   say("prompt products", t.prompt.Describe());
   t.quantized = QuantizedProductsDescription(decoder);
   if (!t.quantized.empty()) say("quantized products", t.quantized);
+  t.decode_kernel = t.quantized.empty() ? std::string(GemvKernelName())
+                                        : absl::StrCat(QuantKernelName(), " integer products");
   return t;
 }
 

@@ -33,6 +33,10 @@ struct RuntimeTuning {
   // Q4_0 matrices keep rows grouped for them, and the prompt blocks this
   // core's L2 sized (model/quant.h); empty for float weights.
   std::string quantized;
+  // Who computes a decode step's products: the GEMV's path
+  // (GemvKernelName: "avx2+fma+f16c", "neon", "portable") for float
+  // weights, the integer products' (QuantKernelName) for quantized ones.
+  std::string decode_kernel;
 };
 
 // Tunes the process's kernels for `decoder` at libtorch's current thread

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/quant.h"
 #include "model/test_archs.h"
 #include "util/status_matchers.h"
 
@@ -39,6 +40,7 @@ TEST(RuntimeTuningTest, TunesInOrderAndLeavesThePicksSet) {
   EXPECT_EQ(t.pool.threads, 2);
   EXPECT_EQ(DecodeSplitWork(), t.split.work);
   EXPECT_THAT(t.quantized, IsEmpty());
+  EXPECT_EQ(t.decode_kernel, GemvKernelName());
   SetThreadPool(ThreadPool::kOpenMp);
   at::set_num_threads(threads);
 }
@@ -58,6 +60,7 @@ TEST(RuntimeTuningTest, ANamedFormIsSetAndQuantizedWeightsAreNamed) {
   EXPECT_THAT(lines[4], StartsWith("quantized products: "));
   EXPECT_THAT(t.quantized, HasSubstr("integer products; Q4_0 rows grouped"));
   EXPECT_EQ(t.quantized, QuantizedProductsDescription(d));
+  EXPECT_EQ(t.decode_kernel, std::string(QuantKernelName()) + " integer products");
   ASSERT_OK_AND_ASSIGN(Decoder f32, Decoder::Create(TinyMixedArch(), 3));
   EXPECT_THAT(QuantizedProductsDescription(f32), IsEmpty());
   EXPECT_THAT(QuantizedProductsDescription(d), Not(IsEmpty()));

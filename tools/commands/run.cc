@@ -140,8 +140,8 @@ int RunOnce(const RunOptions& cl, std::optional<GemvForm> form, Decoder& decoder
   // After the prompt products' pick, which the kernels line names.
   const std::string capped = CpuFeaturesCapNote();  // util/cpu_features.h
   std::printf("kernels: prompt matrix products %s; decode %s%s%s\n",
-              PromptKernelsDescription().c_str(), GemvKernelName(), capped.empty() ? "" : "; ",
-              capped.c_str());
+              PromptKernelsDescription().c_str(), tuning->decode_kernel.c_str(),
+              capped.empty() ? "" : "; ", capped.c_str());
   GenerateOptions o;
   o.max_new_tokens = cl.max_new_tokens;
   o.prefill_chunk = cl.prefill_chunk;
