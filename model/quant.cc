@@ -160,7 +160,7 @@ bool GroupQuantRows(torch::Tensor& w) {
     for (int64_t k = first; k < last; ++k) {
       uint8_t* group = data + k * group_bytes;
       std::memcpy(rows.data(), group, rows.size());
-      GroupQ4Blocks(rows.data(), row_bytes, blocks, group);
+      GroupBlocks<QuantType::kQ4_0>(rows.data(), row_bytes, blocks, group);
     }
   });
   w.set_data(w.view({groups, blocks, kQ4GroupBlockBytes}));

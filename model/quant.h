@@ -34,7 +34,7 @@ enum class QuantType { kQ4_0, kQ8_0 };
 inline constexpr int64_t kQuantBlock = 32;  // weights per block, both types
 
 inline constexpr int64_t kQ4BlockBytes = 18, kQ8BlockBytes = 34;
-inline int64_t QuantBlockBytes(QuantType t) {
+inline constexpr int64_t QuantBlockBytes(QuantType t) {
   return t == QuantType::kQ4_0 ? kQ4BlockBytes : kQ8BlockBytes;
 }
 // A block's scale d (its first two bytes, f16) as a float.
@@ -87,14 +87,26 @@ torch::Tensor DequantizeMatrix(const torch::Tensor& q);  // f32 [rows, cols], ei
 // faster grouped, over 512 MiB 1.6x (bench/quant_gemv, Xeon model 207; the
 // prompt kernel regrouped its rows per call before).
 inline constexpr int64_t kQ4GroupRows = 8, kQ4GroupBlockBytes = 144;
-// Eight rows' blocks (row_bytes apart, `blocks` each) as grouped blocks at
-// `out` (blocks * kQ4GroupBlockBytes bytes).
-inline void GroupQ4Blocks(const uint8_t* rows, int64_t row_bytes, int64_t blocks, uint8_t* out) {
-  for (int64_t b = 0; b < blocks; ++b, out += kQ4GroupBlockBytes) {
+// Q8_0 in the same form, for a prompt's products, which regroup its rows
+// per call on x86 (model/internal/quant_x86.inc): the eight scales, then
+// eight chunks of 32 bytes, chunk j holding bytes 4j..4j+3 of each row's 32
+// quants.
+inline constexpr int64_t kQ8GroupBlockBytes = 272;
+inline constexpr int64_t GroupBlockBytes(QuantType t) {
+  return t == QuantType::kQ4_0 ? kQ4GroupBlockBytes : kQ8GroupBlockBytes;
+}
+// Eight rows' blocks of type kType (row_bytes apart, `blocks` each) as
+// grouped blocks at `out` (blocks * GroupBlockBytes(kType) bytes).
+template <QuantType kType>
+inline void GroupBlocks(const uint8_t* rows, int64_t row_bytes, int64_t blocks, uint8_t* out) {
+  constexpr int64_t kChunks = (QuantBlockBytes(kType) - 2) / 4;
+  for (int64_t b = 0; b < blocks; ++b, out += GroupBlockBytes(kType)) {
     for (int64_t r = 0; r < kQ4GroupRows; ++r) {
-      const uint8_t* block = rows + r * row_bytes + b * kQ4BlockBytes;
+      const uint8_t* block = rows + r * row_bytes + b * QuantBlockBytes(kType);
       std::memcpy(out + 2 * r, block, 2);
-      for (int j = 0; j < 4; ++j) std::memcpy(out + 16 + 32 * j + 4 * r, block + 2 + 4 * j, 4);
+      for (int j = 0; j < kChunks; ++j) {
+        std::memcpy(out + 16 + 32 * j + 4 * r, block + 2 + 4 * j, 4);
+      }
     }
   }
 }

@@ -452,10 +452,11 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const QuantActs& x
     // Q8GroupTile), twice a block's weights at once (256 KiB on a 1 MiB
     // L2), each chunk against every token.
     const bool q4 = t == QuantType::kQ4_0, vnni_here = gemm == vnni::Gemm;
-    const auto grouped = q4 ? (vnni_here ? vnni::GemmQ4Grouped : avx2::GemmQ4Grouped)
-                            : (vnni_here ? vnni::GemmQ8Grouped : avx2::GemmQ8Grouped);
-    const int64_t regrouped_row =
-        blocks * (q4 ? kQ4GroupBlockBytes : vnni::kQ8GroupBlockBytes) / kQ4GroupRows;
+    const auto grouped = q4 ? (vnni_here ? vnni::GemmRegrouped<QuantType::kQ4_0>
+                                         : avx2::GemmRegrouped<QuantType::kQ4_0>)
+                            : (vnni_here ? vnni::GemmRegrouped<QuantType::kQ8_0>
+                                         : avx2::GemmRegrouped<QuantType::kQ8_0>);
+    const int64_t regrouped_row = blocks * GroupBlockBytes(t) / kQ4GroupRows;
     const int64_t rows_per = std::max<int64_t>(8, 2 * pb.weight_bytes / regrouped_row / 8 * 8);
     for (int64_t r0 = first; r0 < last; r0 += rows_per) {
       grouped(w, blocks, x, tokens, c, ldc, r0, std::min(last, r0 + rows_per));
