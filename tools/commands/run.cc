@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "device_agent/environment.h"
 #include "device_agent/protocol.h"
-#include "model/attention.h"
 #include "model/blas_core.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
