@@ -36,6 +36,7 @@
 #include "device_agent/protocol.h"
 #include "model/blas_core.h"
 #include "model/decoder.h"
+#include "model/generate.h"
 #include "model/op_times.h"
 #include "model/runtime_tuning.h"
 #include "proto/arch.pb.h"
@@ -211,13 +212,13 @@ int Main(int argc, char** argv) {
     {
       hilnas::OpTimer timer;
       for (int64_t i = 0; i < decode_tokens; ++i) {
-        torch::Tensor next;
+        int64_t next;
         {
           at::RecordFunctionGuard untimed(false);
-          next = logits.narrow(1, logits.size(1) - 1, 1).argmax(-1);
+          next = hilnas::GreedyPick(logits);
         }
         const auto t0 = Clock::now();
-        logits = decoder.ForwardCached(next, cache, /*last_only=*/true);
+        logits = decoder.ForwardToken(next, cache);
         wall += std::chrono::duration<double>(Clock::now() - t0).count();
       }
       Report("decode", wall, decode_tokens, timer);

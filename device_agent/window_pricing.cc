@@ -13,6 +13,7 @@
 #include "device_agent/environment.h"
 #include "device_agent/protocol.h"
 #include "model/decoder.h"
+#include "model/generate.h"
 #include "model/op_times.h"
 #include "model/runtime_tuning.h"
 #include "search_space/counts.h"
@@ -71,12 +72,12 @@ torch::Tensor Prefill(Decoder& d, const torch::Tensor& tokens, KvCache& cache) {
 // Greedy decode steps after `logits`; returns the last step's logits.
 torch::Tensor Decode(Decoder& d, torch::Tensor logits, KvCache& cache, int steps) {
   for (int i = 0; i < steps; ++i) {
-    torch::Tensor next;
+    int64_t next;
     {
       at::RecordFunctionGuard unhooked(false);  // the token choice is no kernel's time
-      next = logits.narrow(1, logits.size(1) - 1, 1).argmax(-1);
+      next = GreedyPick(logits);
     }
-    logits = d.ForwardCached(next, cache, /*last_only=*/true);
+    logits = d.ForwardToken(next, cache);
   }
   return logits;
 }

@@ -113,9 +113,13 @@ void StoreAndAttend(torch::Tensor& cache_k, torch::Tensor& cache_v, const float*
 }  // namespace
 
 bool DecoderImpl::CanDecodeInPlace(const torch::Tensor& tokens, const KvCache& cache) const {
+  return tokens.numel() == 1 && tokens.dim() == 2 && tokens.scalar_type() == torch::kLong &&
+         CanDecodeInPlace(cache);
+}
+
+bool DecoderImpl::CanDecodeInPlace(const KvCache& cache) const {
   if (!in_place_decode_ || dtype_ != torch::kFloat || torch::GradMode::is_enabled() ||
-      cache.slim() || tokens.numel() != 1 || tokens.dim() != 2 ||
-      tokens.scalar_type() != torch::kLong) {
+      cache.slim()) {
     return false;
   }
   for (int i = 0; i < arch_.num_layers; ++i) {

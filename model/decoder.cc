@@ -473,6 +473,16 @@ torch::Tensor Decoder::ForwardCached(const torch::Tensor& tokens, KvCache& cache
   return logits;
 }
 
+torch::Tensor Decoder::ForwardToken(int64_t token, KvCache& cache) {
+  if (!impl_->CanDecodeInPlace(cache)) {
+    return ForwardCached(torch::full({1, 1}, token, torch::kLong), cache, /*last_only=*/true);
+  }
+  CheckCapacity(cache, cache.length(), 1);
+  torch::Tensor logits = impl_->DecodeStep(token, cache);
+  cache.Advance(1);
+  return logits;
+}
+
 void Decoder::SetInPlaceDecode(bool on) { impl_->in_place_decode_ = on; }
 
 torch::Tensor Decoder::ForwardWithKv(const torch::Tensor& tokens, const std::vector<LayerKv>& kv,

@@ -182,6 +182,11 @@ class Decoder {
   // (DecodeStep in decode_step.cc), the same kernels without ATen dispatch.
   torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache, bool last_only);
 
+  // ForwardCached of the one token `token` ([1, 1]), last_only, without the
+  // token's tensor where the in-place step takes it: a generation loop's
+  // step, which otherwise pays a tensor's dispatch for one id.
+  torch::Tensor ForwardToken(int64_t token, KvCache& cache);
+
   // Off: ForwardCached decodes through the ATen modules, as prompts run
   // (for tests and benchmarks that compare the two). On by default.
   void SetInPlaceDecode(bool on);

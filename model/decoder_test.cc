@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
@@ -567,6 +570,46 @@ TEST(GenerateTest, GreedyTokensEqualArgmaxOfFullRecomputation) {
   EXPECT_THAT(g.stats.ToJson(), HasSubstr("\"ttft_ms\""));
 }
 
+// GreedyPick reads f32 rows itself, 64 values at a time: it must pick what
+// torch.argmax picks, ties (the first), NaNs (the first) and infinities
+// included, on each side of a block's edge; and anything not a
+// contiguous f32 row through ATen.
+TEST(GenerateTest, GreedyPickIsTorchsArgmaxOfTheLastRow) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  auto expect_same = [](const torch::Tensor& logits, const std::string& what) {
+    const int64_t n = logits.size(-1);
+    EXPECT_EQ(GreedyPick(logits), logits.reshape({-1, n})[-1].argmax().item<int64_t>()) << what;
+  };
+  for (int64_t n : {1, 2, 63, 64, 65, 129, 200, 4096}) {
+    torch::Tensor row = torch::randn({1, 1, n}, gen);
+    expect_same(row, absl::StrCat("random ", n));
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+      torch::Tensor tie = row.clone();
+      tie.view({-1})[at] = 100;
+      tie.view({-1})[n - 1 - (n - 1 - at) / 3] = 100;  // an equal, at or after the first
+      expect_same(tie, absl::StrCat("tie ", n, " at ", at));
+      torch::Tensor with_nan = tie.clone();
+      with_nan.view({-1})[n - 1 - at] = nan;
+      expect_same(with_nan, absl::StrCat("NaN ", n, " at ", n - 1 - at));
+      torch::Tensor with_inf = row.clone();
+      with_inf.view({-1})[at] = inf;
+      expect_same(with_inf, absl::StrCat("inf ", n, " at ", at));
+    }
+    expect_same(torch::full({1, 1, n}, -inf), absl::StrCat("all -inf ", n));
+  }
+  // A prompt's logits [1, T, V]: the last position's row.
+  torch::Tensor rows = torch::randn({1, 5, 300}, gen);
+  rows[0][1][7] = 1000;
+  expect_same(rows, "last of 5 rows");
+  EXPECT_NE(GreedyPick(rows), 7);
+  // Through ATen: double, half, a strided row.
+  expect_same(torch::randn({1, 1, 100}, gen).to(torch::kDouble), "double");
+  expect_same(torch::randn({1, 1, 100}, gen).to(torch::kHalf), "half");
+  expect_same(torch::randn({1, 200, 3}, gen).transpose(1, 2), "strided");
+}
+
 TEST(GenerateTest, RejectsTokensOutsideTheVocabulary) {
   Decoder d = MakeDouble(TinyMixedArch());
   EXPECT_THAT(GreedyGenerate(d, {1, 50}, GenerateOptions{}),
@@ -885,7 +928,35 @@ TEST(DecoderTest, InPlaceDecodeRefusesATokenOutsideTheVocabulary) {
   KvCache cache = d->NewCache(1, 4);
   EXPECT_THROW(d->ForwardCached(torch::full({1, 1}, 50, torch::kLong), cache, true), c10::Error);
   EXPECT_THROW(d->ForwardCached(torch::full({1, 1}, -1, torch::kLong), cache, true), c10::Error);
+  EXPECT_THROW(d->ForwardToken(50, cache), c10::Error);
+  EXPECT_THROW(d->ForwardToken(-1, cache), c10::Error);
   EXPECT_EQ(cache.length(), 0);
+}
+
+// ForwardToken is ForwardCached of a [1, 1] tensor, bit for bit, on the
+// in-place step (f32) and on the modules (a double decoder, which the
+// in-place step does not take), and refuses a full cache as it does.
+TEST(DecoderTest, ForwardTokenIsForwardCachedOfOneToken) {
+  for (const torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    auto a = Decoder::Create(TinyMixedArch(), 5, dtype);
+    auto b = Decoder::Create(TinyMixedArch(), 5, dtype);
+    ASSERT_TRUE(a.ok() && b.ok());
+    torch::NoGradGuard no_grad;
+    KvCache ca = a->NewCache(1, 12), cb = b->NewCache(1, 12);
+    const torch::Tensor prompt = Tokens(4, 50, 2);
+    a->ForwardCached(prompt, ca, true);
+    torch::Tensor lb = b->ForwardCached(prompt, cb, true);
+    for (int step = 0; step < 8; ++step) {
+      const int64_t next = GreedyPick(lb);
+      const torch::Tensor la = a->ForwardToken(next, ca);
+      lb = b->ForwardCached(torch::full({1, 1}, next, torch::kLong), cb, true);
+      ASSERT_EQ(la.sizes(), lb.sizes());
+      ASSERT_TRUE(torch::equal(la, lb)) << dtype << " step " << step;
+      ASSERT_EQ(ca.length(), cb.length());
+    }
+    EXPECT_THROW(a->ForwardToken(1, ca), c10::Error) << "a full cache";
+    EXPECT_EQ(ca.length(), 12);
+  }
 }
 
 }  // namespace

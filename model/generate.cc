@@ -1,6 +1,7 @@
 #include "model/generate.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,6 +43,44 @@ absl::Status ValidatePrompt(const std::vector<int64_t>& prompt, int64_t vocab_si
   return absl::OkStatus();
 }
 
+int64_t GreedyPick(const torch::Tensor& logits) {
+  TORCH_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, "GreedyPick: logits of shape ",
+              logits.sizes());
+  const int64_t n = logits.size(-1);
+  if (logits.scalar_type() != torch::kFloat || !logits.is_contiguous()) {
+    return logits.reshape({-1, n})[-1].argmax().item<int64_t>();
+  }
+  const float* p = logits.data_ptr<float>() + (logits.numel() - n);
+  float best = p[0];
+  int64_t at = 0;
+  // !(x <= best): x is larger, or NaN (which torch.argmax takes at once).
+  auto visit = [&](int64_t i) {
+    if (p[i] <= best) return false;
+    if (std::isnan(p[i])) return true;
+    best = p[i];
+    at = i;
+    return false;
+  };
+  if (std::isnan(best)) return 0;
+  int64_t i = 1;
+  // Blocks whose values are all <= the best so far change nothing; the
+  // count vectorizes (0.36 us for 4096 logits against 2.3 us a value at a
+  // time, Zen 4).
+  constexpr int64_t kBlock = 64;
+  for (; i + kBlock <= n; i += kBlock) {
+    int below = 0;
+    for (int64_t j = i; j < i + kBlock; ++j) below += p[j] <= best;
+    if (below == kBlock) continue;
+    for (int64_t j = i; j < i + kBlock; ++j) {
+      if (visit(j)) return j;
+    }
+  }
+  for (; i < n; ++i) {
+    if (visit(i)) return i;
+  }
+  return at;
+}
+
 absl::StatusOr<Generation> GenerateAfterPrefill(
     Decoder& decoder, int64_t prompt_tokens, int64_t prefill_chunk, const GenerateOptions& options,
     const std::function<torch::Tensor(KvCache&)>& prefill) {
@@ -61,14 +100,15 @@ absl::StatusOr<Generation> GenerateAfterPrefill(
     s.kv_cache_bytes = cache.bytes();
     torch::Tensor logits = prefill(cache);
     s.prompt_eval_end_ms = ms_since(t0);
-    auto next = logits.view({-1}).argmax();
-    g.tokens.push_back(next.item<int64_t>());
+    g.tokens.push_back(GreedyPick(logits));
     s.first_token_ms = ms_since(t0);
     bool go_on = !options.on_token || options.on_token(g.tokens.back());
     for (int64_t i = 1; go_on && i < options.max_new_tokens; ++i) {
-      logits = decoder.ForwardCached(next.view({1, 1}), cache, /*last_only=*/true);
-      next = logits.view({-1}).argmax();
-      g.tokens.push_back(next.item<int64_t>());
+      // No ATen operator between the steps (a tensor for the id, argmax,
+      // item: 6 us a token against full4's 0.17 ms q4_0 step on 2 Zen 4
+      // threads), as llama-bench's token loop has none.
+      logits = decoder.ForwardToken(g.tokens.back(), cache);
+      g.tokens.push_back(GreedyPick(logits));
       go_on = !options.on_token || options.on_token(g.tokens.back());
     }
     s.inference_end_ms = ms_since(t0);

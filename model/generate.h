@@ -58,6 +58,11 @@ absl::StatusOr<Generation> GreedyGenerate(Decoder& decoder, const std::vector<in
 torch::Tensor PrefillChunked(Decoder& decoder, const std::vector<int64_t>& prompt, int64_t chunk,
                              KvCache& cache);
 
+// The greedy choice from logits [..., vocab]: the index of the largest
+// value in the last row, the first of equals, a NaN's if there is one
+// (torch.argmax's). f32 rows are read in place, anything else through ATen.
+int64_t GreedyPick(const torch::Tensor& logits);
+
 // INVALID_ARGUMENT for an empty prompt or an id outside the vocabulary.
 absl::Status ValidatePrompt(const std::vector<int64_t>& prompt, int64_t vocab_size);
 

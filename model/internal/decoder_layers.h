@@ -616,9 +616,11 @@ class DecoderImpl : public torch::nn::Module {
     return Head(x);
   }
 
-  // Whether DecodeStep can take `tokens` into `cache`: one token, f32
-  // activations, inference, batch 1, the standard cache layout with storage
-  // for every attention layer.
+  // Whether DecodeStep can take a token into `cache`: f32 activations,
+  // inference, batch 1, the standard cache layout with storage for every
+  // attention layer.
+  bool CanDecodeInPlace(const KvCache& cache) const;
+  // The same for `tokens`, which must also be one token id, [1, 1] int64.
   bool CanDecodeInPlace(const torch::Tensor& tokens, const KvCache& cache) const;
 
   // One token through the model (ForwardCached's decode step) in raw loops
