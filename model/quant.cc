@@ -218,10 +218,10 @@ namespace {
 // c[i * ldc + o] = w[o] . x_i for rows o in [first, last) of w in either
 // form. A grouped matrix computes the groups whose first row lies in
 // [first, last), whole (their rows past `last` too): any split of a
-// matrix's rows into ranges computes each group once.
-template <typename X>  // const uint8_t* (bare rows) or QuantActs
-void QuantRowsInto(const torch::Tensor& w, const X& x, int64_t tokens, float* c, int64_t ldc,
-                   int64_t first, int64_t last, KernelPath path) {
+// matrix's rows into ranges computes each group once. x comes with its
+// terms, made once by the caller for every range.
+void QuantRowsInto(const torch::Tensor& w, const QuantActs& x, int64_t tokens, float* c,
+                   int64_t ldc, int64_t first, int64_t last, KernelPath path) {
   const int64_t blocks = w.size(1);
   const uint8_t* data = w.data_ptr<uint8_t>();
   if (!QuantGrouped(w)) {
@@ -245,13 +245,22 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
                 "WeightGemv: quantized matrices must be contiguous, of one type and width");
     rows[m] = QuantRows(w);
   }
+  // x as Q8_0 blocks and their terms (scales as floats, sums), made once
+  // on the caller: a kernel given bare blocks makes the terms each call,
+  // and the spin pool runs a share in up to 8 calls (full4's down
+  // product, 48 blocks: about 0.28 us a call against 5 for half its rows).
   thread_local AlignedVector<uint8_t> xq;
+  thread_local AlignedVector<float> xd;
+  thread_local AlignedVector<int32_t> xs;
   xq.resize(static_cast<size_t>(blocks * kQ8BlockBytes));
+  xd.resize(static_cast<size_t>(blocks));
+  xs.resize(static_cast<size_t>(blocks));
   QuantizeActivationsFast(x, blocks * kQuantBlock, xq.data());
-  const uint8_t* xp = xq.data();
+  QuantActTerms(xq.data(), blocks, 1, xd.data(), xs.data());
+  const QuantActs acts{xq.data(), blocks * kQ8BlockBytes, xd.data(), xs.data()};
   ParallelForRowsOf({rows, n}, QuantGemvGrainRows(blocks * kQuantBlock),
                     [&](size_t m, int64_t first, int64_t last) {
-                      QuantRowsInto(*products[m].w, xp, 1, products[m].y, 0, first, last, path);
+                      QuantRowsInto(*products[m].w, acts, 1, products[m].y, 0, first, last, path);
                     });
 }
 
@@ -305,17 +314,17 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
   TORCH_CHECK(x.size(-1) == cols, "QuantMatmul: x has ", x.size(-1), " columns, w ", cols);
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
-  // Activations once for every matrix, as Q8_0 rows; a prompt's with their
-  // terms (QuantActs), once for every piece of every matrix.
+  // Activations once for every matrix, as Q8_0 rows with their terms
+  // (QuantActs), once for every piece of every matrix.
   AlignedVector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
-  AlignedVector<float> xd(static_cast<size_t>(tokens > 1 ? tokens * blocks : 0));
+  AlignedVector<float> xd(static_cast<size_t>(tokens * blocks));
   AlignedVector<int32_t> xs(xd.size());
   const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
       uint8_t* row = xq.data() + i * blocks * kQ8BlockBytes;
       QuantizeActivationsFast(xp + i * cols, cols, row);
-      if (tokens > 1) QuantActTerms(row, blocks, 1, &xd[i * blocks], &xs[i * blocks]);
+      QuantActTerms(row, blocks, 1, &xd[i * blocks], &xs[i * blocks]);
     }
   });
   const QuantActs acts{xq.data(), blocks * kQ8BlockBytes, xd.data(), xs.data()};
@@ -332,8 +341,8 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
     for (const torch::Tensor& w : wcs) rows.push_back(QuantRows(w));
     ParallelForRowsOf(rows, QuantGemvGrainRows(blocks * kQuantBlock),
                       [&](size_t m, int64_t first, int64_t last) {
-                        QuantRowsInto(wcs[m], xq.data(), 1, outs[m].data_ptr<float>(), 0, first,
-                                      last, KernelPath::kBest);
+                        QuantRowsInto(wcs[m], acts, 1, outs[m].data_ptr<float>(), 0, first, last,
+                                      KernelPath::kBest);
                       });
   } else {
     PromptProducts(wcs, acts, tokens, outs);
