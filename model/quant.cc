@@ -215,6 +215,9 @@ int64_t QuantGemvGrainRows(int64_t cols) {
 
 namespace {
 
+// The first group of a grouped matrix whose first row is `row` or after.
+int64_t GroupFrom(int64_t row) { return (row + kQ4GroupRows - 1) / kQ4GroupRows; }
+
 // c[i * ldc + o] = w[o] . x_i for rows o in [first, last) of w in either
 // form. A grouped matrix computes the groups whose first row lies in
 // [first, last), whole (their rows past `last` too): any split of a
@@ -227,8 +230,7 @@ void QuantRowsInto(const torch::Tensor& w, const QuantActs& x, int64_t tokens, f
   if (!QuantGrouped(w)) {
     return QuantGemm(*QuantTypeOf(w), data, blocks, x, tokens, c, ldc, first, last, path);
   }
-  const int64_t g0 = (first + kQ4GroupRows - 1) / kQ4GroupRows;
-  const int64_t g1 = (last + kQ4GroupRows - 1) / kQ4GroupRows;
+  const int64_t g0 = GroupFrom(first), g1 = GroupFrom(last);
   if (g0 < g1) QuantGroupsGemm(data, blocks, x, tokens, c, ldc, g0, g1, path);
 }
 
@@ -238,13 +240,21 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   const torch::Tensor& w0 = *products[0].w;
   const QuantType t = QuantTypeOf(w0).value();
   const int64_t blocks = w0.size(1);
+  // Each matrix's rows, data and form, read once here: the pieces below
+  // call the kernels with no tensor in between.
   int64_t rows[8];
+  const uint8_t* data[8];
+  bool grouped[8];
+  TORCH_CHECK(n <= 8, "WeightGemv: at most 8 products a call, not ", n);
   for (size_t m = 0; m < n; ++m) {
     const torch::Tensor& w = *products[m].w;
     TORCH_CHECK(QuantTypeOf(w) == t && w.size(1) == blocks && w.is_contiguous(),
                 "WeightGemv: quantized matrices must be contiguous, of one type and width");
     rows[m] = QuantRows(w);
+    data[m] = w.data_ptr<uint8_t>();
+    grouped[m] = QuantGrouped(w);
   }
+  const OneTokenKernels kernels = QuantOneTokenKernels(path);
   // x as Q8_0 blocks and their terms (scales as floats, sums), made once
   // on the caller: a kernel given bare blocks makes the terms each call,
   // and the spin pool runs a share in up to 8 calls (full4's down
@@ -260,7 +270,14 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
   const QuantActs acts{xq.data(), blocks * kQ8BlockBytes, xd.data(), xs.data()};
   ParallelForRowsOf({rows, n}, QuantGemvGrainRows(blocks * kQuantBlock),
                     [&](size_t m, int64_t first, int64_t last) {
-                      QuantRowsInto(*products[m].w, acts, 1, products[m].y, 0, first, last, path);
+                      if (!grouped[m]) {
+                        return kernels.rows(t, data[m], blocks, acts, 1, products[m].y, 0, first,
+                                            last);
+                      }
+                      // The groups whose first row is in [first, last), as QuantRowsInto.
+                      const int64_t g0 = GroupFrom(first), g1 = GroupFrom(last);
+                      if (g0 < g1)
+                        kernels.groups(data[m], blocks, acts, 1, products[m].y, 0, g0, g1);
                     });
 }
 

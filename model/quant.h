@@ -213,6 +213,19 @@ void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const QuantActs& x, 
                      float* c, int64_t ldc, int64_t first, int64_t last,
                      KernelPath path = KernelPath::kBest);
 
+// The kernels QuantGemm (rows as stored) and QuantGroupsGemm (grouped
+// Q4_0) run for `path` on this CPU, chosen once for callers that make many
+// calls of one token (a decode product's pieces, each otherwise asking the
+// CPU's features and the tensor's form again): with tokens 1, the same
+// bits as those two.
+struct OneTokenKernels {
+  void (*rows)(QuantType t, const uint8_t* w, int64_t blocks, const QuantActs& x, int64_t tokens,
+               float* c, int64_t ldc, int64_t first, int64_t last);
+  void (*groups)(const uint8_t* groups, int64_t blocks, const QuantActs& x, int64_t tokens,
+                 float* c, int64_t ldc, int64_t first, int64_t last);
+};
+OneTokenKernels QuantOneTokenKernels(KernelPath path);
+
 // WeightGemvsInto (model/gemv.h) for quantized matrices of one type and
 // width: x quantized once into a per-thread buffer (no allocation after the
 // first call), the products' rows split across libtorch's threads.

@@ -368,6 +368,41 @@ namespace {
 using GroupsKernel = void (*)(const uint8_t*, int64_t, const Acts&, int64_t, float*, int64_t,
                               int64_t, int64_t);
 
+using RowsKernel = void (*)(QuantType, const uint8_t*, int64_t, const Acts&, int64_t, float*,
+                            int64_t, int64_t, int64_t);
+
+// The kernel QuantGemm runs for `path` on this CPU.
+RowsKernel RowsKernelFor(KernelPath path) {
+  if (path == KernelPath::kPortable) return GemmPortable;
+#if defined(__x86_64__)
+  if (path == KernelPath::kBest && HasVnni()) return vnni::Gemm;
+  if (HasQuantAvx2()) return avx2::Gemm;
+#elif defined(__aarch64__)
+  if (KernelCpuFeatures().neon) {
+    return path != KernelPath::kBest ? neon::Gemm
+           : HasMatMulInt8()         ? neon_mm::Gemm  // SDOT's; SMMLA (QuantGemm) for two tokens up
+           : HasDotProduct()         ? neon_dot::Gemm
+                                     : neon::Gemm;
+  }
+#endif
+  return GemmPortable;
+}
+
+// The kernel QuantGroupsGemm runs for `path` on this CPU.
+GroupsKernel GroupsKernelFor(KernelPath path) {
+  if (path == KernelPath::kPortable) return GemmGroupsPortable;
+#if defined(__x86_64__)
+  if (HasQuantAvx2())
+    return path == KernelPath::kBest && HasVnni() ? vnni::GemmGroups : avx2::GemmGroups;
+#elif defined(__aarch64__)
+  if (KernelCpuFeatures().neon) {
+    if (path == KernelPath::kBest && HasMatMulInt8()) return neon_mm::GemmGroupsPairs;
+    return path == KernelPath::kBest && HasDotProduct() ? neon_dot::GemmGroups : neon::GemmGroups;
+  }
+#endif
+  return GemmGroupsPortable;
+}
+
 // A prompt over grouped Q4_0 in blocks that stay in cache together, as
 // QuantGemm's row form runs (TokensPerBlock, GroupsPerBlock). A kernel
 // given all its groups at once sweeps them for every tile of four tokens:
@@ -398,24 +433,19 @@ void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const uint8_t* xq, i
 }
 
 void QuantGroupsGemm(const uint8_t* groups, int64_t blocks, const QuantActs& x, int64_t tokens,
-                     float* c, int64_t ldc, int64_t first, int64_t last,
-                     [[maybe_unused]] KernelPath path) {  // one path but on x86 and aarch64
-#if defined(__x86_64__)
-  if (path != KernelPath::kPortable && HasQuantAvx2()) {
-    const auto gemm = path == KernelPath::kBest && HasVnni() ? vnni::GemmGroups : avx2::GemmGroups;
-    return GroupsInBlocks(gemm, groups, blocks, x, tokens, c, ldc, first, last);
-  }
-#elif defined(__aarch64__)
-  if (path != KernelPath::kPortable && KernelCpuFeatures().neon) {
-    if (path == KernelPath::kBest && HasMatMulInt8()) {  // blocks of its own (token pairs)
-      return neon_mm::GemmGroupsPairs(groups, blocks, x, tokens, c, ldc, first, last);
-    }
-    const auto gemm =
-        path == KernelPath::kBest && HasDotProduct() ? neon_dot::GemmGroups : neon::GemmGroups;
-    return GroupsInBlocks(gemm, groups, blocks, x, tokens, c, ldc, first, last);
+                     float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
+  const GroupsKernel gemm = GroupsKernelFor(path);
+#if defined(__aarch64__)
+  if (gemm == neon_mm::GemmGroupsPairs) {  // blocks of its own (token pairs)
+    return gemm(groups, blocks, x, tokens, c, ldc, first, last);
   }
 #endif
-  GemmGroupsPortable(groups, blocks, x, tokens, c, ldc, first, last);
+  if (gemm == GemmGroupsPortable) return gemm(groups, blocks, x, tokens, c, ldc, first, last);
+  GroupsInBlocks(gemm, groups, blocks, x, tokens, c, ldc, first, last);
+}
+
+OneTokenKernels QuantOneTokenKernels(KernelPath path) {
+  return {RowsKernelFor(path), GroupsKernelFor(path)};
 }
 
 void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq, int64_t tokens,
@@ -425,25 +455,7 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const uint8_t* xq,
 
 void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const QuantActs& x, int64_t tokens,
                float* c, int64_t ldc, int64_t first, int64_t last, KernelPath path) {
-  using Kernel = void (*)(QuantType, const uint8_t*, int64_t, const Acts&, int64_t, float*, int64_t,
-                          int64_t, int64_t);
-  Kernel gemm = GemmPortable;
-  if (path != KernelPath::kPortable) {
-#if defined(__x86_64__)
-    if (path == KernelPath::kBest && HasVnni()) {
-      gemm = vnni::Gemm;
-    } else if (HasQuantAvx2()) {
-      gemm = avx2::Gemm;
-    }
-#elif defined(__aarch64__)
-    if (KernelCpuFeatures().neon) {
-      gemm = path != KernelPath::kBest ? neon::Gemm
-             : HasMatMulInt8()         ? neon_mm::Gemm  // SDOT's; SMMLA below for two tokens up
-             : HasDotProduct()         ? neon_dot::Gemm
-                                       : neon::Gemm;
-    }
-#endif
-  }
+  const RowsKernel gemm = RowsKernelFor(path);
   if (tokens == 1) return gemm(t, w, blocks, x, tokens, c, ldc, first, last);
   const PromptBlocks pb = QuantPromptBlocks();
 #if defined(__x86_64__)
