@@ -170,9 +170,9 @@ for shape in "${shape_list[@]}"; do
             rt=$(awk -v a="$ht" -v b="$lt" 'BEGIN {printf "%.2fx", a / b}')
             rd=$(awk -v a="$hd" -v b="$ld" 'BEGIN {printf "%.2fx", a / b}')
             lt=$(printf '%.1f' "$lt")
-            ld=$(printf '%.2f' "$ld")
+            ld=$(printf '%.3f' "$ld")
           fi
-          printf '| %s | %s | %s | %s | %.1f | %s | %s | %.2f | %s | %s |\n' "$v" "$pr" "$t" "$p" "$ht" \
+          printf '| %s | %s | %s | %s | %.1f | %s | %s | %.3f | %s | %s |\n' "$v" "$pr" "$t" "$p" "$ht" \
             "$lt" "$rt" "$hd" "$ld" "$rd"
           echo "$v $t $p $ht $hd" >>"$W/all.txt"
         done

@@ -18,7 +18,8 @@
 # Prints each round's row (ms at T1 / T2 and the quotient, prefill = TTFT of
 # the prompt, decode = ms/token of 64 tokens after it), then the medians of
 # the rounds' quotients and their ratio hilnas / llama.cpp (>= 1: hilnas
-# scales at least as well).
+# scales at least as well), the same round by round, and the same from
+# each runtime's fastest round at each thread count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMPTS="${1:-256,2048}"
@@ -55,10 +56,11 @@ for r in $(seq "$ROUNDS"); do
         $2 ~ /full4/ && s($3) == pr && s($5) == p { ht[s($4)] = s($6); lt[s($4)] = s($7); hd[s($4)] = s($9); ld[s($4)] = s($10) }
         END {
           if (!(t1 in ht) || !(t2 in ht)) { print "no rows for " pr " " p > "/dev/stderr"; exit 1 }
-          printf "| %s | %s | %s | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.2f / %.2f | %.2f | %.2f / %.2f | %.2f | %s / %s |\n",
+          printf "| %s | %s | %s | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.3f / %.3f | %.2f | %.3f / %.3f | %.2f | %s / %s |\n",
             r, pr, p, ht[t1], ht[t2], ht[t1] / ht[t2], lt[t1], lt[t2], lt[t1] / lt[t2],
             hd[t1], hd[t2], hd[t1] / hd[t2], ld[t1], ld[t2], ld[t1] / ld[t2], k1, k2
-          print pr, p, ht[t1] / ht[t2], lt[t1] / lt[t2], hd[t1] / hd[t2], ld[t1] / ld[t2] >> "'"$W/x.txt"'"
+          print pr, p, ht[t1] / ht[t2], lt[t1] / lt[t2], hd[t1] / hd[t2], ld[t1] / ld[t2],
+            ht[t1], ht[t2], lt[t1], lt[t2], hd[t1], hd[t2], ld[t1], ld[t2] >> "'"$W/x.txt"'"
         }' "$W/round.md"
     done
   done
@@ -101,6 +103,25 @@ for pr in "${precision_list[@]}"; do
       END {
         fm = median(f, n); gm = median(g, n)  # sorted in place: f[1], f[n] are the range
         printf "| %s | %s | **%.2f** (%.2f-%.2f) | %d of %d | **%.2f** (%.2f-%.2f) | %d of %d |\n", pr, p, fm, f[1], f[n], fa, n, gm, g[1], g[n], ga, n
+      }' "$W/x.txt"
+  done
+done
+# And from each runtime's fastest round at each thread count: a shared
+# host's noise only adds time (a vCPU whose host core is busy, a
+# neighbour's memory traffic), so the minimum of a column is the nearest
+# to a quiet host's figure, and min(T1) / min(T2) the scaling that host
+# would show, whichever rounds the minima came from.
+echo
+echo "| weights | prompt | prefill x from the fastest rounds: hilnas | llama.cpp | hilnas / llama.cpp | decode x: hilnas | llama.cpp | hilnas / llama.cpp |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for pr in "${precision_list[@]}"; do
+  for p in "${prompt_list[@]}"; do
+    awk -v pr="$pr" -v p="$p" '
+      function lo(i, v) { if (!(i in m) || v < m[i]) m[i] = v }
+      $1 == pr && $2 == p { for (i = 7; i <= 14; i++) lo(i, $i) }
+      END {
+        hp = m[7] / m[8]; lp = m[9] / m[10]; hd = m[11] / m[12]; ld = m[13] / m[14]
+        printf "| %s | %s | %.2f | %.2f | **%.2f** | %.2f | %.2f | **%.2f** |\n", pr, p, hp, lp, hp / lp, hd, ld, hd / ld
       }' "$W/x.txt"
   done
 done

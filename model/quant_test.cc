@@ -226,6 +226,38 @@ TEST(QuantTest, GroupedQ4RowsHoldTheSameWeightsAndProducts) {
   }
 }
 
+// The kernels chosen once for a decode product's pieces are the ones
+// QuantGemm and QuantGroupsGemm run: one token's products, bit for bit, on
+// every path, for a range of rows (grouped: of groups) inside the matrix.
+TEST(QuantTest, OneTokenKernelsAreTheProductsKernels) {
+  const int64_t rows = 48, cols = 320, blocks = cols / 32;
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
+    const torch::Tensor q = QuantizeMatrix(Random(rows, cols, 21), t).value();
+    torch::Tensor g = q.clone();
+    const bool grouped = t == QuantType::kQ4_0 && GroupQuantRows(g);
+    const std::vector<uint8_t> xq = Activations(Random(1, cols, 22));
+    std::vector<float> xd(blocks);
+    std::vector<int32_t> xs(blocks);
+    QuantActTerms(xq.data(), blocks, 1, xd.data(), xs.data());
+    const QuantActs acts{xq.data(), blocks * 34, xd.data(), xs.data()};
+    for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
+      const OneTokenKernels k = QuantOneTokenKernels(path);
+      std::vector<float> want(rows, -1.0f), got(rows, -1.0f);
+      QuantGemm(t, q.data_ptr<uint8_t>(), blocks, xq.data(), 1, want.data(), 0, 8, 40, path);
+      k.rows(t, q.data_ptr<uint8_t>(), blocks, acts, 1, got.data(), 0, 8, 40);
+      EXPECT_EQ(got, want) << QuantTypeName(t) << " rows, path " << static_cast<int>(path);
+      if (!grouped) continue;
+      std::fill(want.begin(), want.end(), -1.0f);
+      std::fill(got.begin(), got.end(), -1.0f);
+      QuantGroupsGemm(g.data_ptr<uint8_t>(), blocks, xq.data(), 1, want.data(), 0, 1, 5, path);
+      k.groups(g.data_ptr<uint8_t>(), blocks, acts, 1, got.data(), 0, 1, 5);
+      EXPECT_EQ(got, want) << "groups, path " << static_cast<int>(path);
+      EXPECT_EQ(got[7], -1.0f);  // rows 8..39 only
+      EXPECT_NE(got[8], -1.0f);
+    }
+  }
+}
+
 // The prompt blocks follow the L2 a thread has (three quarters of it of
 // activations, an eighth of weights, clamped), and no block size changes
 // an output's bits: each output sums its row's blocks in one order.
