@@ -276,8 +276,9 @@ void QuantGemvsInto(const GemvProduct* products, size_t n, const float* x, Kerne
                       }
                       // The groups whose first row is in [first, last), as QuantRowsInto.
                       const int64_t g0 = GroupFrom(first), g1 = GroupFrom(last);
-                      if (g0 < g1)
+                      if (g0 < g1) {
                         kernels.groups(data[m], blocks, acts, 1, products[m].y, 0, g0, g1);
+                      }
                     });
 }
 
