@@ -464,6 +464,15 @@ void QuantGemm(QuantType t, const uint8_t* w, int64_t blocks, const QuantActs& x
     // Q8GroupTile), twice a block's weights at once (256 KiB on a 1 MiB
     // L2), each chunk against every token.
     const bool q4 = t == QuantType::kQ4_0, vnni_here = gemm == vnni::Gemm;
+    // A few tokens (a decode call's query rows over a Q8_0 cache's keys):
+    // the rows read where they lie, the same bits (quant_x86.inc's
+    // GemmQ8Rows). full4's heads at 2048 keys, 4 rows a KV head, 1 Zen 4
+    // thread (`attention_bench --decode-caches 1`): a decode call 74.9-76.0
+    // us regrouped, 64.0-66.0 not.
+    if (!q4 && tokens <= kTokenTile) {
+      return (vnni_here ? vnni::GemmQ8Rows : avx2::GemmQ8Rows)(w, blocks, x, tokens, c, ldc, first,
+                                                               last);
+    }
     const auto grouped = q4 ? (vnni_here ? vnni::GemmRegrouped<QuantType::kQ4_0>
                                          : avx2::GemmRegrouped<QuantType::kQ4_0>)
                             : (vnni_here ? vnni::GemmRegrouped<QuantType::kQ8_0>

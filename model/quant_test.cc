@@ -258,6 +258,29 @@ TEST(QuantTest, OneTokenKernelsAreTheProductsKernels) {
   }
 }
 
+// A few tokens' Q8_0 products (a decode call's query rows over a Q8_0
+// cache) read the rows where they lie; more tokens regroup them first. The
+// two give each (row, token) the same bits: the first tokens of a long
+// call equal a short call's, on every path, rows off a group of eight
+// included. (One token is a GEMV's row form, with sums of its own.)
+TEST(QuantTest, FewTokensQ8ProductsKeepTheRegroupedBits) {
+  const int64_t rows = 45, cols = 320, blocks = cols / 32, tokens = 16;
+  const torch::Tensor q = QuantizeMatrix(Random(rows, cols, 23), QuantType::kQ8_0).value();
+  const std::vector<uint8_t> xq = Activations(Random(tokens, cols, 24));
+  for (KernelPath path : {KernelPath::kBest, KernelPath::kBaseline, KernelPath::kPortable}) {
+    std::vector<float> many(tokens * rows);
+    QuantGemm(QuantType::kQ8_0, q.data_ptr<uint8_t>(), blocks, xq.data(), tokens, many.data(), rows,
+              0, rows, path);
+    for (int64_t few : {2, 3, 4}) {
+      std::vector<float> got(few * rows);
+      QuantGemm(QuantType::kQ8_0, q.data_ptr<uint8_t>(), blocks, xq.data(), few, got.data(), rows,
+                0, rows, path);
+      EXPECT_EQ(got, std::vector<float>(many.begin(), many.begin() + few * rows))
+          << few << " tokens, path " << static_cast<int>(path);
+    }
+  }
+}
+
 // The prompt blocks follow the L2 a thread has (three quarters of it of
 // activations, an eighth of weights, clamped), and no block size changes
 // an output's bits: each output sums its row's blocks in one order.
