@@ -332,37 +332,38 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
   TORCH_CHECK(x.size(-1) == cols, "QuantMatmul: x has ", x.size(-1), " columns, w ", cols);
   const torch::Tensor xf = x.reshape({-1, cols}).to(torch::kFloat).contiguous();
   const int64_t tokens = xf.size(0);
-  // Activations once for every matrix, as Q8_0 rows with their terms
-  // (QuantActs), once for every piece of every matrix.
-  AlignedVector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
-  AlignedVector<float> xd(static_cast<size_t>(tokens * blocks));
-  AlignedVector<int32_t> xs(xd.size());
-  const float* xp = xf.data_ptr<float>();
-  at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
-    for (int64_t i = first; i < last; ++i) {
-      uint8_t* row = xq.data() + i * blocks * kQ8BlockBytes;
-      QuantizeActivationsFast(xp + i * cols, cols, row);
-      QuantActTerms(row, blocks, 1, &xd[i * blocks], &xs[i * blocks]);
-    }
-  });
-  const QuantActs acts{xq.data(), blocks * kQ8BlockBytes, xd.data(), xs.data()};
   std::vector<torch::Tensor> wcs, outs;
   for (const torch::Tensor& w : ws) {
     wcs.push_back(w.contiguous());
     outs.push_back(
         torch::empty({tokens, QuantRows(w)}, torch::TensorOptions().dtype(torch::kFloat)));
   }
-  if (tokens == 1) {
-    // One token: every matrix's rows in one split, as the decode step's
-    // products (QuantGemvsInto).
-    std::vector<int64_t> rows;
-    for (const torch::Tensor& w : wcs) rows.push_back(QuantRows(w));
-    ParallelForRowsOf(rows, QuantGemvGrainRows(blocks * kQuantBlock),
-                      [&](size_t m, int64_t first, int64_t last) {
-                        QuantRowsInto(wcs[m], acts, 1, outs[m].data_ptr<float>(), 0, first, last,
-                                      KernelPath::kBest);
-                      });
+  const bool one_type = std::all_of(ws.begin(), ws.end(), [&](const torch::Tensor& w) {
+    return QuantTypeOf(w) == QuantTypeOf(ws[0]);
+  });
+  if (tokens == 1 && one_type && ws.size() <= 8) {
+    // One token: the decode step's products (QuantGemvsInto), every
+    // matrix's rows in one split. (Mixed types, or more matrices than it
+    // takes, go through the prompt's products, the same bits a row.)
+    std::vector<GemvProduct> products;
+    for (size_t m = 0; m < wcs.size(); ++m)
+      products.push_back({&wcs[m], outs[m].data_ptr<float>()});
+    QuantGemvsInto(products.data(), products.size(), xf.data_ptr<float>(), KernelPath::kBest);
   } else {
+    // Activations once for every matrix, as Q8_0 rows with their terms
+    // (QuantActs), once for every piece of every matrix.
+    AlignedVector<uint8_t> xq(static_cast<size_t>(tokens * blocks * kQ8BlockBytes));
+    AlignedVector<float> xd(static_cast<size_t>(tokens * blocks));
+    AlignedVector<int32_t> xs(xd.size());
+    const float* xp = xf.data_ptr<float>();
+    at::parallel_for(0, tokens, 16, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        uint8_t* row = xq.data() + i * blocks * kQ8BlockBytes;
+        QuantizeActivationsFast(xp + i * cols, cols, row);
+        QuantActTerms(row, blocks, 1, &xd[i * blocks], &xs[i * blocks]);
+      }
+    });
+    const QuantActs acts{xq.data(), blocks * kQ8BlockBytes, xd.data(), xs.data()};
     PromptProducts(wcs, acts, tokens, outs);
   }
   for (size_t m = 0; m < outs.size(); ++m) {

@@ -392,8 +392,9 @@ RowsKernel RowsKernelFor(KernelPath path) {
 GroupsKernel GroupsKernelFor(KernelPath path) {
   if (path == KernelPath::kPortable) return GemmGroupsPortable;
 #if defined(__x86_64__)
-  if (HasQuantAvx2())
+  if (HasQuantAvx2()) {
     return path == KernelPath::kBest && HasVnni() ? vnni::GemmGroups : avx2::GemmGroups;
+  }
 #elif defined(__aarch64__)
   if (KernelCpuFeatures().neon) {
     if (path == KernelPath::kBest && HasMatMulInt8()) return neon_mm::GemmGroupsPairs;
