@@ -16,10 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include <sched.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/cpu_caches.h"
 #include "util/median.h"
 
 namespace hilnas {
@@ -37,8 +36,8 @@ std::atomic<int64_t> revoked{0}, pieces_taken{0}, callers_pieces_taken{0};
 // CPUs this process may run on (its affinity mask, which a pinned agent
 // narrows), at least 1.
 unsigned UsableCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  const size_t cpus = AffinityCpus().size();
+  if (cpus > 0) return static_cast<unsigned>(cpus);
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -52,18 +53,6 @@ absl::StatusOr<int64_t> ParseSize(const std::string& path, absl::string_view tex
 // The smaller of a level's known shares.
 void Smallest(int64_t& level, int64_t share) {
   level = level == 0 ? share : std::min(level, share);
-}
-
-std::vector<int> AffinityCpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    }
-  }
-  return cpus;
 }
 
 CpuCaches SysconfCaches() {
@@ -198,6 +187,29 @@ CpuCaches HostCpuCaches() {
 const CpuCaches& KernelCpuCaches() {
   static const CpuCaches caches = HostCpuCaches();
   return caches;
+}
+
+std::string FormatCpuList(const std::vector<int>& cpus) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    runs.push_back(j == i ? absl::StrCat(cpus[i]) : absl::StrCat(cpus[i], "-", cpus[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(runs, ",");
+}
+
+std::vector<int> AffinityCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+  return cpus;
 }
 
 }  // namespace hilnas

@@ -48,6 +48,14 @@ absl::StatusOr<CpuCaches> ReadSysfsCaches(const std::string& cpu_root,
 // "0-3,6" -> {0, 1, 2, 3, 6}; InvalidArgument for anything else (a range
 // backwards, a CPU above 65535).
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
+// ParseCpuList's inverse: ascending CPUs as runs, {0, 1, 2, 3, 6} -> "0-3,6";
+// {} -> "".
+std::string FormatCpuList(const std::vector<int>& cpus);
+
+// The CPUs the calling thread may run on (its affinity mask, which a
+// pinned agent or taskset narrows), ascending; empty where the mask cannot
+// be read.
+std::vector<int> AffinityCpus();
 
 // What sysfs gave, each level it left unknown taken from sysconf's; all
 // of sysconf's where sysfs failed (its error in `source` where a file was

@@ -1,5 +1,6 @@
 #include "util/cpu_caches.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -63,6 +64,22 @@ TEST(CpuCachesTest, ParsesCpuLists) {
   for (const char* bad : {"", "3-1", "x", "1-", "-2", "1-2-3", "0-70000", "1,,a", " , "}) {
     EXPECT_FALSE(ParseCpuList(bad).ok()) << bad;
   }
+}
+
+// FormatCpuList writes what ParseCpuList reads, runs and single CPUs.
+TEST(CpuCachesTest, FormatsCpuListsAsTheyAreParsed) {
+  EXPECT_EQ(FormatCpuList({0, 1, 2, 3, 6}), "0-3,6");
+  EXPECT_EQ(FormatCpuList({5}), "5");
+  EXPECT_EQ(FormatCpuList({0, 2, 4, 5}), "0,2,4-5");
+  EXPECT_EQ(FormatCpuList({}), "");
+  for (const char* text : {"0-3,6", "1", "0,2,4-5", "7-9,11-12,15"}) {
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(text);
+    ASSERT_TRUE(cpus.ok()) << text;
+    EXPECT_EQ(FormatCpuList(*cpus), text);
+  }
+  const std::vector<int> mine = AffinityCpus();
+  EXPECT_FALSE(mine.empty());
+  EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()));
 }
 
 TEST(CpuCachesTest, SharesASharedCacheAmongTheProcesssCpus) {

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "util/cpu_caches.h"
 #include "util/status_macros.h"
 
 namespace hilnas {
@@ -266,33 +267,12 @@ bool KeepFreedMemory() {
 #endif
 }
 
-namespace {
-
-// "0-3,6" for CPUs 0, 1, 2, 3 and 6.
-std::string CpuListOf(const cpu_set_t& set) {
-  std::vector<std::string> runs;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &set)) continue;
-    int last = c;
-    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-    runs.push_back(last == c ? absl::StrCat(c) : absl::StrCat(c, "-", last));
-    c = last;
-  }
-  return absl::StrJoin(runs, ",");
-}
-
-}  // namespace
-
-std::string CurrentCpuList() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "";
-  return CpuListOf(set);
-}
+std::string CurrentCpuList() { return FormatCpuList(AffinityCpus()); }
 
 std::string FewerCpusThanThreads(int threads) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) >= threads) return "";
-  return absl::StrCat(threads, " threads on ", CPU_COUNT(&set), " CPUs (", CpuListOf(set),
+  const std::vector<int> cpus = AffinityCpus();
+  if (cpus.empty() || static_cast<int>(cpus.size()) >= threads) return "";
+  return absl::StrCat(threads, " threads on ", cpus.size(), " CPUs (", FormatCpuList(cpus),
                       "): they take turns, and the timings are those of fewer cores than "
                       "--threads says");
 }
@@ -310,7 +290,11 @@ std::string UndoOpenMpStartupBinding() {
     }
   }
   if (CPU_COUNT(&all) == 0 || sched_setaffinity(0, sizeof(all), &all) != 0) return "";
-  return CpuListOf(all);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  }
+  return FormatCpuList(cpus);
 }
 
 void ReexecWithTimingThreads(char** argv, int threads, bool reexec_anyway) {
