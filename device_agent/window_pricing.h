@@ -63,10 +63,23 @@ std::vector<double> WholeLayerRatios(const std::vector<double>& window,
                                      const std::vector<double>& skip,
                                      const std::vector<double>& full);
 
+// min(numerators) / min(denominators) over the rounds whose terms were
+// measured (> 0): each side's fastest round. A host that takes a vCPU away
+// for a while only adds time, and adds more of it, relatively, to the
+// shorter of two timings (a window layer's 4 ms against a full one's 28 on
+// 2 threads), so a ratio's median over rounds drifts up on a busy host
+// where the fastest rounds' ratio does not (as bench/thread_scaling.sh's
+// third table). median = low = high = that ratio; rounds: the rounds kept
+// on the fewer side (0: none).
+PricingRatio FastestRoundsRatio(const std::vector<double>& numerators,
+                                const std::vector<double>& denominators);
+
 struct WindowPricing {
   std::vector<WindowPricingRow> rows;
   // Window layer / full layer, prefill and decode:
   PricingRatio attention_prefill, attention_decode;  // all-window's kernels / all-full's
+  // The same from each variant's fastest round (FastestRoundsRatio).
+  PricingRatio fastest_prefill, fastest_decode;
   // The same, each model's attention time over its own weight products'
   // time in the same generation: the products are the same work in both
   // models, so a host's drift between the two generations cancels (as

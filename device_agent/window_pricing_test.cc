@@ -46,8 +46,9 @@ TEST(WindowPricingTest, EachVariantRunsItsOwnKernelsAndTheRatiosComeFromThem) {
     EXPECT_GT(r.products_prefill_ms, 0) << r.variant;
     EXPECT_GT(r.products_decode_ms, 0) << r.variant;
   }
-  for (const PricingRatio& r : {p.attention_prefill, p.attention_decode, p.normalised_prefill,
-                                p.normalised_decode, p.mixed_prefill, p.mixed_decode}) {
+  for (const PricingRatio& r :
+       {p.attention_prefill, p.attention_decode, p.fastest_prefill, p.fastest_decode,
+        p.normalised_prefill, p.normalised_decode, p.mixed_prefill, p.mixed_decode}) {
     EXPECT_EQ(r.rounds, 2);
     EXPECT_GT(r.median, 0);
     EXPECT_LE(r.low, r.median);
@@ -90,6 +91,31 @@ TEST(WindowPricingTest, AWholeLayersShareLeavesOutRoundsWithoutALayersDifference
   p.layer_decode = {0.4, 0.39, 0.41, 5, 5};
   const std::string table = WindowPricingTable(p);
   EXPECT_THAT(table, HasSubstr("| 0.400 (0.398-0.408), 3 of 5 rounds | 0.400 (0.390-0.410) |"));
+}
+
+// Each side's fastest round, whichever rounds those are: a round where the
+// host took a thread away from the short all-window generation raises the
+// median of the per-round ratios but not this one. Rounds without a
+// timing (0) are left out, and say so.
+TEST(WindowPricingTest, TheFastestRoundsRatioTakesEachSidesOwnFastestRound) {
+  //                            round:  1     2     3
+  const PricingRatio r = FastestRoundsRatio({4.2, 3.9, 6.0}, {28.0, 29.0, 27.5});
+  EXPECT_DOUBLE_EQ(r.median, 3.9 / 27.5);
+  EXPECT_DOUBLE_EQ(r.low, r.median);
+  EXPECT_DOUBLE_EQ(r.high, r.median);
+  EXPECT_EQ(r.rounds, 3);
+  const PricingRatio some = FastestRoundsRatio({0.0, 3.0}, {20.0, 30.0});
+  EXPECT_DOUBLE_EQ(some.median, 0.15);
+  EXPECT_EQ(some.rounds, 1);
+  EXPECT_EQ(FastestRoundsRatio({0.0}, {30.0}).rounds, 0);
+  EXPECT_EQ(FastestRoundsRatio({}, {}).rounds, 0);
+
+  WindowPricing p;
+  p.fastest_prefill = {0.1234, 0.1234, 0.1234, 3, 3};
+  p.fastest_decode = {0.1, 0.1, 0.1, 1, 3};
+  EXPECT_THAT(WindowPricingTable(p),
+              HasSubstr("| the same from each variant's fastest round (min all-window / min "
+                        "all-full) | 0.123 | 0.100, 1 of 3 rounds |"));
 }
 
 TEST(WindowPricingTest, ShapesWithoutAWindowToPriceAreRefusedByName) {
