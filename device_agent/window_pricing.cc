@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -249,10 +250,15 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   const double mixed_layers =
       static_cast<double>(variants[kMixed].full_layers) / variants[kMixed].window_layers;
   std::vector<double> ap, ad, np, nd, mp, md, lp, ld;
+  std::vector<double> wp, wd, fp, fd;  // all-window's and all-full's kernels, round by round
   for (const std::vector<Figures>& f : figures) {
     const Figures &w = f[kAllWindow], &full = f[kAllFull];
     ap.push_back(w.window_prefill_ms / full.full_prefill_ms);
     ad.push_back(w.window_decode_ms / full.full_decode_ms);
+    wp.push_back(w.window_prefill_ms);
+    wd.push_back(w.window_decode_ms);
+    fp.push_back(full.full_prefill_ms);
+    fd.push_back(full.full_decode_ms);
     PushQuotient(w.window_prefill_ms, w.products_prefill_ms, full.full_prefill_ms,
                  full.products_prefill_ms, np);
     PushQuotient(w.window_decode_ms, w.products_decode_ms, full.full_decode_ms,
@@ -268,13 +274,6 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
       full.push_back(prefill ? f[kAllFull].ttft_ms : f[kAllFull].decode_ms);
     }
     (prefill ? lp : ld) = WholeLayerRatios(w, k, full);
-  }
-  std::vector<double> wp, wd, fp, fd;  // all-window's and all-full's kernels, round by round
-  for (const std::vector<Figures>& f : figures) {
-    wp.push_back(f[kAllWindow].window_prefill_ms);
-    wd.push_back(f[kAllWindow].window_decode_ms);
-    fp.push_back(f[kAllFull].full_prefill_ms);
-    fd.push_back(f[kAllFull].full_decode_ms);
   }
   out.fastest_prefill = FastestRoundsRatio(wp, fp);
   out.fastest_decode = FastestRoundsRatio(wd, fd);
@@ -295,18 +294,13 @@ absl::StatusOr<WindowPricing> Price(const Arch& base, const WindowPricingOptions
   return out;
 }
 
-std::string Cell(const PricingRatio& r) {
+// A ratio's median and its range over the rounds (`range` false: the
+// median alone, as a FastestRoundsRatio has no range), and the rounds it
+// drew on where some were left out.
+std::string Cell(const PricingRatio& r, bool range = true) {
   if (r.rounds == 0) return "n/a";  // no round recorded all of the ratio's terms
-  std::string cell = absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high);
-  if (r.of > r.rounds) absl::StrAppend(&cell, ", ", r.rounds, " of ", r.of, " rounds");
-  return cell;
-}
-
-// A FastestRoundsRatio: the ratio alone (no range), and the rounds it drew
-// on where some were left out.
-std::string FastestCell(const PricingRatio& r) {
-  if (r.rounds == 0) return "n/a";
-  std::string cell = absl::StrFormat("%.3f", r.median);
+  std::string cell = range ? absl::StrFormat("%.3f (%.3f-%.3f)", r.median, r.low, r.high)
+                           : absl::StrFormat("%.3f", r.median);
   if (r.of > r.rounds) absl::StrAppend(&cell, ", ", r.rounds, " of ", r.of, " rounds");
   return cell;
 }
@@ -315,20 +309,16 @@ std::string FastestCell(const PricingRatio& r) {
 
 PricingRatio FastestRoundsRatio(const std::vector<double>& numerators,
                                 const std::vector<double>& denominators) {
-  auto fastest = [](const std::vector<double>& v, int& kept) {
-    double m = 0;
-    kept = 0;
-    for (double x : v) {
-      if (x <= 0) continue;
-      m = kept++ == 0 ? x : std::min(m, x);
-    }
-    return m;
+  auto measured = [](const std::vector<double>& v) {
+    std::vector<double> kept;
+    std::copy_if(v.begin(), v.end(), std::back_inserter(kept), [](double x) { return x > 0; });
+    return kept;
   };
-  int kept_n = 0, kept_d = 0;
-  const double n = fastest(numerators, kept_n), d = fastest(denominators, kept_d);
-  if (kept_n == 0 || kept_d == 0) return {};
-  const double ratio = n / d;
-  return {ratio, ratio, ratio, std::min(kept_n, kept_d)};
+  const std::vector<double> n = measured(numerators), d = measured(denominators);
+  if (n.empty() || d.empty()) return {};
+  const double ratio =
+      *std::min_element(n.begin(), n.end()) / *std::min_element(d.begin(), d.end());
+  return {ratio, ratio, ratio, static_cast<int>(std::min(n.size(), d.size()))};
 }
 
 std::vector<double> WholeLayerRatios(const std::vector<double>& window,
@@ -372,7 +362,8 @@ std::string WindowPricingTable(const WindowPricing& p) {
                   Cell(p.attention_prefill), " | ", Cell(p.attention_decode), " |\n");
   absl::StrAppend(&out,
                   "| the same from each variant's fastest round (min all-window / min all-full) | ",
-                  FastestCell(p.fastest_prefill), " | ", FastestCell(p.fastest_decode), " |\n");
+                  Cell(p.fastest_prefill, /*range=*/false), " | ",
+                  Cell(p.fastest_decode, /*range=*/false), " |\n");
   absl::StrAppend(&out, "| the same, each model's attention over its own weight products' time | ",
                   Cell(p.normalised_prefill), " | ", Cell(p.normalised_decode), " |\n");
   absl::StrAppend(&out, "| attention kernels, mixed (a window layer / a full one, one model) | ",
