@@ -346,8 +346,9 @@ std::vector<torch::Tensor> QuantMatmulMany(const torch::Tensor& x,
     // matrix's rows in one split. (Mixed types, or more matrices than it
     // takes, go through the prompt's products, the same bits a row.)
     std::vector<GemvProduct> products;
-    for (size_t m = 0; m < wcs.size(); ++m)
+    for (size_t m = 0; m < wcs.size(); ++m) {
       products.push_back({&wcs[m], outs[m].data_ptr<float>()});
+    }
     QuantGemvsInto(products.data(), products.size(), xf.data_ptr<float>(), KernelPath::kBest);
   } else {
     // Activations once for every matrix, as Q8_0 rows with their terms

@@ -280,20 +280,20 @@ std::string FewerCpusThanThreads(int threads) {
 std::string UndoOpenMpStartupBinding() {
   const int places = omp_get_num_places();
   if (omp_get_proc_bind() == omp_proc_bind_false || places <= 0) return "";
-  cpu_set_t all;
-  CPU_ZERO(&all);
+  std::vector<int> cpus;  // every place's, ascending, each once
   for (int p = 0; p < places; ++p) {
     std::vector<int> ids(static_cast<size_t>(std::max(0, omp_get_place_num_procs(p))));
     if (!ids.empty()) omp_get_place_proc_ids(p, ids.data());
     for (int id : ids) {
-      if (id >= 0 && id < CPU_SETSIZE) CPU_SET(id, &all);
+      if (id >= 0 && id < CPU_SETSIZE) cpus.push_back(id);
     }
   }
-  if (CPU_COUNT(&all) == 0 || sched_setaffinity(0, sizeof(all), &all) != 0) return "";
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &all)) cpus.push_back(c);
-  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c : cpus) CPU_SET(c, &all);
+  if (cpus.empty() || sched_setaffinity(0, sizeof(all), &all) != 0) return "";
   return FormatCpuList(cpus);
 }
 
